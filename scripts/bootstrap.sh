@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install everything leaseworker's demo and tests need; safe to run again.
+#  - Debian packages: redis-server, postgresql (only when missing; needs root or sudo)
+#  - a virtualenv in .venv with leaseworker installed editable plus dev tools
+# Kafka jars and the Jaeger binary are fetched/built on first use into
+# ~/.cache/leaseworker (override with LEASEWORKER_CACHE), outside the clone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+if ((${#need[@]})); then
+    echo "bootstrap: installing Debian packages: ${need[*]}"
+    sudo_=""
+    [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+    $sudo_ apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian starts the packaged services; leaseworker runs its own private ones.
+for svc in redis-server postgresql; do
+    if command -v service >/dev/null 2>&1 && service "$svc" status >/dev/null 2>&1; then
+        service "$svc" stop >/dev/null 2>&1 || true
+    fi
+done
+
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv with $PY"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.leaseworker-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "bootstrap: installing leaseworker and dev tools into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    touch "$stamp"
+fi

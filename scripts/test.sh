@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: bootstrap, lint, type-check, then pytest against real services
+# that the suite starts itself on free loopback ports. Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+echo "== ruff"; .venv/bin/ruff check src tests bench
+.venv/bin/ruff format --check src tests bench
+echo "== mypy --strict"; .venv/bin/mypy
+echo "== pytest"; .venv/bin/pytest --cov --cov-report=term-missing:skip-covered "$@"

@@ -1,0 +1,15 @@
+"""Local stand-ins for production services, run as plain processes on loopback.
+
+The demo and the test suite use these to start real Redis, Kafka, PostgreSQL and
+Jaeger without Docker: every service binds a free loopback port, is waited for
+until it answers, and is stopped by PID. Downloads and builds are cached under
+:func:`cache_dir`, outside any clone, so repeated runs are fast.
+"""
+
+from ._proc import LocalProcess as LocalProcess
+from ._proc import cache_dir as cache_dir
+from ._proc import free_port as free_port
+from ._proc import wait_for_port as wait_for_port
+from ._redis import LocalRedis as LocalRedis
+
+__all__ = ["LocalProcess", "LocalRedis", "cache_dir", "free_port", "wait_for_port"]

@@ -1,0 +1,74 @@
+"""A private ``redis-server`` on a free loopback port, without persistence."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
+
+from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+
+
+@dataclass
+class LocalRedis:
+    """A running ``redis-server`` started from Debian's package.
+
+    Persistence is off (as in many cache deployments), which is exactly what the
+    fence-survival tests need: ``restart()`` brings the server back empty on the
+    same port.
+    """
+
+    port: int
+    workdir: Path
+    process: LocalProcess
+
+    @property
+    def url(self) -> str:
+        """The ``redis://`` URL clients connect to."""
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    @classmethod
+    def start(cls, *, port: int | None = None, workdir: Path | None = None) -> Self:
+        """Start the server and wait until it accepts connections."""
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed; run scripts/bootstrap.sh "
+                "(it installs Debian's redis-server package)"
+            )
+        port = port or free_port()
+        workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-redis-"))
+        process = _spawn(binary, port, workdir)
+        return cls(port=port, workdir=workdir, process=process)
+
+    def restart_empty(self) -> None:
+        """Stop the server and start it again on the same port with no data."""
+        self.process.stop()
+        binary = self.process.popen.args[0]
+        assert isinstance(binary, str)
+        self.process = _spawn(binary, self.port, self.workdir)
+
+    def stop(self) -> None:
+        """Stop the server by PID."""
+        self.process.stop()
+
+
+def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
+    argv = [
+        binary,
+        "--bind", LOOPBACK,
+        "--port", str(port),
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", str(workdir),
+        "--daemonize", "no",
+    ]
+    process = LocalProcess.spawn("redis", argv, log_path=workdir / "redis.log")
+    try:
+        wait_for_port(port, timeout=15, process=process.popen)
+    except Exception as exc:
+        process.stop()
+        raise RuntimeError(f"redis-server did not start:\n{process.log_tail()}") from exc
+    return process
