@@ -20,6 +20,7 @@ class LocalRedis:
     same port.
     """
 
+    binary: str
     port: int
     workdir: Path
     process: LocalProcess
@@ -41,14 +42,12 @@ class LocalRedis:
         port = port or free_port()
         workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-redis-"))
         process = _spawn(binary, port, workdir)
-        return cls(port=port, workdir=workdir, process=process)
+        return cls(binary=binary, port=port, workdir=workdir, process=process)
 
     def restart_empty(self) -> None:
         """Stop the server and start it again on the same port with no data."""
         self.process.stop()
-        binary = self.process.popen.args[0]
-        assert isinstance(binary, str)
-        self.process = _spawn(binary, self.port, self.workdir)
+        self.process = _spawn(self.binary, self.port, self.workdir)
 
     def stop(self) -> None:
         """Stop the server by PID."""
@@ -58,12 +57,18 @@ class LocalRedis:
 def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
     argv = [
         binary,
-        "--bind", LOOPBACK,
-        "--port", str(port),
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(workdir),
-        "--daemonize", "no",
+        "--bind",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+        "--daemonize",
+        "no",
     ]
     process = LocalProcess.spawn("redis", argv, log_path=workdir / "redis.log")
     try:

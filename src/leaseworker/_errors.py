@@ -1,0 +1,105 @@
+"""leaseworker's exception tree, in one place.
+
+::
+
+    LeaseworkerError
+    ├── ConfigError                 invalid settings, raised at construction
+    └── LeaseError                  about one job key's lease (carries .key)
+        ├── LeaseBusy               another owner holds the lease
+        ├── LeaseUnavailable        Redis did not answer an acquire in time
+        ├── LeaseLost               ownership became uncertain; the work was stopped
+        └── LeaseTimeout            the body outlived ``max_runtime``
+
+Lower-level errors (redis-py's, timeouts) are translated at the adapter with
+``raise ... from exc`` so callers handle one tree and still see the cause.
+"""
+
+from __future__ import annotations
+
+
+class LeaseworkerError(Exception):
+    """Root of every error leaseworker raises on purpose."""
+
+
+class ConfigError(LeaseworkerError, ValueError):
+    """Raised at construction when settings cannot keep leaseworker's guarantees.
+
+    For example a renewal interval that cannot complete before the local lease
+    deadline. It is a ``ValueError`` too, so generic validation code catches it.
+    """
+
+
+class LeaseError(LeaseworkerError):
+    """Base for errors about one job key's lease; ``key`` names the job key."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class LeaseBusy(LeaseError):
+    """Raised by ``hold()`` when another owner holds the lease for ``key``.
+
+    ``retry_after`` is the holder's remaining TTL in seconds as Redis reported
+    it, a hint for when to try again (``None`` when unknown).
+    """
+
+    def __init__(self, key: str, *, retry_after: float | None = None) -> None:
+        super().__init__(f"lease for {key!r} is held by another owner", key=key)
+        self.retry_after = retry_after
+
+
+class LeaseUnavailable(LeaseError):
+    """Raised when Redis fails or does not answer an acquire within its timeout.
+
+    Whether the lease was taken is unknown; leaseworker tries to release it with
+    the same owner token, and otherwise it expires after its TTL.
+    """
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"lease store unavailable for {key!r}: {detail}", key=key)
+
+
+class LeaseLost(LeaseError):
+    """Raised when ownership of a held lease became uncertain and the work stopped.
+
+    ``reason`` says why: ``rejected`` (another owner, or the key is gone),
+    ``timeout`` or ``error`` (the renewal got no answer), ``late`` (the answer
+    came after the local deadline), ``deadline`` (no renewal confirmed in time),
+    ``loop_blocked`` (the event loop was stalled past the deadline).
+    ``stop_latency`` is how long the body took to actually stop after the loss
+    (seconds; ``None`` when raised from ``renew()`` outside ``hold()``).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        fence: int,
+        reason: str,
+        stop_latency: float | None = None,
+        detail: str = "",
+    ) -> None:
+        text = f"lease for {key!r} (fence {fence}) lost: {reason}"
+        if detail:
+            text += f" ({detail})"
+        if stop_latency is not None:
+            text += f"; body stopped {stop_latency * 1000:.1f} ms after the loss"
+        super().__init__(text, key=key)
+        self.fence = fence
+        self.reason = reason
+        self.stop_latency = stop_latency
+
+
+class LeaseTimeout(LeaseError):
+    """Raised by ``hold()`` when the body ran longer than ``max_runtime``.
+
+    The lease was still owned; the body was cancelled because of the runtime bound.
+    """
+
+    def __init__(self, key: str, *, fence: int, max_runtime: float) -> None:
+        super().__init__(
+            f"job {key!r} (fence {fence}) exceeded max_runtime={max_runtime}s", key=key
+        )
+        self.fence = fence
+        self.max_runtime = max_runtime

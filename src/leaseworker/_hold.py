@@ -1,0 +1,322 @@
+"""``hold()``: run a block of code only while its lease is certainly owned.
+
+The body runs inside a cancel scope whose deadline is the lease's local
+deadline (and ``max_runtime``); a renewal task runs beside it in one task
+group and pushes the deadline forward after each confirmed renewal. When a
+renewal is rejected, fails, times out or comes back late, the scope is
+cancelled for good, so the body stops at its next await, before Redis can
+expire the key and hand it to another worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import TracebackType
+from typing import Literal, final
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
+from ._lease import Lease, LeaseStore
+from ._timing import LeaseTiming
+
+logger = logging.getLogger("leaseworker.lease")
+
+Outcome = Literal["completed", "lost", "timed_out", "failed", "cancelled", "busy"]
+
+
+def hold(
+    leases: LeaseStore,
+    key: str,
+    *,
+    ttl: float,
+    renew_every: float | None = None,
+    max_runtime: float | None = None,
+    release_timeout: float | None = None,
+) -> HeldLease:
+    """Hold the lease for ``key`` while the ``async with`` body runs.
+
+    ::
+
+        async with hold(leases, "report:acme:2026-11", ttl=30, max_runtime=600) as held:
+            for batch in batches:
+                await held.checkpoint()        # raises LeaseLost once ownership is uncertain
+                await write(batch, fence=held.fence)
+
+    Raises :class:`LeaseBusy` when another owner holds the lease,
+    :class:`LeaseLost` when ownership became uncertain (the body was cancelled
+    at its next await), :class:`LeaseTimeout` when the body outlived
+    ``max_runtime``. Settings that cannot keep the lease are rejected here, with
+    :class:`~leaseworker.ConfigError`, before anything touches Redis.
+    ``renew_every`` defaults to ``ttl / 3``; ``release_timeout`` to the store's
+    command timeout.
+    """
+    timing = LeaseTiming.resolve(
+        ttl=ttl, renew_every=renew_every, max_runtime=max_runtime, policy=leases.policy
+    )
+    return HeldLease(
+        leases,
+        key,
+        timing=timing,
+        release_timeout=release_timeout or leases.policy.command_timeout,
+    )
+
+
+@final
+class HeldLease:
+    """A lease held for the duration of an ``async with`` block; see :func:`hold`.
+
+    Inside the block it tells the body whether ownership is still certain
+    (``owned``, ``remaining()``, ``checkpoint()``) and carries the ``fence`` to
+    pass to destinations. After the block, ``outcome``, ``released`` and
+    ``release_error`` say how it ended; a failed release is reported there and
+    in the log, never instead of the body's own outcome.
+    """
+
+    def __init__(
+        self, leases: LeaseStore, key: str, *, timing: LeaseTiming, release_timeout: float
+    ) -> None:
+        self._leases = leases
+        self._key = key
+        self._timing = timing
+        self._release_timeout = release_timeout
+        self._lease: Lease | None = None
+        self._runtime_deadline = math.inf
+        self._scope = anyio.CancelScope()
+        self._task_group: TaskGroup | None = None
+        self._loss: tuple[str, str, float] | None = None  # reason, detail, when
+        self._outcome: Outcome | None = None
+        self._released: bool | None = None
+        self._release_error: BaseException | None = None
+        self._renewals = 0
+        self._max_loop_lag = 0.0
+
+    @property
+    def key(self) -> str:
+        """The job key this lease guards."""
+        return self._key
+
+    @property
+    def lease(self) -> Lease:
+        """The current lease (replaced after every confirmed renewal)."""
+        if self._lease is None:
+            raise RuntimeError("the lease is not acquired yet; use `async with hold(...)`")
+        return self._lease
+
+    @property
+    def fence(self) -> int:
+        """The fencing token of this acquisition; destinations reject older ones."""
+        return self.lease.fence
+
+    @property
+    def owned(self) -> bool:
+        """Whether ownership is still certain right now."""
+        return (
+            self._lease is not None
+            and self._loss is None
+            and anyio.current_time() < self._lease.local_deadline
+        )
+
+    def remaining(self) -> float:
+        """Seconds until the local deadline, 0 once ownership is uncertain."""
+        return self.lease.remaining() if self.owned else 0.0
+
+    async def checkpoint(self) -> None:
+        """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
+        if not self.owned:
+            if self._loss is None:
+                # The deadline passed but its timer has not run: the loop was busy.
+                self._lose(
+                    "deadline",
+                    "checkpoint reached after the local deadline",
+                    at=self.lease.local_deadline,
+                )
+            raise self._lost_error(anyio.current_time())
+        await anyio.lowlevel.checkpoint()
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the block ended; ``None`` while it runs."""
+        return self._outcome
+
+    @property
+    def released(self) -> bool | None:
+        """Whether the release deleted this owner's key; ``None`` if it did not answer."""
+        return self._released
+
+    @property
+    def release_error(self) -> BaseException | None:
+        """Why the release failed, if it did (reported here, never raised)."""
+        return self._release_error
+
+    @property
+    def renewals(self) -> int:
+        """How many renewals were confirmed."""
+        return self._renewals
+
+    @property
+    def max_loop_lag(self) -> float:
+        """The largest event-loop lag the renewal task observed, in seconds."""
+        return self._max_loop_lag
+
+    async def __aenter__(self) -> HeldLease:
+        if self._task_group is not None or self._outcome is not None:
+            raise RuntimeError("a HeldLease can be entered only once")
+        lease = await self._leases.acquire(self._key, self._timing.ttl)
+        if lease is None:
+            self._outcome = "busy"
+            raise LeaseBusy(self._key, retry_after=await self._holder_ttl())
+        self._lease = lease
+        if self._timing.max_runtime is not None:
+            self._runtime_deadline = anyio.current_time() + self._timing.max_runtime
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._scope = anyio.CancelScope(deadline=self._body_deadline())
+        self._scope.__enter__()
+        task_group.start_soon(self._renew_until_lost, name=f"leaseworker renew {self._key}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        stopped_at = anyio.current_time()
+        assert self._task_group is not None
+        try:
+            swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
+        finally:
+            self._task_group.cancel_scope.cancel()
+            try:
+                await self._task_group.__aexit__(None, None, None)
+            finally:
+                await self._release()
+        if swallowed:
+            exc = None
+        self._judge(stopped_at, exc)
+        if self._outcome == "lost" and not isinstance(exc, LeaseLost):
+            lost = self._lost_error(stopped_at)
+            if exc is None:
+                raise lost
+            exc.add_note(f"leaseworker: {lost}")  # the body's own exception stays on top
+        if self._outcome == "timed_out":
+            assert self._timing.max_runtime is not None
+            raise LeaseTimeout(self._key, fence=self.fence, max_runtime=self._timing.max_runtime)
+        return swallowed
+
+    def _judge(self, stopped_at: float, exc: BaseException | None) -> None:
+        """Decide the outcome once the body stopped and the renewal task ended."""
+        lease = self.lease
+        if self._loss is None and self._scope.cancel_called:
+            if self._runtime_deadline <= min(stopped_at, lease.local_deadline):
+                self._outcome = "timed_out"
+                return
+            self._lose(
+                "deadline",
+                "no renewal was confirmed before the local deadline",
+                at=lease.local_deadline,
+            )
+        elif self._loss is None and stopped_at >= lease.local_deadline:
+            # The body ran past the deadline without awaiting: the loop was blocked.
+            self._lose(
+                "loop_blocked",
+                "the body kept the event loop busy past the deadline",
+                at=lease.local_deadline,
+            )
+        if self._loss is not None:
+            self._outcome = "lost"
+        elif exc is None:
+            self._outcome = "completed"
+        elif isinstance(exc, anyio.get_cancelled_exc_class()):
+            self._outcome = "cancelled"
+        else:
+            self._outcome = "failed"
+
+    async def _renew_until_lost(self) -> None:
+        """Renew on schedule; on the first failed renewal, cancel the body for good."""
+        while True:
+            lease = self.lease
+            due = lease.sent_at + self._timing.renew_every
+            await anyio.sleep_until(due)
+            woke = anyio.current_time()
+            self._max_loop_lag = max(self._max_loop_lag, woke - due)
+            if woke >= lease.local_deadline:
+                self._lose(
+                    "loop_blocked",
+                    f"renewal ran {(woke - due) * 1000:.0f} ms late",
+                    at=lease.local_deadline,
+                )
+                return
+            try:
+                self._lease = await self._leases.renew(lease)
+            except LeaseLost as exc:
+                self._lose(exc.reason, str(exc), at=anyio.current_time())
+                return
+            except Exception as exc:  # a custom store's bug must still stop the body
+                self._lose("error", repr(exc), at=anyio.current_time())
+                return
+            self._renewals += 1
+            self._scope.deadline = self._body_deadline()
+
+    def _body_deadline(self) -> float:
+        return min(self.lease.local_deadline, self._runtime_deadline)
+
+    def _lose(self, reason: str, detail: str, *, at: float) -> None:
+        """Mark ownership uncertain for good and cancel the body."""
+        if self._loss is not None:
+            return
+        self._loss = (reason, detail, at)
+        self._scope.cancel()
+        logger.warning(
+            "lease lost for %r (fence %d): %s",
+            self._key,
+            self.fence,
+            reason,
+            extra={
+                "event": "lease_lost",
+                "jobId": self._key,
+                "fence": self.fence,
+                "reason": reason,
+            },
+        )
+
+    def _lost_error(self, stopped_at: float) -> LeaseLost:
+        assert self._loss is not None
+        reason, detail, lost_at = self._loss
+        return LeaseLost(
+            self._key,
+            fence=self.fence,
+            reason=reason,
+            detail=detail,
+            stop_latency=max(0.0, stopped_at - lost_at),
+        )
+
+    async def _holder_ttl(self) -> float | None:
+        try:
+            return (await self._leases.inspect(self._key)).ttl
+        except LeaseUnavailable:
+            return None
+
+    async def _release(self) -> None:
+        """Release with its own timeout, shielded from the caller's cancellation."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._release_timeout) as scope:
+            try:
+                self._released = await self._leases.release(self.lease)
+            except Exception as exc:
+                self._release_error = exc
+        if scope.cancelled_caught:
+            self._release_error = TimeoutError(
+                f"release did not finish within {self._release_timeout}s"
+            )
+        if self._release_error is not None:
+            logger.warning(
+                "lease release failed for %r (fence %d): %s",
+                self._key,
+                self.fence,
+                self._release_error,
+                extra={"event": "lease_release_failed", "jobId": self._key, "fence": self.fence},
+            )

@@ -1,0 +1,40 @@
+"""Shared fixtures: one real redis-server per test session, a fresh namespace per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from leaseworker import RedisLeases
+from leaseworker._local import LocalRedis
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[LocalRedis]:
+    """A private redis-server on a free loopback port, stopped after the session."""
+    server = LocalRedis.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def redis(redis_server: LocalRedis) -> AsyncIterator[Redis]:
+    """A direct client: the test's view of the truth in Redis."""
+    client = Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace of this test's own, so tests never see each other's keys."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def leases(redis: Redis, namespace: str) -> RedisLeases:
+    """Leases over the direct client, with a short command timeout for fast tests."""
+    return RedisLeases(redis, namespace=namespace, command_timeout=0.2)
