@@ -10,8 +10,9 @@ from redis.asyncio import Redis
 
 from leaseworker import ConfigError, LeaseLost, LeaseUnavailable, RedisLeases
 from leaseworker._local import LocalRedis, free_port
+from leaseworker.testing import ChaosProxy
 
-from .chaos import ChaosProxy, proxied_leases
+from .chaos import proxied_leases
 from .waiting import eventually
 
 

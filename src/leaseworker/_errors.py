@@ -88,6 +88,7 @@ class LeaseLost(LeaseError):
         super().__init__(text, key=key)
         self.fence = fence
         self.reason = reason
+        self.detail = detail
         self.stop_latency = stop_latency
 
 

@@ -189,6 +189,9 @@ class HeldLease:
         assert self._task_group is not None
         try:
             swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
+            # Judge before awaiting anything: the body has stopped, and a pending
+            # outer cancellation may interrupt the awaits below.
+            self._judge(stopped_at, None if swallowed else exc)
         finally:
             self._task_group.cancel_scope.cancel()
             try:
@@ -197,11 +200,10 @@ class HeldLease:
                 await self._release()
         if swallowed:
             exc = None
-        self._judge(stopped_at, exc)
         if self._outcome == "lost" and not isinstance(exc, LeaseLost):
             lost = self._lost_error(stopped_at)
             if exc is None:
-                raise lost
+                raise lost from None  # the cancellation that stopped the body is noise
             exc.add_note(f"leaseworker: {lost}")  # the body's own exception stays on top
         if self._outcome == "timed_out":
             assert self._timing.max_runtime is not None
@@ -254,7 +256,7 @@ class HeldLease:
             try:
                 self._lease = await self._leases.renew(lease)
             except LeaseLost as exc:
-                self._lose(exc.reason, str(exc), at=anyio.current_time())
+                self._lose(exc.reason, exc.detail, at=anyio.current_time())
                 return
             except Exception as exc:  # a custom store's bug must still stop the body
                 self._lose("error", repr(exc), at=anyio.current_time())

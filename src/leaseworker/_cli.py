@@ -1,0 +1,68 @@
+"""The ``leaseworker`` command: parse flags, set up logging, hand off.
+
+Each subcommand lives in its own module and registers itself through an
+``add_parser(subparsers)`` function; this module only assembles them. Every
+flag can also come from a ``LEASEWORKER_<FLAG>`` environment variable (see
+:func:`env_default`). Bad usage exits 2 with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ._version import __version__
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def env_default(flag: str, default: str | None = None) -> str | None:
+    """Return ``$LEASEWORKER_<FLAG>`` or ``default`` (``--redis-url``: LEASEWORKER_REDIS_URL)."""
+    return os.environ.get(env_name(flag), default)
+
+
+def env_name(flag: str) -> str:
+    """Return the environment variable that backs ``flag``."""
+    return "LEASEWORKER_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Assemble the parser from every subcommand module."""
+    from . import _demo, _inspect_cmd
+
+    parser = argparse.ArgumentParser(
+        prog="leaseworker",
+        description="Run long jobs safely across many worker pods.",
+    )
+    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default=env_default("--log-level", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (_demo, _inspect_cmd):
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
