@@ -10,6 +10,7 @@ from ._proc import LocalProcess as LocalProcess
 from ._proc import cache_dir as cache_dir
 from ._proc import free_port as free_port
 from ._proc import wait_for_port as wait_for_port
+from ._postgres import LocalPostgres as LocalPostgres
 from ._redis import LocalRedis as LocalRedis
 
-__all__ = ["LocalProcess", "LocalRedis", "cache_dir", "free_port", "wait_for_port"]
+__all__ = ["LocalPostgres", "LocalProcess", "LocalRedis", "cache_dir", "free_port", "wait_for_port"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from signal import SIGKILL, SIGTERM, Signals
 from typing import IO, Self
 
 LOOPBACK = "127.0.0.1"
@@ -71,19 +71,40 @@ class LocalProcess:
 
     @classmethod
     def spawn(
-        cls, name: str, argv: list[str], *, log_path: Path, env: dict[str, str] | None = None
+        cls,
+        name: str,
+        argv: list[str],
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        user: int | None = None,
+        group: int | None = None,
+        extra_groups: list[int] | None = None,
     ) -> Self:
-        """Start ``argv`` with stdout and stderr appended to ``log_path``."""
+        """Start ``argv`` with stdout and stderr appended to ``log_path``.
+
+        ``user``, ``group`` and ``extra_groups`` drop privileges in the child
+        (servers such as PostgreSQL refuse to run as root).
+        """
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = log_path.open("ab")
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                user=user,
+                group=group,
+                extra_groups=extra_groups,
+            )
+        except BaseException:
+            log.close()
+            raise
         return cls(name=name, popen=popen, log_path=log_path, _log=log)
 
     @property
@@ -99,18 +120,25 @@ class LocalProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def signal(self, signum: signal.Signals) -> None:
+    def signal(self, signum: Signals) -> None:
         """Send ``signum`` to the process unless it already exited."""
         if self.popen.poll() is None:
             self.popen.send_signal(signum)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the process by PID: SIGTERM, then SIGKILL after ``timeout``."""
-        self.signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
+    def stop(self, timeout: float = 10.0, *, signals: tuple[Signals, ...] = (SIGTERM,)) -> None:
+        """Stop the process by PID: each of ``signals`` in turn, then SIGKILL.
+
+        Each signal gets ``timeout`` seconds to work. Safe to call twice.
+        """
+        for signum in signals:
+            self.signal(signum)
+            try:
+                self.popen.wait(timeout)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            self.signal(SIGKILL)
             self.popen.wait()
         if self._log is not None:
             self._log.close()

@@ -1,0 +1,331 @@
+"""A private PostgreSQL cluster on a free loopback port, for tests and the demo.
+
+Each :class:`LocalPostgres` runs ``initdb`` on a fresh directory and starts the
+``postgres`` server binary directly (never ``pg_ctlcluster`` or the Debian
+service), so clusters are independent of each other and of any system instance.
+
+Authentication: initdb creates the superuser ``postgres`` with a random password.
+TCP on ``127.0.0.1`` requires that password (``scram-sha-256``), so other local
+users cannot become database superuser (and through ``COPY ... TO PROGRAM`` run
+commands as the server's OS user) just by finding the port. The Unix socket
+trusts its peer, but it lives in the cluster's ``0700`` work directory, which only
+the server's OS user (and root) can enter. The password is part of :attr:`url`.
+
+PostgreSQL refuses to run as root. When this process is root (CI, containers),
+``initdb`` and ``postgres`` run as the ``postgres`` system user that Debian's
+package creates: the work directory is chowned to it and the children drop
+privileges between fork and exec (``subprocess.Popen(user=..., group=...,
+extra_groups=[])``). Otherwise both run as the current user.
+
+``psycopg`` (a dev dependency) is imported only inside the functions that talk to
+the server, so importing this module does not require it.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from glob import glob
+from pathlib import Path
+from typing import Self
+
+from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+
+DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+"""Where Debian's ``postgresql-NN`` packages put ``initdb`` and ``postgres``."""
+
+SUPERUSER = "postgres"
+"""Name of the database superuser that ``initdb`` creates."""
+
+DEFAULT_DATABASE = "leaseworker"
+"""The database :meth:`LocalPostgres.start` creates and :attr:`LocalPostgres.url` names."""
+
+SERVICE_USER = "postgres"
+"""The OS user the server runs as when leaseworker itself runs as root."""
+
+# Durability is worthless for a throwaway cluster; these trade it for speed.
+# wal_level=minimal needs max_wal_senders=0. jit=off avoids LLVM compile pauses
+# on the first "expensive" query, which only add noise to test timings.
+SERVER_SETTINGS: dict[str, str] = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "wal_level": "minimal",
+    "max_wal_senders": "0",
+    "jit": "off",
+    "unix_socket_permissions": "0700",
+    "log_min_messages": "warning",
+}
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+@dataclass(frozen=True)
+class _RunAs:
+    """The OS identity the PostgreSQL children run as (``None`` uid: unchanged)."""
+
+    uid: int | None
+    gid: int | None
+    home: str | None
+
+    @classmethod
+    def for_current_process(cls) -> Self:
+        """Pick the ``postgres`` system user when root, else keep the current user."""
+        if os.geteuid() != 0:
+            return cls(uid=None, gid=None, home=None)
+        try:
+            entry = pwd.getpwnam(SERVICE_USER)
+        except KeyError:
+            raise RuntimeError(
+                f"running as root, but there is no {SERVICE_USER!r} system user to run "
+                "PostgreSQL as (PostgreSQL refuses to run as root); run "
+                "scripts/bootstrap.sh, which installs Debian's postgresql package "
+                "and with it that user"
+            ) from None
+        return cls(uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
+
+    @property
+    def extra_groups(self) -> list[int] | None:
+        """Supplementary groups for ``Popen``: none (drop root's) when switching users."""
+        return None if self.uid is None else []
+
+    def env(self) -> dict[str, str]:
+        """Return the child environment: ours minus ``PG*`` variables, ``HOME`` adjusted."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        if self.home is not None:
+            env["HOME"] = self.home
+        return env
+
+    def give(self, path: Path) -> None:
+        """Make ``path`` owned by this identity (no-op when not switching users)."""
+        if self.uid is not None and self.gid is not None:
+            os.chown(path, self.uid, self.gid)
+
+
+def find_bindir(pattern: str = DEBIAN_BIN_GLOB) -> Path:
+    """Return the directory holding ``initdb`` and ``postgres``.
+
+    Prefers the highest PostgreSQL major version under Debian's
+    ``/usr/lib/postgresql/*/bin``; falls back to an ``initdb`` on ``PATH`` (other
+    distributions, Homebrew). Raises ``RuntimeError`` naming
+    ``scripts/bootstrap.sh`` when neither exists.
+    """
+
+    def version(bindir: str) -> tuple[int, ...]:
+        name = Path(bindir).parent.name
+        return tuple(int(part) for part in name.split(".") if part.isdigit())
+
+    candidates = [
+        d
+        for d in glob(pattern)
+        if os.access(Path(d, "initdb"), os.X_OK) and os.access(Path(d, "postgres"), os.X_OK)
+    ]
+    if candidates:
+        return Path(max(candidates, key=version))
+    initdb = shutil.which("initdb")
+    if initdb is not None and os.access(Path(initdb).with_name("postgres"), os.X_OK):
+        return Path(initdb).parent
+    raise RuntimeError(
+        f"PostgreSQL server binaries (initdb, postgres) not found in {pattern} or on PATH; "
+        "run scripts/bootstrap.sh (it installs Debian's postgresql package)"
+    )
+
+
+@dataclass
+class LocalPostgres:
+    """A running private PostgreSQL cluster, stopped by PID with :meth:`stop`.
+
+    ``start()`` returns once the server answered ``SELECT 1`` over TCP and the
+    ``leaseworker`` database exists. The work directory holds the data directory
+    (``data/``), the server log (``postgres.log``) and the Unix socket.
+    """
+
+    port: int
+    workdir: Path
+    process: LocalProcess
+    password: str = field(repr=False)
+    _remove_workdir: bool = field(default=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        """The ``postgresql://`` URL of the ``leaseworker`` database."""
+        return self.url_for(DEFAULT_DATABASE)
+
+    def url_for(self, database: str) -> str:
+        """Return the ``postgresql://`` URL of ``database`` on this cluster."""
+        return f"postgresql://{SUPERUSER}:{self.password}@{LOOPBACK}:{self.port}/{database}"
+
+    @classmethod
+    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+        """Create a fresh cluster, start the server, and wait until it serves queries.
+
+        ``workdir`` must not contain a ``data`` directory yet; every path above it
+        must be enterable by the server's OS user (``postgres`` when root). Keep it
+        short: the Unix socket path inside it is limited to 107 bytes. Without
+        ``workdir`` a temporary directory is used and removed again by :meth:`stop`.
+        """
+        bindir = find_bindir()
+        run_as = _RunAs.for_current_process()
+        remove = workdir is None
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="leaseworker-pg-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        workdir.chmod(0o700)
+        run_as.give(workdir)
+        password = secrets.token_hex(16)
+        try:
+            _initdb(bindir, workdir, password, run_as, timeout=timeout)
+            port = free_port()
+            process = _spawn(bindir, workdir, port, run_as)
+        except BaseException:
+            if remove:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        pg = cls(
+            port=port, workdir=workdir, process=process, password=password, _remove_workdir=remove
+        )
+        try:
+            pg._wait_ready(timeout=timeout)
+            pg.create_database(DEFAULT_DATABASE)
+        except Exception as exc:
+            tail = process.log_tail()
+            pg.stop()
+            raise RuntimeError(f"postgres did not become ready:\n{tail}") from exc
+        except BaseException:
+            pg.stop()
+            raise
+        return pg
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name`` and return its URL.
+
+        Meant for test isolation: one cluster, a fresh database per test. ``name``
+        must be a plain lower-case identifier so it needs no quoting in URLs.
+        """
+        if not _IDENTIFIER.fullmatch(name):
+            raise ValueError(f"database name must match {_IDENTIFIER.pattern}: {name!r}")
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.url_for("postgres"), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.url_for(name)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server by PID and remove a temporary work directory.
+
+        ``LocalProcess.stop`` sends SIGTERM, which the postmaster treats as a
+        *smart* shutdown that waits for every client to disconnect, so a leaked
+        pool would stall it. This sends SIGINT (*fast* shutdown: abort
+        transactions, disconnect clients, checkpoint) first, then SIGQUIT
+        (*immediate*) if that times out, then SIGTERM and SIGKILL. Safe to call twice.
+        """
+        self.process.stop(timeout, signals=(signal.SIGINT, signal.SIGQUIT, signal.SIGTERM))
+        if self._remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _wait_ready(self, *, timeout: float) -> None:
+        """Block until a real connection runs ``SELECT 1``, or raise.
+
+        An open port is not enough: while starting up the server accepts TCP
+        connections only to reject them with "the database system is starting up".
+        """
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        wait_for_port(self.port, timeout=timeout, process=self.process.popen)
+        while True:
+            if self.process.popen.poll() is not None:
+                raise RuntimeError(
+                    f"postgres {self.process.pid} exited with {self.process.popen.returncode}"
+                )
+            try:
+                with psycopg.connect(self.url_for("postgres"), connect_timeout=2) as conn:
+                    conn.execute("SELECT 1").fetchone()
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+            else:
+                return
+
+
+def _initdb(bindir: Path, workdir: Path, password: str, run_as: _RunAs, *, timeout: float) -> None:
+    """Run ``initdb`` into ``workdir/data`` as ``run_as``; raise with its output on failure."""
+    pwfile = workdir / "pwfile"
+    pwfile.write_text(password + "\n")
+    pwfile.chmod(0o600)
+    run_as.give(pwfile)
+    argv = [
+        str(bindir / "initdb"),
+        "--pgdata",
+        str(workdir / "data"),
+        "--username",
+        SUPERUSER,
+        "--pwfile",
+        str(pwfile),
+        "--auth-local",
+        "trust",
+        "--auth-host",
+        "scram-sha-256",
+        "--encoding",
+        "UTF8",
+        "--locale",
+        "C",
+        "--no-sync",
+        "--no-instructions",
+    ]
+    try:
+        result = subprocess.run(
+            argv,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=run_as.env(),
+            timeout=timeout,
+            user=run_as.uid,
+            group=run_as.gid,
+            extra_groups=run_as.extra_groups,
+        )
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if result.returncode != 0:
+        output = result.stdout.decode(errors="replace")
+        raise RuntimeError(f"initdb failed with exit code {result.returncode}:\n{output}")
+
+
+def _spawn(bindir: Path, workdir: Path, port: int, run_as: _RunAs) -> LocalProcess:
+    """Start the ``postgres`` server in the foreground, logging to ``postgres.log``."""
+    argv = [
+        str(bindir / "postgres"),
+        "-D",
+        str(workdir / "data"),
+        "-h",
+        LOOPBACK,
+        "-p",
+        str(port),
+        "-k",
+        str(workdir),
+    ]
+    for name, value in SERVER_SETTINGS.items():
+        argv += ["-c", f"{name}={value}"]
+    return LocalProcess.spawn(
+        "postgres",
+        argv,
+        log_path=workdir / "postgres.log",
+        env=run_as.env(),
+        cwd=workdir,
+        user=run_as.uid,
+        group=run_as.gid,
+        extra_groups=run_as.extra_groups,
+    )
