@@ -4,6 +4,7 @@
 
     LeaseworkerError
     ├── ConfigError                 invalid settings, raised at construction
+    ├── MalformedTrigger            a Kafka record that cannot become a job (carries .reason)
     └── LeaseError                  about one job key's lease (carries .key)
         ├── LeaseBusy               another owner holds the lease
         ├── LeaseUnavailable        Redis did not answer an acquire in time
@@ -27,6 +28,23 @@ class ConfigError(LeaseworkerError, ValueError):
     For example a renewal interval that cannot complete before the local lease
     deadline. It is a ``ValueError`` too, so generic validation code catches it.
     """
+
+
+class MalformedTrigger(LeaseworkerError, ValueError):
+    """Raised while decoding a trigger that can never become a job.
+
+    The worker sends such records to the dead-letter topic and commits them, so
+    one bad record cannot block its partition. ``reason`` is a stable code for
+    dashboards and the dead-letter headers: ``too_large``, ``not_json``,
+    ``not_object``, ``bad_key``, ``no_job_key``, ``bad_job_key`` or
+    ``job_key_error``. The message never quotes the payload: payloads may
+    carry personal data.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"malformed trigger ({reason}): {detail}")
+        self.reason = reason
+        self.detail = detail
 
 
 class LeaseError(LeaseworkerError):

@@ -1,0 +1,557 @@
+"""Triggers from Kafka: one consumer-group member, manual commits, dead letters.
+
+The poll loop never stops polling while jobs run (that is what keeps the pod
+in the group however long a job takes: aiokafka leaves the group only when
+``getmany`` is not called for ``max_poll_interval``); instead it pauses every
+assigned partition while the pod is at its concurrency limit, and re-applies
+that after each assignment, because aiokafka keeps pause flags per assignment
+and forgets them on a rebalance.
+
+Offsets: each record handed to an execution is tracked per partition
+(:class:`OffsetTracker`); a position is committed with ``commit({tp: offset +
+1})`` only once every record before it reached a terminal outcome. A
+rebalance awaits :meth:`KafkaTriggerSource._revoke`: executions of revoked
+partitions get ``revoke_timeout`` to finish, the rest are cancelled (their
+leases released), the completed prefix is committed, and only then are the
+partitions given up. A commit rejected after a rebalance
+(``CommitFailedError``/``IllegalStateError``) means the partition now belongs
+to someone else: it is recorded and logged, never a crash; the new owner
+re-reads from the last committed offset, and the lease keeps it from starting
+a job whose old execution still holds a valid lease.
+
+aiokafka ships no type information, hence the ``type: ignore`` on its imports.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, final
+
+import anyio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # type: ignore[import-untyped]
+from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
+from aiokafka.errors import (  # type: ignore[import-untyped]
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+)
+
+from ._backoff import BusyPolicy
+from ._config import WorkerConfig
+from ._errors import MalformedTrigger
+from ._offsets import OffsetTracker
+from ._trigger import Trigger, check_job_key, decode_trigger
+
+logger = logging.getLogger("leaseworker.kafka")
+
+Handle = Callable[[Trigger, str], Awaitable[bool]]
+"""Run a trigger's job; return ``True`` once it reached a terminal outcome."""
+
+ResolveKey = Callable[[Trigger], str]
+"""Return a trigger's job key (``ReportJob.job_key``)."""
+
+DEAD_LETTER_HEADERS = (
+    "leaseworker.error",
+    "leaseworker.error.detail",
+    "leaseworker.original.topic",
+    "leaseworker.original.partition",
+    "leaseworker.original.offset",
+    "leaseworker.pod",
+)
+"""Headers added to a dead-lettered record, after the original record's own headers."""
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """Counters of one source, for tests and operators (read-only outside the source)."""
+
+    assignments: int = 0
+    revocations: int = 0
+    commits: int = 0
+    commit_errors: int = 0
+    ownership_losses: int = 0
+    dead_letters: int = 0
+    malformed: int = 0
+    pauses: int = 0
+    paused: bool = False
+    in_flight: int = 0
+    cancelled_on_revoke: int = 0
+    cancelled_on_shutdown: int = 0
+
+
+@dataclass(eq=False)
+class _Partition:
+    """What this pod knows about one assigned partition, for one assignment."""
+
+    tp: Any  # aiokafka TopicPartition
+    tracker: OffsetTracker = field(default_factory=OffsetTracker)
+    scopes: dict[int, anyio.CancelScope] = field(default_factory=dict)
+    revoking: bool = False
+    gone: bool = False  # revoked or its commit was rejected: results no longer count here
+
+
+@final
+class KafkaTriggerSource:
+    """Feed one topic's triggers to ``handle`` and commit what reached an end.
+
+    ``resolve_key`` maps a decoded trigger to its job key; ``handle`` runs it
+    and returns whether the outcome is terminal. Records that cannot become a
+    job go to ``config.dead_letter_topic`` (when set), are logged and
+    committed. ``run()`` returns after :meth:`stop` once in-flight work has
+    finished or was cancelled at ``config.shutdown_timeout``.
+    """
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        topic: str,
+        resolve_key: ResolveKey,
+        handle: Handle,
+    ) -> None:
+        self._config = config
+        self._topic = topic
+        self._resolve_key = resolve_key
+        self._handle = handle
+        self._partitions: dict[Any, _Partition] = {}
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._stopping = False
+        self._stop_deadline = 0.0
+        self._cancelled_all = False
+        self._progress = anyio.Event()
+        self._commit_lock = anyio.Lock()
+        self._startup = BusyPolicy(initial=0.5, cap=config.startup_retry_cap)
+        self.stats = SourceStats()
+
+    def stop(self) -> None:
+        """Stop fetching; in-flight executions get ``shutdown_timeout`` to finish."""
+        if not self._stopping:
+            self._stopping = True
+            self._stop_deadline = anyio.current_time() + self._config.shutdown_timeout
+            logger.info(
+                "stopping: no new triggers; %d in flight get %.1fs to finish",
+                self.stats.in_flight,
+                self._config.shutdown_timeout,
+                extra={"event": "stopping", "pod": self._config.pod},
+            )
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Consume until stopped; commit what completed; leave the group."""
+        self._consumer = await self._start("consumer", self._new_consumer)
+        try:
+            if self._config.dead_letter_topic:
+                self._producer = await self._start("producer", self._new_producer)
+            task_status.started()
+            async with anyio.create_task_group() as tg:
+                await self._poll(tg)
+                tg.cancel_scope.cancel()  # stragglers that ignored cancellation
+            await self._commit(self._partitions.values())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._close()
+
+    # -- the poll loop -------------------------------------------------------------
+
+    async def _poll(self, tg: anyio.abc.TaskGroup) -> None:
+        """Poll, dispatch and commit until stopped and drained (or drain time is up)."""
+        retry = 0
+        while not self._drained():
+            self._apply_pauses()
+            free = self._config.concurrency - self.stats.in_flight
+            try:
+                with anyio.fail_after(self._config.kafka_timeout):
+                    batch = await self._consumer.getmany(
+                        timeout_ms=int(self._config.poll_timeout * 1000), max_records=max(1, free)
+                    )
+            except (KafkaError, TimeoutError) as exc:
+                delay = self._startup.delay(retry)
+                retry += 1
+                logger.warning(
+                    "polling Kafka failed (%s); retrying in %.1fs",
+                    _describe(exc),
+                    delay,
+                    extra={"event": "poll_failed", "pod": self._config.pod},
+                )
+                await anyio.sleep(delay)
+                continue
+            retry = 0
+            self._dispatch(tg, batch, free)
+            await self._commit(p for p in self._partitions.values() if not p.revoking)
+
+    def _drained(self) -> bool:
+        """Tell whether the loop may end: stopped, and nothing left (or drain time over)."""
+        if not self._stopping:
+            return False
+        if self.stats.in_flight == 0:
+            return True
+        now = anyio.current_time()
+        if now >= self._stop_deadline and not self._cancelled_all:
+            self._cancelled_all = True
+            self.stats.cancelled_on_shutdown = self.stats.in_flight
+            logger.warning(
+                "shutdown timeout: cancelling %d execution(s)",
+                self.stats.in_flight,
+                extra={"event": "shutdown_cancel", "pod": self._config.pod},
+            )
+            for part in self._partitions.values():
+                for scope in part.scopes.values():
+                    scope.cancel()
+        # Cancelled executions release their leases (shielded, bounded); then give up.
+        return now >= self._stop_deadline + self._release_grace()
+
+    def _dispatch(self, tg: anyio.abc.TaskGroup, batch: dict[Any, list[Any]], free: int) -> None:
+        """Hand records to executions, at most ``free``; give the rest back with seek()."""
+        for tp, records in batch.items():
+            part = self._partitions.get(tp)
+            if part is None and tp in self._consumer.assignment():
+                part = self._partitions[tp] = _Partition(tp)
+            if part is None or part.revoking or self._stopping:
+                continue  # not ours any more: the next owner reads from the committed offset
+            for record in records:
+                if free <= 0:
+                    self._consumer.seek(tp, record.offset)  # fetched again once there is room
+                    break
+                free -= 1
+                part.tracker.add(record.offset)
+                self.stats.in_flight += 1
+                scope = part.scopes[record.offset] = anyio.CancelScope()
+                tg.start_soon(self._process, part, record, scope)
+
+    async def _process(self, part: _Partition, record: Any, scope: anyio.CancelScope) -> None:
+        """Run one record to its end; mark its offset done when the outcome is terminal."""
+        done = False
+        try:
+            with scope:
+                done = await self._run_record(record)
+        finally:
+            del part.scopes[record.offset]
+            self.stats.in_flight -= 1
+            if done and not part.gone:
+                part.tracker.done(record.offset)
+            self._notify()
+
+    async def _run_record(self, record: Any) -> bool:
+        try:
+            trigger = decode_trigger(
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                key=record.key,
+                value=record.value,
+                headers=record.headers or (),
+                timestamp_ms=record.timestamp,
+                max_payload_bytes=self._config.max_payload_bytes,
+            )
+            job_key = check_job_key(self._job_key(trigger))
+        except MalformedTrigger as exc:
+            await self._dead_letter(record, exc)
+            return True
+        return await self._handle(trigger, job_key)
+
+    def _job_key(self, trigger: Trigger) -> str:
+        try:
+            return self._resolve_key(trigger)
+        except MalformedTrigger:
+            raise
+        except Exception as exc:
+            raise MalformedTrigger(
+                "job_key_error", f"job_key() raised {type(exc).__name__}"
+            ) from exc
+
+    def _apply_pauses(self) -> None:
+        """Pause every assigned partition while full or stopping; resume otherwise."""
+        assigned = set(self._consumer.assignment())
+        full = self._stopping or self.stats.in_flight >= self._config.concurrency
+        want = assigned if full else set()
+        paused = set(self._consumer.paused()) & assigned
+        if want - paused:
+            self._consumer.pause(*(want - paused))
+            self.stats.pauses += 1
+        if paused - want:
+            self._consumer.resume(*(paused - want))
+        self.stats.paused = bool(want)
+
+    # -- commits -------------------------------------------------------------------
+
+    async def _commit(self, parts: Iterable[_Partition]) -> None:
+        """Commit each partition's contiguous completed prefix, if it moved."""
+        ready = {p.tp: (p, pos) for p in parts if not p.gone and (pos := p.tracker.committable())}
+        if not ready:
+            return
+        offsets = {tp: pos for tp, (_, pos) in ready.items()}
+        async with self._commit_lock:
+            try:
+                with anyio.fail_after(self._config.commit_timeout):
+                    await self._consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:
+                self.stats.ownership_losses += 1
+                for part, _ in ready.values():
+                    part.gone = True
+                logger.warning(
+                    "commit rejected after a rebalance (%s): partitions %s now belong to "
+                    "another member, which re-reads them from the last committed offset",
+                    type(exc).__name__,
+                    _names(offsets),
+                    exc_info=False,
+                    extra={"event": "ownership_lost", "pod": self._config.pod},
+                )
+                return
+            except (KafkaError, TimeoutError) as exc:
+                self.stats.commit_errors += 1
+                logger.warning(
+                    "commit failed (%s); will retry",
+                    _describe(exc),
+                    extra={"event": "commit_failed", "pod": self._config.pod},
+                )
+                return
+        for part, pos in ready.values():
+            part.tracker.committed(pos)
+        self.stats.commits += 1
+        logger.debug(
+            "committed %s", _names(offsets), extra={"event": "committed", "pod": self._config.pod}
+        )
+
+    # -- rebalances ----------------------------------------------------------------
+
+    async def _revoke(self, revoked: Iterable[Any]) -> None:
+        """Finish or stop the revoked partitions' executions, then commit them.
+
+        Runs inside aiokafka's rebalance (its heartbeat keeps going); the group
+        waits for it up to ``config.rebalance_timeout``, which is sized to the
+        bounds used here.
+        """
+        began = anyio.current_time()
+        parts = [self._partitions[tp] for tp in revoked if tp in self._partitions]
+        for part in parts:
+            part.revoking = True
+
+        def idle() -> bool:
+            return not any(part.scopes for part in parts)
+
+        with anyio.move_on_after(self._config.revoke_timeout):
+            await self._wait(idle)
+        cancelled = sum(len(part.scopes) for part in parts)
+        for part in parts:
+            for scope in part.scopes.values():
+                scope.cancel()
+        with anyio.move_on_after(self._release_grace()):
+            await self._wait(idle)
+        await self._commit(parts)
+        for part in parts:
+            part.gone = True
+            if self._partitions.get(part.tp) is part:
+                del self._partitions[part.tp]
+        self.stats.revocations += 1
+        self.stats.cancelled_on_revoke += cancelled
+        logger.info(
+            "partitions revoked: %s; %d execution(s) cancelled after %.1fs, took %.0f ms",
+            _names(part.tp for part in parts),
+            cancelled,
+            self._config.revoke_timeout,
+            (anyio.current_time() - began) * 1000,
+            extra={"event": "revoked", "pod": self._config.pod},
+        )
+
+    def _assign(self, assigned: Iterable[Any]) -> None:
+        """Start tracking newly assigned partitions and re-apply pauses."""
+        for tp in assigned:
+            if tp not in self._partitions:
+                self._partitions[tp] = _Partition(tp)
+        self.stats.assignments += 1
+        self._apply_pauses()
+        logger.info(
+            "partitions assigned: %s",
+            _names(self._partitions),
+            extra={"event": "assigned", "pod": self._config.pod},
+        )
+
+    # -- dead letters --------------------------------------------------------------
+
+    async def _dead_letter(self, record: Any, exc: MalformedTrigger) -> None:
+        """Log a malformed record and copy it to the dead-letter topic (until it succeeds)."""
+        self.stats.malformed += 1
+        logger.warning(
+            "malformed trigger %s[%d]@%d: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            exc,
+            extra={
+                "event": "malformed",
+                "pod": self._config.pod,
+                "reason": exc.reason,
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+            },
+        )
+        if self._producer is None:
+            return
+        headers = [
+            *(record.headers or ()),
+            *zip(
+                DEAD_LETTER_HEADERS,
+                (
+                    exc.reason,
+                    exc.detail,
+                    record.topic,
+                    str(record.partition),
+                    str(record.offset),
+                    self._config.pod,
+                ),
+                strict=True,
+            ),
+        ]
+        headers = [
+            (name, value if isinstance(value, bytes) else value.encode()) for name, value in headers
+        ]
+        attempt = 0
+        while True:
+            try:
+                with anyio.fail_after(self._config.kafka_timeout):
+                    await self._producer.send_and_wait(
+                        self._config.dead_letter_topic,
+                        value=record.value,
+                        key=record.key,
+                        headers=headers,
+                    )
+            except (KafkaError, TimeoutError) as err:
+                delay = self._startup.delay(attempt)
+                attempt += 1
+                logger.warning(
+                    "dead-lettering %s[%d]@%d failed (%s); retrying in %.1fs",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    _describe(err),
+                    delay,
+                    extra={"event": "dead_letter_failed", "pod": self._config.pod},
+                )
+                await anyio.sleep(delay)
+                continue
+            self.stats.dead_letters += 1
+            return
+
+    # -- clients -------------------------------------------------------------------
+
+    def _new_consumer(self) -> Any:
+        config = self._config
+        return AIOKafkaConsumer(
+            self._topic,
+            bootstrap_servers=config.bootstrap_servers,
+            group_id=config.group,
+            client_id=f"leaseworker-{config.pod}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=_ms(config.session_timeout),
+            heartbeat_interval_ms=_ms(config.heartbeat),
+            max_poll_interval_ms=_ms(config.max_poll_interval),
+            rebalance_timeout_ms=_ms(config.rebalance_timeout),
+            request_timeout_ms=_ms(config.kafka_timeout),
+            max_poll_records=config.concurrency,
+            retry_backoff_ms=200,
+        )
+
+    def _new_producer(self) -> Any:
+        return AIOKafkaProducer(
+            bootstrap_servers=self._config.bootstrap_servers,
+            client_id=f"leaseworker-{self._config.pod}-dead-letters",
+            acks="all",
+            request_timeout_ms=_ms(self._config.kafka_timeout),
+        )
+
+    async def _start(self, what: str, factory: Callable[[], Any]) -> Any:
+        """Start a Kafka client, retrying with capped backoff and a log line per failure."""
+        attempt = 0
+        while True:
+            client = factory()
+            if what == "consumer":
+                client.subscribe([self._topic], listener=_Listener(self))
+            try:
+                with anyio.fail_after(self._config.kafka_timeout):
+                    await client.start()
+            except (KafkaError, OSError, TimeoutError) as exc:
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self._config.kafka_timeout),
+                ):
+                    await client.stop()
+                delay = self._startup.delay(attempt)
+                attempt += 1
+                logger.warning(
+                    "Kafka at %s unavailable for the %s (%s); retrying in %.1fs (attempt %d)",
+                    self._config.bootstrap_servers,
+                    what,
+                    _describe(exc),
+                    delay,
+                    attempt,
+                    extra={"event": "kafka_unavailable", "pod": self._config.pod},
+                )
+                await anyio.sleep(delay)
+                continue
+            if attempt:
+                logger.info(
+                    "Kafka %s connected after %d attempt(s)",
+                    what,
+                    attempt + 1,
+                    extra={"event": "kafka_connected", "pod": self._config.pod},
+                )
+            return client
+
+    async def _close(self) -> None:
+        for client in (self._consumer, self._producer):
+            if client is not None:
+                with anyio.move_on_after(self._config.kafka_timeout):
+                    await client.stop()
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _release_grace(self) -> float:
+        """How long cancelled executions may take to release their leases."""
+        return 2 * self._config.redis_timeout + 0.5
+
+    def _notify(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _wait(self, done: Callable[[], bool]) -> None:
+        while True:
+            progress = self._progress
+            if done():
+                return
+            await progress.wait()
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Forward aiokafka's rebalance callbacks to the source (aiokafka awaits them)."""
+
+    def __init__(self, source: KafkaTriggerSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._source._revoke(revoked)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self._source._assign(assigned)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _names(tps: Iterable[Any]) -> str:
+    return ", ".join(sorted(f"{tp.topic}[{tp.partition}]" for tp in tps)) or "none"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError) and not isinstance(exc, KafkaError):
+        return "no answer in time"
+    return f"{type(exc).__name__}: {exc}"
+
+
+__all__ = ["DEAD_LETTER_HEADERS", "KafkaTriggerSource", "SourceStats", "TopicPartition"]

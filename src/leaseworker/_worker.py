@@ -1,0 +1,193 @@
+"""The worker pod: one job class, one trigger source, one lease store.
+
+The :class:`Worker` joins the pieces: it waits for Redis (retrying with a log
+line, never crash-looping silently), builds the :class:`Executor` and the
+Kafka source, and serialises executions of one job key inside the pod (across
+pods the lease does it). :func:`serve` adds signal handling: the first
+SIGTERM/SIGINT stops fetching and drains, a second one exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import final
+
+import anyio
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ._backoff import BusyPolicy
+from ._config import WorkerConfig
+from ._execution import Executor
+from ._job import ReportJob
+from ._kafka_source import KafkaTriggerSource, SourceStats
+from ._lease import LeaseStore, RedisLeases
+from ._observer import TERMINAL, ExecutionObserver, LoggingObserver
+from ._trigger import Trigger
+
+logger = logging.getLogger("leaseworker.worker")
+
+
+@final
+class Worker:
+    """Run ``job`` for every trigger on ``job.topic`` until stopped.
+
+    ::
+
+        worker = Worker(MonthlyReport(), WorkerConfig(bootstrap_servers="kafka:9092",
+                                                      redis_url="redis://redis:6379/0"))
+        await serve(worker)          # or: await worker.run(), and worker.stop() to end
+
+    ``leases`` replaces the Redis lease store built from ``config.redis_url``
+    (tests pass one routed through a chaos proxy); ``observer`` receives every
+    execution lifecycle event (default: :class:`LoggingObserver`). The job's
+    lease settings are checked here (:class:`~leaseworker.ConfigError`).
+    """
+
+    def __init__(
+        self,
+        job: ReportJob,
+        config: WorkerConfig,
+        *,
+        leases: LeaseStore | None = None,
+        observer: ExecutionObserver | None = None,
+    ) -> None:
+        self._job = job
+        self._config = config
+        self._redis: Redis | None = None
+        if leases is None:
+            self._redis = Redis.from_url(
+                config.redis_url,
+                socket_timeout=config.redis_timeout,
+                socket_connect_timeout=config.redis_timeout,
+            )
+            leases = RedisLeases(
+                self._redis, namespace=config.namespace, command_timeout=config.redis_timeout
+            )
+        self._leases = leases
+        self._executor = Executor(
+            job, leases, pod=config.pod, observer=observer or LoggingObserver()
+        )
+        self._source = KafkaTriggerSource(
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle
+        )
+        self._keys: dict[str, tuple[anyio.Lock, int]] = {}
+
+    @property
+    def stats(self) -> SourceStats:
+        """The Kafka source's counters (assignments, commits, pauses, in-flight...)."""
+        return self._source.stats
+
+    def stop(self) -> None:
+        """Stop fetching; ``run()`` returns once in-flight work ended (bounded)."""
+        self._source.stop()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Wait for Redis, then consume triggers until :meth:`stop`.
+
+        ``task_status.started()`` is called once Kafka is connected.
+        """
+        try:
+            await self._wait_for_redis()
+            await self._source.run(task_status=task_status)
+        finally:
+            if self._redis is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    await self._redis.aclose()
+
+    async def _handle(self, trigger: Trigger, job_key: str) -> bool:
+        async with self._serialised(job_key):
+            outcome = await self._executor.run(trigger, job_key)
+        return outcome in TERMINAL
+
+    @contextlib.asynccontextmanager
+    async def _serialised(self, job_key: str) -> AsyncIterator[None]:
+        """Let one execution of ``job_key`` run in this pod at a time (FIFO)."""
+        lock, users = self._keys.get(job_key, (anyio.Lock(), 0))
+        self._keys[job_key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._keys[job_key]
+            if users == 1:
+                del self._keys[job_key]
+            else:
+                self._keys[job_key] = (lock, users - 1)
+
+    async def _wait_for_redis(self) -> None:
+        """PING Redis until it answers, logging each failure with the next retry time."""
+        if self._redis is None:
+            return
+        backoff = BusyPolicy(initial=0.5, cap=self._config.startup_retry_cap)
+        attempt = 0
+        while True:
+            try:
+                with anyio.fail_after(self._config.redis_timeout * 2):
+                    await self._redis.ping()
+            except (RedisError, OSError, TimeoutError) as exc:
+                delay = backoff.delay(attempt)
+                attempt += 1
+                logger.warning(
+                    "Redis at %s unavailable (%s); retrying in %.1fs (attempt %d)",
+                    self._config.redacted_redis(),
+                    type(exc).__name__,
+                    delay,
+                    attempt,
+                    extra={"event": "redis_unavailable", "pod": self._config.pod},
+                )
+                await anyio.sleep(delay)
+                continue
+            if attempt:
+                logger.info(
+                    "Redis at %s answered after %d attempt(s)",
+                    self._config.redacted_redis(),
+                    attempt + 1,
+                    extra={"event": "redis_connected", "pod": self._config.pod},
+                )
+            return
+
+
+async def serve(worker: Worker) -> None:
+    """Run ``worker`` until SIGTERM/SIGINT; a second signal exits the process at once.
+
+    The first signal stops fetching and lets in-flight jobs finish until the
+    shutdown timeout, then cancels them (their leases are released) and
+    commits what completed. The second one calls ``os._exit(128 + signal)``:
+    no cleanup; leases expire by TTL and uncommitted triggers are redelivered.
+    """
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, worker)
+        await worker.run()
+        tg.cancel_scope.cancel()
+
+
+async def _watch_signals(worker: Worker) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        received = 0
+        async for signum in signals:
+            received += 1
+            name = signal.Signals(signum).name
+            if received == 1:
+                logger.info(
+                    "%s received: draining (send it again to exit at once)",
+                    name,
+                    extra={"event": "signal", "signal": name},
+                )
+                worker.stop()
+                continue
+            logger.warning(
+                "second %s: exiting now without cleanup",
+                name,
+                extra={"event": "signal", "signal": name},
+            )
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(128 + signum)
