@@ -4,10 +4,16 @@ Package layout: the public API is re-exported here from private modules, one
 concept each. ``_lease`` holds the Redis adapter (owner tokens, fences, the
 atomic scripts from ``_scripts``); ``_timing`` the local-deadline formula and
 its checks; ``_hold`` the held-lease scope that cancels the body on loss;
-``_errors`` the exception tree. ``_local`` starts real services as local
-processes for the demo and the tests.
+``_errors`` the exception tree. The Kafka-driven worker: ``_job`` (ReportJob,
+JobContext), ``_trigger`` (decoding and validating triggers), ``_execution``
+(one trigger's executions under its lease, no Kafka), ``_observer`` (lifecycle
+events), ``_offsets`` (the committable prefix), ``_kafka_source`` (the
+consumer-group member), ``_worker`` and ``_config`` (the pod). ``_local``
+starts real services as local processes for the demo and the tests.
 """
 
+from ._backoff import BusyPolicy as BusyPolicy
+from ._config import WorkerConfig as WorkerConfig
 from ._errors import ConfigError as ConfigError
 from ._errors import LeaseBusy as LeaseBusy
 from ._errors import LeaseError as LeaseError
@@ -15,21 +21,34 @@ from ._errors import LeaseLost as LeaseLost
 from ._errors import LeaseTimeout as LeaseTimeout
 from ._errors import LeaseUnavailable as LeaseUnavailable
 from ._errors import LeaseworkerError as LeaseworkerError
+from ._errors import MalformedTrigger as MalformedTrigger
 from ._hold import HeldLease as HeldLease
 from ._hold import Outcome as Outcome
 from ._hold import hold as hold
+from ._job import JobContext as JobContext
+from ._job import ReportJob as ReportJob
 from ._lease import Lease as Lease
 from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseStore as LeaseStore
 from ._lease import RedisLeases as RedisLeases
+from ._observer import ExecutionEvent as ExecutionEvent
+from ._observer import ExecutionObserver as ExecutionObserver
+from ._observer import LoggingObserver as LoggingObserver
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
+from ._trigger import Trigger as Trigger
 from ._version import __version__ as __version__
+from ._worker import Worker as Worker
+from ._worker import serve as serve
 
 __all__ = [
+    "BusyPolicy",
     "ConfigError",
     "DeadlinePolicy",
+    "ExecutionEvent",
+    "ExecutionObserver",
     "HeldLease",
+    "JobContext",
     "Lease",
     "LeaseBusy",
     "LeaseError",
@@ -40,10 +59,17 @@ __all__ = [
     "LeaseTiming",
     "LeaseUnavailable",
     "LeaseworkerError",
+    "LoggingObserver",
+    "MalformedTrigger",
     "Outcome",
     "RedisLeases",
+    "ReportJob",
+    "Trigger",
+    "Worker",
+    "WorkerConfig",
     "__version__",
     "hold",
+    "serve",
 ]
 
 for _name in __all__:

@@ -31,7 +31,7 @@ def env_name(flag: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Assemble the parser from every subcommand module."""
-    from . import _demo, _inspect_cmd
+    from . import _demo, _inspect_cmd, _run_cmd, _trigger_cmd
 
     parser = argparse.ArgumentParser(
         prog="leaseworker",
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_demo, _inspect_cmd):
+    for module in (_demo, _inspect_cmd, _run_cmd, _trigger_cmd):
         module.add_parser(subparsers)
     return parser
 

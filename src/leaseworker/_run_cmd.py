@@ -1,0 +1,136 @@
+"""``leaseworker run pkg.module:JobClass``: run a worker pod for one job class.
+
+Flags map onto :class:`WorkerConfig`; each can also come from its
+``LEASEWORKER_*`` environment variable. A bad flag, an unimportable job class
+or settings that cannot keep the lease exit 2 with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import socket
+import sys
+from typing import Any
+
+import anyio
+
+from ._cli import env_default, env_name
+from ._config import WorkerConfig
+from ._errors import ConfigError
+from ._job import ReportJob
+from ._worker import Worker, serve
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``run`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run",
+        help="run a worker pod for a ReportJob class",
+        description="Consume the job's topic in a consumer group and run each trigger's job "
+        "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once.",
+    )
+    parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
+    _flag(
+        parser, "--bootstrap-servers", "127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]"
+    )
+    _flag(parser, "--redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the leases")
+    _flag(parser, "--group", "leaseworker", "Kafka consumer group id")
+    _flag(parser, "--pod", socket.gethostname(), "this pod's name in logs and lease owners")
+    _flag(parser, "--namespace", "leaseworker", "lease key prefix in Redis")
+    _flag(parser, "--concurrency", "4", "executions running at once in this pod", _positive_int)
+    _flag(parser, "--shutdown-timeout", "30", "seconds in-flight jobs get after SIGTERM", _seconds)
+    _flag(
+        parser,
+        "--dead-letter-topic",
+        None,
+        "topic for malformed triggers; unset: log and skip them",
+    )
+    _flag(
+        parser, "--session-timeout", "10", "seconds before the group drops a silent pod", _seconds
+    )
+    parser.set_defaults(handler=_run)
+
+
+def _flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    default: str | None,
+    text: str,
+    kind: Any = str,
+) -> None:
+    shown = "none" if default is None else default
+    parser.add_argument(
+        flag,
+        default=env_default(flag, default),
+        type=kind,
+        help=f"{text} (env {env_name(flag)}; default {shown})",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
+    return value
+
+
+def load_job_class(spec: str) -> type[ReportJob]:
+    """Import ``pkg.module:JobClass`` and check it is a concrete ReportJob subclass.
+
+    The current directory is put on ``sys.path`` first (as ``python -m`` does),
+    so jobs in the project being deployed import without installing it. Raises
+    :class:`ConfigError` with a one-line reason.
+    """
+    module_name, sep, class_name = spec.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ConfigError(f"job must look like pkg.module:JobClass, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or anything the module raises at import
+        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    job_class = getattr(module, class_name, None)
+    if not (inspect.isclass(job_class) and issubclass(job_class, ReportJob)):
+        raise ConfigError(f"{spec} is not a ReportJob subclass")
+    if inspect.isabstract(job_class):
+        raise ConfigError(f"{spec} is abstract: implement async def run(self, ctx)")
+    return job_class
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        job = load_job_class(args.job)()
+        config = WorkerConfig(
+            bootstrap_servers=args.bootstrap_servers,
+            redis_url=args.redis_url,
+            group=args.group,
+            pod=args.pod,
+            namespace=args.namespace,
+            concurrency=args.concurrency,
+            shutdown_timeout=args.shutdown_timeout,
+            dead_letter_topic=args.dead_letter_topic or None,
+            session_timeout=args.session_timeout,
+        )
+        worker = Worker(job, config)
+    except ConfigError as exc:
+        print(f"leaseworker run: error: {exc}", file=sys.stderr)
+        return 2
+    anyio.run(serve, worker)
+    return 0

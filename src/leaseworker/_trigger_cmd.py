@@ -1,0 +1,94 @@
+"""``leaseworker trigger TOPIC --key K --payload JSON``: send one trigger to Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+
+from ._cli import env_default, env_name
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``trigger`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "trigger",
+        help="send one trigger (a JSON object) to a topic",
+        description="Produce one trigger record and print where it landed as JSON.",
+    )
+    parser.add_argument("topic", help="the job's topic")
+    parser.add_argument("--key", default=None, help="record key; the default job key")
+    parser.add_argument(
+        "--payload", type=_json_object, default={}, help="a JSON object (default {})"
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=env_default("--bootstrap-servers", "127.0.0.1:9092"),
+        help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)"
+    )
+    parser.set_defaults(handler=_trigger)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.args[0]}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("payload must be a JSON object")
+    return value
+
+
+async def send(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    key: str | None,
+    payload: dict[str, Any],
+    within: float = 30.0,
+) -> tuple[int, int]:
+    """Produce one trigger (acks=all) within ``within`` seconds; return (partition, offset)."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        acks="all",
+        request_timeout_ms=max(1, int(within * 1000)),
+        client_id="leaseworker-trigger",
+    )
+    with anyio.fail_after(within):
+        await producer.start()
+        try:
+            meta = await producer.send_and_wait(
+                topic,
+                value=json.dumps(payload).encode(),
+                key=None if key is None else key.encode(),
+            )
+        finally:
+            await producer.stop()
+    return int(meta.partition), int(meta.offset)
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    async def main() -> tuple[int, int]:
+        return await send(
+            args.bootstrap_servers,
+            args.topic,
+            key=args.key,
+            payload=args.payload,
+            within=args.timeout,
+        )
+
+    try:
+        partition, offset = anyio.run(main)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        print(f"leaseworker trigger: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"topic": args.topic, "partition": partition, "offset": offset}))
+    return 0
