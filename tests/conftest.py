@@ -1,4 +1,4 @@
-"""Shared fixtures: one real redis-server per test session, a fresh namespace per test."""
+"""Shared fixtures: one redis-server and one Kafka broker per session, fresh names per test."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from redis.asyncio import Redis
 
 from leaseworker import RedisLeases
 from leaseworker._local import LocalRedis
+from leaseworker._local._kafka import LocalKafka
+
+from .kafka_util import KafkaNames
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +41,17 @@ def namespace() -> str:
 def leases(redis: Redis, namespace: str) -> RedisLeases:
     """Leases over the direct client, with a short command timeout for fast tests."""
     return RedisLeases(redis, namespace=namespace, command_timeout=0.2)
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[LocalKafka]:
+    """One private Kafka broker (KRaft) per session; tests use their own topics and groups."""
+    server = LocalKafka.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kafka_names() -> KafkaNames:
+    """Topic and group names of this test's own."""
+    return KafkaNames(uuid.uuid4().hex[:10])

@@ -67,6 +67,7 @@ DEAD_LETTER_HEADERS = (
 class SourceStats:
     """Counters of one source, for tests and operators (read-only outside the source)."""
 
+    polls: int = 0
     assignments: int = 0
     revocations: int = 0
     commits: int = 0
@@ -180,6 +181,7 @@ class KafkaTriggerSource:
                 await anyio.sleep(delay)
                 continue
             retry = 0
+            self.stats.polls += 1
             self._dispatch(tg, batch, free)
             await self._commit(p for p in self._partitions.values() if not p.revoking)
 

@@ -1,0 +1,66 @@
+"""Running in-process worker pods against the session's Kafka and Redis."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+
+from leaseworker import ReportJob, Worker, WorkerConfig
+from leaseworker._local import LocalRedis
+from leaseworker._local._kafka import LocalKafka
+
+from .kafka_util import KafkaNames
+
+
+def pod_config(
+    kafka: LocalKafka, redis: LocalRedis, names: KafkaNames, namespace: str, **overrides: Any
+) -> WorkerConfig:
+    """Short Kafka timings so rebalances and failovers take seconds, not minutes."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "redis_url": redis.url,
+        "group": names.group,
+        "pod": "pod-a",
+        "namespace": namespace,
+        "concurrency": 4,
+        "shutdown_timeout": 5.0,
+        "session_timeout": 6.0,
+        "heartbeat_interval": 1.0,
+        "revoke_timeout": 2.0,
+        "commit_timeout": 3.0,
+        "kafka_timeout": 15.0,
+        "poll_timeout": 0.1,
+        "startup_retry_cap": 0.5,
+    }
+    settings.update(overrides)
+    return WorkerConfig(**settings)
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[Worker]:
+    """Run ``worker`` until the block ends; then stop it and wait for its drain."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(_run, worker)
+        try:
+            yield worker
+        finally:
+            worker.stop()
+
+
+async def _run(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+    await worker.run(task_status=task_status)
+
+
+async def until(check: Callable[[], bool], *, within: float = 20) -> None:
+    """Wait until in-process state the worker updates (its stats) satisfies ``check``."""
+    with anyio.fail_after(within):
+        while not check():  # noqa: ASYNC110 - the stats are plain counters, not events
+            await anyio.sleep(0.02)
+
+
+def make_worker(job: ReportJob, config: WorkerConfig, **kwargs: Any) -> Worker:
+    """Build a worker (a seam for tests that need a custom lease store)."""
+    return Worker(job, config, **kwargs)
