@@ -126,7 +126,9 @@ class MarkerJob(ReportJob):
     """Appends start/stop lines to ``$LW_TEST_MARKERS``; sleeps ``seconds`` from the payload.
 
     Settings come from the environment, since ``leaseworker run`` builds it:
-    ``LW_TEST_TOPIC``, ``LW_TEST_LEASE`` (seconds).
+    ``LW_TEST_TOPIC``, ``LW_TEST_LEASE`` (seconds). When ``LW_TEST_SLOW_POD``
+    names a pod, only that pod sleeps the payload's ``seconds``; the others
+    take 0.1 s (a takeover should not wait for a whole slow job again).
     """
 
     topic = os.environ.get("LW_TEST_TOPIC", "unset")
@@ -138,7 +140,11 @@ class MarkerJob(ReportJob):
         _mark(path, "start", ctx)
         how = "cancelled"
         try:
-            until = time.monotonic() + float(ctx.trigger.payload.get("seconds", 0))
+            seconds = float(ctx.trigger.payload.get("seconds", 0))
+            slow_pod = os.environ.get("LW_TEST_SLOW_POD")
+            if slow_pod and ctx.pod != slow_pod:
+                seconds = 0.1
+            until = time.monotonic() + seconds
             while time.monotonic() < until:
                 await ctx.checkpoint()
                 await anyio.sleep(min(0.05, max(0.0, until - time.monotonic())))

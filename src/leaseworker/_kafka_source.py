@@ -267,6 +267,8 @@ class KafkaTriggerSource:
 
     def _apply_pauses(self) -> None:
         """Pause every assigned partition while full or stopping; resume otherwise."""
+        if self._consumer is None:
+            return
         assigned = set(self._consumer.assignment())
         full = self._stopping or self.stats.in_flight >= self._config.concurrency
         want = assigned if full else set()
@@ -473,6 +475,9 @@ class KafkaTriggerSource:
         while True:
             client = factory()
             if what == "consumer":
+                # The first assignment can arrive before start() returns, and its
+                # callback pauses partitions on this very consumer.
+                self._consumer = client
                 client.subscribe([self._topic], listener=_Listener(self))
             try:
                 with anyio.fail_after(self._config.kafka_timeout):
