@@ -106,8 +106,9 @@ class GateJob(ReportJob):
             await anyio.sleep(float(ctx.trigger.payload.get("seconds", 0)))
             await ctx.checkpoint()
             how = "completed"
-        except BaseException as exc:
-            how = "lost" if type(exc).__name__ == "LeaseLost" else "cancelled"
+        except BaseException:
+            # hold() cancels the body when ownership is lost: tell the two apart.
+            how = "cancelled" if ctx.owned else "lost"
             raise
         finally:
             self.recorder.stop(run, how)

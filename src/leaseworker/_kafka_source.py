@@ -331,6 +331,8 @@ class KafkaTriggerSource:
         """
         began = anyio.current_time()
         parts = [self._partitions[tp] for tp in revoked if tp in self._partitions]
+        if not parts:
+            return  # aiokafka calls this with nothing before the first join
         for part in parts:
             part.revoking = True
 
