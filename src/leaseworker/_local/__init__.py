@@ -6,6 +6,7 @@ until it answers, and is stopped by PID. Downloads and builds are cached under
 :func:`cache_dir`, outside any clone, so repeated runs are fast.
 """
 
+from ._jaeger import LocalJaeger as LocalJaeger
 from ._postgres import LocalPostgres as LocalPostgres
 from ._proc import LocalProcess as LocalProcess
 from ._proc import cache_dir as cache_dir
@@ -13,4 +14,12 @@ from ._proc import free_port as free_port
 from ._proc import wait_for_port as wait_for_port
 from ._redis import LocalRedis as LocalRedis
 
-__all__ = ["LocalPostgres", "LocalProcess", "LocalRedis", "cache_dir", "free_port", "wait_for_port"]
+__all__ = [
+    "LocalJaeger",
+    "LocalPostgres",
+    "LocalProcess",
+    "LocalRedis",
+    "cache_dir",
+    "free_port",
+    "wait_for_port",
+]
