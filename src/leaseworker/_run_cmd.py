@@ -21,6 +21,7 @@ from ._cli import env_default, env_name
 from ._config import WorkerConfig
 from ._errors import ConfigError
 from ._job import ReportJob
+from ._version import __version__
 from ._worker import Worker, serve
 
 
@@ -32,6 +33,7 @@ def add_parser(subparsers: Any) -> None:
         description="Consume the job's topic in a consumer group and run each trigger's job "
         "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once.",
     )
+    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
     parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
     _flag(
         parser, "--bootstrap-servers", "127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]"

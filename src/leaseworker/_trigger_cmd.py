@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from ._cli import env_default, env_name
+from ._version import __version__
 
 
 def add_parser(subparsers: Any) -> None:
@@ -21,6 +22,7 @@ def add_parser(subparsers: Any) -> None:
         help="send one trigger (a JSON object) to a topic",
         description="Produce one trigger record and print where it landed as JSON.",
     )
+    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
     parser.add_argument("topic", help="the job's topic")
     parser.add_argument("--key", default=None, help="record key; the default job key")
     parser.add_argument(
