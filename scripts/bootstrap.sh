@@ -2,14 +2,16 @@
 # Install everything leaseworker's demo and tests need; safe to run again.
 #  - Debian packages: redis-server, postgresql (only when missing; needs root or sudo)
 #  - a virtualenv in .venv with leaseworker installed editable plus dev tools
-# Kafka jars and the Jaeger binary are fetched/built on first use into
-# ~/.cache/leaseworker (override with LEASEWORKER_CACHE), outside the clone.
+#  - Kafka jars (Maven) and the Jaeger binary (Go) into ~/.cache/leaseworker
+#    (override with LEASEWORKER_CACHE), outside the clone; skipped when cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 if ((${#need[@]})); then
     echo "bootstrap: installing Debian packages: ${need[*]}"
     sudo_=""
@@ -37,3 +39,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e '.[dev]'
     touch "$stamp"
 fi
+
+# Service binaries: fetched/built once, then reused from the cache.
+.venv/bin/python -m leaseworker._local.prepare
