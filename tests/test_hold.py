@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +21,7 @@ from leaseworker import (
     RedisLeases,
     hold,
 )
+from leaseworker._lease_events import LeaseEvent
 from leaseworker._local import LocalRedis
 from leaseworker._timing import DeadlinePolicy
 
@@ -277,7 +279,7 @@ async def test_body_blocking_then_awaiting_is_stopped_at_that_await(
     ],
 )
 def test_invalid_timing_is_rejected_before_touching_redis(
-    kwargs: dict[str, float], match: str
+    kwargs: dict[str, Any], match: str
 ) -> None:
     """Pure check: settings that cannot keep the lease fail at construction."""
     store = RedisLeases(Redis(host="127.0.0.1", port=1), command_timeout=0.5)
@@ -293,3 +295,73 @@ async def test_a_held_lease_cannot_be_entered_twice(leases: RedisLeases) -> None
     with pytest.raises(RuntimeError, match="only once"):
         async with held:
             pass
+
+
+class _Recorder:
+    """Collects lease events in order (a plain in-memory observer)."""
+
+    def __init__(self) -> None:
+        self.events: list[LeaseEvent] = []
+        self.third_renewal = anyio.Event()
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        self.events.append(event)
+        if self.names.count("renewed") == 3:
+            self.third_renewal.set()
+
+    @property
+    def names(self) -> list[str]:
+        return [event.name for event in self.events]
+
+
+async def test_observer_sees_acquire_renewals_and_release_of_a_completed_hold(
+    leases: RedisLeases,
+) -> None:
+    """Every renewal is reported with its round trip and the validity it bought."""
+    recorder = _Recorder()
+    async with hold(leases, "k", ttl=0.6, renew_every=0.15, observer=recorder) as held:
+        await recorder.third_renewal.wait()
+    assert recorder.names[0] == "acquired"
+    assert recorder.names[-1] == "released"
+    renewed = [e for e in recorder.events if e.name == "renewed"]
+    assert len(renewed) == held.renewals
+    for event in renewed:
+        assert event.round_trip is not None
+        assert event.remaining is not None
+        assert 0 < event.remaining <= 0.6
+        assert event.fence == held.fence
+    assert recorder.events[-1].deleted is True
+
+
+async def test_observer_sees_loss_cancel_and_stop_latency(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """A loss is reported as lost -> cancel_requested -> stopped (with latency) -> released."""
+    recorder = _Recorder()
+    with pytest.raises(LeaseLost):
+        async with hold(leases, "k", ttl=0.6, renew_every=0.15, observer=recorder):
+            await redis.delete(leases.lease_key("k"))
+            await anyio.sleep_forever()
+    tail = recorder.names[recorder.names.index("lost") :]
+    assert tail == ["lost", "cancel_requested", "stopped", "released"]
+    lost = recorder.events[recorder.names.index("lost")]
+    assert lost.reason == "rejected"
+    stopped = recorder.events[recorder.names.index("stopped")]
+    assert stopped.stop_latency is not None
+    assert stopped.stop_latency >= 0
+    assert recorder.events[-1].deleted is False
+
+
+class _Broken:
+    """An observer that always raises."""
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        raise RuntimeError("observer bug")
+
+
+async def test_a_failing_observer_never_changes_the_outcome(leases: RedisLeases) -> None:
+    """Observer errors are logged and swallowed; the body completes and releases."""
+    async with hold(leases, "k", ttl=0.6, observer=_Broken()) as held:
+        await held.checkpoint()
+    assert held.outcome == "completed"
+    assert held.released is True

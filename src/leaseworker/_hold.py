@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import math
 from types import TracebackType
-from typing import Literal, final
+from typing import Any, Literal, final
 
 import anyio
 from anyio.abc import TaskGroup
 
 from ._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from ._lease import Lease, LeaseStore
+from ._lease_events import LeaseEvent, LeaseEventName, LeaseObserver
 from ._timing import LeaseTiming
 
 logger = logging.getLogger("leaseworker.lease")
@@ -35,6 +36,7 @@ def hold(
     renew_every: float | None = None,
     max_runtime: float | None = None,
     release_timeout: float | None = None,
+    observer: LeaseObserver | None = None,
 ) -> HeldLease:
     """Hold the lease for ``key`` while the ``async with`` body runs.
 
@@ -51,7 +53,8 @@ def hold(
     ``max_runtime``. Settings that cannot keep the lease are rejected here, with
     :class:`~leaseworker.ConfigError`, before anything touches Redis.
     ``renew_every`` defaults to ``ttl / 3``; ``release_timeout`` to the store's
-    command timeout.
+    command timeout. ``observer`` receives a :class:`LeaseEvent` for every step
+    (acquired, renewed, lost, cancel requested, stopped, released).
     """
     timing = LeaseTiming.resolve(
         ttl=ttl, renew_every=renew_every, max_runtime=max_runtime, policy=leases.policy
@@ -61,6 +64,7 @@ def hold(
         key,
         timing=timing,
         release_timeout=release_timeout or leases.policy.command_timeout,
+        observer=observer,
     )
 
 
@@ -76,9 +80,16 @@ class HeldLease:
     """
 
     def __init__(
-        self, leases: LeaseStore, key: str, *, timing: LeaseTiming, release_timeout: float
+        self,
+        leases: LeaseStore,
+        key: str,
+        *,
+        timing: LeaseTiming,
+        release_timeout: float,
+        observer: LeaseObserver | None = None,
     ) -> None:
         self._leases = leases
+        self._observer = observer
         self._key = key
         self._timing = timing
         self._release_timeout = release_timeout
@@ -164,11 +175,13 @@ class HeldLease:
     async def __aenter__(self) -> HeldLease:
         if self._task_group is not None or self._outcome is not None:
             raise RuntimeError("a HeldLease can be entered only once")
+        begun = anyio.current_time()
         lease = await self._leases.acquire(self._key, self._timing.ttl)
         if lease is None:
             self._outcome = "busy"
             raise LeaseBusy(self._key, retry_after=await self._holder_ttl())
         self._lease = lease
+        self._emit("acquired", round_trip=anyio.current_time() - begun, remaining=lease.remaining())
         if self._timing.max_runtime is not None:
             self._runtime_deadline = anyio.current_time() + self._timing.max_runtime
         task_group = anyio.create_task_group()
@@ -192,6 +205,8 @@ class HeldLease:
             # Judge before awaiting anything: the body has stopped, and a pending
             # outer cancellation may interrupt the awaits below.
             self._judge(stopped_at, None if swallowed else exc)
+            if self._outcome == "lost":
+                self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
         finally:
             self._task_group.cancel_scope.cancel()
             try:
@@ -255,6 +270,7 @@ class HeldLease:
                 return
             try:
                 self._lease = await self._leases.renew(lease)
+                round_trip = anyio.current_time() - woke
             except LeaseLost as exc:
                 self._lose(exc.reason, exc.detail, at=anyio.current_time())
                 return
@@ -263,6 +279,7 @@ class HeldLease:
                 return
             self._renewals += 1
             self._scope.deadline = self._body_deadline()
+            self._emit("renewed", round_trip=round_trip, remaining=self._lease.remaining())
 
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)
@@ -273,6 +290,8 @@ class HeldLease:
             return
         self._loss = (reason, detail, at)
         self._scope.cancel()
+        self._emit("lost", reason=reason, detail=detail)
+        self._emit("cancel_requested", reason=reason)
         logger.warning(
             "lease lost for %r (fence %d): %s",
             self._key,
@@ -305,6 +324,7 @@ class HeldLease:
 
     async def _release(self) -> None:
         """Release with its own timeout, shielded from the caller's cancellation."""
+        begun = anyio.current_time()
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._release_timeout) as scope:
             try:
                 self._released = await self._leases.release(self.lease)
@@ -314,7 +334,11 @@ class HeldLease:
             self._release_error = TimeoutError(
                 f"release did not finish within {self._release_timeout}s"
             )
-        if self._release_error is not None:
+        round_trip = anyio.current_time() - begun
+        if self._release_error is None:
+            self._emit("released", round_trip=round_trip, deleted=self._released)
+        else:
+            self._emit("release_failed", round_trip=round_trip, error=self._release_error)
             logger.warning(
                 "lease release failed for %r (fence %d): %s",
                 self._key,
@@ -322,3 +346,15 @@ class HeldLease:
                 self._release_error,
                 extra={"event": "lease_release_failed", "jobId": self._key, "fence": self.fence},
             )
+
+    def _emit(self, name: LeaseEventName, **fields: Any) -> None:
+        """Tell the observer, if any; its failure is logged and never propagates."""
+        if self._observer is None:
+            return
+        event = LeaseEvent(
+            name=name, key=self._key, fence=self.fence, at=anyio.current_time(), **fields
+        )
+        try:
+            self._observer.on_lease_event(event)
+        except Exception:
+            logger.exception("lease observer failed on %s", name)

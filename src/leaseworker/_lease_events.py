@@ -1,0 +1,49 @@
+"""What happens to a held lease, as events an observer can turn into spans or metrics.
+
+``hold()`` reports each step of a lease's life to an optional
+:class:`LeaseObserver`: acquired, every renewal (with its round trip and the
+validity it bought), the loss and the cancel it requested, how long the body
+took to stop, and the release. Observers run inline and must be quick; an
+observer that raises is logged and ignored, never allowed to change the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+LeaseEventName = Literal[
+    "acquired", "renewed", "lost", "cancel_requested", "stopped", "released", "release_failed"
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseEvent:
+    """One step of a held lease; fields that do not apply are ``None``.
+
+    ``round_trip``: seconds the Redis call took (acquire, renew, release).
+    ``remaining``: seconds of trusted ownership left after the step.
+    ``reason``/``detail``: why ownership was lost. ``stop_latency``: seconds from
+    the loss until the body stopped. ``deleted``: whether the release deleted
+    this owner's key. ``error``: why the release failed.
+    """
+
+    name: LeaseEventName
+    key: str
+    fence: int
+    at: float
+    round_trip: float | None = None
+    remaining: float | None = None
+    reason: str | None = None
+    detail: str | None = None
+    stop_latency: float | None = None
+    deleted: bool | None = None
+    error: BaseException | None = None
+
+
+class LeaseObserver(Protocol):
+    """Receives every :class:`LeaseEvent` of one held lease; must not block."""
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        """Handle one lease event."""
+        ...
