@@ -28,11 +28,11 @@ from ._hold import hold as hold
 from ._job import JobContext as JobContext
 from ._job import ReportJob as ReportJob
 from ._lease import Lease as Lease
-from ._lease_events import LeaseEvent as LeaseEvent
-from ._lease_events import LeaseObserver as LeaseObserver
 from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseStore as LeaseStore
 from ._lease import RedisLeases as RedisLeases
+from ._lease_events import LeaseEvent as LeaseEvent
+from ._lease_events import LeaseObserver as LeaseObserver
 from ._observer import ExecutionEvent as ExecutionEvent
 from ._observer import ExecutionObserver as ExecutionObserver
 from ._observer import LoggingObserver as LoggingObserver
