@@ -5,13 +5,14 @@
     LeaseworkerError
     ├── ConfigError                 invalid settings, raised at construction
     ├── MalformedTrigger            a Kafka record that cannot become a job (carries .reason)
+    ├── StoreUnavailable            the completion store failed or timed out (carries .key)
     └── LeaseError                  about one job key's lease (carries .key)
         ├── LeaseBusy               another owner holds the lease
         ├── LeaseUnavailable        Redis did not answer an acquire in time
         ├── LeaseLost               ownership became uncertain; the work was stopped
         └── LeaseTimeout            the body outlived ``max_runtime``
 
-Lower-level errors (redis-py's, timeouts) are translated at the adapter with
+Lower-level errors (redis-py's, psycopg's, sqlite3's, timeouts) are translated at the adapter with
 ``raise ... from exc`` so callers handle one tree and still see the cause.
 """
 
@@ -44,6 +45,23 @@ class MalformedTrigger(LeaseworkerError, ValueError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"malformed trigger ({reason}): {detail}")
         self.reason = reason
+        self.detail = detail
+
+
+class StoreUnavailable(LeaseworkerError):
+    """Raised when the completion store fails or does not answer within its timeout.
+
+    ``key`` is the job key of the call (``None`` while opening the store). The
+    call's transaction was rolled back, unless the connection broke while
+    committing: then the completion may have been recorded, and calling
+    ``complete()`` again with the same identity answers ``duplicate`` if it was.
+    The message never quotes result payloads or the database password.
+    """
+
+    def __init__(self, key: str | None, detail: str) -> None:
+        where = "" if key is None else f" for {key!r}"
+        super().__init__(f"completion store unavailable{where}: {detail}")
+        self.key = key
         self.detail = detail
 
 

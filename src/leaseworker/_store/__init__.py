@@ -1,0 +1,29 @@
+"""The fenced, durable completion store (the destination side of fencing).
+
+``_model`` holds the values and the fencing rule, ``_protocol`` the
+``CompletionStore`` protocol, ``_url`` URL parsing and redaction, ``_schema``
+the versioned migrations, ``_postgres`` and ``_sqlite`` the two adapters,
+``_open`` the URL-selected factory, ``_guard`` the fence-guard SQL helper for
+effects written outside the store. ``_postgres`` (psycopg) is imported only
+when a ``postgresql://`` URL is opened.
+"""
+
+from ._guard import fenced_upsert as fenced_upsert
+from ._model import Completion as Completion
+from ._model import CompletionResult as CompletionResult
+from ._model import Status as Status
+from ._open import open_store as open_store
+from ._protocol import CompletionStore as CompletionStore
+from ._url import DEFAULT_URL as DEFAULT_URL
+from ._url import redact as redact
+
+__all__ = [
+    "DEFAULT_URL",
+    "Completion",
+    "CompletionResult",
+    "CompletionStore",
+    "Status",
+    "fenced_upsert",
+    "open_store",
+    "redact",
+]

@@ -1,0 +1,75 @@
+"""The fence guard, for jobs that write effects outside the completion store.
+
+A job that writes to its own tables (a report row, a summary) must make those
+writes fenced too, or a paused worker that wakes up after losing its lease can
+overwrite a newer execution's effect. The pattern is one upsert whose update
+only happens while the stored fence is not newer than the writer's::
+
+    INSERT INTO report AS cur (tenant, period, total, fence)
+    VALUES (:tenant, :period, :total, :fence)
+    ON CONFLICT (tenant, period) DO UPDATE
+    SET total = EXCLUDED.total, fence = EXCLUDED.fence
+    WHERE cur.fence <= EXCLUDED.fence
+
+It is atomic in one statement on PostgreSQL (the conflicting row is locked
+before the ``WHERE`` is evaluated against its latest version) and on SQLite
+(>= 3.24). The affected row count tells the outcome: 1 written, 0 stale.
+:func:`fenced_upsert` builds that statement for a table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLACEHOLDER = {"pyformat": "%({})s", "named": ":{}"}
+
+
+def fenced_upsert(
+    table: str,
+    *,
+    key: Sequence[str],
+    columns: Sequence[str],
+    fence_column: str = "fence",
+    paramstyle: Literal["pyformat", "named"] = "pyformat",
+) -> str:
+    """Return an upsert into ``table`` that never replaces a row with a newer fence.
+
+    ``key`` names the conflict target (a primary key or unique constraint),
+    ``columns`` the other columns written; every name becomes a parameter of
+    the same name, plus ``fence_column``. ``paramstyle`` is ``"pyformat"``
+    (``%(name)s``: psycopg) or ``"named"`` (``:name``: sqlite3). Names must be
+    plain identifiers (``schema.table`` allowed for the table); they are
+    double-quoted, so pass them as stored (lower case for unquoted PostgreSQL
+    names). Example, with psycopg::
+
+        sql = fenced_upsert("report", key=["tenant", "period"], columns=["total"])
+        cur = await conn.execute(sql, {"tenant": t, "period": p, "total": 42, "fence": fence})
+        if cur.rowcount == 0:
+            ...  # a newer fence already wrote this row: this execution is stale
+    """
+    keys, values = list(key), list(columns)
+    if not keys:
+        raise ValueError("key must name at least one column")
+    names = [*keys, *values, fence_column]
+    if len(set(names)) != len(names):
+        raise ValueError(f"column names must be distinct: {names}")
+    target = ".".join(_quoted(part) for part in table.split("."))
+    placeholder = _PLACEHOLDER[paramstyle]
+    updates = [*values, fence_column]
+    fence = _quoted(fence_column)
+    return (
+        f"INSERT INTO {target} AS cur ({', '.join(_quoted(n) for n in names)})\n"
+        f"VALUES ({', '.join(placeholder.format(n) for n in names)})\n"
+        f"ON CONFLICT ({', '.join(_quoted(k) for k in keys)}) DO UPDATE\n"
+        f"SET {', '.join(f'{_quoted(c)} = EXCLUDED.{_quoted(c)}' for c in updates)}\n"
+        f"WHERE cur.{fence} <= EXCLUDED.{fence}"
+    )
+
+
+def _quoted(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"not a plain SQL identifier: {name!r}")
+    return f'"{name}"'

@@ -1,0 +1,112 @@
+"""The values the completion store speaks in, and the one rule both backends apply.
+
+A *completion identity* is ``(job key, input version)``: the job key names the
+logical report, the input version (declared by the job, e.g. a hash of the
+trigger's inputs) tells a redelivered trigger apart from an intentional new
+report with different inputs. :func:`decide` is the fencing rule itself; the
+adapters evaluate it while holding the job key's write lock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from .._errors import ConfigError
+
+Status = Literal["accepted", "duplicate", "stale"]
+"""How a completion attempt ended; see :class:`CompletionResult`."""
+
+JsonValue = Any
+"""A decoded JSON value (dict, list, str, int, float, bool or None)."""
+
+MAX_FENCE = 2**63 - 1
+"""Fences are stored as signed 64-bit integers (``BIGINT``); time-floored fences
+(microseconds since the epoch, about 1.8e15 today) fit with room to spare."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """One recorded completion: the identity, the fence it was accepted with, its effect.
+
+    ``result`` is the job's result row as decoded JSON. It is left out of the
+    repr because report results may carry personal data and reprs end up in logs.
+    ``completed_at`` is the store's commit-side clock, timezone-aware UTC.
+    """
+
+    job_key: str
+    input_version: str
+    fence: int
+    result: JsonValue = field(repr=False)
+    execution_id: str
+    pod: str
+    completed_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionResult:
+    """The answer to one :meth:`CompletionStore.complete` call.
+
+    ``status`` is ``accepted`` (this call's completion was recorded),
+    ``duplicate`` (this identity had completed already; nothing was written) or
+    ``stale`` (a higher fence already completed this job key; nothing was
+    written). ``completion`` is what the store holds for the caller to use: the
+    completion just recorded, the earlier one of this identity, or the newer one
+    that won. ``fence`` is the caller's fence, ``winning_fence`` the highest
+    fence accepted for the job key after this call.
+    """
+
+    status: Status
+    job_key: str
+    input_version: str
+    fence: int
+    winning_fence: int
+    completion: Completion
+
+    @property
+    def result(self) -> JsonValue:
+        """The result row the store holds for this call (see ``completion``)."""
+        return self.completion.result
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A job key's highest accepted fence and the input version that won with it."""
+
+    fence: int
+    input_version: str
+
+
+def decide(existing: Completion | None, head: Head | None, fence: int) -> Status:
+    """Apply the fencing rule, read under the job key's write lock.
+
+    An identity that already completed is a ``duplicate`` whatever the fence (a
+    redelivered trigger must not recompute or rewrite); otherwise a fence below
+    the highest accepted one is ``stale``; equal or higher is ``accepted``.
+    """
+    if existing is not None:
+        return "duplicate"
+    if head is not None and fence < head.fence:
+        return "stale"
+    return "accepted"
+
+
+def check_call(job_key: str, fence: int) -> None:
+    """Reject arguments no store could record faithfully, before any I/O."""
+    if not isinstance(job_key, str) or not job_key:
+        raise ConfigError("job key must be a non-empty string")
+    if isinstance(fence, bool) or not isinstance(fence, int) or not 0 <= fence <= MAX_FENCE:
+        raise ConfigError(f"fence must be an int in [0, 2**63 - 1], got {fence!r}")
+
+
+def encode_result(job_key: str, result: JsonValue) -> str:
+    """Serialise ``result`` as strict JSON; the message never quotes the payload."""
+    try:
+        return json.dumps(result, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        # ``from None``: json's own messages may quote values from the payload.
+        raise TypeError(
+            f"result for {job_key!r} is not JSON-serialisable ({type(exc).__name__})"
+        ) from None

@@ -1,0 +1,57 @@
+"""``open_store(url)``: pick the backend by URL, open it, close it afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator
+
+from .._errors import ConfigError
+from ._protocol import CompletionStore
+from ._url import parse_store_url
+
+
+@contextlib.asynccontextmanager
+async def open_store(
+    url: str | None = None, *, call_timeout: float = 5.0, max_connections: int = 10
+) -> AsyncIterator[CompletionStore]:
+    """Open the completion store at ``url`` for the ``async with`` block.
+
+    ::
+
+        async with open_store("postgresql://lw:secret@db:5432/reports") as store:
+            if await store.lookup(job_key, version) is None:
+                ...  # run the job under its lease, then:
+                outcome = await store.complete(job_key, input_version=version, fence=fence,
+                                               result=row, execution_id=eid, pod=pod)
+
+    ``postgresql://...`` (psycopg 3 with a pool of up to ``max_connections``)
+    for production; ``sqlite:///path`` for the embedded store, which is also
+    the default when ``url`` is ``None``; ``sqlite:///:memory:`` for tests.
+    The schema is created or migrated before the block starts. Every call is
+    bounded by ``call_timeout`` seconds. A malformed URL or setting raises
+    :class:`ConfigError` before any I/O; a database that cannot be reached
+    raises :class:`StoreUnavailable` within about ``call_timeout``.
+    """
+    parsed = parse_store_url(url)
+    if not (isinstance(call_timeout, int | float) and math.isfinite(call_timeout)):
+        raise ConfigError(f"call_timeout must be a finite number, got {call_timeout!r}")
+    if call_timeout <= 0:
+        raise ConfigError(f"call_timeout must be positive, got {call_timeout}")
+    if max_connections < 1:
+        raise ConfigError(f"max_connections must be at least 1, got {max_connections}")
+    store: CompletionStore
+    if parsed.backend == "postgresql":
+        from ._postgres import PostgresStore  # psycopg is optional: import on demand
+
+        store = await PostgresStore.open(
+            parsed, call_timeout=call_timeout, max_connections=max_connections
+        )
+    else:
+        from ._sqlite import SqliteStore
+
+        store = await SqliteStore.open(parsed, call_timeout=call_timeout)
+    try:
+        yield store
+    finally:
+        await store.aclose()

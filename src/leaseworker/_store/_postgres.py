@@ -1,0 +1,368 @@
+"""The PostgreSQL completion store: psycopg 3, async, over a connection pool.
+
+Why ``complete()`` is race-free. Every completion attempt for a job key runs
+in one READ COMMITTED transaction that first takes that job key's *head row*
+lock, then reads, then writes:
+
+1. ``INSERT INTO leaseworker_jobs ... ON CONFLICT (job_key) DO UPDATE ...
+   RETURNING fence`` creates the head row or locks the existing one, in one
+   statement. Two attempts racing to create the first row for a new job key do
+   not both insert and do not fail: the unique index makes the second wait for
+   the first to commit, then take the ``DO UPDATE`` branch, which locks the
+   (now committed) row and returns its latest version. A new row carries the
+   sentinel fence ``-1``; it never becomes visible as such, because the same
+   transaction overwrites it or rolls back.
+2. Only then, in *new* statements, the identity ``(job_key, input_version)``
+   and the winning completion are read. READ COMMITTED takes a fresh snapshot
+   per statement, so these reads see everything committed by earlier holders
+   of the lock; reading in the same statement as the lock would use a snapshot
+   from before the wait and could miss them. That read-after-lock order is
+   what makes "read, decide, write" safe here.
+3. If :func:`decide` says ``accepted``, the head row gets the new fence and the
+   completion row (result included) is inserted; both commit together or not
+   at all. ``duplicate`` and ``stale`` roll back and write nothing.
+
+No deadlocks: a transaction locks exactly one head row, first, and every row
+it touches afterwards belongs to the same job key, so it is only ever
+contended by transactions already queued on that same lock.
+
+Bounds: each call has one deadline covering the pool checkout and every
+statement. When it passes mid-statement, the connection's socket is shut
+down, which wakes psycopg at once with an error (cancelling the coroutine
+instead would send PostgreSQL a cancel request, which an unreachable server
+never answers). The server side has ``statement_timeout`` and
+``idle_in_transaction_session_timeout`` set to the same bound, so a client
+that vanishes mid-transaction cannot hold a job key's lock for long. A pooled
+connection found dead on its first round trip (the server restarted) is
+replaced and the call retried within the same deadline: nothing reached the
+server, so the retry cannot double-write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, TypeVar, final
+
+import anyio
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+
+from .._errors import StoreUnavailable
+from ._model import Completion, CompletionResult, Head, JsonValue, check_call, decide, encode_result
+from ._schema import ADVISORY_LOCK_KEY, MIGRATIONS, Migration, pending
+from ._url import StoreURL
+
+logger = logging.getLogger("leaseworker.store")
+
+_T = TypeVar("_T")
+_Conn = psycopg.AsyncConnection[TupleRow]
+
+_LOCK_HEAD = """
+    INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
+    VALUES (%(job_key)s, -1, '', now())
+    ON CONFLICT (job_key) DO UPDATE SET job_key = j.job_key
+    RETURNING j.fence, j.input_version
+"""
+_FIND = """
+    SELECT input_version, fence, result, execution_id, pod, completed_at
+    FROM leaseworker_completions WHERE job_key = %s AND input_version = %s
+"""
+_MOVE_HEAD = """
+    UPDATE leaseworker_jobs
+    SET fence = %(fence)s, input_version = %(input_version)s, updated_at = now()
+    WHERE job_key = %(job_key)s
+"""
+_RECORD = """
+    INSERT INTO leaseworker_completions
+        (job_key, input_version, fence, result, execution_id, pod, completed_at)
+    VALUES (%(job_key)s, %(input_version)s, %(fence)s, %(result)s::jsonb,
+            %(execution_id)s, %(pod)s, now())
+    RETURNING input_version, fence, result, execution_id, pod, completed_at
+"""
+_STATE = """
+    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
+    FROM leaseworker_jobs j
+    JOIN leaseworker_completions c
+      ON c.job_key = j.job_key AND c.input_version = j.input_version
+    WHERE j.job_key = %s
+"""
+_VERSION_TABLE = """
+    CREATE TABLE IF NOT EXISTS leaseworker_schema_version (
+        version     integer PRIMARY KEY,
+        description text NOT NULL,
+        applied_at  timestamptz NOT NULL DEFAULT now()
+    )
+"""
+
+
+@final
+class PostgresStore:
+    """Completions in PostgreSQL; open it with ``open_store("postgresql://...")``.
+
+    ``call_timeout`` bounds every call (pool checkout included); ``max_connections``
+    caps the pool. ``schema_version`` is the database's schema version after
+    the start-up migration.
+    """
+
+    def __init__(
+        self, pool: AsyncConnectionPool[_Conn], *, shown_url: str, call_timeout: float
+    ) -> None:
+        self._pool = pool
+        self._shown_url = shown_url
+        self._timeout = call_timeout
+        self.schema_version = 0
+
+    @classmethod
+    async def open(
+        cls,
+        url: StoreURL,
+        *,
+        call_timeout: float,
+        max_connections: int = 10,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> PostgresStore:
+        """Connect, then create or migrate the schema; raise StoreUnavailable on failure."""
+        pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+            url.target,
+            open=False,
+            min_size=1,
+            max_size=max_connections,
+            name="leaseworker-completions",
+            timeout=call_timeout,
+            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(call_timeout))},
+            configure=_SessionBounds(call_timeout),
+        )
+        store = cls(pool, shown_url=url.redacted, call_timeout=call_timeout)
+        try:
+            try:
+                await pool.open(wait=True, timeout=call_timeout)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(
+                    None, f"cannot connect to {url.redacted} within {call_timeout}s"
+                ) from exc
+            store.schema_version = await store._run(
+                None, lambda conn, attempt: _migrate(conn, migrations)
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await pool.close(timeout=call_timeout)
+            raise
+        return store
+
+    async def complete(
+        self,
+        job_key: str,
+        *,
+        input_version: str,
+        fence: int,
+        result: JsonValue,
+        execution_id: str,
+        pod: str,
+    ) -> CompletionResult:
+        """Record a completion if the fence allows; see ``CompletionStore.complete``."""
+        check_call(job_key, fence)
+        params = {
+            "job_key": job_key,
+            "input_version": input_version,
+            "fence": fence,
+            "result": encode_result(job_key, result),
+            "execution_id": execution_id,
+            "pod": pod,
+        }
+
+        async def attempt_once(conn: _Conn, attempt: _Attempt) -> CompletionResult:
+            async with conn.transaction() as tx:
+                attempt.used = True  # BEGIN went through: from here a retry is not safe
+                outcome = await _decide_and_write(conn, params)
+                if outcome.status != "accepted":
+                    raise psycopg.Rollback(tx)
+            return outcome
+
+        return await self._run(job_key, attempt_once)
+
+    async def lookup(self, job_key: str, input_version: str) -> Completion | None:
+        """Return this identity's completion, or ``None``."""
+        check_call(job_key, 0)
+
+        async def read(conn: _Conn, attempt: _Attempt) -> Completion | None:
+            return await _find(conn, job_key, input_version)
+
+        return await self._run(job_key, read)
+
+    async def state(self, job_key: str) -> Completion | None:
+        """Return the job key's winning completion, or ``None``."""
+        check_call(job_key, 0)
+
+        async def read(conn: _Conn, attempt: _Attempt) -> Completion | None:
+            row = await (await conn.execute(_STATE, (job_key,))).fetchone()
+            return None if row is None else _completion(job_key, row)
+
+        return await self._run(job_key, read)
+
+    async def aclose(self) -> None:
+        """Close the pool (waiting up to ``call_timeout`` for connections in use)."""
+        await self._pool.close(timeout=self._timeout)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(url={self._shown_url!r}, call_timeout={self._timeout})"
+
+    async def _run(self, key: str | None, op: Callable[[_Conn, _Attempt], Awaitable[_T]]) -> _T:
+        """Run ``op`` on a pooled connection under one deadline; translate failures."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        while True:
+            attempt = _Attempt()
+            try:
+                async with self._pool.connection(
+                    timeout=max(deadline - loop.time(), 0.001)
+                ) as conn:
+                    attempt.connected = True
+                    timer = loop.call_at(deadline, attempt.sever, conn)
+                    try:
+                        return await op(conn, attempt)
+                    finally:
+                        timer.cancel()
+            except (PoolTimeout, PoolClosed) as exc:
+                raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
+            except psycopg.OperationalError as exc:
+                if attempt.used or attempt.expired or not attempt.connected:
+                    raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
+                if loop.time() >= deadline:
+                    raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
+                logger.info(
+                    "completion store: pooled connection was dead (%s); retrying on another",
+                    type(exc).__name__,
+                )
+            except psycopg.Error as exc:
+                raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
+
+    def _describe(self, exc: psycopg.Error, attempt: _Attempt) -> str:
+        if attempt.expired:
+            return f"no answer within {self._timeout}s"
+        if isinstance(exc, PoolTimeout):
+            return f"no connection to {self._shown_url} within {self._timeout}s"
+        if isinstance(exc, PoolClosed):
+            return "the store is closed"
+        # First line only: later lines (DETAIL, CONTEXT) may quote row values.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        state = f" [{exc.sqlstate}]" if exc.sqlstate else ""
+        return f"{type(exc).__name__}{state}: {first}"
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """What one try of a call got to: decides whether retrying is safe."""
+
+    connected: bool = False
+    used: bool = False
+    expired: bool = False
+
+    def sever(self, conn: _Conn) -> None:
+        """Deadline passed: shut the socket down so the pending read fails at once.
+
+        ``shutdown`` on a duplicate descriptor affects the shared socket but
+        leaves psycopg's own descriptor open, so its number cannot be reused
+        under it before psycopg notices and closes the connection.
+        """
+        self.expired = True
+        try:
+            fd = conn.pgconn.socket
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):
+            pass  # already closed: the pending call fails anyway
+
+
+@final
+class _SessionBounds:
+    """Pool ``configure`` hook: server-side timeouts equal to the store's bound."""
+
+    def __init__(self, call_timeout: float) -> None:
+        self._ms = f"{max(1, math.ceil(call_timeout * 1000))}ms"
+
+    async def __call__(self, conn: _Conn) -> None:
+        await conn.execute(
+            "SELECT set_config('statement_timeout', %s, false),"
+            " set_config('idle_in_transaction_session_timeout', %s, false)",
+            (self._ms, self._ms),
+        )
+
+
+async def _decide_and_write(conn: _Conn, params: dict[str, Any]) -> CompletionResult:
+    """Run steps 1-3 of the module docstring inside the caller's transaction."""
+    job_key, input_version, fence = params["job_key"], params["input_version"], params["fence"]
+    locked = await (await conn.execute(_LOCK_HEAD, params)).fetchone()
+    assert locked is not None  # INSERT ... ON CONFLICT DO UPDATE always returns the row
+    head = None if locked[0] < 0 else Head(fence=locked[0], input_version=locked[1])
+    existing = await _find(conn, job_key, input_version)
+    status = decide(existing, head, fence)
+    if status == "accepted":
+        await conn.execute(_MOVE_HEAD, params)
+        row = await (await conn.execute(_RECORD, params)).fetchone()
+        assert row is not None
+        standing, winning = _completion(job_key, row), fence
+    else:
+        assert head is not None  # a new job key is always accepted
+        winner = (
+            existing if existing is not None else await _find(conn, job_key, head.input_version)
+        )
+        assert winner is not None  # the head always points at a recorded completion
+        standing, winning = winner, head.fence
+    return CompletionResult(
+        status=status,
+        job_key=job_key,
+        input_version=input_version,
+        fence=fence,
+        winning_fence=winning,
+        completion=standing,
+    )
+
+
+async def _find(conn: _Conn, job_key: str, input_version: str) -> Completion | None:
+    row = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
+    return None if row is None else _completion(job_key, row)
+
+
+def _completion(job_key: str, row: TupleRow) -> Completion:
+    input_version, fence, result, execution_id, pod, completed_at = row
+    return Completion(
+        job_key=job_key,
+        input_version=input_version,
+        fence=fence,
+        result=result,
+        execution_id=execution_id,
+        pod=pod,
+        completed_at=completed_at.astimezone(UTC),  # the session's TimeZone may be anything
+    )
+
+
+async def _migrate(conn: _Conn, migrations: Sequence[Migration]) -> int:
+    """Apply missing migrations under a transaction-scoped advisory lock; return the version."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+        await conn.execute(_VERSION_TABLE)
+        row = await (
+            await conn.execute("SELECT coalesce(max(version), 0) FROM leaseworker_schema_version")
+        ).fetchone()
+        applied = int(row[0]) if row is not None else 0
+        for migration in pending(applied, migrations):
+            for statement in migration.postgresql:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO leaseworker_schema_version (version, description) VALUES (%s, %s)",
+                (migration.version, migration.description),
+            )
+            logger.info(
+                "completion store: applied schema version %d (%s)",
+                migration.version,
+                migration.description,
+            )
+    return max([applied, *(m.version for m in migrations)])

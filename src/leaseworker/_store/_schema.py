@@ -1,0 +1,99 @@
+"""The store's schema as an ordered list of versioned migrations, one per dialect.
+
+Each adapter applies :data:`MIGRATIONS` at start, inside one transaction that
+first takes a lock only one starter can hold (PostgreSQL: a transaction-scoped
+advisory lock; SQLite: ``BEGIN IMMEDIATE``), reads the highest applied version
+from ``leaseworker_schema_version``, applies what is missing in order and
+records each version. Two pods starting at once therefore migrate once; the
+second finds the work done. Migrations must stay additive, so a pod running
+an older leaseworker keeps working against a newer schema during a rollout.
+
+Tables: ``leaseworker_completions`` holds one row per completion identity
+``(job_key, input_version)`` with its fence and result; ``leaseworker_jobs``
+holds one row per job key with the highest accepted fence (the *head*) and
+the input version that won with it. The head row is also what writers lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+VERSION_TABLE = "leaseworker_schema_version"
+
+ADVISORY_LOCK_KEY = 0x6C77_5F73_6368_656D  # "lw_schem": serialises migrations on PostgreSQL
+"""Key of the ``pg_advisory_xact_lock`` taken while migrating (per database)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """One schema step: its version, a description, and its DDL per dialect."""
+
+    version: int
+    description: str
+    postgresql: tuple[str, ...]
+    sqlite: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        version=1,
+        description="completions per identity, highest accepted fence per job key",
+        postgresql=(
+            """
+            CREATE TABLE leaseworker_jobs (
+                job_key       text PRIMARY KEY,
+                fence         bigint NOT NULL,
+                input_version text NOT NULL,
+                updated_at    timestamptz NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE leaseworker_completions (
+                job_key       text NOT NULL,
+                input_version text NOT NULL,
+                fence         bigint NOT NULL,
+                result        jsonb NOT NULL,
+                execution_id  text NOT NULL,
+                pod           text NOT NULL,
+                completed_at  timestamptz NOT NULL,
+                PRIMARY KEY (job_key, input_version)
+            )
+            """,
+        ),
+        sqlite=(
+            """
+            CREATE TABLE leaseworker_jobs (
+                job_key       TEXT PRIMARY KEY NOT NULL,
+                fence         INTEGER NOT NULL,
+                input_version TEXT NOT NULL,
+                updated_at    INTEGER NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE leaseworker_completions (
+                job_key       TEXT NOT NULL,
+                input_version TEXT NOT NULL,
+                fence         INTEGER NOT NULL,
+                result        TEXT NOT NULL,
+                execution_id  TEXT NOT NULL,
+                pod           TEXT NOT NULL,
+                completed_at  INTEGER NOT NULL,
+                PRIMARY KEY (job_key, input_version)
+            )
+            """,
+        ),
+    ),
+)
+
+
+def pending(applied: int, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:
+    """Return the migrations above version ``applied``, in order.
+
+    Versions must run 1, 2, 3, ... without gaps, so "the highest applied
+    version" fully describes a database.
+    """
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(f"migration versions must be 1..n in order, got {versions}")
+    return [m for m in migrations if m.version > applied]
