@@ -8,7 +8,8 @@ its checks; ``_hold`` the held-lease scope that cancels the body on loss;
 JobContext), ``_trigger`` (decoding and validating triggers), ``_execution``
 (one trigger's executions under its lease, no Kafka), ``_observer`` (lifecycle
 events), ``_offsets`` (the committable prefix), ``_kafka_source`` (the
-consumer-group member), ``_worker`` and ``_config`` (the pod). ``_local``
+consumer-group member), ``_worker`` and ``_config`` (the pod). ``_store`` is
+the fenced completion store (PostgreSQL or SQLite, picked by URL). ``_local``
 starts real services as local processes for the demo and the tests.
 """
 
@@ -22,6 +23,7 @@ from ._errors import LeaseTimeout as LeaseTimeout
 from ._errors import LeaseUnavailable as LeaseUnavailable
 from ._errors import LeaseworkerError as LeaseworkerError
 from ._errors import MalformedTrigger as MalformedTrigger
+from ._errors import StoreUnavailable as StoreUnavailable
 from ._hold import HeldLease as HeldLease
 from ._hold import Outcome as Outcome
 from ._hold import hold as hold
@@ -36,6 +38,11 @@ from ._lease_events import LeaseObserver as LeaseObserver
 from ._observer import ExecutionEvent as ExecutionEvent
 from ._observer import ExecutionObserver as ExecutionObserver
 from ._observer import LoggingObserver as LoggingObserver
+from ._store import Completion as Completion
+from ._store import CompletionResult as CompletionResult
+from ._store import CompletionStore as CompletionStore
+from ._store import fenced_upsert as fenced_upsert
+from ._store import open_store as open_store
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
 from ._trigger import Trigger as Trigger
@@ -45,6 +52,9 @@ from ._worker import serve as serve
 
 __all__ = [
     "BusyPolicy",
+    "Completion",
+    "CompletionResult",
+    "CompletionStore",
     "ConfigError",
     "DeadlinePolicy",
     "ExecutionEvent",
@@ -68,11 +78,14 @@ __all__ = [
     "Outcome",
     "RedisLeases",
     "ReportJob",
+    "StoreUnavailable",
     "Trigger",
     "Worker",
     "WorkerConfig",
     "__version__",
+    "fenced_upsert",
     "hold",
+    "open_store",
     "serve",
 ]
 
