@@ -1,15 +1,16 @@
-"""Shared fixtures: one redis-server and one Kafka broker per session, fresh names per test."""
+"""Shared fixtures: Redis, Kafka and PostgreSQL servers per session, fresh names per test."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
-from leaseworker import RedisLeases
-from leaseworker._local import LocalRedis
+from leaseworker import CompletionStore, RedisLeases, open_store
+from leaseworker._local import LocalPostgres, LocalRedis
 from leaseworker._local._kafka import LocalKafka
 
 from .kafka_util import KafkaNames
@@ -55,3 +56,27 @@ def kafka_server() -> Iterator[LocalKafka]:
 def kafka_names() -> KafkaNames:
     """Topic and group names of this test's own."""
     return KafkaNames(uuid.uuid4().hex[:10])
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[LocalPostgres]:
+    """One private PostgreSQL cluster per session; tests take a database each."""
+    server = LocalPostgres.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty completion-store database of this test's own, on each backend in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'completions.sqlite3'}"
+    server: LocalPostgres = request.getfixturevalue("postgres_server")
+    return server.create_database(f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[CompletionStore]:
+    """An open completion store on ``store_url``, closed after the test."""
+    async with open_store(store_url, call_timeout=5.0) as opened:
+        yield opened

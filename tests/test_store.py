@@ -1,0 +1,350 @@
+"""The completion store's fencing and identity rules, on real PostgreSQL and real SQLite.
+
+Every test here runs once per backend (the ``store_url`` fixture). The store is
+opened through the public ``open_store``; the test's view of the truth is a
+direct connection to the same database (:func:`raw`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sqlite3
+import time
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from leaseworker import (
+    CompletionResult,
+    CompletionStore,
+    ConfigError,
+    StoreUnavailable,
+    fenced_upsert,
+    open_store,
+)
+from leaseworker._store._model import MAX_FENCE
+from leaseworker._store._postgres import PostgresStore
+from leaseworker._store._schema import MIGRATIONS, Migration
+from leaseworker._store._sqlite import SqliteStore
+from leaseworker._store._url import parse_store_url
+
+
+def now_fence() -> int:
+    """A time-floored fence, as the acquire script hands out after a Redis data loss."""
+    return time.time_ns() // 1000
+
+
+async def raw(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on a connection of its own (autocommit); return its rows."""
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            return list(conn.execute(sql.replace("%s", "?"), params).fetchall())
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
+        cur2 = await pg.execute(sql, params)
+        return list(await cur2.fetchall()) if cur2.description else []
+
+
+async def complete(
+    store: CompletionStore, key: str, version: str, fence: int, result: Any = None
+) -> CompletionResult:
+    """Complete ``key`` with a result naming the fence, unless one is given."""
+    return await store.complete(
+        key,
+        input_version=version,
+        fence=fence,
+        result={"fence": fence} if result is None else result,
+        execution_id=f"exec-{fence}",
+        pod="pod-a",
+    )
+
+
+async def test_fifty_concurrent_completions_leave_the_highest_fence(
+    store: CompletionStore, store_url: str
+) -> None:
+    """50 racing completions with random fences: only the highest fence's result remains.
+
+    All start together. Every attempt ends ``accepted`` or ``stale`` (never an
+    error); the highest fence is accepted; every ``stale`` one names a higher
+    winning fence and left no row behind. A second wave of 50 lower fences
+    (half retries of first-wave identities, half new) gets only ``stale`` or
+    ``duplicate`` and changes nothing.
+    """
+    rng = random.Random(1729)
+    base = now_fence()
+    fences = rng.sample(range(base, base + 1_000_000), 50)
+    top = max(fences)
+    gate = anyio.Event()
+    outcomes: dict[int, CompletionResult] = {}
+
+    async def attempt(i: int, version: str, fence: int) -> None:
+        await gate.wait()
+        outcomes[i] = await complete(store, "report:acme:2026-11", version, fence)
+
+    async with anyio.create_task_group() as tg:
+        for i, fence in enumerate(fences):
+            tg.start_soon(attempt, i, f"v{i}", fence)
+        gate.set()
+
+    assert len(outcomes) == 50
+    assert {o.status for o in outcomes.values()} <= {"accepted", "stale"}
+    assert outcomes[fences.index(top)].status == "accepted"
+    for i, outcome in outcomes.items():
+        stored = await store.lookup("report:acme:2026-11", f"v{i}")
+        if outcome.status == "stale":
+            assert outcome.winning_fence > fences[i]
+            assert outcome.completion.fence == outcome.winning_fence
+            assert stored is None  # a stale attempt writes nothing
+        else:
+            assert stored is not None
+            assert stored.result == {"fence": fences[i]}
+    state = await store.state("report:acme:2026-11")
+    assert state is not None
+    assert (state.fence, state.result) == (top, {"fence": top})
+
+    accepted = sum(o.status == "accepted" for o in outcomes.values())
+    gate = anyio.Event()
+    outcomes.clear()
+    lower = [rng.randrange(base, top) for _ in range(50)]
+    async with anyio.create_task_group() as tg:
+        for i, fence in enumerate(lower):
+            tg.start_soon(attempt, i, f"v{i}" if i % 2 else f"w{i}", fence)
+        gate.set()
+    assert {o.status for o in outcomes.values()} <= {"stale", "duplicate"}
+    assert all(o.winning_fence == top for o in outcomes.values())
+    assert await store.state("report:acme:2026-11") == state
+    rows = await raw(store_url, "SELECT count(*) FROM leaseworker_completions")
+    assert rows == [(accepted,)]
+
+
+async def test_older_fence_after_newer_is_stale(store: CompletionStore) -> None:
+    """A paused worker waking up with an older fence gets ``stale``; the newer result stays."""
+    newer = await complete(store, "k", "v-new", 20, {"total": 2})
+    older = await complete(store, "k", "v-old", 10, {"total": 1})
+    assert newer.status == "accepted"
+    assert older.status == "stale"
+    assert (older.fence, older.winning_fence) == (10, 20)
+    assert older.result == {"total": 2}  # what the store holds: the winner's result
+    state = await store.state("k")
+    assert state is not None
+    assert (state.fence, state.input_version, state.result) == (20, "v-new", {"total": 2})
+    assert await store.lookup("k", "v-old") is None
+
+
+async def test_redelivered_identity_is_duplicate_and_rewrites_nothing(
+    store: CompletionStore,
+) -> None:
+    """Same job key and input version again: ``duplicate`` with the first result, unchanged.
+
+    Even with a newer fence and a different result: a redelivered trigger must
+    not recompute or overwrite what its identity already produced.
+    """
+    first = await complete(store, "k", "v1", 5, {"total": 1})
+    again = await store.complete(
+        "k", input_version="v1", fence=9, result={"total": 999}, execution_id="e2", pod="pod-b"
+    )
+    assert first.status == "accepted"
+    assert again.status == "duplicate"
+    assert again.completion == first.completion
+    assert again.result == {"total": 1}
+    assert again.winning_fence == 5
+    assert await store.state("k") == first.completion
+    assert await store.lookup("k", "v1") == first.completion
+
+
+async def test_new_input_version_is_a_new_completion(store: CompletionStore) -> None:
+    """A new input version for the same job key is a new report, not a retry.
+
+    It is accepted when its fence is at least the highest accepted (equal
+    included), and ``stale`` below it; the old identity stays answerable.
+    """
+    v1 = await complete(store, "k", "v1", 7, {"total": 1})
+    v2 = await complete(store, "k", "v2", 7, {"total": 2})
+    v3 = await complete(store, "k", "v3", 6, {"total": 3})
+    v4 = await complete(store, "k", "v4", 8, {"total": 4})
+    assert [r.status for r in (v1, v2, v3, v4)] == ["accepted", "accepted", "stale", "accepted"]
+    state = await store.state("k")
+    assert state is not None
+    assert (state.input_version, state.fence, state.result) == ("v4", 8, {"total": 4})
+    old = await store.lookup("k", "v1")
+    assert old is not None
+    assert old.result == {"total": 1}
+    assert await store.lookup("k", "v3") is None
+
+
+async def test_fences_are_per_job_key(store: CompletionStore) -> None:
+    """A high fence on one job key does not make another key's lower fence stale."""
+    assert (await complete(store, "a", "v", 1_000)).status == "accepted"
+    assert (await complete(store, "b", "v", 1)).status == "accepted"
+
+
+async def test_time_floored_fences_fit_and_win_after_redis_data_loss(
+    store: CompletionStore,
+) -> None:
+    """Fences jump from a small counter to microseconds since the epoch (~1.8e15) and fit.
+
+    After Redis loses its counter, the acquire script floors fences at its
+    clock, so the next completion is accepted and the old, small fence is stale.
+    The columns hold the full signed 64-bit range; beyond it is refused up front.
+    """
+    assert (await complete(store, "k", "v1", 3)).status == "accepted"
+    floored = now_fence()
+    assert floored > 1.7e15
+    accepted = await complete(store, "k", "v2", floored)
+    assert (accepted.status, accepted.winning_fence) == ("accepted", floored)
+    assert (await complete(store, "k", "v3", 4)).status == "stale"
+    assert (await complete(store, "k", "v4", MAX_FENCE)).status == "accepted"
+    state = await store.state("k")
+    assert state is not None
+    assert state.fence == MAX_FENCE
+    for bad in (MAX_FENCE + 1, -1, True):
+        with pytest.raises(ConfigError, match="fence"):
+            await complete(store, "k", "v5", bad)
+
+
+async def test_failure_mid_transaction_leaves_fence_and_result_untouched(
+    store: CompletionStore, store_url: str
+) -> None:
+    """A fault after the head row was written and before the result row: nothing half-written.
+
+    A trigger injected into the test database fails the completion insert (on
+    PostgreSQL it kills the server process serving the connection; on SQLite
+    it aborts the statement, leaving the transaction for the adapter to roll
+    back). The call raises StoreUnavailable carrying the job key; the fence and
+    result stay as before, a new job key stays absent, and once the fault is
+    gone the same call is accepted.
+    """
+    before = await complete(store, "k", "v1", 10, {"total": 1})
+    if store_url.startswith("sqlite"):
+        await raw(
+            store_url,
+            "CREATE TRIGGER fault BEFORE INSERT ON leaseworker_completions"
+            " BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+        )
+    else:
+        await raw(
+            store_url,
+            "CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$",
+        )
+        await raw(
+            store_url,
+            "CREATE TRIGGER fault BEFORE INSERT ON leaseworker_completions"
+            " FOR EACH ROW EXECUTE FUNCTION fault()",
+        )
+    for key, version in (("k", "v2"), ("new", "v1")):
+        with pytest.raises(StoreUnavailable) as failed:
+            await complete(store, key, version, 20, {"total": 2})
+        assert failed.value.key == key
+        assert "total" not in str(failed.value)
+    assert await store.state("k") == before.completion
+    assert await store.lookup("k", "v2") is None
+    assert await store.state("new") is None
+    assert await raw(store_url, "SELECT fence FROM leaseworker_jobs ORDER BY job_key") == [(10,)]
+
+    on_table = "" if store_url.startswith("sqlite") else " ON leaseworker_completions"
+    await raw(store_url, f"DROP TRIGGER fault{on_table}")
+    assert (await complete(store, "k", "v2", 20)).status == "accepted"
+
+
+async def test_opening_twice_migrates_once(store_url: str) -> None:
+    """Reopening an existing store keeps its data and records each schema version once."""
+    async with open_store(store_url) as first:
+        await complete(first, "k", "v1", 1)
+    async with open_store(store_url) as second:
+        assert await second.lookup("k", "v1") is not None
+    rows = await raw(store_url, "SELECT version FROM leaseworker_schema_version")
+    assert rows == [(1,)]
+
+
+async def test_concurrent_first_opens_migrate_exactly_once(store_url: str) -> None:
+    """Four pods starting at once on an empty database all open it; the schema is built once."""
+    opened = 0
+    all_open = anyio.Event()
+
+    async def pod() -> None:
+        nonlocal opened
+        async with open_store(store_url) as store:
+            opened += 1
+            if opened == 4:
+                all_open.set()
+            await all_open.wait()
+            await complete(store, "k", f"v{opened}", opened)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(pod)
+    assert await raw(store_url, "SELECT version FROM leaseworker_schema_version") == [(1,)]
+
+
+async def test_a_later_migration_applies_alone_and_older_code_still_opens(
+    store_url: str,
+) -> None:
+    """Migrations are an ordered list: a new version applies on top, once.
+
+    Opening again with the shorter list (an older pod during a rollout) leaves
+    the newer schema alone and keeps working.
+    """
+    parsed = parse_store_url(store_url)
+    extra = Migration(
+        version=2,
+        description="test: an extra table",
+        postgresql=("CREATE TABLE lw_extra (x integer)",),
+        sqlite=("CREATE TABLE lw_extra (x INTEGER)",),
+    )
+
+    async def open_with(migrations: tuple[Migration, ...]) -> PostgresStore | SqliteStore:
+        if parsed.backend == "postgresql":
+            return await PostgresStore.open(parsed, call_timeout=5.0, migrations=migrations)
+        return await SqliteStore.open(parsed, call_timeout=5.0, migrations=migrations)
+
+    for migrations, expected in ((MIGRATIONS, 1), ((*MIGRATIONS, extra), 2), (MIGRATIONS, 2)):
+        store = await open_with(migrations)
+        try:
+            assert store.schema_version == expected
+            await complete(store, "k", f"v{expected}", expected)
+        finally:
+            await store.aclose()
+    rows = await raw(store_url, "SELECT version FROM leaseworker_schema_version ORDER BY version")
+    assert rows == [(1,), (2,)]
+    assert await raw(store_url, "SELECT count(*) FROM lw_extra") == [(0,)]
+
+
+async def test_fenced_upsert_never_lets_a_stale_fence_overwrite(store_url: str) -> None:
+    """The fence guard for effects outside the store: an older fence writes nothing.
+
+    The job's own table, written with the SQL from ``fenced_upsert``: fence 10
+    writes, fence 5 is refused (0 rows), fence 10 again and fence 12 write.
+    """
+    await raw(
+        store_url,
+        "CREATE TABLE report (tenant text, period text, total integer, fence bigint,"
+        " PRIMARY KEY (tenant, period))",
+    )
+    sqlite = store_url.startswith("sqlite")
+    sql = fenced_upsert(
+        "report",
+        key=["tenant", "period"],
+        columns=["total"],
+        paramstyle="named" if sqlite else "pyformat",
+    )
+
+    async def write(total: int, fence: int) -> int:
+        row = {"tenant": "acme", "period": "2026-11", "total": total, "fence": fence}
+        if sqlite:
+            path = store_url.removeprefix("sqlite:///")
+            with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+                return conn.execute(sql, row).rowcount
+        async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as pg:
+            return (await pg.execute(sql, row)).rowcount
+
+    assert [await write(1, 10), await write(2, 5), await write(3, 10), await write(4, 12)] == [
+        1,
+        0,
+        1,
+        1,
+    ]
+    assert await raw(store_url, "SELECT total, fence FROM report") == [(4, 12)]
