@@ -46,8 +46,23 @@ from ._trigger import Trigger, check_job_key, decode_trigger
 
 logger = logging.getLogger("leaseworker.kafka")
 
-Handle = Callable[[Trigger, str], Awaitable[bool]]
-"""Run a trigger's job; return ``True`` once it reached a terminal outcome."""
+
+@dataclass(frozen=True, slots=True)
+class JobFailure:
+    """A trigger whose job ended ``failed`` or ``timed_out``: terminal, and dead-lettered.
+
+    ``reason`` is ``job_failed`` or ``job_timed_out``; ``error_type`` is the
+    exception's class name. The exception's message is deliberately not
+    carried: it may quote payload data.
+    """
+
+    reason: str
+    error_type: str
+    job_key: str
+
+
+Handle = Callable[[Trigger, str], Awaitable[bool | JobFailure]]
+"""Run a trigger's job; ``True`` once terminal, ``False`` if not, a failure to dead-letter."""
 
 ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
@@ -62,6 +77,9 @@ DEAD_LETTER_HEADERS = (
 )
 """Headers added to a dead-lettered record, after the original record's own headers."""
 
+DEAD_LETTER_FAILURE_HEADERS = ("leaseworker.error.type", "leaseworker.job.key")
+"""Headers added after :data:`DEAD_LETTER_HEADERS` when the job failed or timed out."""
+
 
 @dataclass(slots=True)
 class SourceStats:
@@ -74,6 +92,7 @@ class SourceStats:
     commit_errors: int = 0
     ownership_losses: int = 0
     dead_letters: int = 0
+    job_failures: int = 0
     malformed: int = 0
     pauses: int = 0
     paused: bool = False
@@ -99,9 +118,10 @@ class KafkaTriggerSource:
 
     ``resolve_key`` maps a decoded trigger to its job key; ``handle`` runs it
     and returns whether the outcome is terminal. Records that cannot become a
-    job go to ``config.dead_letter_topic`` (when set), are logged and
-    committed. ``run()`` returns after :meth:`stop` once in-flight work has
-    finished or was cancelled at ``config.shutdown_timeout``.
+    job, and triggers whose job ended ``failed`` or ``timed_out``, go to
+    ``config.dead_letter_topic`` (when set), are logged and committed.
+    ``run()`` returns after :meth:`stop` once in-flight work has finished or
+    was cancelled at ``config.shutdown_timeout``.
     """
 
     def __init__(
@@ -251,9 +271,18 @@ class KafkaTriggerSource:
             )
             job_key = check_job_key(self._job_key(trigger))
         except MalformedTrigger as exc:
-            await self._dead_letter(record, exc)
+            self._log_malformed(record, exc)
+            await self._dead_letter(record, exc.reason, exc.detail)
             return True
-        return await self._handle(trigger, job_key)
+        result = await self._handle(trigger, job_key)
+        if isinstance(result, JobFailure):
+            self.stats.job_failures += 1
+            detail = f"the job raised {result.error_type}"
+            await self._dead_letter(
+                record, result.reason, detail, failure=(result.error_type, result.job_key)
+            )
+            return True
+        return result
 
     def _job_key(self, trigger: Trigger) -> str:
         try:
@@ -378,8 +407,8 @@ class KafkaTriggerSource:
 
     # -- dead letters --------------------------------------------------------------
 
-    async def _dead_letter(self, record: Any, exc: MalformedTrigger) -> None:
-        """Log a malformed record and copy it to the dead-letter topic (until it succeeds)."""
+    def _log_malformed(self, record: Any, exc: MalformedTrigger) -> None:
+        """Log a malformed record: reason and position, never its contents."""
         self.stats.malformed += 1
         logger.warning(
             "malformed trigger %s[%d]@%d: %s",
@@ -396,22 +425,21 @@ class KafkaTriggerSource:
                 "offset": record.offset,
             },
         )
+
+    async def _dead_letter(
+        self, record: Any, reason: str, detail: str, *, failure: tuple[str, str] | None = None
+    ) -> None:
+        """Copy ``record`` to the dead-letter topic, if one is set (retried until it succeeds).
+
+        ``failure`` is the (error type, job key) of a failed or timed-out job.
+        """
         if self._producer is None:
             return
+        position = (record.topic, str(record.partition), str(record.offset), self._config.pod)
         headers = [
             *(record.headers or ()),
-            *zip(
-                DEAD_LETTER_HEADERS,
-                (
-                    exc.reason,
-                    exc.detail,
-                    record.topic,
-                    str(record.partition),
-                    str(record.offset),
-                    self._config.pod,
-                ),
-                strict=True,
-            ),
+            *zip(DEAD_LETTER_HEADERS, (reason, detail, *position), strict=True),
+            *(zip(DEAD_LETTER_FAILURE_HEADERS, failure, strict=True) if failure else ()),
         ]
         headers = [
             (name, value if isinstance(value, bytes) else value.encode()) for name, value in headers
@@ -441,6 +469,14 @@ class KafkaTriggerSource:
                 await anyio.sleep(delay)
                 continue
             self.stats.dead_letters += 1
+            logger.info(
+                "dead-lettered %s[%d]@%d: %s",
+                record.topic,
+                record.partition,
+                record.offset,
+                reason,
+                extra={"event": "dead_lettered", "pod": self._config.pod, "reason": reason},
+            )
             return
 
     # -- clients -------------------------------------------------------------------
@@ -563,4 +599,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["DEAD_LETTER_HEADERS", "KafkaTriggerSource", "SourceStats", "TopicPartition"]
+__all__ = [
+    "DEAD_LETTER_FAILURE_HEADERS",
+    "DEAD_LETTER_HEADERS",
+    "JobFailure",
+    "KafkaTriggerSource",
+    "SourceStats",
+    "TopicPartition",
+]

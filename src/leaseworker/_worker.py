@@ -25,9 +25,9 @@ from ._backoff import BusyPolicy
 from ._config import WorkerConfig
 from ._execution import Executor
 from ._job import ReportJob
-from ._kafka_source import KafkaTriggerSource, SourceStats
+from ._kafka_source import JobFailure, KafkaTriggerSource, SourceStats
 from ._lease import LeaseStore, RedisLeases
-from ._observer import TERMINAL, ExecutionObserver, LoggingObserver
+from ._observer import TERMINAL, ExecutionEvent, ExecutionObserver, LoggingObserver
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.worker")
@@ -70,9 +70,8 @@ class Worker:
                 self._redis, namespace=config.namespace, command_timeout=config.redis_timeout
             )
         self._leases = leases
-        self._executor = Executor(
-            job, leases, pod=config.pod, observer=observer or LoggingObserver()
-        )
+        self._failures = _FailureTypes(observer or LoggingObserver())
+        self._executor = Executor(job, leases, pod=config.pod, observer=self._failures)
         self._source = KafkaTriggerSource(
             config, topic=job.topic, resolve_key=job.job_key, handle=self._handle
         )
@@ -102,9 +101,14 @@ class Worker:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await self._redis.aclose()
 
-    async def _handle(self, trigger: Trigger, job_key: str) -> bool:
-        async with self._serialised(job_key):
-            outcome = await self._executor.run(trigger, job_key)
+    async def _handle(self, trigger: Trigger, job_key: str) -> bool | JobFailure:
+        try:
+            async with self._serialised(job_key):
+                outcome = await self._executor.run(trigger, job_key)
+        finally:
+            error_type = self._failures.pop(trigger)
+        if outcome in ("failed", "timed_out"):
+            return JobFailure(reason=f"job_{outcome}", error_type=error_type, job_key=job_key)
         return outcome in TERMINAL
 
     @contextlib.asynccontextmanager
@@ -153,6 +157,33 @@ class Worker:
                     extra={"event": "redis_connected", "pod": self._config.pod},
                 )
             return
+
+
+@final
+class _FailureTypes:
+    """Pass events on to ``inner``; remember the exception type of failed executions.
+
+    The dead-letter record names the exception's class (never its message);
+    the executor reports it only through its observer, so the worker listens.
+    """
+
+    def __init__(self, inner: ExecutionObserver) -> None:
+        self._inner = inner
+        self._types: dict[tuple[str, int, int], str] = {}
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Note a failed/timed-out execution's exception type, then forward the event."""
+        if event.outcome in ("failed", "timed_out") and event.error is not None:
+            self._types[_position(event.trigger)] = type(event.error).__name__
+        self._inner.on_event(event)
+
+    def pop(self, trigger: Trigger) -> str:
+        """Forget and return the type noted for ``trigger`` (``unknown`` if none)."""
+        return self._types.pop(_position(trigger), "unknown")
+
+
+def _position(trigger: Trigger) -> tuple[str, int, int]:
+    return (trigger.topic, trigger.partition, trigger.offset)
 
 
 async def serve(worker: Worker) -> None:

@@ -1,0 +1,115 @@
+"""Failed and timed-out jobs: terminal, committed, and dead-lettered (real Kafka and Redis)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from leaseworker import JobContext, ReportJob
+from leaseworker._kafka_source import DEAD_LETTER_FAILURE_HEADERS, DEAD_LETTER_HEADERS
+from leaseworker._local import LocalRedis
+from leaseworker._local._kafka import LocalKafka
+
+from .kafka_util import KafkaNames, committed, payload, produce, read_topic
+from .waiting import eventually
+from .worker_util import make_worker, pod_config, running, until
+
+SECRET = "s3cr3t-payload-marker"
+
+
+class FailingJob(ReportJob):
+    """Raises (message quoting the payload) on ``fail``, hangs past max_runtime on ``hang``."""
+
+    lease_duration = 3.0
+    max_runtime = 0.5
+
+    async def run(self, ctx: JobContext) -> object:
+        """Fail, hang until max_runtime cancels it, or complete, as the payload says."""
+        mode = ctx.trigger.payload.get("mode")
+        if mode == "fail":
+            raise ValueError(f"cannot total {ctx.trigger.payload.get('note')}")
+        if mode == "hang":
+            await anyio.sleep_forever()
+        return None
+
+
+def _job(topic: str) -> ReportJob:
+    job_class: type[FailingJob] = type("FailingJob", (FailingJob,), {"topic": topic})
+    return job_class()
+
+
+@pytest.fixture
+def topic(kafka_server: LocalKafka, kafka_names: KafkaNames) -> str:
+    """A fresh one-partition trigger topic plus its dead-letter topic."""
+    kafka_server.create_topics([kafka_names.topic, kafka_names.dead_letters])
+    return kafka_names.topic
+
+
+async def test_failed_and_timed_out_triggers_are_dead_lettered_then_committed(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    topic: str,
+) -> None:
+    """job_failed / job_timed_out records carry the exception type, never its message.
+
+    Both outcomes are terminal: all three offsets are committed, and the two
+    that did not complete are on the dead-letter topic with their original
+    key, value and position.
+    """
+    bootstrap = kafka_server.bootstrap_servers
+    records = [
+        (b"report:f", payload(mode="fail", note=SECRET)),
+        (b"report:h", payload(mode="hang")),
+        (b"report:ok", payload()),
+    ]
+    config = pod_config(
+        kafka_server,
+        redis_server,
+        kafka_names,
+        namespace,
+        dead_letter_topic=kafka_names.dead_letters,
+    )
+    await produce(bootstrap, topic, records)
+    async with running(make_worker(_job(topic), config)) as worker:
+
+        async def all_committed() -> bool:
+            return await committed(bootstrap, kafka_names.group, topic) == {0: 3}
+
+        await eventually(all_committed, within=20)
+        dead = await read_topic(bootstrap, kafka_names.dead_letters, 2)
+        assert (worker.stats.job_failures, worker.stats.dead_letters) == (2, 2)
+    expected = [("job_failed", "ValueError"), ("job_timed_out", "LeaseTimeout")]
+    for offset, (record, (key, value), (reason, error_type)) in enumerate(
+        zip(dead, records, expected, strict=False)
+    ):
+        headers = dict(record.headers)
+        assert {*DEAD_LETTER_HEADERS, *DEAD_LETTER_FAILURE_HEADERS} <= headers.keys()
+        assert headers["leaseworker.error"] == reason.encode()
+        assert headers["leaseworker.error.type"] == error_type.encode()
+        assert headers["leaseworker.job.key"] == key
+        assert headers["leaseworker.original.offset"] == str(offset).encode()
+        assert (record.key, record.value) == (key, value)
+        assert all(SECRET.encode() not in header for header in headers.values())
+
+
+async def test_without_a_dead_letter_topic_a_failed_trigger_is_still_committed(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    topic: str,
+) -> None:
+    """No dead-letter topic: the failure is counted and committed, the partition moves on."""
+    bootstrap = kafka_server.bootstrap_servers
+    config = pod_config(kafka_server, redis_server, kafka_names, namespace)
+    await produce(bootstrap, topic, [(b"report:f", payload(mode="fail")), (b"report:ok", b"{}")])
+    async with running(make_worker(_job(topic), config)) as worker:
+
+        async def all_committed() -> bool:
+            return await committed(bootstrap, kafka_names.group, topic) == {0: 2}
+
+        await eventually(all_committed, within=20)
+        await until(lambda: worker.stats.job_failures == 1)
+        assert worker.stats.dead_letters == 0
