@@ -8,6 +8,7 @@ or settings that cannot keep the lease exit 2 with a one-line reason.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import os
@@ -48,12 +49,46 @@ def add_parser(subparsers: Any) -> None:
         parser,
         "--dead-letter-topic",
         None,
-        "topic for malformed triggers; unset: log and skip them",
+        "topic for malformed, failed and timed-out triggers; unset: log and skip them",
     )
     _flag(
         parser, "--session-timeout", "10", "seconds before the group drops a silent pod", _seconds
     )
+    _add_tuning_flags(parser)
     parser.set_defaults(handler=_run)
+
+
+def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
+    """Kafka timing, payload bound and call timeouts (defaults: WorkerConfig's)."""
+    _flag(
+        parser,
+        "--heartbeat-interval",
+        None,
+        "seconds between group heartbeats; unset: session timeout / 5",
+        _seconds,
+    )
+    for flag, text in (
+        ("--max-poll-interval", "seconds one poll-loop turn may take before the pod is evicted"),
+        ("--revoke-timeout", "seconds revoked partitions' executions get in a rebalance"),
+        ("--commit-timeout", "seconds an offset commit may take"),
+        ("--kafka-timeout", "seconds any other Kafka request may take"),
+        ("--redis-timeout", "seconds a Redis command may take"),
+    ):
+        _flag(parser, flag, _config_default(flag), text, _seconds)
+    _flag(
+        parser,
+        "--max-payload-bytes",
+        _config_default("--max-payload-bytes"),
+        "larger trigger payloads are dead-lettered as too_large",
+        _positive_int,
+    )
+
+
+def _config_default(flag: str) -> str:
+    """WorkerConfig's default for the field behind ``flag``, as flag text."""
+    name = flag.lstrip("-").replace("-", "_")
+    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
+    return str(found.default)
 
 
 def _flag(
@@ -116,20 +151,32 @@ def load_job_class(spec: str) -> type[ReportJob]:
     return job_class
 
 
+def build_config(args: argparse.Namespace) -> WorkerConfig:
+    """Map the parsed ``run`` flags onto a :class:`WorkerConfig` (raises ConfigError)."""
+    return WorkerConfig(
+        bootstrap_servers=args.bootstrap_servers,
+        redis_url=args.redis_url,
+        group=args.group,
+        pod=args.pod,
+        namespace=args.namespace,
+        concurrency=args.concurrency,
+        shutdown_timeout=args.shutdown_timeout,
+        dead_letter_topic=args.dead_letter_topic or None,
+        session_timeout=args.session_timeout,
+        heartbeat_interval=args.heartbeat_interval,
+        max_poll_interval=args.max_poll_interval,
+        revoke_timeout=args.revoke_timeout,
+        commit_timeout=args.commit_timeout,
+        kafka_timeout=args.kafka_timeout,
+        redis_timeout=args.redis_timeout,
+        max_payload_bytes=args.max_payload_bytes,
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         job = load_job_class(args.job)()
-        config = WorkerConfig(
-            bootstrap_servers=args.bootstrap_servers,
-            redis_url=args.redis_url,
-            group=args.group,
-            pod=args.pod,
-            namespace=args.namespace,
-            concurrency=args.concurrency,
-            shutdown_timeout=args.shutdown_timeout,
-            dead_letter_topic=args.dead_letter_topic or None,
-            session_timeout=args.session_timeout,
-        )
+        config = build_config(args)
         worker = Worker(job, config)
     except ConfigError as exc:
         print(f"leaseworker run: error: {exc}", file=sys.stderr)
