@@ -83,7 +83,16 @@ DEAD_LETTER_FAILURE_HEADERS = ("leaseworker.error.type", "leaseworker.job.key")
 
 @dataclass(slots=True)
 class SourceStats:
-    """Counters of one source, for tests and operators (read-only outside the source)."""
+    """Counters of one source, for tests and operators (read-only outside the source).
+
+    ``membership`` is the consumer's place in its group, for readiness:
+    ``starting``, ``joining`` (client started, no assignment yet),
+    ``assigned`` or ``idle`` (joined, with or without partitions),
+    ``rebalancing`` (partitions revoked, waiting for the next assignment) or
+    ``stopping``. ``last_poll_at`` is the monotonic time of the last successful
+    poll. Both are replaced by single assignments, so another thread (the
+    health server) may read them.
+    """
 
     polls: int = 0
     assignments: int = 0
@@ -99,6 +108,9 @@ class SourceStats:
     in_flight: int = 0
     cancelled_on_revoke: int = 0
     cancelled_on_shutdown: int = 0
+    membership: str = "starting"
+    assigned_partitions: int = 0
+    last_poll_at: float | None = None
 
 
 @dataclass(eq=False)
@@ -151,6 +163,7 @@ class KafkaTriggerSource:
         """Stop fetching; in-flight executions get ``shutdown_timeout`` to finish."""
         if not self._stopping:
             self._stopping = True
+            self.stats.membership = "stopping"
             self._stop_deadline = anyio.current_time() + self._config.shutdown_timeout
             logger.info(
                 "stopping: no new triggers; %d in flight get %.1fs to finish",
@@ -202,6 +215,7 @@ class KafkaTriggerSource:
                 continue
             retry = 0
             self.stats.polls += 1
+            self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
             await self._commit(p for p in self._partitions.values() if not p.revoking)
 
@@ -359,6 +373,8 @@ class KafkaTriggerSource:
         bounds used here.
         """
         began = anyio.current_time()
+        if self.stats.membership in ("assigned", "idle"):
+            self.stats.membership = "rebalancing"
         parts = [self._partitions[tp] for tp in revoked if tp in self._partitions]
         if not parts:
             return  # aiokafka calls this with nothing before the first join
@@ -394,10 +410,14 @@ class KafkaTriggerSource:
 
     def _assign(self, assigned: Iterable[Any]) -> None:
         """Start tracking newly assigned partitions and re-apply pauses."""
-        for tp in assigned:
+        tps = set(assigned)
+        for tp in tps:
             if tp not in self._partitions:
                 self._partitions[tp] = _Partition(tp)
         self.stats.assignments += 1
+        self.stats.assigned_partitions = len(tps)
+        if not self._stopping:
+            self.stats.membership = "assigned" if tps else "idle"
         self._apply_pauses()
         logger.info(
             "partitions assigned: %s",
@@ -516,6 +536,7 @@ class KafkaTriggerSource:
                 # The first assignment can arrive before start() returns, and its
                 # callback pauses partitions on this very consumer.
                 self._consumer = client
+                self.stats.membership = "joining"
                 client.subscribe([self._topic], listener=_Listener(self))
             try:
                 with anyio.fail_after(self._config.kafka_timeout):
