@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ._errors import ConfigError
+from ._kafka_security import KafkaSecurity
 from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES
 
 
@@ -34,11 +35,13 @@ class WorkerConfig:
     rebalance before they are cancelled; the group's rebalance timeout is sized
     from it (:attr:`rebalance_timeout`). Every Kafka request is bounded by
     ``kafka_timeout``, every commit by ``commit_timeout``, every Redis command
-    by ``redis_timeout``.
+    by ``redis_timeout``. ``kafka_security`` (SASL/TLS) goes to every Kafka
+    client; ``redis_url`` carries Redis AUTH/TLS (``rediss://user:pw@host``) and
+    is left out of the repr.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)  # may hold a password
     group: str = "leaseworker"
     pod: str = field(default_factory=socket.gethostname)
     namespace: str = "leaseworker"
@@ -55,6 +58,7 @@ class WorkerConfig:
     kafka_timeout: float = 30.0
     redis_timeout: float = 0.5
     startup_retry_cap: float = 10.0
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")

@@ -517,6 +517,7 @@ class KafkaTriggerSource:
             request_timeout_ms=_ms(config.kafka_timeout),
             max_poll_records=config.concurrency,
             retry_backoff_ms=200,
+            **config.kafka_security.client_kwargs(),
         )
 
     def _new_producer(self) -> Any:
@@ -525,6 +526,7 @@ class KafkaTriggerSource:
             client_id=f"leaseworker-{self._config.pod}-dead-letters",
             acks="all",
             request_timeout_ms=_ms(self._config.kafka_timeout),
+            **self._config.kafka_security.client_kwargs(),
         )
 
     async def _start(self, what: str, factory: Callable[[], Any]) -> Any:
