@@ -1,0 +1,159 @@
+"""PostgreSQL completion store when the server is unreachable, slow, locked or restarted.
+
+Faults come from real conditions: a port nobody listens on, a stopped cluster, a
+ChaosProxy that black-holes or cuts the traffic, a row lock held by another
+session. Each call must end with StoreUnavailable within the store's
+``call_timeout``, write nothing, and the store must work again afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from leaseworker import CompletionStore, StoreUnavailable, open_store
+from leaseworker._local import LocalPostgres, free_port
+from leaseworker.testing import ChaosProxy
+
+TIMEOUT = 0.5
+SLACK = 0.3  # scheduling and connection teardown on a busy CI machine
+
+
+@pytest.fixture
+def pg_url(postgres_server: LocalPostgres) -> str:
+    """A fresh database of this test's own on the session cluster."""
+    return postgres_server.create_database(f"t{uuid.uuid4().hex[:12]}")
+
+
+@contextlib.asynccontextmanager
+async def proxied(
+    server: LocalPostgres, url: str
+) -> AsyncIterator[tuple[ChaosProxy, CompletionStore]]:
+    """A store on ``url`` whose traffic goes through a ChaosProxy, with a short call timeout.
+
+    A context manager, not a fixture: the proxy's task group must be entered
+    and left in the test's own task.
+    """
+    async with ChaosProxy(server.port) as proxy:
+        via_proxy = url.replace(f":{server.port}/", f":{proxy.port}/")
+        async with open_store(via_proxy, call_timeout=TIMEOUT) as store:
+            yield proxy, store
+
+
+async def complete(store: CompletionStore, version: str, fence: int) -> str:
+    """Complete job key ``k``; return the status."""
+    result = await store.complete(
+        "k", input_version=version, fence=fence, result={"n": fence}, execution_id="e", pod="p"
+    )
+    return result.status
+
+
+async def test_unreachable_port_fails_open_within_the_timeout(
+    postgres_server: LocalPostgres,
+) -> None:
+    """Nobody listening: open_store raises StoreUnavailable in about call_timeout, no password."""
+    url = f"postgresql://postgres:{postgres_server.password}@127.0.0.1:{free_port()}/leaseworker"
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as failed:
+        async with open_store(url, call_timeout=TIMEOUT):
+            pytest.fail("opened a store on a closed port")
+    assert time.monotonic() - started < TIMEOUT + SLACK
+    assert failed.value.key is None
+    assert postgres_server.password not in str(failed.value)
+    assert "***" in str(failed.value)
+
+
+async def test_black_holed_server_fails_the_call_within_the_timeout(
+    postgres_server: LocalPostgres, pg_url: str
+) -> None:
+    """A partition mid-operation: StoreUnavailable after call_timeout, nothing written.
+
+    psycopg's own cancellation would wait for a cancel request the unreachable
+    server never answers; the store instead shuts the socket down at the
+    deadline. Once the partition heals the store works again.
+    """
+    async with proxied(postgres_server, pg_url) as (proxy, store):
+        assert await complete(store, "v1", 1) == "accepted"
+        proxy.blackhole = True
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="no answer within") as failed:
+            await complete(store, "v2", 2)
+        assert time.monotonic() - started < TIMEOUT + SLACK
+        assert failed.value.key == "k"
+        assert proxy.swallowed.is_set()
+        proxy.blackhole = False
+        assert await complete(store, "v3", 3) == "accepted"
+    async with await psycopg.AsyncConnection.connect(pg_url) as direct:
+        cur = await direct.execute("SELECT input_version FROM leaseworker_completions ORDER BY 1")
+        assert await cur.fetchall() == [("v1",), ("v3",)]
+
+
+async def test_dead_pooled_connections_are_replaced_without_an_error(
+    postgres_server: LocalPostgres, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After every connection was reset (a server restart), the next call still succeeds.
+
+    The dead connection fails on its first round trip, before anything reached
+    the server, so the store retries on a fresh one within the same deadline.
+    """
+    async with proxied(postgres_server, pg_url) as (proxy, store):
+        assert await complete(store, "v1", 1) == "accepted"
+        proxy.cut()
+        with caplog.at_level(logging.INFO, logger="leaseworker.store"):
+            assert await complete(store, "v2", 2) == "accepted"
+        assert "pooled connection was dead" in caplog.text  # the retry path ran
+        state = await store.state("k")
+    assert state is not None
+    assert state.input_version == "v2"
+
+
+async def test_row_lock_held_elsewhere_bounds_the_call(pg_url: str) -> None:
+    """A session holding the job key's head row: the call gives up at call_timeout.
+
+    Nothing is written meanwhile; when the lock is released the same call is
+    accepted, and the server-side statement timeout has ended the abandoned one.
+    """
+    async with open_store(pg_url, call_timeout=TIMEOUT) as store:
+        assert await complete(store, "v1", 1) == "accepted"
+        async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+            await blocker.execute("SELECT 1 FROM leaseworker_jobs WHERE job_key = 'k' FOR UPDATE")
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as failed:
+                await complete(store, "v2", 2)
+            assert time.monotonic() - started < TIMEOUT + SLACK
+            assert failed.value.key == "k"
+            await blocker.rollback()
+        assert await store.lookup("k", "v2") is None
+        assert await complete(store, "v2", 2) == "accepted"
+
+
+async def test_stopped_server_fails_calls_within_the_timeout() -> None:
+    """The cluster stops under an open store: every call is StoreUnavailable within the bound."""
+    server = LocalPostgres.start()
+    try:
+        async with open_store(server.url, call_timeout=TIMEOUT) as store:
+            assert await complete(store, "v1", 1) == "accepted"
+            server.stop()
+            for call in range(2):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable) as failed:
+                    await complete(store, f"v{call + 2}", call + 2)
+                assert time.monotonic() - started < TIMEOUT + SLACK
+                assert server.password not in str(failed.value)
+    finally:
+        server.stop()
+
+
+async def test_repr_and_errors_never_show_the_password(
+    postgres_server: LocalPostgres, pg_url: str
+) -> None:
+    """The store's repr shows the URL with the password masked."""
+    async with open_store(pg_url) as store:
+        assert postgres_server.password not in repr(store)
+        assert "postgres:***@" in repr(store)

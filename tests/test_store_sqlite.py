@@ -1,0 +1,82 @@
+"""SQLite completion store: WAL file, the embedded default, and a lock held elsewhere."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from leaseworker import StoreUnavailable, open_store
+from leaseworker._store import DEFAULT_URL
+
+TIMEOUT = 0.5
+SLACK = 0.3
+
+
+async def test_write_lock_held_by_another_process_bounds_the_call(tmp_path: Path) -> None:
+    """Another connection (as another pod would) holds the write lock: StoreUnavailable in time.
+
+    Nothing is written; once the lock is released the same call is accepted.
+    """
+    path = tmp_path / "c.sqlite3"
+    async with open_store(f"sqlite:///{path}", call_timeout=TIMEOUT) as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as failed:
+                await store.complete(
+                    "k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+                )
+            assert time.monotonic() - started < TIMEOUT + SLACK
+            assert failed.value.key == "k"
+            other.execute("ROLLBACK")
+        assert await store.lookup("k", "v1") is None
+        outcome = await store.complete(
+            "k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+        )
+        assert outcome.status == "accepted"
+
+
+async def test_file_is_in_wal_mode(tmp_path: Path) -> None:
+    """The store switches its file to WAL, so readers never block the one writer."""
+    path = tmp_path / "c.sqlite3"
+    async with open_store(f"sqlite:///{path}"):
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:
+    """A path in a missing directory fails at open with StoreUnavailable, not later."""
+    with pytest.raises(StoreUnavailable, match="cannot open") as failed:
+        async with open_store(f"sqlite:///{tmp_path}/missing/c.sqlite3"):
+            pytest.fail("opened a store in a missing directory")
+    assert failed.value.key is None
+
+
+async def test_no_url_means_the_embedded_file_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``open_store()`` without a URL uses the SQLite default, a file in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    async with open_store() as store:
+        await store.complete("k", input_version="v", fence=1, result=[1], execution_id="e", pod="p")
+    assert (tmp_path / DEFAULT_URL.removeprefix("sqlite:///")).is_file()
+
+
+async def test_memory_databases_are_private_to_their_store() -> None:
+    """``sqlite:///:memory:`` gives each store its own empty database (handy in tests)."""
+    async with open_store("sqlite:///:memory:") as one, open_store("sqlite:///:memory:") as two:
+        await one.complete("k", input_version="v", fence=1, result=1, execution_id="e", pod="p")
+        assert await one.lookup("k", "v") is not None
+        assert await two.lookup("k", "v") is None
+
+
+async def test_closed_store_refuses_calls() -> None:
+    """After aclose() a call raises StoreUnavailable instead of touching a closed connection."""
+    async with open_store("sqlite:///:memory:") as store:
+        pass
+    with pytest.raises(StoreUnavailable):
+        await store.state("k")
