@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
@@ -21,7 +22,9 @@ import anyio
 from ._cli import env_default, env_name
 from ._config import WorkerConfig
 from ._errors import ConfigError
+from ._health import HealthServer, serve_with_health
 from ._job import ReportJob
+from ._kafka_security import KafkaSecurity
 from ._version import __version__
 from ._worker import Worker, serve
 
@@ -55,6 +58,8 @@ def add_parser(subparsers: Any) -> None:
         parser, "--session-timeout", "10", "seconds before the group drops a silent pod", _seconds
     )
     _add_tuning_flags(parser)
+    _add_kafka_security_flags(parser)
+    _add_health_flags(parser)
     parser.set_defaults(handler=_run)
 
 
@@ -82,6 +87,40 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "larger trigger payloads are dead-lettered as too_large",
         _positive_int,
     )
+
+
+def _add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the Kafka SASL/TLS flags, passed through to aiokafka (see KafkaSecurity)."""
+    _flag(
+        parser,
+        "--kafka-security-protocol",
+        "PLAINTEXT",
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    )
+    _flag(parser, "--kafka-sasl-mechanism", None, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    _flag(parser, "--kafka-sasl-username", None, "SASL username")
+    _flag(parser, "--kafka-sasl-password", None, "SASL password; prefer the env var")
+    _flag(parser, "--kafka-ssl-cafile", None, "CA bundle for the brokers; unset: system CAs")
+
+
+def _add_health_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the /healthz and /readyz endpoint flags (off unless a port is given)."""
+    _flag(parser, "--health-port", None, "serve /healthz and /readyz on this port", _port)
+    _flag(parser, "--health-host", "0.0.0.0", "address the health endpoints listen on")
+    _flag(
+        parser,
+        "--stall-threshold",
+        "10",
+        "seconds of event-loop lag after which /healthz answers 503",
+        _seconds,
+    )
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
 
 
 def _config_default(flag: str) -> str:
@@ -170,6 +209,13 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         kafka_timeout=args.kafka_timeout,
         redis_timeout=args.redis_timeout,
         max_payload_bytes=args.max_payload_bytes,
+        kafka_security=KafkaSecurity(
+            protocol=args.kafka_security_protocol,
+            sasl_mechanism=args.kafka_sasl_mechanism or None,
+            sasl_username=args.kafka_sasl_username or None,
+            sasl_password=args.kafka_sasl_password or None,
+            ssl_cafile=args.kafka_ssl_cafile or None,
+        ),
     )
 
 
@@ -178,8 +224,25 @@ def _run(args: argparse.Namespace) -> int:
         job = load_job_class(args.job)()
         config = build_config(args)
         worker = Worker(job, config)
+        health = (
+            None if args.health_port is None else HealthServer(args.health_host, args.health_port)
+        )
     except ConfigError as exc:
         print(f"leaseworker run: error: {exc}", file=sys.stderr)
         return 2
-    anyio.run(serve, worker)
+    if health is None:
+        anyio.run(serve, worker)
+        return 0
+    try:
+        anyio.run(
+            functools.partial(
+                serve_with_health,
+                worker,
+                health,
+                pod=config.pod,
+                stall_threshold=args.stall_threshold,
+            )
+        )
+    finally:
+        health.close()
     return 0

@@ -86,6 +86,15 @@ class Worker:
         """Stop fetching; ``run()`` returns once in-flight work ended (bounded)."""
         self._source.stop()
 
+    async def ping_redis(self) -> None:
+        """PING the lease Redis once within ``redis_timeout`` (for readiness); raise if not.
+
+        A worker given its own ``leases`` has no client of its own: nothing to ping.
+        """
+        if self._redis is not None:
+            with anyio.fail_after(self._config.redis_timeout):
+                await self._redis.ping()
+
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
