@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from leaseworker._demo import leaseworker_run, naive_run
+from leaseworker._demo_incident import leaseworker_run, naive_run
 from leaseworker._local import LocalRedis
 
 
