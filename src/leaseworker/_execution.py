@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import final
 
 import anyio
@@ -24,6 +25,7 @@ from ._errors import LeaseBusy, LeaseUnavailable
 from ._hold import HeldLease, Outcome, hold
 from ._job import JobContext, ReportJob
 from ._lease import LeaseStore
+from ._lease_events import LeaseObserver
 from ._observer import TERMINAL, EventName, ExecutionEvent, ExecutionObserver
 from ._trigger import Trigger
 
@@ -31,6 +33,9 @@ logger = logging.getLogger("leaseworker.execution")
 
 LOST_RETRY = BusyPolicy(initial=0.5, cap=5.0)
 """Backoff after an execution could not confirm its lease (Redis slow or down)."""
+
+LeaseObservers = Callable[[Trigger, str, str], LeaseObserver]
+"""Return the lease observer of one execution, given (trigger, job key, execution id)."""
 
 
 @final
@@ -56,6 +61,7 @@ class Executor:
         pod: str,
         observer: ExecutionObserver,
         lost_retry: BusyPolicy = LOST_RETRY,
+        lease_observers: LeaseObservers | None = None,
     ) -> None:
         self._job = job
         self._leases = leases
@@ -63,6 +69,7 @@ class Executor:
         self._pod = pod
         self._observer = observer
         self._lost_retry = lost_retry
+        self._lease_observers = lease_observers
 
     async def run(self, trigger: Trigger, job_key: str) -> Outcome:
         """Run executions of ``job_key`` until one reaches a terminal outcome; return it."""
@@ -89,6 +96,7 @@ class Executor:
             ttl=self._timing.ttl,
             renew_every=self._timing.renew_every,
             max_runtime=self._timing.max_runtime,
+            observer=self._lease_observer(trigger, job_key, execution_id),
         )
         begun = anyio.current_time()
         result: object = None
@@ -182,6 +190,18 @@ class Executor:
             self._observer.on_event(event)
         except Exception:  # an observer's bug must not change the job's outcome
             logger.exception("execution observer failed on %s", name)
+
+    def _lease_observer(
+        self, trigger: Trigger, job_key: str, execution_id: str
+    ) -> LeaseObserver | None:
+        """Return this execution's lease observer (telemetry), if there is a factory."""
+        if self._lease_observers is None:
+            return None
+        try:
+            return self._lease_observers(trigger, job_key, execution_id)
+        except Exception:  # telemetry's bug must not stop the execution
+            logger.exception("lease observer factory failed")
+            return None
 
 
 def _fence_of(held: HeldLease) -> int | None:
