@@ -42,6 +42,7 @@ from ._backoff import BusyPolicy
 from ._config import WorkerConfig
 from ._errors import MalformedTrigger
 from ._offsets import OffsetTracker
+from ._telemetry import PodTelemetry, Telemetry
 from ._trigger import Trigger, check_job_key, decode_trigger
 
 logger = logging.getLogger("leaseworker.kafka")
@@ -143,11 +144,13 @@ class KafkaTriggerSource:
         topic: str,
         resolve_key: ResolveKey,
         handle: Handle,
+        telemetry: PodTelemetry | None = None,
     ) -> None:
         self._config = config
         self._topic = topic
         self._resolve_key = resolve_key
         self._handle = handle
+        self._telemetry = telemetry or Telemetry().instrument(pod=config.pod, group=config.group)
         self._partitions: dict[Any, _Partition] = {}
         self._consumer: Any = None
         self._producer: Any = None
@@ -262,7 +265,7 @@ class KafkaTriggerSource:
         """Run one record to its end; mark its offset done when the outcome is terminal."""
         done = False
         try:
-            with scope:
+            with scope, self._telemetry.processing(record):
                 done = await self._run_record(record)
         finally:
             del part.scopes[record.offset]
@@ -286,8 +289,10 @@ class KafkaTriggerSource:
             job_key = check_job_key(self._job_key(trigger))
         except MalformedTrigger as exc:
             self._log_malformed(record, exc)
+            self._telemetry.malformed(record, exc.reason)
             await self._dead_letter(record, exc.reason, exc.detail)
             return True
+        self._telemetry.received(trigger, job_key)
         result = await self._handle(trigger, job_key)
         if isinstance(result, JobFailure):
             self.stats.job_failures += 1
@@ -332,10 +337,12 @@ class KafkaTriggerSource:
             return
         offsets = {tp: pos for tp, (_, pos) in ready.items()}
         async with self._commit_lock:
+            began = anyio.current_time()
             try:
                 with anyio.fail_after(self._config.commit_timeout):
                     await self._consumer.commit(offsets)
             except (CommitFailedError, IllegalStateError) as exc:
+                self._telemetry.committed(offsets, began, error=exc, rejected=True)
                 self.stats.ownership_losses += 1
                 for part, _ in ready.values():
                     part.gone = True
@@ -349,6 +356,7 @@ class KafkaTriggerSource:
                 )
                 return
             except (KafkaError, TimeoutError) as exc:
+                self._telemetry.committed(offsets, began, error=exc)
                 self.stats.commit_errors += 1
                 logger.warning(
                     "commit failed (%s); will retry",
@@ -356,6 +364,7 @@ class KafkaTriggerSource:
                     extra={"event": "commit_failed", "pod": self._config.pod},
                 )
                 return
+        self._telemetry.committed(offsets, began)
         for part, pos in ready.values():
             part.tracker.committed(pos)
         self.stats.commits += 1
@@ -395,6 +404,7 @@ class KafkaTriggerSource:
         await self._commit(parts)
         for part in parts:
             part.gone = True
+            self._telemetry.forget(part.tp.topic, part.tp.partition)
             if self._partitions.get(part.tp) is part:
                 del self._partitions[part.tp]
         self.stats.revocations += 1
@@ -489,6 +499,7 @@ class KafkaTriggerSource:
                 await anyio.sleep(delay)
                 continue
             self.stats.dead_letters += 1
+            self._telemetry.dead_lettered(record, reason)
             logger.info(
                 "dead-lettered %s[%d]@%d: %s",
                 record.topic,

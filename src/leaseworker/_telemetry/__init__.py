@@ -1,0 +1,29 @@
+"""Telemetry: OpenTelemetry spans and metrics, JSON logs, and their setup.
+
+``_names`` holds every span, attribute and metric name; ``_propagation`` W3C
+trace context in Kafka headers; ``_trace`` one trigger's trace state;
+``_pod`` the observer and Kafka-source hooks of a pod; ``_lease_spans`` one
+execution's lease events; ``_metrics`` the instruments; ``_telemetry`` the
+public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
+``_producer`` the ``send`` side; ``_setup`` OTEL_*/flag configuration for the
+CLI (the only place the SDK is imported, lazily); ``_jaeger_links`` demo helpers.
+Only the OpenTelemetry API is imported at package import.
+"""
+
+from ._logs import JsonFormatter as JsonFormatter
+from ._pod import PodTelemetry as PodTelemetry
+from ._producer import OutgoingTrigger as OutgoingTrigger
+from ._producer import traced_send as traced_send
+from ._propagation import extract as extract
+from ._propagation import inject as inject
+from ._telemetry import Telemetry as Telemetry
+
+__all__ = [
+    "JsonFormatter",
+    "OutgoingTrigger",
+    "PodTelemetry",
+    "Telemetry",
+    "extract",
+    "inject",
+    "traced_send",
+]

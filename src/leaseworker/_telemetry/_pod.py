@@ -1,0 +1,396 @@
+"""One pod's telemetry: execution events, lease events and Kafka source hooks as spans.
+
+:class:`PodTelemetry` is what a :class:`~leaseworker.Worker` wires in: an
+:class:`~leaseworker.ExecutionObserver`, a factory of per-execution lease
+observers for the executor, and the hooks the Kafka source calls (record
+received, decoded, malformed, dead-lettered, committed). Each trigger's trace
+is a CONSUMER span ``process {topic}``, parented on (and linked to) the
+producer's ``traceparent``, with a child span per lifecycle step. A hook that
+fails is logged and ignored: telemetry never changes what the worker does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ParamSpec, TypeVar, final
+
+import anyio
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    set_span_in_context,
+)
+
+from .._lease_events import LeaseObserver
+from .._observer import TERMINAL, ExecutionEvent
+from .._trigger import Trigger
+from . import _names as n
+from ._lease_spans import LeaseSpans
+from ._metrics import Metrics
+from ._propagation import extract, producer_link
+from ._trace import CURRENT, TriggerTrace, ms, wall_ns
+
+logger = logging.getLogger("leaseworker.telemetry")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_PENDING_COMMITS = 10_000
+"""Records per partition remembered until their offset is committed (oldest dropped)."""
+
+_ERROR_OUTCOMES = frozenset({"failed", "timed_out", "lost", "malformed"})
+
+
+def _guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
+    """Log and swallow a hook's exception: telemetry must never break the worker."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        try:
+            return method(*args, **kwargs)
+        except Exception:
+            logger.exception("telemetry hook %s failed", method.__name__)
+            return None
+
+    return wrapper
+
+
+@final
+class PodTelemetry:
+    """Spans and metrics of one pod; build it with :meth:`Telemetry.instrument`."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        metrics: Metrics,
+        *,
+        pod: str,
+        group: str | None,
+        parent_on_producer: bool,
+    ) -> None:
+        self._tracer = tracer
+        self._metrics = metrics
+        self._pod = pod
+        self._group = group
+        self._parent_on_producer = parent_on_producer
+        self._pending: dict[tuple[str, int], dict[int, TriggerTrace]] = {}
+        self._running: dict[str, str] = {}  # execution id -> job key
+        self._per_key: dict[str, tuple[int, float]] = {}  # job key -> (running, since)
+
+    # -- Kafka source hooks ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def processing(self, record: Any) -> Iterator[None]:
+        """Make ``record``'s ``process {topic}`` span current while it is processed."""
+        trace = self._open(record)
+        if trace is None:
+            yield
+            return
+        ctx_token = otel_context.attach(trace.parent)
+        var_token = CURRENT.set(trace)
+        try:
+            yield
+        except BaseException as exc:
+            if trace.span is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
+                trace.span.set_attribute(n.ERROR_TYPE, type(exc).__name__)
+                trace.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            CURRENT.reset(var_token)
+            otel_context.detach(ctx_token)
+            self._close(trace)
+
+    @_guarded
+    def received(self, trigger: Trigger, job_key: str) -> None:
+        """Record the ``trigger received`` span: the record decoded for ``job_key``."""
+        trace = self._trace_for(trigger)
+        trace.job_key = job_key
+        if trace.span is not None:
+            trace.span.set_attribute(n.JOB_KEY, job_key)
+        span = self._tracer.start_span(
+            n.SPAN_RECEIVED,
+            context=trace.parent,
+            attributes=trace.attributes(),
+            start_time=trace.started_ns,
+        )
+        span.end()
+
+    @_guarded
+    def malformed(self, record: Any, reason: str) -> None:
+        """Mark the record malformed: a terminal outcome (dead-lettered if configured)."""
+        trace = CURRENT.get()
+        if trace is None or trace.span is None:
+            return
+        trace.terminal = True
+        trace.outcome = "malformed"
+        trace.span.set_attributes({n.MALFORMED_REASON: reason, n.ERROR_TYPE: "MalformedTrigger"})
+        trace.span.set_status(Status(StatusCode.ERROR, f"malformed trigger: {reason}"))
+
+    @_guarded
+    def dead_lettered(self, record: Any, reason: str) -> None:
+        """Record that the record was copied to the dead-letter topic."""
+        self._metrics.dead_letters.add(
+            1, {n.DEAD_LETTER_REASON: reason, n.MESSAGING_DESTINATION: record.topic}
+        )
+        trace = CURRENT.get()
+        if trace is not None:
+            span = self._tracer.start_span(
+                n.SPAN_DEAD_LETTER, context=trace.parent, attributes=trace.attributes()
+            )
+            span.set_attribute(n.DEAD_LETTER_REASON, reason)
+            span.end()
+
+    @_guarded
+    def committed(
+        self,
+        offsets: Mapping[Any, int],
+        began: float,
+        *,
+        error: BaseException | None = None,
+        rejected: bool = False,
+    ) -> None:
+        """Record a commit of ``offsets`` (topic-partition -> next position).
+
+        Each record it covers gets a ``commit {topic}`` span in its own trace. A
+        commit that failed with ``error`` is recorded on the same spans as an
+        error; its records stay pending for the retry, unless the group
+        ``rejected`` it (the partitions belong to another member now).
+        """
+        end = wall_ns()
+        for tp, position in offsets.items():
+            pending = self._pending.get((tp.topic, tp.partition), {})
+            covered = sorted(offset for offset in pending if offset < position)
+            for offset in covered:
+                self._commit_span(pending[offset], position, began, end, error)
+                if error is None:
+                    del pending[offset]
+            if error is None and covered:
+                self._metrics.committed.add(len(covered), {n.MESSAGING_DESTINATION: tp.topic})
+            if rejected:
+                self.forget(tp.topic, tp.partition)
+
+    @_guarded
+    def forget(self, topic: str, partition: int) -> None:
+        """Drop what is pending commit on a partition this pod no longer owns."""
+        self._pending.pop((topic, partition), None)
+
+    # -- executor: ExecutionObserver and lease observers ------------------------------
+
+    def lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
+        """Return the lease observer of a new execution (its acquire span starts now)."""
+        trace = self._trace_for(trigger)
+        if trace.job_key is None:
+            trace.job_key = job_key
+        if trace.acquire is None:
+            trace.acquire_began = anyio.current_time()
+            trace.acquire = self._tracer.start_span(
+                n.SPAN_ACQUIRE,
+                context=trace.parent,
+                attributes=trace.attributes(execution_id=execution_id),
+            )
+        return LeaseSpans(self._tracer, self._metrics, trace, execution_id)
+
+    @_guarded
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Record one execution event (started, finished, retry, or a newer kind)."""
+        trace = self._trace_for(event.trigger)
+        if event.event == "started":
+            self._started(trace, event)
+        elif event.event == "finished":
+            self._finished(trace, event)
+        elif event.event == "retry":
+            target = trace.acquire or trace.span
+            if target is not None:
+                target.add_event("retry", {n.RETRY_IN_MS: ms(event.retry_in or 0.0)})
+        else:
+            self._other(trace, event)
+
+    def _started(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
+        trace.execution_id, trace.fence = event.execution_id, event.fence
+        self._metrics.in_flight.add(1)
+        self._running[event.execution_id] = event.job_key
+        self._count_key(event.job_key, +1)
+        trace.run = self._tracer.start_span(
+            n.SPAN_RUN, context=trace.parent, attributes=trace.attributes()
+        )
+
+    def _finished(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
+        outcome = event.outcome or "unknown"
+        self._metrics.outcomes.add(1, {n.OUTCOME: outcome})
+        self._metrics.duration.record(event.elapsed, {n.OUTCOME: outcome})
+        trace.outcome = outcome
+        trace.execution_id = event.execution_id
+        if event.fence is not None:
+            trace.fence = event.fence
+        trace.terminal = outcome in TERMINAL
+        job_key = self._running.pop(event.execution_id, None)
+        if job_key is None:  # never acquired: busy, or Redis did not answer
+            if trace.acquire is not None:
+                trace.busy += outcome == "busy"
+                trace.acquire.add_event(
+                    outcome, {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome}
+                )
+        else:
+            self._metrics.in_flight.add(-1)
+            self._count_key(job_key, -1)
+        if trace.run is not None:
+            _end_with_outcome(trace.run, outcome, event.error)
+            trace.run = None
+        if trace.terminal and trace.span is None:
+            self._close(trace)  # no Kafka source: the trace ends with the execution
+            CURRENT.set(None)
+
+    def _other(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
+        """Events this version does not know by name (a completion step, say) become spans."""
+        span = self._tracer.start_span(
+            event.event.replace("_", " "),
+            context=trace.parent,
+            attributes=trace.attributes(execution_id=event.execution_id, fence=event.fence),
+            start_time=wall_ns(anyio.current_time() - event.elapsed),
+        )
+        if event.outcome is not None:
+            span.set_attribute(n.OUTCOME, event.outcome)
+        span.end()
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _open(self, record: Any) -> TriggerTrace | None:
+        try:
+            producer = extract(record.headers or ())
+            producer_context, links = producer_link(producer)
+            parent = producer if producer_context and self._parent_on_producer else Context()
+            trace = TriggerTrace(
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                key=_key_text(record.key),
+                group=self._group,
+                pod=self._pod,
+                parent=parent,
+            )
+            attributes = trace.attributes()
+            attributes[n.MESSAGING_BODY_SIZE] = len(record.value or b"")
+            trace.span = self._tracer.start_span(
+                n.process_span_name(record.topic),
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                attributes=attributes,
+                links=links,
+                start_time=trace.started_ns,
+            )
+            trace.parent = set_span_in_context(trace.span)
+            self._metrics.received.add(1, {n.MESSAGING_DESTINATION: record.topic})
+        except Exception:
+            logger.exception("telemetry could not open the trace of a record")
+            return None
+        return trace
+
+    @_guarded
+    def _close(self, trace: TriggerTrace) -> None:
+        if trace.acquire is not None:  # cancelled while waiting for the lease
+            trace.acquire.set_attribute(n.BUSY_RETRIES, trace.busy)
+            _end_with_outcome(trace.acquire, trace.outcome or "cancelled", None)
+            trace.acquire = None
+        if trace.run is not None:
+            _end_with_outcome(trace.run, "cancelled", None)
+            trace.run = None
+        if trace.span is not None:
+            trace.span.set_attributes(trace.attributes())
+            trace.span.set_attribute(n.OUTCOME, trace.outcome or "cancelled")
+            if trace.outcome in _ERROR_OUTCOMES - {"lost"}:
+                trace.span.set_status(Status(StatusCode.ERROR, trace.outcome or ""))
+            trace.span.end()
+            if trace.terminal:
+                self._remember(trace)
+
+    def _remember(self, trace: TriggerTrace) -> None:
+        pending = self._pending.setdefault((trace.topic, trace.partition), {})
+        pending[trace.offset] = trace
+        while len(pending) > MAX_PENDING_COMMITS:
+            del pending[next(iter(pending))]
+
+    def _commit_span(
+        self,
+        trace: TriggerTrace,
+        position: int,
+        began: float,
+        end: int,
+        error: BaseException | None,
+    ) -> None:
+        assert trace.span is not None
+        attributes = trace.attributes()
+        attributes[n.MESSAGING_OPERATION_NAME] = "commit"
+        attributes[n.MESSAGING_OPERATION_TYPE] = "settle"
+        attributes[n.COMMIT_POSITION] = position
+        span = self._tracer.start_span(
+            n.commit_span_name(trace.topic),
+            context=set_span_in_context(NonRecordingSpan(trace.span.get_span_context())),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=wall_ns(began),
+        )
+        if error is not None:
+            span.set_attribute(n.ERROR_TYPE, type(error).__name__)
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end(end)
+
+    def _trace_for(self, trigger: Trigger) -> TriggerTrace:
+        """Return the current trigger's trace, or start a span-less one (no Kafka source)."""
+        trace = CURRENT.get()
+        if trace is not None and (trace.topic, trace.partition, trace.offset) == (
+            trigger.topic,
+            trigger.partition,
+            trigger.offset,
+        ):
+            return trace
+        trace = TriggerTrace(
+            topic=trigger.topic,
+            partition=trigger.partition,
+            offset=trigger.offset,
+            key=trigger.key,
+            group=self._group,
+            pod=self._pod,
+            parent=otel_context.get_current(),
+        )
+        CURRENT.set(trace)
+        return trace
+
+    def _count_key(self, job_key: str, delta: int) -> None:
+        """Track executions per job key in this pod; time with more than one is overlap."""
+        now = time.monotonic()
+        running, since = self._per_key.get(job_key, (0, now))
+        if running > 1:
+            self._metrics.overlap.add(now - since)
+        running += delta
+        if running <= 0:
+            self._per_key.pop(job_key, None)
+        else:
+            self._per_key[job_key] = (running, now)
+
+
+def _end_with_outcome(span: Any, outcome: str, error: BaseException | None) -> None:
+    span.set_attribute(n.OUTCOME, outcome)
+    if error is not None:
+        span.set_attribute(n.ERROR_TYPE, type(error).__name__)
+    if outcome in _ERROR_OUTCOMES:
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    span.end()
+
+
+def _key_text(key: bytes | None) -> str | None:
+    """Return the record key as text; ``None`` when absent or not UTF-8 (semconv)."""
+    if key is None:
+        return None
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return None

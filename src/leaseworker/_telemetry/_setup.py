@@ -1,0 +1,173 @@
+"""Telemetry for ``leaseworker run`` and ``trigger``, configured from OTEL_* and flags.
+
+The standard variables apply: ``OTEL_SERVICE_NAME`` (default ``leaseworker``),
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
+``--otlp-endpoint``, which wins; OTLP over HTTP/protobuf, port 4318),
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TIMEOUT``,
+``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_BSP_*``, ``OTEL_METRIC_EXPORT_INTERVAL``,
+``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` (``none`` turns a signal's
+OTLP export off) and ``OTEL_SDK_DISABLED``. Without an endpoint nothing is
+exported and nothing fails. ``--metrics-port`` serves a Prometheus scrape
+endpoint. The SDK and exporters are imported here, lazily, never by the
+library layers. :meth:`ConfiguredTelemetry.aclose` flushes and shuts down in a
+worker thread with a deadline, so pod exit never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, final
+
+import anyio
+
+from ._telemetry import Telemetry
+
+logger = logging.getLogger("leaseworker.telemetry")
+
+DEFAULT_SERVICE_NAME = "leaseworker"
+SHUTDOWN_TIMEOUT = 5.0
+"""Seconds pod exit waits for the last spans and metrics to be exported."""
+
+
+@final
+@dataclass(eq=False)
+class ConfiguredTelemetry:
+    """A :class:`Telemetry` plus the SDK pieces behind it, which :meth:`aclose` shuts down."""
+
+    telemetry: Telemetry
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    metrics_server: Any = None
+    exporting: list[str] = field(default_factory=list)
+    _closed: bool = False
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port the Prometheus endpoint listens on (``None`` when it is off)."""
+        return None if self.metrics_server is None else int(self.metrics_server.server_port)
+
+    def close(self, timeout: float = SHUTDOWN_TIMEOUT) -> None:
+        """Flush and shut everything down (blocking; at most about ``timeout`` per signal)."""
+        if self._closed:
+            return
+        self._closed = True
+        millis = int(timeout * 1000)
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is not None:
+                try:
+                    provider.force_flush(timeout_millis=millis)
+                    provider.shutdown()
+                except Exception:
+                    logger.exception("telemetry shutdown failed")
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+
+    async def aclose(self, within: float = SHUTDOWN_TIMEOUT) -> None:
+        """Run :meth:`close` in a worker thread, given up after ``within`` seconds.
+
+        The event loop is never blocked by a slow or unreachable collector.
+        """
+        with anyio.CancelScope(shield=True), anyio.move_on_after(within) as scope:
+            await anyio.to_thread.run_sync(self.close, within, abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            logger.warning(
+                "telemetry did not flush within %.1fs; the last spans may be lost",
+                within,
+                extra={"event": "telemetry_flush_timeout"},
+            )
+
+
+def configure(
+    *,
+    pod: str,
+    otlp_endpoint: str | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",  # Prometheus scrapes the pod from outside
+) -> ConfiguredTelemetry:
+    """Build the telemetry of one process from the OTEL_* variables and the flags."""
+    if _env_true("OTEL_SDK_DISABLED"):
+        return ConfiguredTelemetry(Telemetry())
+    endpoint = (otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").rstrip("/")
+    traces = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+    traces = traces and os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
+    otlp_metrics = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
+    otlp_metrics = otlp_metrics and os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none"
+    if not (traces or otlp_metrics or metrics_port is not None):
+        return ConfiguredTelemetry(Telemetry())
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    if protocol != "http/protobuf":
+        logger.warning(
+            "OTEL_EXPORTER_OTLP_PROTOCOL=%s ignored: leaseworker speaks http/protobuf", protocol
+        )
+    configured = ConfiguredTelemetry(Telemetry())
+    resource = _resource(pod)
+    if traces:
+        configured.tracer_provider = _tracer_provider(resource, endpoint)
+        configured.exporting.append("traces")
+    readers: list[Any] = []
+    if otlp_metrics:
+        readers.append(_otlp_metric_reader(endpoint))
+        configured.exporting.append("metrics")
+    if metrics_port is not None:
+        reader, configured.metrics_server = _prometheus(metrics_host, metrics_port)
+        readers.append(reader)
+        configured.exporting.append(f"prometheus :{configured.metrics_port}")
+    if readers:
+        from opentelemetry.sdk.metrics import MeterProvider
+
+        configured.meter_provider = MeterProvider(metric_readers=readers, resource=resource)
+    configured.telemetry = Telemetry(
+        tracer_provider=configured.tracer_provider, meter_provider=configured.meter_provider
+    )
+    return configured
+
+
+def _resource(pod: str) -> Any:
+    from opentelemetry.sdk.resources import Resource
+
+    attributes: dict[str, str] = {"service.instance.id": pod}
+    declared = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in declared:
+        attributes["service.name"] = DEFAULT_SERVICE_NAME
+    if "service.instance.id=" in declared:
+        del attributes["service.instance.id"]
+    return Resource.create(attributes)
+
+
+def _tracer_provider(resource: Any, endpoint: str) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=resource)  # sampler from OTEL_TRACES_SAMPLER
+    exporter = OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces" if endpoint else None)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _otlp_metric_reader(endpoint: str) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    exporter = OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics" if endpoint else None)
+    return PeriodicExportingMetricReader(exporter)
+
+
+def _prometheus(host: str, port: int) -> tuple[Any, Any]:
+    """Return a Prometheus reader on a registry of its own, served on ``host:port``."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(registry=registry)
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    assert isinstance(thread, threading.Thread)
+    return reader, server
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() == "true"
