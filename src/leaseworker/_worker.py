@@ -27,7 +27,14 @@ from ._execution import Executor
 from ._job import ReportJob
 from ._kafka_source import JobFailure, KafkaTriggerSource, SourceStats
 from ._lease import LeaseStore, RedisLeases
-from ._observer import TERMINAL, ExecutionEvent, ExecutionObserver, LoggingObserver
+from ._observer import (
+    TERMINAL,
+    ExecutionEvent,
+    ExecutionObserver,
+    LoggingObserver,
+    MultiObserver,
+)
+from ._telemetry import Telemetry
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.worker")
@@ -45,8 +52,10 @@ class Worker:
 
     ``leases`` replaces the Redis lease store built from ``config.redis_url``
     (tests pass one routed through a chaos proxy); ``observer`` receives every
-    execution lifecycle event (default: :class:`LoggingObserver`). The job's
-    lease settings are checked here (:class:`~leaseworker.ConfigError`).
+    execution lifecycle event (default: :class:`LoggingObserver`);
+    ``telemetry`` turns every lifecycle step into OpenTelemetry spans and
+    metrics on its injected providers (default: none). The job's lease settings
+    are checked here (:class:`~leaseworker.ConfigError`).
     """
 
     def __init__(
@@ -56,6 +65,7 @@ class Worker:
         *,
         leases: LeaseStore | None = None,
         observer: ExecutionObserver | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._job = job
         self._config = config
@@ -70,10 +80,13 @@ class Worker:
                 self._redis, namespace=config.namespace, command_timeout=config.redis_timeout
             )
         self._leases = leases
-        self._failures = _FailureTypes(observer or LoggingObserver())
-        self._executor = Executor(job, leases, pod=config.pod, observer=self._failures)
+        pod = (telemetry or Telemetry()).instrument(pod=config.pod, group=config.group)
+        self._failures = _FailureTypes(MultiObserver([observer or LoggingObserver(), pod]))
+        self._executor = Executor(
+            job, leases, pod=config.pod, observer=self._failures, lease_observers=pod.lease_observer
+        )
         self._source = KafkaTriggerSource(
-            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, telemetry=pod
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
