@@ -359,6 +359,28 @@ class LocalKafka:
         """
         self._stop(timeout=timeout, keep_archive=True, remove_workdir=self._remove_workdir)
 
+    def restart(self, *, down_for: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop the broker and start it again on the same ports with the same data.
+
+        Topics, records and committed offsets are on disk and survive; clients
+        see the broker go away at their address and come back. ``down_for``
+        seconds pass between the stop and the new start, which returns once
+        the broker serves requests again (see :meth:`start` for the errors).
+        """
+        self._stop(timeout=15.0, keep_archive=True, remove_workdir=False)
+        time.sleep(down_for)
+        java, libs = find_java(), ensure_installed()
+        archive = _cds_archive(java, libs)
+        properties = self.workdir / "server.properties"
+        use_archive = archive if archive.is_file() else None
+        self.process = _spawn(java, libs, self.workdir, properties, use_archive, None)
+        try:
+            self._wait_ready(timeout=timeout)
+        except Exception as exc:
+            raise RuntimeError(
+                f"Kafka broker did not come back: {exc}\n{_failure_report(self.process)}"
+            ) from exc
+
     def _stop(self, *, timeout: float, keep_archive: bool, remove_workdir: bool) -> None:
         """Stop the process, then keep or drop a class-data archive it recorded."""
         recording = self._cds_recording
