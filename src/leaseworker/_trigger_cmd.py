@@ -1,10 +1,17 @@
-"""``leaseworker trigger TOPIC --key K --payload JSON``: send one trigger to Kafka."""
+"""``leaseworker trigger TOPIC --key K --payload JSON``: send one trigger to Kafka.
+
+With an OTLP endpoint (``--otlp-endpoint`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``)
+the send is a PRODUCER span whose W3C ``traceparent`` travels in the record's
+headers, so the worker's spans join its trace; the printed JSON then carries
+its ``traceId``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -12,6 +19,7 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from ._cli import env_default, env_name
+from ._telemetry import traced_send
 from ._version import __version__
 
 
@@ -36,6 +44,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)"
     )
+    parser.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="OTLP/HTTP endpoint for the send span (default $OTEL_EXPORTER_OTLP_ENDPOINT; none)",
+    )
     parser.set_defaults(handler=_trigger)
 
 
@@ -56,6 +69,7 @@ async def send(
     key: str | None,
     payload: dict[str, Any],
     within: float = 30.0,
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> tuple[int, int]:
     """Produce one trigger (acks=all) within ``within`` seconds; return (partition, offset)."""
     producer = AIOKafkaProducer(
@@ -71,6 +85,7 @@ async def send(
                 topic,
                 value=json.dumps(payload).encode(),
                 key=None if key is None else key.encode(),
+                headers=list(headers) or None,
             )
         finally:
             await producer.stop()
@@ -78,19 +93,32 @@ async def send(
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    async def main() -> tuple[int, int]:
-        return await send(
-            args.bootstrap_servers,
-            args.topic,
-            key=args.key,
-            payload=args.payload,
-            within=args.timeout,
-        )
+    from ._telemetry._setup import configure
+
+    telemetry = configure(pod="leaseworker-trigger", otlp_endpoint=args.otlp_endpoint)
+    landed: dict[str, Any] = {"topic": args.topic}
+
+    async def main() -> None:
+        with traced_send(args.topic, args.key, telemetry.tracer_provider) as outgoing:
+            partition, offset = await send(
+                args.bootstrap_servers,
+                args.topic,
+                key=args.key,
+                payload=args.payload,
+                within=args.timeout,
+                headers=outgoing.headers,
+            )
+            outgoing.sent(partition, offset)
+        landed.update(partition=partition, offset=offset)
+        if outgoing.trace_id:
+            landed["traceId"] = outgoing.trace_id
 
     try:
-        partition, offset = anyio.run(main)
+        anyio.run(main)
     except (KafkaError, OSError, TimeoutError) as exc:
         print(f"leaseworker trigger: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({"topic": args.topic, "partition": partition, "offset": offset}))
+    finally:
+        telemetry.close()
+    print(json.dumps(landed))
     return 0
