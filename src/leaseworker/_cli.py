@@ -54,14 +54,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _setup_logging(args.log_level, getattr(args, "log_format", "text"))
     handler: Handler = args.handler
     try:
         return handler(args)
     except KeyboardInterrupt:
         return 130
+
+
+def _setup_logging(level: str, log_format: str) -> None:
+    """Log to stderr as text, or as one JSON object per line (``--log-format json``)."""
+    if log_format != "json":
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return
+    from ._telemetry import JsonFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 if __name__ == "__main__":  # pragma: no cover

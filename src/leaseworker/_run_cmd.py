@@ -15,6 +15,7 @@ import inspect
 import os
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -25,6 +26,7 @@ from ._errors import ConfigError
 from ._health import HealthServer, serve_with_health
 from ._job import ReportJob
 from ._kafka_security import KafkaSecurity
+from ._telemetry._setup import ConfiguredTelemetry
 from ._version import __version__
 from ._worker import Worker, serve
 
@@ -60,6 +62,7 @@ def add_parser(subparsers: Any) -> None:
     _add_tuning_flags(parser)
     _add_kafka_security_flags(parser)
     _add_health_flags(parser)
+    _add_telemetry_flags(parser)
     parser.set_defaults(handler=_run)
 
 
@@ -113,6 +116,24 @@ def _add_health_flags(parser: argparse.ArgumentParser) -> None:
         "10",
         "seconds of event-loop lag after which /healthz answers 503",
         _seconds,
+    )
+
+
+def _add_telemetry_flags(parser: argparse.ArgumentParser) -> None:
+    """Add OTLP export, the Prometheus endpoint and the log format (docs/telemetry.md)."""
+    _flag(
+        parser,
+        "--otlp-endpoint",
+        None,
+        "OTLP/HTTP endpoint for traces and metrics, e.g. http://collector:4318 "
+        "(also $OTEL_EXPORTER_OTLP_ENDPOINT); unset: nothing is exported",
+    )
+    _flag(parser, "--metrics-port", None, "serve Prometheus metrics on this port", _port)
+    parser.add_argument(
+        "--log-format",
+        default=env_default("--log-format", "text"),
+        choices=["text", "json"],
+        help=f"log line format (env {env_name('--log-format')}; default text)",
     )
 
 
@@ -223,7 +244,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         job = load_job_class(args.job)()
         config = build_config(args)
-        worker = Worker(job, config)
+        telemetry = _telemetry(args, config.pod)
+        worker = Worker(job, config, telemetry=telemetry.telemetry)
         health = (
             None if args.health_port is None else HealthServer(args.health_host, args.health_port)
         )
@@ -231,18 +253,40 @@ def _run(args: argparse.Namespace) -> int:
         print(f"leaseworker run: error: {exc}", file=sys.stderr)
         return 2
     if health is None:
-        anyio.run(serve, worker)
+        anyio.run(_then_flush, functools.partial(serve, worker), telemetry)
         return 0
     try:
         anyio.run(
+            _then_flush,
             functools.partial(
                 serve_with_health,
                 worker,
                 health,
                 pod=config.pod,
                 stall_threshold=args.stall_threshold,
-            )
+            ),
+            telemetry,
         )
     finally:
         health.close()
     return 0
+
+
+def _telemetry(args: argparse.Namespace, pod: str) -> ConfiguredTelemetry:
+    """Set up OTLP/Prometheus export from the flags and OTEL_* (ConfigError if impossible)."""
+    from ._telemetry._setup import configure
+
+    try:
+        return configure(pod=pod, otlp_endpoint=args.otlp_endpoint, metrics_port=args.metrics_port)
+    except OSError as exc:  # the metrics port is taken, say
+        raise ConfigError(f"cannot serve metrics on port {args.metrics_port}: {exc}") from exc
+
+
+async def _then_flush(
+    serving: Callable[[], Awaitable[None]], telemetry: ConfiguredTelemetry
+) -> None:
+    """Run ``serving``, then flush telemetry off the event loop (bounded)."""
+    try:
+        await serving()
+    finally:
+        await telemetry.aclose()
