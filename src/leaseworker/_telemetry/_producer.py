@@ -1,24 +1,19 @@
 """The producer side: a ``send {topic}`` span whose context travels in the record's headers.
 
 ``leaseworker trigger`` sends through :func:`traced_send`; the worker's
-``process {topic}`` span then continues that trace. When the sender exports
-no spans, a fresh sampled trace context is still injected, so the trigger's
-trace id is known up front and the consumer's spans carry it.
+``process {topic}`` span then continues that trace (W3C ``traceparent`` in the
+record headers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import (
-    NonRecordingSpan,
     Span,
-    SpanContext,
     SpanKind,
-    TraceFlags,
     TracerProvider,
     format_trace_id,
     set_span_in_context,
@@ -50,20 +45,16 @@ class OutgoingTrigger:
 def traced_send(
     topic: str, key: str | None, tracer_provider: TracerProvider | None = None
 ) -> Iterator[OutgoingTrigger]:
-    """Yield the headers for one trigger; a PRODUCER span covers the block when exporting."""
+    """Yield the headers for one trigger; a PRODUCER span covers the block when tracing.
+
+    Without a tracer provider nothing is injected: the consumer starts its own
+    trace rather than pointing at a parent span nobody exported.
+    """
     if tracer_provider is None:
-        context = SpanContext(
-            trace_id=secrets.randbits(128) or 1,
-            span_id=secrets.randbits(64) or 1,
-            is_remote=False,
-            trace_flags=TraceFlags(TraceFlags.SAMPLED),
-        )
-        outgoing = OutgoingTrigger(trace_id=format_trace_id(context.trace_id))
-        inject(outgoing.headers, set_span_in_context(NonRecordingSpan(context)))
-        yield outgoing
+        yield OutgoingTrigger()
         return
     tracer = tracer_provider.get_tracer("leaseworker", __version__, schema_url=SCHEMA_URL)
-    attributes = {
+    attributes: dict[str, str] = {
         n.MESSAGING_SYSTEM: "kafka",
         n.MESSAGING_OPERATION_NAME: "send",
         n.MESSAGING_OPERATION_TYPE: "send",
