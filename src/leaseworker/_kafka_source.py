@@ -198,12 +198,18 @@ class KafkaTriggerSource:
         """Poll, dispatch and commit until stopped and drained (or drain time is up)."""
         retry = 0
         while not self._drained():
+            if self._all_paused():
+                # getmany() would idle for the whole poll timeout: wake up as soon as an
+                # execution frees a slot (or, draining, the last one ends) instead.
+                with anyio.move_on_after(self._config.poll_timeout):
+                    await self._wait(self._may_go_on)
             self._apply_pauses()
             free = self._config.concurrency - self.stats.in_flight
+            wait = 0.0 if self._all_paused() else self._config.poll_timeout
             try:
                 with anyio.fail_after(self._config.kafka_timeout):
                     batch = await self._consumer.getmany(
-                        timeout_ms=int(self._config.poll_timeout * 1000), max_records=max(1, free)
+                        timeout_ms=int(wait * 1000), max_records=max(1, free)
                     )
             except (KafkaError, TimeoutError) as exc:
                 delay = self._startup.delay(retry)
@@ -221,6 +227,15 @@ class KafkaTriggerSource:
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
             await self._commit(p for p in self._partitions.values() if not p.revoking)
+
+    def _all_paused(self) -> bool:
+        """Whether every partition is paused: at the concurrency limit, or stopping."""
+        return self._stopping or self.stats.in_flight >= self._config.concurrency
+
+    def _may_go_on(self) -> bool:
+        if self._stopping:
+            return self.stats.in_flight == 0
+        return self.stats.in_flight < self._config.concurrency
 
     def _drained(self) -> bool:
         """Tell whether the loop may end: stopped, and nothing left (or drain time over)."""
@@ -318,7 +333,7 @@ class KafkaTriggerSource:
         if self._consumer is None:
             return
         assigned = set(self._consumer.assignment())
-        full = self._stopping or self.stats.in_flight >= self._config.concurrency
+        full = self._all_paused()
         want = assigned if full else set()
         paused = set(self._consumer.paused()) & assigned
         if want - paused:
