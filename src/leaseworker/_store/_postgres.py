@@ -1,8 +1,8 @@
 """The PostgreSQL completion store: psycopg 3, async, over a connection pool.
 
 Why ``complete()`` is race-free. Every completion attempt for a job key runs
-in one READ COMMITTED transaction that first takes that job key's *head row*
-lock, then reads, then writes:
+in one READ COMMITTED transaction (set explicitly, see ``_SessionSetup``)
+that first takes that job key's *head row* lock, then reads, then writes:
 
 1. ``INSERT INTO leaseworker_jobs ... ON CONFLICT (job_key) DO UPDATE ...
    RETURNING fence`` creates the head row or locks the existing one, in one
@@ -138,7 +138,7 @@ class PostgresStore:
             name="leaseworker-completions",
             timeout=call_timeout,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(call_timeout))},
-            configure=_SessionBounds(call_timeout),
+            configure=_SessionSetup(call_timeout),
         )
         store = cls(pool, shown_url=url.redacted, call_timeout=call_timeout)
         try:
@@ -282,13 +282,20 @@ class _Attempt:
 
 
 @final
-class _SessionBounds:
-    """Pool ``configure`` hook: server-side timeouts equal to the store's bound."""
+class _SessionSetup:
+    """Pool ``configure`` hook, once per new connection.
+
+    READ COMMITTED is set explicitly because the race-freedom argument above
+    relies on a fresh snapshot per statement (a server or URL default of
+    REPEATABLE READ would turn lock waits into serialisation failures). The
+    server-side timeouts equal the store's bound.
+    """
 
     def __init__(self, call_timeout: float) -> None:
         self._ms = f"{max(1, math.ceil(call_timeout * 1000))}ms"
 
     async def __call__(self, conn: _Conn) -> None:
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
         await conn.execute(
             "SELECT set_config('statement_timeout', %s, false),"
             " set_config('idle_in_transaction_session_timeout', %s, false)",
