@@ -114,15 +114,9 @@ class PodTelemetry:
         """Record the ``trigger received`` span: the record decoded for ``job_key``."""
         trace = self._trace_for(trigger)
         trace.job_key = job_key
+        trace.received = True
         if trace.span is not None:
             trace.span.set_attribute(n.JOB_KEY, job_key)
-        span = self._tracer.start_span(
-            n.SPAN_RECEIVED,
-            context=trace.parent,
-            attributes=trace.attributes(),
-            start_time=trace.started_ns,
-        )
-        span.end()
 
     @_guarded
     def malformed(self, record: Any, reason: str) -> None:
@@ -190,6 +184,7 @@ class PodTelemetry:
         trace = self._trace_for(trigger)
         if trace.job_key is None:
             trace.job_key = job_key
+        self._received_span(trace, execution_id)
         if trace.acquire is None:
             trace.acquire_began = anyio.current_time()
             trace.acquire = self._tracer.start_span(
@@ -294,8 +289,27 @@ class PodTelemetry:
             return None
         return trace
 
+    def _received_span(self, trace: TriggerTrace, execution_id: str | None) -> None:
+        """End ``trigger received``: from the record's arrival to its first execution.
+
+        It is emitted when the first execution begins (so it carries that
+        execution's id and shows how long the trigger waited, e.g. behind
+        another execution of its job key in this pod), or when processing ends.
+        """
+        if not trace.received:
+            return
+        trace.received = False
+        span = self._tracer.start_span(
+            n.SPAN_RECEIVED,
+            context=trace.parent,
+            attributes=trace.attributes(execution_id=execution_id),
+            start_time=trace.started_ns,
+        )
+        span.end()
+
     @_guarded
     def _close(self, trace: TriggerTrace) -> None:
+        self._received_span(trace, None)
         if trace.acquire is not None:  # cancelled while waiting for the lease
             trace.acquire.set_attribute(n.BUSY_RETRIES, trace.busy)
             _end_with_outcome(trace.acquire, trace.outcome or "cancelled", None)

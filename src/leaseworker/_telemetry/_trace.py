@@ -38,6 +38,7 @@ class TriggerTrace:
     span: Span | None = None
     started_ns: int = field(default_factory=time.time_ns)
     job_key: str | None = None
+    received: bool = False  # decoded; its ``trigger received`` span is still to be sent
     execution_id: str | None = None
     fence: int | None = None
     acquire: Span | None = None
