@@ -1,0 +1,229 @@
+"""Triggers per second end to end: a worker pod against a bare aiokafka loop, same run.
+
+Both sides consume the same number of no-op triggers from a fresh topic in
+their own consumer group, against one private Kafka broker and one private
+redis-server, and both commit every offset:
+
+- **bare**: an aiokafka consume-and-commit loop that, per record, does what a
+  hand-written lock does: ``SET NX PX`` and a Lua compare-and-delete (two
+  Redis round trips), ``concurrency`` records at a time, then commits the batch;
+- **leaseworker**: an in-process :class:`~leaseworker.Worker` running a job
+  whose ``run`` returns at once: lease acquire (fence) and release, the
+  executor, per-key serialisation, offset tracking, pauses, commits.
+
+Timing starts at the first record a side sees and stops when the broker shows
+every offset committed (polled the same way for both). Rounds alternate the
+two sides so machine noise hits both alike; the figure is the ratio of the
+medians.
+
+    .venv/bin/python bench/throughput.py [--triggers 2000] [--rounds 3] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import anyio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+from redis.asyncio import Redis
+
+from leaseworker import ExecutionEvent, JobContext, ReportJob, Worker, WorkerConfig
+from leaseworker._local import LocalRedis
+from leaseworker._local._kafka import LocalKafka
+from leaseworker._scripts import RELEASE
+
+PARTITIONS = 4
+
+
+class NoopReport(ReportJob):
+    """A job that returns at once: what is left is leaseworker's own cost."""
+
+    topic = "unset"
+
+    async def run(self, ctx: JobContext) -> object:
+        """Do nothing."""
+        return None
+
+
+class FirstStart:
+    """Observer noting when the first execution started."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Remember the first ``started`` event's time."""
+        if self.at is None and event.event == "started":
+            self.at = time.perf_counter()
+
+
+async def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    with anyio.fail_after(60):
+        await producer.start()
+        try:
+            sent = [
+                await producer.send(topic, key=f"bench:{i}".encode(), value=b'{"n": 1}')
+                for i in range(count)
+            ]
+            for delivery in sent:
+                await delivery
+        finally:
+            await producer.stop()
+
+
+async def wait_committed(bootstrap: str, group: str, topic: str, count: int) -> float:
+    """Poll the group's committed offsets until they sum to ``count``; return the time."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    with anyio.fail_after(120):
+        await admin.start()
+        try:
+            while True:
+                offsets = await admin.list_consumer_group_offsets(group)
+                total = sum(m.offset for tp, m in offsets.items() if tp.topic == topic)
+                if total >= count:
+                    return time.perf_counter()
+                await anyio.sleep(0.02)
+        finally:
+            await admin.close()
+
+
+async def bare_loop(
+    bootstrap: str, redis: Redis, topic: str, count: int, concurrency: int
+) -> float:
+    """Consume, lock/unlock per record (2 round trips), commit each batch; return seconds."""
+    group = f"bare-{uuid.uuid4().hex[:8]}"
+    release = redis.register_script(RELEASE)
+
+    async def handle(key: bytes) -> None:
+        token = secrets.token_hex(12)
+        lock = f"bare:{{{key.decode()}}}:lock"
+        with anyio.fail_after(1):
+            if await redis.set(lock, token, nx=True, px=30_000):
+                await release(keys=[lock], args=[token])
+
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=concurrency,
+    )
+    first: float | None = None
+    await consumer.start()
+    try:
+        async with anyio.create_task_group() as tg:
+            waiter: list[float] = []
+
+            async def watch() -> None:
+                waiter.append(await wait_committed(bootstrap, group, topic, count))
+
+            tg.start_soon(watch)
+            while not waiter:
+                batch = await consumer.getmany(timeout_ms=200, max_records=concurrency)
+                records = [r for part in batch.values() for r in part]
+                if not records:
+                    continue
+                first = first or time.perf_counter()
+                async with anyio.create_task_group() as inner:
+                    for record in records:
+                        inner.start_soon(handle, record.key)
+                with anyio.fail_after(5):
+                    await consumer.commit()
+    finally:
+        await consumer.stop()
+    assert first is not None
+    return waiter[0] - first
+
+
+async def leaseworker_pod(
+    bootstrap: str, redis_url: str, topic: str, count: int, concurrency: int
+) -> float:
+    """Run one in-process worker pod until everything is committed; return seconds."""
+    group = f"lw-{uuid.uuid4().hex[:8]}"
+    job: NoopReport = type("NoopReport", (NoopReport,), {"topic": topic})()
+    config = WorkerConfig(
+        bootstrap_servers=bootstrap,
+        redis_url=redis_url,
+        group=group,
+        pod="bench",
+        namespace=f"bench-{uuid.uuid4().hex[:6]}",
+        concurrency=concurrency,
+    )
+    first = FirstStart()
+    worker = Worker(job, config, observer=first)
+    async with anyio.create_task_group() as tg:
+        await tg.start(_run_worker, worker)
+        end = await wait_committed(bootstrap, group, topic, count)
+        worker.stop()
+    assert first.at is not None
+    return end - first.at
+
+
+async def _run_worker(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+    await worker.run(task_status=task_status)
+
+
+Side = Callable[[str], Awaitable[float]]
+
+
+async def bench(kafka: LocalKafka, redis_server: LocalRedis, args: argparse.Namespace) -> None:
+    redis = Redis.from_url(redis_server.url)
+    sides: dict[str, Side] = {
+        "bare aiokafka loop": lambda topic: bare_loop(
+            kafka.bootstrap_servers, redis, topic, args.triggers, args.concurrency
+        ),
+        "leaseworker pod": lambda topic: leaseworker_pod(
+            kafka.bootstrap_servers, redis_server.url, topic, args.triggers, args.concurrency
+        ),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    try:
+        for round_no in range(args.rounds):
+            order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
+            for name in order:
+                topic = f"bench-{uuid.uuid4().hex[:8]}"
+                kafka.create_topics([topic], partitions=PARTITIONS)
+                await produce(kafka.bootstrap_servers, topic, args.triggers)
+                seconds = await sides[name](topic)
+                rates[name].append(args.triggers / seconds)
+                print(f"  round {round_no + 1}: {name:20s} {args.triggers / seconds:8.0f} /s")
+    finally:
+        await redis.aclose()
+    bare = statistics.median(rates["bare aiokafka loop"])
+    pod = statistics.median(rates["leaseworker pod"])
+    print(f"\nmedian bare aiokafka loop: {bare:8.0f} triggers/s")
+    print(f"median leaseworker pod:    {pod:8.0f} triggers/s")
+    print(f"ratio leaseworker / bare:  {pod / bare:8.2f}x (target >= 0.80x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triggers", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    print(
+        f"{args.triggers} no-op triggers over {PARTITIONS} partitions, "
+        f"concurrency {args.concurrency}, {args.rounds} rounds per side"
+    )
+    redis_server = LocalRedis.start()
+    try:
+        kafka = LocalKafka.start()
+        try:
+            anyio.run(bench, kafka, redis_server, args)
+        finally:
+            kafka.stop()
+    finally:
+        redis_server.stop()
+
+
+if __name__ == "__main__":
+    main()
