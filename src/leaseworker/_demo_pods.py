@@ -80,13 +80,13 @@ def _start_in_parallel(starters: list[Callable[[], Any] | None], started: list[A
 def telemetry_flags(stack: Stack) -> list[str]:
     """Return the pods' telemetry flags: the hook that points traces at the demo's Jaeger.
 
-    Empty until ``leaseworker run`` accepts ``--otlp-endpoint`` (the telemetry
-    change adds it); from then on every pod exports its spans to the local
-    Jaeger with no further change here.
+    Empty when Jaeger is not built or ``leaseworker run`` has no
+    ``--otlp-endpoint`` (an OTLP/HTTP base URL); otherwise every pod exports
+    its traces to the local Jaeger.
     """
     if stack.jaeger is None or "--otlp-endpoint" not in _run_flags():
         return []
-    return ["--otlp-endpoint", stack.jaeger.otlp_grpc_endpoint]
+    return ["--otlp-endpoint", stack.jaeger.otlp_http_endpoint]
 
 
 def _run_flags() -> set[str]:
