@@ -1,0 +1,165 @@
+"""Worker throughput with telemetry on (spans to a real Jaeger, Prometheus metrics) vs off.
+
+One in-process worker pod runs a trivial job for ``--triggers`` triggers on a
+fresh one-partition topic per round, against a private Kafka broker, Redis and
+Jaeger started here. "off" is ``Worker(..., telemetry=None)``; "on" is what
+``leaseworker run --otlp-endpoint ... --metrics-port ...`` sets up (OTLP/HTTP
+batch export to Jaeger, a Prometheus reader). Rounds alternate off/on so
+machine noise hits both alike; throughput is counted from the first job start
+to the last job end (group joins excluded). The figure that matters is the
+ratio; the target is on/off >= 0.90.
+
+    .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3] [--job-seconds 0]
+
+``--job-seconds 0`` measures the worker's own cost per trigger (worst case for
+telemetry: about ten spans per trigger against a no-op job); a job with some
+I/O (``--job-seconds 0.05``) shows what the overhead means for real work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import uuid
+
+import anyio
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+from leaseworker import JobContext, ReportJob, Worker, WorkerConfig
+from leaseworker._local import LocalRedis
+from leaseworker._local._jaeger import LocalJaeger
+from leaseworker._local._kafka import LocalKafka
+from leaseworker._telemetry import Telemetry
+from leaseworker._telemetry._setup import configure
+
+
+class Counted(ReportJob):
+    """A job that waits ``seconds`` (simulated I/O; 0: the worker's own cost only) and counts."""
+
+    topic = "unset"
+    lease_duration = 10.0
+
+    def __init__(self, expected: int, seconds: float) -> None:
+        self.expected = expected
+        self.seconds = seconds
+        self.first: float | None = None
+        self.last = 0.0
+        self.count = 0
+        self.done = anyio.Event()
+
+    async def run(self, ctx: JobContext) -> object:
+        """Count the run; set ``done`` at the last one."""
+        now = time.perf_counter()
+        self.first = self.first or now
+        await anyio.sleep(self.seconds)  # the job's own I/O, if any
+        await ctx.checkpoint()
+        self.count += 1
+        self.last = time.perf_counter()
+        if self.count == self.expected:
+            self.done.set()
+        return None
+
+
+async def produce(bootstrap: str, topic: str, count: int) -> None:
+    """Put ``count`` triggers with distinct keys on ``topic``."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    with anyio.fail_after(60):
+        await producer.start()
+        try:
+            sent = [
+                await producer.send(topic, value=b"{}", key=f"k{i}".encode()) for i in range(count)
+            ]
+            for future in sent:
+                await future
+        finally:
+            await producer.stop()
+
+
+async def one_round(
+    kafka: LocalKafka,
+    redis: LocalRedis,
+    triggers: int,
+    telemetry: Telemetry | None,
+    seconds: float,
+) -> float:
+    """Run ``triggers`` triggers through a fresh worker; return executions per second."""
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"bench-{suffix}"
+    kafka.create_topics([topic])
+    await produce(kafka.bootstrap_servers, topic, triggers)
+    job_class = type("Counted", (Counted,), {"topic": topic})
+    job: Counted = job_class(triggers, seconds)
+    config = WorkerConfig(
+        bootstrap_servers=kafka.bootstrap_servers,
+        redis_url=redis.url,
+        group=f"bench-{suffix}",
+        pod="bench-pod",
+        namespace=f"bench-{suffix}",
+        concurrency=16,
+        poll_timeout=0.05,
+    )
+    worker = Worker(job, config, telemetry=telemetry)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(300):
+            await job.done.wait()
+        worker.stop()
+    assert job.first is not None
+    return (triggers - 1) / (job.last - job.first)
+
+
+async def measure(triggers: int, rounds: int, seconds: float) -> dict[str, list[float]]:
+    """Alternate off/on rounds against private Kafka, Redis and Jaeger."""
+    kafka, redis, jaeger = LocalKafka.start(), LocalRedis.start(), LocalJaeger.start()
+    os.environ["OTEL_METRICS_EXPORTER"] = "none"  # Jaeger takes traces only
+    os.environ["OTEL_SERVICE_NAME"] = "bench-worker"
+    configured = configure(
+        pod="bench-pod",
+        otlp_endpoint=jaeger.otlp_http_endpoint,
+        metrics_port=0,
+        metrics_host="127.0.0.1",
+    )
+    samples: dict[str, list[float]] = {"off": [], "on": []}
+    try:
+        await one_round(kafka, redis, min(triggers, 100), None, seconds)  # warm-up
+        for _ in range(rounds):
+            samples["off"].append(await one_round(kafka, redis, triggers, None, seconds))
+            samples["on"].append(
+                await one_round(kafka, redis, triggers, configured.telemetry, seconds)
+            )
+        await configured.aclose()
+        spans = len(jaeger.find_traces("bench-worker", limit=10))
+        assert spans > 0, "no spans reached Jaeger"
+    finally:
+        jaeger.stop()
+        redis.stop()
+        kafka.stop()
+    return samples
+
+
+def main() -> None:
+    """Measure and print the medians and the on/off ratio (also as one JSON line)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--triggers", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--job-seconds", type=float, default=0.0, help="simulated I/O per job (default 0)"
+    )
+    args = parser.parse_args()
+    samples = anyio.run(measure, args.triggers, args.rounds, args.job_seconds)
+    off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
+    print(f"telemetry off: {off:8.1f} executions/s  (rounds: {samples['off']})")
+    print(f"telemetry on : {on:8.1f} executions/s  (rounds: {samples['on']})")
+    print(f"on/off ratio : {on / off:.3f}  (target >= 0.90)")
+    print(
+        json.dumps(
+            {"job_seconds": args.job_seconds, "off": off, "on": on, "ratio": round(on / off, 3)}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
