@@ -43,6 +43,7 @@ from ._store import CompletionResult as CompletionResult
 from ._store import CompletionStore as CompletionStore
 from ._store import fenced_upsert as fenced_upsert
 from ._store import open_store as open_store
+from ._telemetry import Telemetry as Telemetry
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
 from ._trigger import Trigger as Trigger
@@ -79,6 +80,7 @@ __all__ = [
     "RedisLeases",
     "ReportJob",
     "StoreUnavailable",
+    "Telemetry",
     "Trigger",
     "Worker",
     "WorkerConfig",
