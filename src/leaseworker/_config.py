@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 from ._errors import ConfigError
 from ._kafka_security import KafkaSecurity
+from ._store import DEFAULT_URL, redact
+from ._store._url import parse_store_url
 from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES
 
 
@@ -37,7 +39,10 @@ class WorkerConfig:
     ``kafka_timeout``, every commit by ``commit_timeout``, every Redis command
     by ``redis_timeout``. ``kafka_security`` (SASL/TLS) goes to every Kafka
     client; ``redis_url`` carries Redis AUTH/TLS (``rediss://user:pw@host``) and
-    is left out of the repr.
+    is left out of the repr. ``store_url`` selects the fenced completion store
+    (``postgresql://...`` or ``sqlite:///path``; default: the embedded SQLite
+    file ``leaseworker-completions.sqlite3`` in the working directory), every
+    store call bounded by ``store_timeout``; it is left out of the repr too.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -57,6 +62,8 @@ class WorkerConfig:
     commit_timeout: float = 5.0
     kafka_timeout: float = 30.0
     redis_timeout: float = 0.5
+    store_url: str = field(default=DEFAULT_URL, repr=False)  # may hold a password
+    store_timeout: float = 5.0
     startup_retry_cap: float = 10.0
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
@@ -66,6 +73,7 @@ class WorkerConfig:
             urlsplit(self.redis_url).scheme in _REDIS_SCHEMES,
             "redis_url must be redis://, rediss:// or unix://",
         )
+        parse_store_url(self.store_url)  # ConfigError for a malformed URL, before any I/O
         _require(bool(self.group), "group must not be empty")
         _require(bool(self.pod) and self.pod.isprintable(), "pod must be a printable name")
         _require(self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency}")
@@ -80,6 +88,7 @@ class WorkerConfig:
             "commit_timeout",
             "kafka_timeout",
             "redis_timeout",
+            "store_timeout",
             "startup_retry_cap",
         ):
             value = getattr(self, name)
@@ -122,6 +131,10 @@ class WorkerConfig:
     def redacted_redis(self) -> str:
         """``host:port`` of the Redis URL, for log lines (never the password)."""
         return _redact(self.redis_url)
+
+    def redacted_store(self) -> str:
+        """Return the store URL with any password replaced by ``***``, for log lines."""
+        return redact(self.store_url)
 
 
 _REDIS_SCHEMES = {"redis", "rediss", "unix"}

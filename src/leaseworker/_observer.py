@@ -18,13 +18,20 @@ from typing import Literal, Protocol, final
 from ._hold import Outcome
 from ._trigger import Trigger
 
-EventName = Literal["started", "finished", "retry"]
+EventName = Literal["started", "completion", "finished", "retry"]
 
-TERMINAL: frozenset[Outcome] = frozenset({"completed", "failed", "timed_out"})
+ExecutionOutcome = Literal[Outcome, "duplicate"]
+"""How an execution ended: a :data:`Outcome` of its hold, or ``duplicate`` (its
+completion identity had completed already: answered from the store)."""
+
+TERMINAL: frozenset[ExecutionOutcome] = frozenset({"completed", "duplicate", "failed", "timed_out"})
 """Outcomes after which a trigger is done and its offset may be committed.
 
 ``lost``, ``busy`` and ``cancelled`` are not terminal: the job did not reach an
 end, so the trigger is retried (or, after shutdown or a rebalance, redelivered).
+One exception: ``lost`` with reason ``stale`` (the store refused the completion
+because a newer fence completed the job key) is final, since the newer
+completion is durable; see :meth:`ExecutionEvent.terminal`.
 """
 
 
@@ -36,9 +43,13 @@ class ExecutionEvent:
     how long the acquire took). ``finished``: an execution ended with
     ``outcome`` (``busy`` when the lease was held elsewhere; ``elapsed`` is the
     execution's whole duration). ``retry``: another execution of the same
-    trigger follows after ``retry_in`` seconds. ``error`` is the exception
-    behind a non-completed outcome, if any; ``result`` is what a completed
-    ``run`` returned (for observers that store results; never logged).
+    trigger follows after ``retry_in`` seconds. ``completion``: the store
+    answered the execution's completion (``reason`` is the store's status,
+    ``accepted``/``duplicate``/``stale``; ``elapsed`` the store call's
+    duration). ``reason`` on ``finished`` qualifies the outcome: ``stale`` for
+    a ``lost`` execution whose completion the store refused. ``error`` is the
+    exception behind a non-completed outcome, if any; ``result`` is what a
+    completed ``run`` returned (for observers that store results; never logged).
     """
 
     event: EventName
@@ -47,11 +58,17 @@ class ExecutionEvent:
     pod: str
     trigger: Trigger
     elapsed: float = 0.0
-    outcome: Outcome | None = None
+    outcome: ExecutionOutcome | None = None
+    reason: str | None = None
     fence: int | None = None
     retry_in: float | None = None
     error: BaseException | None = None
     result: object = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this ``finished`` event ends the trigger (its offset may be committed)."""
+        return self.outcome in TERMINAL or (self.outcome == "lost" and self.reason == "stale")
 
 
 class ExecutionObserver(Protocol):
@@ -72,11 +89,14 @@ class LoggingObserver:
     def on_event(self, event: ExecutionEvent) -> None:
         """Write the event: failures and losses at WARNING, the rest at INFO/DEBUG."""
         level = _LEVELS.get(event.outcome or event.event, logging.INFO)
+        level = _LEVELS.get(event.reason or "", level)  # a stale completion warns
         if not self._logger.isEnabledFor(level):
             return
         text = f"{event.event} job {event.job_key!r} execution {event.execution_id}"
         if event.outcome is not None:
             text += f": {event.outcome}"
+        if event.reason is not None:
+            text += f" ({event.reason})"
         if event.error is not None:
             text += f" ({type(event.error).__name__}: {event.error})"
         if event.retry_in is not None:
@@ -102,6 +122,7 @@ _LEVELS: dict[str, int] = {
     "retry": logging.DEBUG,
     "failed": logging.WARNING,
     "lost": logging.WARNING,
+    "stale": logging.WARNING,
     "timed_out": logging.WARNING,
 }
 
@@ -114,6 +135,7 @@ def _fields(event: ExecutionEvent) -> dict[str, object]:
         "event": event.event,
         "elapsedMs": round(event.elapsed * 1000, 1),
         "outcome": event.outcome,
+        "reason": event.reason,
         "fence": event.fence,
         "topic": event.trigger.topic,
         "partition": event.trigger.partition,

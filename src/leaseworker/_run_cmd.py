@@ -59,11 +59,31 @@ def add_parser(subparsers: Any) -> None:
     _flag(
         parser, "--session-timeout", "10", "seconds before the group drops a silent pod", _seconds
     )
+    _add_store_flags(parser)
     _add_tuning_flags(parser)
     _add_kafka_security_flags(parser)
     _add_health_flags(parser)
     _add_telemetry_flags(parser)
     parser.set_defaults(handler=_run)
+
+
+def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the fenced completion store flags (docs/completion.md)."""
+    _flag(
+        parser,
+        "--store-url",
+        _config_default("--store-url"),
+        "completion store: postgresql://user:pw@host/db or sqlite:///path; the default is "
+        "an embedded SQLite file in the working directory (one per host: share a "
+        "PostgreSQL database between pods)",
+    )
+    _flag(
+        parser,
+        "--store-timeout",
+        _config_default("--store-timeout"),
+        "seconds a completion store call may take",
+        _seconds,
+    )
 
 
 def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
@@ -229,6 +249,8 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         commit_timeout=args.commit_timeout,
         kafka_timeout=args.kafka_timeout,
         redis_timeout=args.redis_timeout,
+        store_url=args.store_url,
+        store_timeout=args.store_timeout,
         max_payload_bytes=args.max_payload_bytes,
         kafka_security=KafkaSecurity(
             protocol=args.kafka_security_protocol,

@@ -1,10 +1,11 @@
 """The worker pod: one job class, one trigger source, one lease store.
 
-The :class:`Worker` joins the pieces: it waits for Redis (retrying with a log
-line, never crash-looping silently), builds the :class:`Executor` and the
-Kafka source, and serialises executions of one job key inside the pod (across
-pods the lease does it). :func:`serve` adds signal handling: the first
-SIGTERM/SIGINT stops fetching and drains, a second one exits at once.
+The :class:`Worker` joins the pieces: it waits for Redis and opens the
+completion store (retrying with a log line, never crash-looping silently),
+builds the :class:`Executor` and the Kafka source, and serialises executions
+of one job key inside the pod (across pods the lease does it). :func:`serve`
+adds signal handling: the first SIGTERM/SIGINT stops fetching and drains, a
+second one exits at once.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ from redis.exceptions import RedisError
 
 from ._backoff import BusyPolicy
 from ._config import WorkerConfig
+from ._errors import StoreUnavailable
 from ._execution import Executor
 from ._job import ReportJob
 from ._kafka_source import JobFailure, KafkaTriggerSource, SourceStats
 from ._lease import LeaseStore, RedisLeases
 from ._observer import (
-    TERMINAL,
     ExecutionEvent,
     ExecutionObserver,
     LoggingObserver,
     MultiObserver,
 )
+from ._store import CompletionStore, open_store
 from ._telemetry import Telemetry
 from ._trigger import Trigger
 
@@ -54,7 +56,9 @@ class Worker:
     (tests pass one routed through a chaos proxy); ``observer`` receives every
     execution lifecycle event (default: :class:`LoggingObserver`);
     ``telemetry`` turns every lifecycle step into OpenTelemetry spans and
-    metrics on its injected providers (default: none). The job's lease settings
+    metrics on its injected providers (default: none). ``store`` replaces the
+    completion store the worker opens from ``config.store_url`` for the
+    duration of :meth:`run` (the caller then owns it). The job's lease settings
     are checked here (:class:`~leaseworker.ConfigError`).
     """
 
@@ -66,9 +70,11 @@ class Worker:
         leases: LeaseStore | None = None,
         observer: ExecutionObserver | None = None,
         telemetry: Telemetry | None = None,
+        store: CompletionStore | None = None,
     ) -> None:
         self._job = job
         self._config = config
+        self._store = store
         self._redis: Redis | None = None
         if leases is None:
             self._redis = Redis.from_url(
@@ -82,9 +88,8 @@ class Worker:
         self._leases = leases
         pod = (telemetry or Telemetry()).instrument(pod=config.pod, group=config.group)
         self._failures = _FailureTypes(MultiObserver([observer or LoggingObserver(), pod]))
-        self._executor = Executor(
-            job, leases, pod=config.pod, observer=self._failures, lease_observers=pod.lease_observer
-        )
+        self._lease_observers = pod.lease_observer
+        self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
             config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, telemetry=pod
         )
@@ -117,21 +122,69 @@ class Worker:
         """
         try:
             await self._wait_for_redis()
-            await self._source.run(task_status=task_status)
+            if self._store is not None:
+                await self._source.run(task_status=task_status)
+                return
+            async with self._open_store() as store:
+                self._executor = self._make_executor(store)
+                await self._source.run(task_status=task_status)
         finally:
             if self._redis is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await self._redis.aclose()
 
+    def _make_executor(self, store: CompletionStore | None) -> Executor:
+        return Executor(
+            self._job,
+            self._leases,
+            pod=self._config.pod,
+            observer=self._failures,
+            lease_observers=self._lease_observers,
+            store=store,
+            store_namespace=self._config.namespace,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _open_store(self) -> AsyncIterator[CompletionStore]:
+        """Open ``config.store_url``, retrying with a log line while it is unavailable."""
+        config = self._config
+        backoff = BusyPolicy(initial=0.5, cap=config.startup_retry_cap)
+        attempt = 0
+        async with contextlib.AsyncExitStack() as stack:
+            while True:
+                try:
+                    opening = open_store(config.store_url, call_timeout=config.store_timeout)
+                    store = await stack.enter_async_context(opening)
+                except StoreUnavailable as exc:
+                    delay = backoff.delay(attempt)
+                    attempt += 1
+                    logger.warning(
+                        "%s; retrying in %.1fs (attempt %d)",
+                        exc,
+                        delay,
+                        attempt,
+                        extra={"event": "store_unavailable", "pod": config.pod},
+                    )
+                    await anyio.sleep(delay)
+                    continue
+                break
+            logger.info(
+                "completion store %s open",
+                config.redacted_store(),
+                extra={"event": "store_opened", "pod": config.pod},
+            )
+            yield store
+
     async def _handle(self, trigger: Trigger, job_key: str) -> bool | JobFailure:
         try:
             async with self._serialised(job_key):
-                outcome = await self._executor.run(trigger, job_key)
+                ending = await self._executor.run(trigger, job_key)
         finally:
             error_type = self._failures.pop(trigger)
-        if outcome in ("failed", "timed_out"):
-            return JobFailure(reason=f"job_{outcome}", error_type=error_type, job_key=job_key)
-        return outcome in TERMINAL
+        if ending.outcome in ("failed", "timed_out"):
+            reason = f"job_{ending.outcome}"
+            return JobFailure(reason=reason, error_type=error_type, job_key=job_key)
+        return ending.terminal
 
     @contextlib.asynccontextmanager
     async def _serialised(self, job_key: str) -> AsyncIterator[None]:
