@@ -80,3 +80,15 @@ async def store(store_url: str) -> AsyncIterator[CompletionStore]:
     """An open completion store on ``store_url``, closed after the test."""
     async with open_store(store_url, call_timeout=5.0) as opened:
         yield opened
+
+
+@pytest.fixture(autouse=True)
+def _pods_use_a_store_of_the_tests_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``leaseworker run`` pods a test spawns record completions in the test's own store.
+
+    Without it, every pod started in the repository would share the default
+    SQLite file there, and one test's completions would answer another's
+    triggers as duplicates. A test that wants a particular store passes
+    ``--store-url`` (or sets ``LEASEWORKER_STORE_URL`` itself).
+    """
+    monkeypatch.setenv("LEASEWORKER_STORE_URL", f"sqlite:///{tmp_path / 'pods.sqlite3'}")
