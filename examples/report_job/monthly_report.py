@@ -64,8 +64,11 @@ class MonthlyReport(ReportJob):
             for sale in batch:
                 totals[sale.region] += sale.cents
             batches += 1
-        # A real job would write this with `fence=ctx.fence` to a store that
-        # rejects older fences; here the result is returned to the observer.
+        # The returned report is recorded by the worker through the fenced
+        # completion store (--store-url), still under the lease: a redelivered
+        # request is then answered from the store, and a paused pod's late
+        # report is refused as stale. (`await ctx.complete(report)` does the
+        # same explicitly and returns the store's answer; see README.md.)
         return {
             "job_key": ctx.job_key,
             "fence": ctx.fence,
