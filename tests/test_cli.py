@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -50,10 +51,31 @@ def test_flags_map_to_leaseworker_env_vars() -> None:
 
 
 def test_inspect_prints_owner_ttl_and_fence_as_json(
-    redis_server: LocalRedis, capsys: pytest.CaptureFixture[str], namespace: str
+    redis_server: LocalRedis,
+    capsys: pytest.CaptureFixture[str],
+    namespace: str,
+    tmp_path: pathlib.Path,
 ) -> None:
-    """``leaseworker inspect`` reads a real Redis; an unheld key shows nulls."""
-    code = main(["inspect", "report:x", "--redis-url", redis_server.url, "--namespace", namespace])
+    """``leaseworker inspect`` reads a real Redis; an unheld, never-completed key shows nulls."""
+    store = f"sqlite:///{tmp_path / 'completions.sqlite3'}"
+    code = main(
+        [
+            "inspect",
+            "report:x",
+            "--redis-url",
+            redis_server.url,
+            "--namespace",
+            namespace,
+            "--store-url",
+            store,
+        ]
+    )
     assert code == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown == {"key": "report:x", "owner": None, "ttl": None, "fence": None}
+    assert shown == {
+        "key": "report:x",
+        "owner": None,
+        "ttl": None,
+        "fence": None,
+        "completion": None,
+    }
