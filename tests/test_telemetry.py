@@ -216,7 +216,14 @@ async def test_completed_execution_is_one_trace_under_the_producer_span(
         s for s in spans if s.parent is not None and s.parent.span_id == _ctx(process).span_id
     ]
     assert sorted({s.name for s in children}) == sorted(
-        {"trigger received", "lease acquire", "job run", "lease release", f"commit {topic}"}
+        {
+            "trigger received",
+            "lease acquire",
+            "job run",
+            "completion",
+            "lease release",
+            f"commit {topic}",
+        }
         | ({"lease renew"} if named(spans, "lease renew") else set())
     )
     for span in [process, *children]:
@@ -224,6 +231,9 @@ async def test_completed_execution_is_one_trace_under_the_producer_span(
     [acquire] = named(spans, "lease acquire")
     [run] = named(spans, "job run")
     [release] = named(spans, "lease release")
+    [completion] = named(spans, "completion")
+    assert _attrs(completion)["leaseworker.completion.status"] == "accepted"
+    assert _attrs(completion)["leaseworker.fence"] == _attrs(acquire)["leaseworker.fence"]
     assert _attrs(acquire)["leaseworker.outcome"] == "acquired"
     assert _attrs(acquire)["leaseworker.lease.busy_retries"] == 0
     assert _attrs(run)["leaseworker.fence"] == _attrs(acquire)["leaseworker.fence"]

@@ -254,6 +254,9 @@ class PodTelemetry:
         )
         if event.outcome is not None:
             span.set_attribute(n.OUTCOME, event.outcome)
+        if event.event == "completion" and event.reason is not None:
+            # The store's answer: accepted, duplicate or stale.
+            span.set_attribute(n.COMPLETION_STATUS, event.reason)
         span.end()
 
     # -- helpers -----------------------------------------------------------------------
