@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from leaseworker._demo_stack import SLOW_KEY, stack_demo
+from leaseworker._local import LocalJaeger
 
 
 def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_over() -> None:
@@ -18,6 +19,7 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     assert summary.triggers == 17
     assert summary.completed_triggers == summary.committed == summary.triggers
     assert summary.duplicates == 4
+    assert summary.answered_duplicates >= 1  # answered from the completion store, not run
     slow = [e for e in summary.executions if e.key == "report:{}:{}".format(*SLOW_KEY)]
     stalled = [e for e in slow if e.pod == summary.stall_pod]
     others = [e for e in slow if e.pod != summary.stall_pod]
@@ -28,4 +30,7 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     assert summary.loss_after < 3.0  # stopped within one lease duration of the stall
     assert summary.takeover_after is not None
     assert summary.ok
+    if LocalJaeger.binary_path().is_file():  # the demo exported traces to a local Jaeger
+        assert summary.lost_trace is not None
+        assert "/trace/" in summary.lost_trace
     assert "result               OK" in summary.render()

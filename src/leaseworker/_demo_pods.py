@@ -9,7 +9,6 @@ the demo, so the demo can stall one pod's Redis while the others keep theirs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -80,22 +79,12 @@ def _start_in_parallel(starters: list[Callable[[], Any] | None], started: list[A
 def telemetry_flags(stack: Stack) -> list[str]:
     """Return the pods' telemetry flags: the hook that points traces at the demo's Jaeger.
 
-    Empty when Jaeger is not built or ``leaseworker run`` has no
-    ``--otlp-endpoint`` (an OTLP/HTTP base URL); otherwise every pod exports
-    its traces to the local Jaeger.
+    Empty when Jaeger is not built; otherwise every pod exports its traces to
+    the local Jaeger (``--otlp-endpoint``, an OTLP/HTTP base URL).
     """
-    if stack.jaeger is None or "--otlp-endpoint" not in _run_flags():
+    if stack.jaeger is None:
         return []
     return ["--otlp-endpoint", stack.jaeger.otlp_http_endpoint]
-
-
-def _run_flags() -> set[str]:
-    from ._cli import build_parser
-
-    for action in build_parser()._actions:  # argparse keeps subparsers only here
-        if isinstance(action, argparse._SubParsersAction):
-            return set(action.choices["run"]._option_string_actions)
-    return set()
 
 
 @dataclass

@@ -39,6 +39,7 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from ._demo_marks import Execution, Position, completed_positions, overlaps, read_executions
 from ._demo_pods import PodProcess, Stack, committed_total, local_stack, spawn_pod, telemetry_flags
+from ._telemetry._jaeger_links import lost_trace_url
 from .testing import ChaosProxy
 
 TOPIC = "reports.requested"  # MonthlyReport.topic
@@ -67,12 +68,14 @@ class Summary:
     duplicates: int = 0
     executions: list[Execution] = field(default_factory=list)
     completed_triggers: int = 0
+    answered_duplicates: int = 0  # triggers answered from the completion store, not run
     committed: int = 0
     overlapping: int = 0
     stall_pod: str = ""
     loss_after: float | None = None  # stall -> the slow report's body stopped
     takeover_after: float | None = None  # that stop -> started on another pod
     duration: float = 0.0
+    lost_trace: str | None = None  # Jaeger URL of the execution whose lease was lost
 
     def count(self, how: str) -> int:
         """Count the executions that ended ``how``."""
@@ -80,8 +83,8 @@ class Summary:
 
     @property
     def reruns(self) -> int:
-        """Completed executions beyond one per trigger: redeliveries after a hand-over."""
-        return self.count("completed") - self.completed_triggers
+        """Completed executions beyond one per run trigger: redeliveries after a hand-over."""
+        return self.count("completed") - (self.completed_triggers - self.answered_duplicates)
 
     @property
     def ok(self) -> bool:
@@ -101,11 +104,13 @@ class Summary:
             f"  triggers sent        {self.triggers} ({self.duplicates} duplicates)",
             f"  completed            {self.completed_triggers}/{self.triggers} triggers, "
             f"{self.committed} offsets committed",
+            f"  duplicates           {self.answered_duplicates} trigger(s) answered from the "
+            "completion store without running",
             f"  executions           {self.count('completed')} completed, "
             f"{self.count('lost')} lost-and-stopped, {self.count('cancelled')} cancelled, "
             f"{self.count('failed')} failed",
-            f"  re-runs              {self.reruns} completed trigger(s) ran again after the "
-            "hand-over (at-least-once redelivery; a completion store answers them 'duplicate')",
+            f"  re-runs              {self.reruns} trigger(s) ran again after the hand-over "
+            "(redelivered before their completion was recorded)",
             f"  overlap              {self.overlapping} (pairs of executions of one report "
             "running at the same time)",
             f"  stalled pod          {self.stall_pod or 'none'}: report stopped "
@@ -116,14 +121,28 @@ class Summary:
                 if takeover is not None
                 else "NOT seen"
             ),
+            *(
+                [
+                    f"  lost execution trace {self.lost_trace}",
+                    "                       (JSON: "
+                    + self.lost_trace.replace("/trace/", "/api/v3/traces/")
+                    + ")",
+                ]
+                if self.lost_trace
+                else []
+            ),
             f"  duration             {self.duration:.1f}s",
             f"  result               {'OK' if self.ok else 'FAILED'}",
         ]
         return "\n".join(lines)
 
 
-def stack_demo(out: Out = print) -> Summary:
-    """Run the whole demo; every service and pod it started is stopped before it returns."""
+def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
+    """Run the whole demo; every service and pod it started is stopped before it returns.
+
+    ``keep_running`` leaves Redis, Kafka and Jaeger up after the summary until
+    Ctrl-C, so the printed trace URL can be opened.
+    """
     began = time.monotonic()
     out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
     with local_stack() as stack:
@@ -132,6 +151,9 @@ def stack_demo(out: Out = print) -> Summary:
             jaeger = f", Jaeger UI {stack.jaeger.query_url}" if stack.jaeger else ""
             out(f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}")
             summary = anyio.run(_scenario, stack, out)
+            if keep_running:
+                out(summary.render())
+                _wait_for_interrupt(out)
         except BaseException:
             out(f"pod logs and markers kept in {stack.workdir}")
             raise
@@ -164,7 +186,11 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
         *POD_FLAGS,
         *telemetry_flags(stack),
     ]
-    env = {"LEASEWORKER_DEMO_MARKERS": str(markers)}
+    env = {
+        "LEASEWORKER_DEMO_MARKERS": str(markers),
+        # One completion store shared by the pods (SQLite in WAL mode, one host).
+        "LEASEWORKER_STORE_URL": f"sqlite:///{stack.workdir / 'completions.sqlite3'}",
+    }
     clock = _Clock(out)
     summary = Summary()
     async with contextlib.AsyncExitStack() as exits:
@@ -184,8 +210,12 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
         await _play(run)
         await _stop_all(pods)
         clock.say("pods stopped")
+        if stack.jaeger is not None:  # the pods flushed their spans on exit
+            summary.lost_trace = await anyio.to_thread.run_sync(lost_trace_url, stack.jaeger)
     summary.executions = read_executions(markers)
-    summary.completed_triggers = len(completed_positions(summary.executions))
+    ran = completed_positions(summary.executions)
+    summary.completed_triggers = len(ran | _answered(run, summary.executions))
+    summary.answered_duplicates = len(_answered(run, summary.executions) - ran)
     summary.overlapping = len(overlaps(summary.executions))
     return summary
 
@@ -202,6 +232,7 @@ class _Run:
     summary: Summary
     group: str
     sent: set[Position] = field(default_factory=set)
+    keys: dict[Position, str] = field(default_factory=dict)
 
     def executions(self, key: str) -> list[Execution]:
         """Return the executions of ``key`` so far, in start order."""
@@ -216,6 +247,7 @@ class _Run:
                     TOPIC, key=key, value=_payload(tenant, period, **more)
                 )
             self.sent.add((meta.partition, meta.offset))
+            self.keys[(meta.partition, meta.offset)] = key.decode()
         self.summary.triggers = len(self.sent)
 
 
@@ -266,12 +298,24 @@ async def _all_done(run: _Run) -> None:
     """Wait until every sent trigger completed (markers) and was committed (the broker)."""
     with anyio.fail_after(45):
         while True:
-            done = completed_positions(read_executions(run.markers)) >= run.sent
+            executions = read_executions(run.markers)
+            done = completed_positions(executions) | _answered(run, executions) >= run.sent
             total = await committed_total(run.stack.kafka.bootstrap_servers, run.group, TOPIC)
             run.summary.committed = total
             if done and total == len(run.sent):
                 return
             await anyio.sleep(0.3)
+
+
+def _answered(run: _Run, executions: list[Execution]) -> set[Position]:
+    """Triggers whose identical request completed: the store answers them ``duplicate``.
+
+    In this demo every report's inputs are fixed per job key, so a trigger's
+    identity is its key; a trigger that did not run itself is done once an
+    execution of its key completed (and its offset is committed, checked apart).
+    """
+    done_keys = {e.key for e in executions if e.how == "completed"}
+    return {position for position, key in run.keys.items() if key in done_keys}
 
 
 def _stopped(run: _Run, key: str) -> dict[str, Execution]:
@@ -301,3 +345,12 @@ async def _stop_all(pods: list[PodProcess]) -> None:
 
 def _payload(tenant: str, period: str, **more: object) -> bytes:
     return json.dumps({"tenant": tenant, "period": period, **more}).encode()
+
+
+def _wait_for_interrupt(out: Out) -> None:
+    out("services are kept running for inspection; press Ctrl-C to stop them")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        out("stopping the services")
