@@ -29,6 +29,7 @@ from ._hold import Outcome as Outcome
 from ._hold import hold as hold
 from ._job import JobContext as JobContext
 from ._job import ReportJob as ReportJob
+from ._kafka_security import KafkaSecurity as KafkaSecurity
 from ._lease import Lease as Lease
 from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseStore as LeaseStore
@@ -62,6 +63,7 @@ __all__ = [
     "ExecutionObserver",
     "HeldLease",
     "JobContext",
+    "KafkaSecurity",
     "Lease",
     "LeaseBusy",
     "LeaseError",
