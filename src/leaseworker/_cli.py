@@ -29,6 +29,17 @@ def env_name(flag: str) -> str:
     return "LEASEWORKER_" + flag.lstrip("-").replace("-", "_").upper()
 
 
+def positive_seconds(text: str) -> float:
+    """Parse a flag value as a number of seconds > 0 (an argparse ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Assemble the parser from every subcommand module."""
     from . import _demo, _inspect_cmd, _run_cmd, _trigger_cmd

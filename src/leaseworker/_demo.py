@@ -13,6 +13,8 @@ import argparse
 import sys
 from typing import Any
 
+from ._cli import positive_seconds
+
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``demo`` subcommand."""
@@ -32,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--ttl",
-        type=_ttl,
+        type=positive_seconds,
         default=1.0,
         help="incident only: lease TTL in seconds (default 1.0)",
     )
@@ -42,16 +44,6 @@ def add_parser(subparsers: Any) -> None:
         help="stack only: keep Redis, Kafka and Jaeger up after the summary until Ctrl-C",
     )
     parser.set_defaults(handler=_main)
-
-
-def _ttl(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
-    return value
 
 
 def _main(args: argparse.Namespace) -> int:

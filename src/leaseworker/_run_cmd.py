@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from ._cli import env_default, env_name
+from ._cli import env_default, env_name, positive_seconds
 from ._config import WorkerConfig
 from ._errors import ConfigError
 from ._health import HealthServer, serve_with_health
@@ -49,7 +49,13 @@ def add_parser(subparsers: Any) -> None:
     _flag(parser, "--pod", socket.gethostname(), "this pod's name in logs and lease owners")
     _flag(parser, "--namespace", "leaseworker", "lease key prefix in Redis")
     _flag(parser, "--concurrency", "4", "executions running at once in this pod", _positive_int)
-    _flag(parser, "--shutdown-timeout", "30", "seconds in-flight jobs get after SIGTERM", _seconds)
+    _flag(
+        parser,
+        "--shutdown-timeout",
+        "30",
+        "seconds in-flight jobs get after SIGTERM",
+        positive_seconds,
+    )
     _flag(
         parser,
         "--dead-letter-topic",
@@ -57,7 +63,11 @@ def add_parser(subparsers: Any) -> None:
         "topic for malformed, failed and timed-out triggers; unset: log and skip them",
     )
     _flag(
-        parser, "--session-timeout", "10", "seconds before the group drops a silent pod", _seconds
+        parser,
+        "--session-timeout",
+        "10",
+        "seconds before the group drops a silent pod",
+        positive_seconds,
     )
     _add_store_flags(parser)
     _add_tuning_flags(parser)
@@ -82,7 +92,7 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
         "--store-timeout",
         _config_default("--store-timeout"),
         "seconds a completion store call may take",
-        _seconds,
+        positive_seconds,
     )
 
 
@@ -93,7 +103,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "--heartbeat-interval",
         None,
         "seconds between group heartbeats; unset: session timeout / 5",
-        _seconds,
+        positive_seconds,
     )
     for flag, text in (
         ("--max-poll-interval", "seconds one poll-loop turn may take before the pod is evicted"),
@@ -102,7 +112,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         ("--kafka-timeout", "seconds any other Kafka request may take"),
         ("--redis-timeout", "seconds a Redis command may take"),
     ):
-        _flag(parser, flag, _config_default(flag), text, _seconds)
+        _flag(parser, flag, _config_default(flag), text, positive_seconds)
     _flag(
         parser,
         "--max-payload-bytes",
@@ -135,7 +145,7 @@ def _add_health_flags(parser: argparse.ArgumentParser) -> None:
         "--stall-threshold",
         "10",
         "seconds of event-loop lag after which /healthz answers 503",
-        _seconds,
+        positive_seconds,
     )
 
 
@@ -194,16 +204,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
     return value
 
 
