@@ -55,7 +55,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 import uuid
@@ -73,7 +72,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     for_code,
 )
 
-from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, run_captured, wait_for_port
 
 _T = TypeVar("_T")
 
@@ -212,15 +211,7 @@ def _fetch(pom: Path, home: Path, libs: Path, version: str) -> None:
         f"-DoutputDirectory={staging}",
     ]
     try:
-        result = subprocess.run(
-            argv,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=home,
-            timeout=1800,
-        )
+        result = run_captured(argv, cwd=home, timeout=1800)
         if result.returncode != 0:
             tail = "\n".join(result.stdout.decode(errors="replace").splitlines()[-40:])
             raise RuntimeError(
@@ -525,15 +516,7 @@ def _format(
         str(properties),
         "--standalone",
     ]
-    result = subprocess.run(
-        argv,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=workdir,
-        timeout=timeout,
-    )
+    result = run_captured(argv, cwd=workdir, timeout=timeout)
     if result.returncode != 0:
         output = "\n".join(result.stdout.decode(errors="replace").splitlines()[-40:])
         raise RuntimeError(

@@ -29,7 +29,6 @@ import re
 import secrets
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from glob import glob
 from pathlib import Path
 from typing import Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, free_port, run_captured, wait_for_port
 
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 """Where Debian's ``postgresql-NN`` packages put ``initdb`` and ``postgres``."""
@@ -284,15 +283,11 @@ def _initdb(bindir: Path, workdir: Path, password: str, run_as: _RunAs, *, timeo
         "--no-instructions",
     ]
     try:
-        result = subprocess.run(
+        result = run_captured(
             argv,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
             cwd=workdir,
-            env=run_as.env(),
             timeout=timeout,
+            env=run_as.env(),
             user=run_as.uid,
             group=run_as.gid,
             extra_groups=run_as.extra_groups,

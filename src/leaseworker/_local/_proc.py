@@ -55,6 +55,36 @@ def wait_for_port(
         time.sleep(0.05)
 
 
+def run_captured(
+    argv: list[str],
+    *,
+    cwd: Path,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    user: int | None = None,
+    group: int | None = None,
+    extra_groups: list[int] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a one-shot tool (initdb, Kafka's storage format, Maven) to completion.
+
+    Output (stdout and stderr together) is captured for error messages; the
+    return code is the caller's to check. ``user``/``group`` drop privileges.
+    """
+    return subprocess.run(
+        argv,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        user=user,
+        group=group,
+        extra_groups=extra_groups,
+    )
+
+
 @dataclass
 class LocalProcess:
     """A service process started by leaseworker, with its log file.
