@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
         (["run", "--shutdown-timeout", "soon", "tests.jobs:MarkerJob"], "not a number"),
         (["run", "--redis-url", "http://x", "tests.jobs:MarkerJob"], "redis_url"),
         (["trigger", "t", "--payload", "[1]"], "JSON object"),
+        (["trigger", "t", "--kafka-security-protocol", "SASL_SSL"], "SASL"),
     ],
 )
 def test_bad_usage_exits_2_with_a_one_line_reason(argv: list[str], reason: str) -> None:
@@ -100,3 +102,28 @@ def test_triggered_record_is_on_the_topic(
     assert code == 0
     [record] = anyio.run(read_topic, kafka_server.bootstrap_servers, kafka_names.topic, 1)
     assert (record.key, json.loads(record.value)) == (b"k", {"a": 1})
+
+
+def test_trigger_speaks_kafka_sasl_when_told_and_never_prints_the_password(
+    kafka_server: LocalKafka, kafka_names: KafkaNames
+) -> None:
+    """The trigger command passes the SASL settings to its producer (run shares them).
+
+    The local broker speaks PLAINTEXT only, so a SASL handshake must fail: a
+    clear exit 1, never a silent plaintext send, and the password never printed.
+    """
+    kafka_server.create_topics([kafka_names.topic])
+    secret = "s3cr3t-sasl-password"
+    result = subprocess.run(
+        [
+            LEASEWORKER, "trigger", kafka_names.topic, "--payload", '{"jobId": "j"}',
+            "--bootstrap-servers", kafka_server.bootstrap_servers, "--timeout", "5",
+            "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-sasl-mechanism", "PLAIN",
+            "--kafka-sasl-username", "u",
+        ],
+        env={**os.environ, "LEASEWORKER_KAFKA_SASL_PASSWORD": secret},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "leaseworker trigger: error:" in result.stderr
+    assert secret not in result.stdout + result.stderr

@@ -71,7 +71,7 @@ def add_parser(subparsers: Any) -> None:
     )
     _add_store_flags(parser)
     _add_tuning_flags(parser)
-    _add_kafka_security_flags(parser)
+    add_kafka_security_flags(parser)
     _add_health_flags(parser)
     _add_telemetry_flags(parser)
     parser.set_defaults(handler=_run)
@@ -122,7 +122,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
+def add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
     """Add the Kafka SASL/TLS flags, passed through to aiokafka (see KafkaSecurity)."""
     _flag(
         parser,
@@ -252,13 +252,18 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         store_url=args.store_url,
         store_timeout=args.store_timeout,
         max_payload_bytes=args.max_payload_bytes,
-        kafka_security=KafkaSecurity(
-            protocol=args.kafka_security_protocol,
-            sasl_mechanism=args.kafka_sasl_mechanism or None,
-            sasl_username=args.kafka_sasl_username or None,
-            sasl_password=args.kafka_sasl_password or None,
-            ssl_cafile=args.kafka_ssl_cafile or None,
-        ),
+        kafka_security=kafka_security_from(args),
+    )
+
+
+def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
+    """Build the Kafka SASL/TLS settings from the flags of :func:`add_kafka_security_flags`."""
+    return KafkaSecurity(
+        protocol=args.kafka_security_protocol,
+        sasl_mechanism=args.kafka_sasl_mechanism or None,
+        sasl_username=args.kafka_sasl_username or None,
+        sasl_password=args.kafka_sasl_password or None,
+        ssl_cafile=args.kafka_ssl_cafile or None,
     )
 
 

@@ -19,6 +19,9 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from ._cli import env_default, env_name
+from ._errors import ConfigError
+from ._kafka_security import KafkaSecurity
+from ._run_cmd import add_kafka_security_flags, kafka_security_from
 from ._telemetry import traced_send
 from ._version import __version__
 
@@ -49,6 +52,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="OTLP/HTTP endpoint for the send span (default $OTEL_EXPORTER_OTLP_ENDPOINT; none)",
     )
+    add_kafka_security_flags(parser)
     parser.set_defaults(handler=_trigger)
 
 
@@ -70,6 +74,7 @@ async def send(
     payload: dict[str, Any],
     within: float = 30.0,
     headers: Sequence[tuple[str, bytes]] = (),
+    security: KafkaSecurity | None = None,
 ) -> tuple[int, int]:
     """Produce one trigger (acks=all) within ``within`` seconds; return (partition, offset)."""
     producer = AIOKafkaProducer(
@@ -77,6 +82,7 @@ async def send(
         acks="all",
         request_timeout_ms=max(1, int(within * 1000)),
         client_id="leaseworker-trigger",
+        **(security or KafkaSecurity()).client_kwargs(),
     )
     with anyio.fail_after(within):
         await producer.start()
@@ -97,6 +103,11 @@ def _trigger(args: argparse.Namespace) -> int:
 
     telemetry = configure(pod="leaseworker-trigger", otlp_endpoint=args.otlp_endpoint)
     landed: dict[str, Any] = {"topic": args.topic}
+    try:
+        security = kafka_security_from(args)
+    except ConfigError as exc:
+        print(f"leaseworker trigger: error: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
         with traced_send(args.topic, args.key, telemetry.tracer_provider) as outgoing:
@@ -107,6 +118,7 @@ def _trigger(args: argparse.Namespace) -> int:
                 payload=args.payload,
                 within=args.timeout,
                 headers=outgoing.headers,
+                security=security,
             )
             outgoing.sent(partition, offset)
         landed.update(partition=partition, offset=offset)
