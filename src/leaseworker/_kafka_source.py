@@ -280,8 +280,12 @@ class KafkaTriggerSource:
         """Run one record to its end; mark its offset done when the outcome is terminal."""
         done = False
         try:
-            with scope, self._telemetry.processing(record):
-                done = await self._run_record(record)
+            with scope:
+                if self._telemetry.enabled:
+                    with self._telemetry.processing(record):
+                        done = await self._run_record(record)
+                else:
+                    done = await self._run_record(record)
         finally:
             del part.scopes[record.offset]
             self.stats.in_flight -= 1

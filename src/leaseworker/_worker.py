@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from ._backoff import BusyPolicy
 from ._config import WorkerConfig
 from ._errors import StoreUnavailable
-from ._execution import Executor
+from ._execution import Executor, LeaseObservers
 from ._job import ReportJob
 from ._kafka_source import JobFailure, KafkaTriggerSource, SourceStats
 from ._lease import LeaseStore, RedisLeases
@@ -86,9 +86,15 @@ class Worker:
                 self._redis, namespace=config.namespace, command_timeout=config.redis_timeout
             )
         self._leases = leases
-        pod = (telemetry or Telemetry()).instrument(pod=config.pod, group=config.group)
-        self._failures = _FailureTypes(MultiObserver([observer or LoggingObserver(), pod]))
-        self._lease_observers = pod.lease_observer
+        telemetry = telemetry or Telemetry()
+        pod = telemetry.instrument(pod=config.pod, group=config.group)
+        observer = observer or LoggingObserver()
+        if telemetry.enabled:
+            self._failures = _FailureTypes(MultiObserver([observer, pod]))
+            self._lease_observers: LeaseObservers | None = pod.lease_observer
+        else:  # no providers: spare every trigger the no-op spans and their bookkeeping
+            self._failures = _FailureTypes(observer)
+            self._lease_observers = None
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
             config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, telemetry=pod

@@ -76,7 +76,9 @@ class PodTelemetry:
         pod: str,
         group: str | None,
         parent_on_producer: bool,
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled  # False: no providers, callers may skip the hooks
         self._tracer = tracer
         self._metrics = metrics
         self._pod = pod
@@ -112,6 +114,8 @@ class PodTelemetry:
     @_guarded
     def received(self, trigger: Trigger, job_key: str) -> None:
         """Record the ``trigger received`` span: the record decoded for ``job_key``."""
+        if not self.enabled:
+            return
         trace = self._trace_for(trigger)
         trace.job_key = job_key
         trace.received = True
@@ -159,6 +163,8 @@ class PodTelemetry:
         error; its records stay pending for the retry, unless the group
         ``rejected`` it (the partitions belong to another member now).
         """
+        if not self.enabled:
+            return
         end = wall_ns()
         for tp, position in offsets.items():
             pending = self._pending.get((tp.topic, tp.partition), {})

@@ -51,6 +51,16 @@ class Telemetry:
         )
         self._metrics = Metrics.create(meter)
         self._parent_on_producer = parent_on_producer
+        self._enabled = tracer_provider is not None or meter_provider is not None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a provider was given: without one every span and metric is a no-op.
+
+        A worker then skips the telemetry hooks altogether (no trace state,
+        attribute dicts or no-op spans per trigger).
+        """
+        return self._enabled
 
     def instrument(self, *, pod: str, group: str | None = None) -> PodTelemetry:
         """Return the observers and hooks of one pod (``group``: its Kafka consumer group)."""
@@ -60,4 +70,5 @@ class Telemetry:
             pod=pod,
             group=group,
             parent_on_producer=self._parent_on_producer,
+            enabled=self._enabled,
         )
