@@ -327,7 +327,9 @@ class PodTelemetry:
             _end_with_outcome(trace.run, "cancelled", None)
             trace.run = None
         if trace.span is not None:
-            trace.span.set_attributes(trace.attributes())
+            # The Kafka coordinates were set at the start; add what was learnt since
+            # (re-setting all of them cost as much SDK validation as another span).
+            trace.span.set_attributes(trace.identity())
             trace.span.set_attribute(n.OUTCOME, trace.outcome or "cancelled")
             if trace.outcome in _ERROR_OUTCOMES - {"lost"}:
                 trace.span.set_status(Status(StatusCode.ERROR, trace.outcome or ""))

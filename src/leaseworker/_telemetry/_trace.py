@@ -75,6 +75,17 @@ class TriggerTrace:
             attrs[n.FENCE] = fence
         return attrs
 
+    def identity(self) -> Attributes:
+        """Return the attributes learnt after the record arrived: job key, execution, fence."""
+        attrs: Attributes = {}
+        if self.job_key is not None:
+            attrs[n.JOB_KEY] = self.job_key
+        if self.execution_id is not None:
+            attrs[n.EXECUTION_ID] = self.execution_id
+        if self.fence is not None:
+            attrs[n.FENCE] = self.fence
+        return attrs
+
 
 CURRENT: ContextVar[TriggerTrace | None] = ContextVar("leaseworker_trigger_trace", default=None)
 """The trace of the trigger the running task processes, if any."""
