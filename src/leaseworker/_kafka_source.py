@@ -9,15 +9,17 @@ and forgets them on a rebalance.
 
 Offsets: each record handed to an execution is tracked per partition
 (:class:`OffsetTracker`); a position is committed with ``commit({tp: offset +
-1})`` only once every record before it reached a terminal outcome. A
-rebalance awaits :meth:`KafkaTriggerSource._revoke`: executions of revoked
-partitions get ``revoke_timeout`` to finish, the rest are cancelled (their
-leases released), the completed prefix is committed, and only then are the
-partitions given up. A commit rejected after a rebalance
-(``CommitFailedError``/``IllegalStateError``) means the partition now belongs
-to someone else: it is recorded and logged, never a crash; the new owner
-re-reads from the last committed offset, and the lease keeps it from starting
-a job whose old execution still holds a valid lease.
+1})`` only once every record before it reached a terminal outcome, by a
+committer task beside the poll loop (one commit in flight, the next one takes
+everything that completed meanwhile). A rebalance awaits
+:meth:`KafkaTriggerSource._revoke`: executions of revoked partitions get
+``revoke_timeout`` to finish, the rest are cancelled (their leases released),
+the completed prefix is committed, and only then are the partitions given up.
+A commit rejected after a rebalance (``CommitFailedError``/``IllegalStateError``)
+means the partition now belongs to someone else: it is recorded and logged,
+never a crash; the new owner re-reads from the last committed offset, and the
+lease keeps it from starting a job whose old execution still holds a valid
+lease.
 
 aiokafka ships no type information, hence the ``type: ignore`` on its imports.
 """
@@ -185,8 +187,9 @@ class KafkaTriggerSource:
                 self._producer = await self._start("producer", self._new_producer)
             task_status.started()
             async with anyio.create_task_group() as tg:
+                tg.start_soon(self._commit_continuously, name="leaseworker commits")
                 await self._poll(tg)
-                tg.cancel_scope.cancel()  # stragglers that ignored cancellation
+                tg.cancel_scope.cancel()  # the committer, and stragglers that ignored it
             await self._commit(self._partitions.values())
         finally:
             with anyio.CancelScope(shield=True):
@@ -226,7 +229,6 @@ class KafkaTriggerSource:
             self.stats.polls += 1
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
-            await self._commit(p for p in self._partitions.values() if not p.revoking)
 
     def _all_paused(self) -> bool:
         """Whether every partition is paused: at the concurrency limit, or stopping."""
@@ -349,11 +351,33 @@ class KafkaTriggerSource:
 
     # -- commits -------------------------------------------------------------------
 
-    async def _commit(self, parts: Iterable[_Partition]) -> None:
-        """Commit each partition's contiguous completed prefix, if it moved."""
+    async def _commit_continuously(self) -> None:
+        """Commit completed prefixes as they move, beside the poll loop (until cancelled).
+
+        One commit is in flight at a time; whatever completes meanwhile goes
+        into the next one, so commits batch themselves under load and the poll
+        loop never waits for a commit round trip. A failed commit is retried
+        after ``poll_timeout``.
+        """
+        while True:
+            await self._wait(self._committable)
+            if not await self._commit(self._active()):
+                await anyio.sleep(self._config.poll_timeout)
+
+    def _active(self) -> list[_Partition]:
+        return [p for p in self._partitions.values() if not p.revoking]
+
+    def _committable(self) -> bool:
+        return any(not p.gone and p.tracker.committable() for p in self._active())
+
+    async def _commit(self, parts: Iterable[_Partition]) -> bool:
+        """Commit each partition's contiguous completed prefix, if it moved.
+
+        Return ``False`` when Kafka failed the commit (it is retried later).
+        """
         ready = {p.tp: (p, pos) for p in parts if not p.gone and (pos := p.tracker.committable())}
         if not ready:
-            return
+            return True
         offsets = {tp: pos for tp, (_, pos) in ready.items()}
         async with self._commit_lock:
             began = anyio.current_time()
@@ -373,7 +397,7 @@ class KafkaTriggerSource:
                     exc_info=False,
                     extra={"event": "ownership_lost", "pod": self._config.pod},
                 )
-                return
+                return True
             except (KafkaError, TimeoutError) as exc:
                 self._telemetry.committed(offsets, began, error=exc)
                 self.stats.commit_errors += 1
@@ -382,7 +406,7 @@ class KafkaTriggerSource:
                     _describe(exc),
                     extra={"event": "commit_failed", "pod": self._config.pod},
                 )
-                return
+                return False
         self._telemetry.committed(offsets, began)
         for part, pos in ready.values():
             part.tracker.committed(pos)
@@ -390,6 +414,7 @@ class KafkaTriggerSource:
         logger.debug(
             "committed %s", _names(offsets), extra={"event": "committed", "pod": self._config.pod}
         )
+        return True
 
     # -- rebalances ----------------------------------------------------------------
 
