@@ -34,6 +34,8 @@ def pod_config(
         "kafka_timeout": 15.0,
         "poll_timeout": 0.1,
         "startup_retry_cap": 0.5,
+        # Each in-process worker its own store: no file left in the working directory.
+        "store_url": "sqlite:///:memory:",
     }
     settings.update(overrides)
     return WorkerConfig(**settings)
