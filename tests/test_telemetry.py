@@ -376,6 +376,48 @@ async def test_busy_wait_is_one_acquire_span_with_its_retries(
     assert _attrs(run)["leaseworker.execution.id"] == _attrs(acquire)["leaseworker.execution.id"]
 
 
+async def test_duplicate_is_answered_from_the_store_without_lease_or_run_spans(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+    telemetry: Telemetry,
+) -> None:
+    """A redelivered trigger is one ``process`` trace ending ``duplicate``: no lease, no run.
+
+    The first delivery's ``completion`` span says ``accepted`` and the
+    completions counter records one accepted and no stale answer.
+    """
+    topic, key = kafka_names.topic, "report:dup:1"
+    recorder = Recorder()
+    job = on_topic(GateJob, topic)(recorder)
+    config = pod_config(kafka_server, redis_server, kafka_names, namespace)
+    async with running(Worker(job, config, telemetry=telemetry)):
+        first = await send(kafka_server.bootstrap_servers, topic, key, payload(n=1))
+        await until(lambda: committed_trace(exporter, topic, first))
+        again = await send(kafka_server.bootstrap_servers, topic, key, payload(n=1))
+        await until(lambda: committed_trace(exporter, topic, again))
+    assert len(recorder.runs) == 1
+    [completion] = named(trace_of(exporter, topic, first), "completion")
+    assert _attrs(completion)["leaseworker.completion.status"] == "accepted"
+    spans = trace_of(exporter, topic, again)
+    [process] = named(spans, f"process {topic}")
+    assert _attrs(process)["leaseworker.outcome"] == "duplicate"
+    names = {s.name for s in spans}
+    assert "lease acquire" not in names
+    assert "job run" not in names
+    assert f"commit {topic}" in names
+    for span in spans:
+        _assert_common(span, topic=topic, offset=again, group=kafka_names.group, key=key)
+    answers = {
+        dict(p.attributes)["leaseworker.completion.status"]: p.value
+        for p in _points(metric_reader, "leaseworker.completions")
+    }
+    assert answers == {"accepted": 1}
+
+
 async def test_malformed_trigger_is_an_error_span_and_still_committed(
     kafka_server: LocalKafka,
     redis_server: LocalRedis,

@@ -36,6 +36,7 @@ class Metrics:
     received: Counter
     committed: Counter
     dead_letters: Counter
+    completions: Counter
 
     @classmethod
     def create(cls, meter: Meter) -> Metrics:
@@ -88,5 +89,10 @@ class Metrics:
                 n.METRIC_DEAD_LETTERS,
                 unit="{record}",
                 description="Records copied to the dead-letter topic, by reason",
+            ),
+            completions=meter.create_counter(
+                n.METRIC_COMPLETIONS,
+                unit="{completion}",
+                description="Completion store answers: accepted, duplicate, stale",
             ),
         )

@@ -261,8 +261,12 @@ class PodTelemetry:
         if event.outcome is not None:
             span.set_attribute(n.OUTCOME, event.outcome)
         if event.event == "completion" and event.reason is not None:
-            # The store's answer: accepted, duplicate or stale.
+            # The store's answer: accepted, duplicate or stale. A stale answer is the
+            # destination proving this execution had lost ownership: count it as a loss.
             span.set_attribute(n.COMPLETION_STATUS, event.reason)
+            self._metrics.completions.add(1, {n.COMPLETION_STATUS: event.reason})
+            if event.reason == "stale":
+                self._metrics.losses.add(1, {n.LOSS_REASON: "stale"})
         span.end()
 
     # -- helpers -----------------------------------------------------------------------
