@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, final
 
+from ._errors import LeaseworkerError
 from ._hold import Outcome
 from ._trigger import Trigger
 
@@ -98,7 +99,7 @@ class LoggingObserver:
         if event.reason is not None:
             text += f" ({event.reason})"
         if event.error is not None:
-            text += f" ({type(event.error).__name__}: {event.error})"
+            text += f" ({_describe(event.error)})"
         if event.retry_in is not None:
             text += f"; retry in {event.retry_in:.2f}s"
         self._logger.log(level, "%s", text, extra=_fields(event))
@@ -141,3 +142,15 @@ def _fields(event: ExecutionEvent) -> dict[str, object]:
         "partition": event.trigger.partition,
         "offset": event.trigger.offset,
     }
+
+
+def _describe(error: BaseException) -> str:
+    """Name the error; quote its message only when leaseworker wrote it.
+
+    A job's own exception message may quote payload data (a customer name, an
+    amount), which must not reach the logs by default; leaseworker's messages
+    carry only job keys, fences and reasons.
+    """
+    if isinstance(error, LeaseworkerError):
+        return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__}; its message is not logged, it may quote payload data"
