@@ -110,3 +110,24 @@ def encode_result(job_key: str, result: JsonValue) -> str:
         raise TypeError(
             f"result for {job_key!r} is not JSON-serialisable ({type(exc).__name__})"
         ) from None
+
+
+def completion_params(
+    job_key: str,
+    *,
+    input_version: str,
+    fence: int,
+    result: JsonValue,
+    execution_id: str,
+    pod: str,
+) -> dict[str, object]:
+    """Check a ``complete()`` call and return its named SQL parameters (result as JSON)."""
+    check_call(job_key, fence)
+    return {
+        "job_key": job_key,
+        "input_version": input_version,
+        "fence": fence,
+        "result": encode_result(job_key, result),
+        "execution_id": execution_id,
+        "pod": pod,
+    }

@@ -56,7 +56,15 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
-from ._model import Completion, CompletionResult, Head, JsonValue, check_call, decide, encode_result
+from ._model import (
+    Completion,
+    CompletionResult,
+    Head,
+    JsonValue,
+    check_call,
+    completion_params,
+    decide,
+)
 from ._schema import ADVISORY_LOCK_KEY, MIGRATIONS, Migration, pending
 from ._url import StoreURL
 
@@ -168,15 +176,14 @@ class PostgresStore:
         pod: str,
     ) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        check_call(job_key, fence)
-        params = {
-            "job_key": job_key,
-            "input_version": input_version,
-            "fence": fence,
-            "result": encode_result(job_key, result),
-            "execution_id": execution_id,
-            "pod": pod,
-        }
+        params = completion_params(
+            job_key,
+            input_version=input_version,
+            fence=fence,
+            result=result,
+            execution_id=execution_id,
+            pod=pod,
+        )
 
         async def attempt_once(conn: _Conn, attempt: _Attempt) -> CompletionResult:
             async with conn.transaction() as tx:

@@ -37,7 +37,15 @@ from typing import Any, TypeVar, final
 import anyio
 
 from .._errors import StoreUnavailable
-from ._model import Completion, CompletionResult, Head, JsonValue, check_call, decide, encode_result
+from ._model import (
+    Completion,
+    CompletionResult,
+    Head,
+    JsonValue,
+    check_call,
+    completion_params,
+    decide,
+)
 from ._schema import MIGRATIONS, Migration, pending
 from ._url import StoreURL
 
@@ -139,15 +147,14 @@ class SqliteStore:
         pod: str,
     ) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        check_call(job_key, fence)
-        params = {
-            "job_key": job_key,
-            "input_version": input_version,
-            "fence": fence,
-            "result": encode_result(job_key, result),
-            "execution_id": execution_id,
-            "pod": pod,
-        }
+        params = completion_params(
+            job_key,
+            input_version=input_version,
+            fence=fence,
+            result=result,
+            execution_id=execution_id,
+            pod=pod,
+        )
         return await self._run(job_key, lambda conn: _complete(conn, params))
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
