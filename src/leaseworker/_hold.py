@@ -2,7 +2,9 @@
 
 The body runs inside a cancel scope whose deadline is the lease's local
 deadline (and ``max_runtime``); a renewal task runs beside it in one task
-group and pushes the deadline forward after each confirmed renewal. When a
+group (joining the group when the first renewal is due, so short bodies do
+not pay for a task they would not use) and pushes the deadline forward after
+each confirmed renewal. When a
 renewal is rejected, fails, times out or comes back late, the scope is
 cancelled for good, so the body stops at its next await, before Redis can
 expire the key and hand it to another worker.
@@ -10,6 +12,7 @@ expire the key and hand it to another worker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from types import TracebackType
@@ -97,6 +100,7 @@ class HeldLease:
         self._runtime_deadline = math.inf
         self._scope = anyio.CancelScope()
         self._task_group: TaskGroup | None = None
+        self._renewal_timer: asyncio.TimerHandle | None = None
         self._loss: tuple[str, str, float] | None = None  # reason, detail, when
         self._outcome: Outcome | None = None
         self._released: bool | None = None
@@ -189,7 +193,11 @@ class HeldLease:
         self._task_group = task_group
         self._scope = anyio.CancelScope(deadline=self._body_deadline())
         self._scope.__enter__()
-        task_group.start_soon(self._renew_until_lost, name=f"leaseworker renew {self._key}")
+        # The renewal task joins the task group when the first renewal is due: a
+        # body that ends sooner never pays for a task it would not have used.
+        self._renewal_timer = asyncio.get_running_loop().call_at(
+            lease.sent_at + self._timing.renew_every, self._start_renewals
+        )
         return self
 
     async def __aexit__(
@@ -208,6 +216,8 @@ class HeldLease:
             if self._outcome == "lost":
                 self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
         finally:
+            if self._renewal_timer is not None:
+                self._renewal_timer.cancel()
             self._task_group.cancel_scope.cancel()
             try:
                 await self._task_group.__aexit__(None, None, None)
@@ -252,6 +262,12 @@ class HeldLease:
             self._outcome = "cancelled"
         else:
             self._outcome = "failed"
+
+    def _start_renewals(self) -> None:
+        """Start the renewal task (a loop callback, at the first renewal's due time)."""
+        self._renewal_timer = None
+        assert self._task_group is not None
+        self._task_group.start_soon(self._renew_until_lost, name=f"leaseworker renew {self._key}")
 
     async def _renew_until_lost(self) -> None:
         """Renew on schedule; on the first failed renewal, cancel the body for good."""
@@ -325,7 +341,8 @@ class HeldLease:
     async def _release(self) -> None:
         """Release with its own timeout, shielded from the caller's cancellation."""
         begun = anyio.current_time()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._release_timeout) as scope:
+        # One scope: shielded from the caller, cancelled by its own deadline.
+        with anyio.CancelScope(shield=True, deadline=begun + self._release_timeout) as scope:
             try:
                 self._released = await self._leases.release(self.lease)
             except Exception as exc:
