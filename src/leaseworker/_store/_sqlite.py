@@ -213,14 +213,32 @@ def _connect(path: str, call_timeout: float) -> sqlite3.Connection:
     )
     try:
         if path != ":memory:":
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                logger.warning("completion store: SQLite refused WAL mode (journal_mode=%s)", mode)
+            _enable_wal(conn, deadline=time.monotonic() + call_timeout)
         conn.execute("PRAGMA synchronous = FULL")
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _enable_wal(conn: sqlite3.Connection, *, deadline: float) -> None:
+    """Switch the file to WAL, retrying while other first openers hold the lock.
+
+    Changing the journal mode takes an exclusive lock, and SQLite answers
+    "database is locked" at once, without waiting in its busy handler, when
+    waiting could deadlock with another connection doing the same: several
+    pods opening a new store file together.
+    """
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)  # a worker thread: the event loop is not blocked
+    if str(mode).lower() != "wal":
+        logger.warning("completion store: SQLite refused WAL mode (journal_mode=%s)", mode)
 
 
 def _bounded(
