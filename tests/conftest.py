@@ -58,6 +58,13 @@ def kafka_names() -> KafkaNames:
     return KafkaNames(uuid.uuid4().hex[:10])
 
 
+@pytest.fixture
+def topic(kafka_server: LocalKafka, kafka_names: KafkaNames) -> str:
+    """A fresh one-partition trigger topic plus its dead-letter topic."""
+    kafka_server.create_topics([kafka_names.topic, kafka_names.dead_letters])
+    return kafka_names.topic
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[LocalPostgres]:
     """One private PostgreSQL cluster per session; tests take a database each."""

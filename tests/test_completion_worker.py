@@ -30,13 +30,6 @@ from .waiting import eventually
 from .worker_util import make_worker, pod_config, running, until
 
 
-@pytest.fixture
-def topic(kafka_server: LocalKafka, kafka_names: KafkaNames) -> str:
-    """A fresh one-partition trigger topic plus its dead-letter topic."""
-    kafka_server.create_topics([kafka_names.topic, kafka_names.dead_letters])
-    return kafka_names.topic
-
-
 @dataclass
 class Events:
     """Every execution event of a pod, in order (an ExecutionObserver)."""

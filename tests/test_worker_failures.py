@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import anyio
-import pytest
 
 from leaseworker import JobContext, ReportJob
 from leaseworker._kafka_source import DEAD_LETTER_FAILURE_HEADERS, DEAD_LETTER_HEADERS
@@ -36,13 +35,6 @@ class FailingJob(ReportJob):
 def _job(topic: str) -> ReportJob:
     job_class: type[FailingJob] = type("FailingJob", (FailingJob,), {"topic": topic})
     return job_class()
-
-
-@pytest.fixture
-def topic(kafka_server: LocalKafka, kafka_names: KafkaNames) -> str:
-    """A fresh one-partition trigger topic plus its dead-letter topic."""
-    kafka_server.create_topics([kafka_names.topic, kafka_names.dead_letters])
-    return kafka_names.topic
 
 
 async def test_failed_and_timed_out_triggers_are_dead_lettered_then_committed(
