@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,8 @@ from leaseworker._local import LocalPostgres, LocalRedis
 from leaseworker._local._kafka import LocalKafka
 
 from .kafka_util import KafkaNames
+from .pods import Pod
+from .test_health_helpers import spawn
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +65,21 @@ def topic(kafka_server: LocalKafka, kafka_names: KafkaNames) -> str:
     """A fresh one-partition trigger topic plus its dead-letter topic."""
     kafka_server.create_topics([kafka_names.topic, kafka_names.dead_letters])
     return kafka_names.topic
+
+
+@pytest.fixture
+def health_pods(tmp_path: Path) -> Iterator[Callable[..., Pod]]:
+    """Start ``leaseworker run`` pods serving health endpoints; SIGKILL the rest at the end."""
+    started: list[Pod] = []
+
+    def start(name: str, job: str, env: dict[str, str], *extra: str) -> Pod:
+        pod = spawn(name, job, tmp_path, env, *extra)
+        started.append(pod)
+        return pod
+
+    yield start
+    for pod in started:
+        pod.kill()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import re
 import shlex
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from leaseworker._run_cmd import build_config
 
 from .kafka_util import KafkaNames
 from .pods import Pod
-from .test_health_helpers import probe, spawn
+from .test_health_helpers import probe
 from .waiting import eventually
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
@@ -182,27 +182,12 @@ async def test_the_documented_acl_runs_the_lease_scripts_and_nothing_else(
 # -- a real pod with secrets in its environment -----------------------------------------
 
 
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[Callable[..., Pod]]:
-    """Start pods for this test; every pod still running at the end is SIGKILLed."""
-    started: list[Pod] = []
-
-    def start(name: str, job: str, env: dict[str, str], *extra: str) -> Pod:
-        pod = spawn(name, job, tmp_path, env, *extra)
-        started.append(pod)
-        return pod
-
-    yield start
-    for pod in started:
-        pod.kill()
-
-
 async def test_a_pod_never_logs_or_serves_its_redis_or_kafka_password(
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     acl_user: tuple[str, str],
-    pods: Callable[..., Pod],
+    health_pods: Callable[..., Pod],
 ) -> None:
     """With DEBUG logs, an ACL user in the Redis URL and a rejected SASL login, no secret leaks.
 
@@ -222,7 +207,7 @@ async def test_a_pod_never_logs_or_serves_its_redis_or_kafka_password(
         "LEASEWORKER_HEALTH_HOST": "127.0.0.1",
         "LW_TEST_TOPIC": kafka_names.topic,
     }
-    pod = pods("pod-s", "tests.jobs:MarkerJob", env)
+    pod = health_pods("pod-s", "tests.jobs:MarkerJob", env)
 
     async def kafka_retried() -> bool:
         return re.search(r"Kafka at .* unavailable for the consumer", pod.log_text()) is not None

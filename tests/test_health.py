@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from leaseworker import JobContext, ReportJob
 from leaseworker._local import LocalRedis
@@ -23,7 +21,7 @@ from leaseworker.testing import ChaosProxy
 
 from .kafka_util import KafkaNames, payload, produce
 from .pods import Pod
-from .test_health_helpers import probe, spawn
+from .test_health_helpers import probe
 from .waiting import eventually
 
 STALL_THRESHOLD = 0.5
@@ -52,27 +50,12 @@ def _block_until_released(job_key: str) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[Callable[..., Pod]]:
-    """Start pods for this test; every pod still running at the end is SIGKILLed."""
-    started: list[Pod] = []
-
-    def start(name: str, job: str, env: dict[str, str], *extra: str) -> Pod:
-        pod = spawn(name, job, tmp_path, env, *extra)
-        started.append(pod)
-        return pod
-
-    yield start
-    for pod in started:
-        pod.kill()
-
-
 async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     namespace: str,
-    pods: Callable[..., Pod],
+    health_pods: Callable[..., Pod],
 ) -> None:
     """/readyz is 503 while Redis or Kafka is unreachable (saying which), 200 once joined.
 
@@ -93,7 +76,7 @@ async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
             "LW_TEST_TOPIC": kafka_names.topic,
             "LW_TEST_MARKERS": os.devnull,
         }
-        pods("pod-a", "tests.jobs:MarkerJob", env)
+        health_pods("pod-a", "tests.jobs:MarkerJob", env)
 
         async def answers() -> bool:
             try:
@@ -139,7 +122,7 @@ async def test_healthz_reports_a_stall_while_a_job_blocks_the_loop_and_recovers(
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     namespace: str,
-    pods: Callable[..., Pod],
+    health_pods: Callable[..., Pod],
     tmp_path: Path,
 ) -> None:
     """While a job blocks the event loop, /healthz answers 503 with the growing loop lag.
@@ -160,7 +143,7 @@ async def test_healthz_reports_a_stall_while_a_job_blocks_the_loop_and_recovers(
         "LW_TEST_BLOCKING": str(blocking),
         "LW_TEST_RELEASE": str(release),
     }
-    pods(
+    health_pods(
         "pod-a",
         "tests.test_health:LoopBlockingJob",
         env,
