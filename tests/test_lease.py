@@ -10,7 +10,6 @@ from redis.asyncio import Redis
 
 from leaseworker import ConfigError, LeaseLost, LeaseUnavailable, RedisLeases
 from leaseworker._local import LocalRedis, free_port
-from leaseworker.testing import ChaosProxy
 
 from .chaos import proxied_leases
 from .waiting import eventually
@@ -150,20 +149,14 @@ async def test_late_renewal_reply_does_not_extend_the_deadline(
 ) -> None:
     """A renewal that succeeds in Redis but answers after the deadline is a loss."""
     async with proxied_leases(redis_server, namespace) as (proxy, proxied):
-        await _test_late_renewal_reply_does_not_extend_the_deadline(proxy, proxied, redis)
-
-
-async def _test_late_renewal_reply_does_not_extend_the_deadline(
-    proxy: ChaosProxy, proxied: RedisLeases, redis: Redis
-) -> None:
-    lease = await proxied.acquire("k", ttl=5)
-    assert lease is not None
-    nearly_expired = dataclasses.replace(lease, local_deadline=anyio.current_time() + 0.05)
-    proxy.reply_delay = 0.15
-    with pytest.raises(LeaseLost) as lost:
-        await proxied.renew(nearly_expired)
-    assert lost.value.reason == "late"
-    assert await redis.pttl(proxied.lease_key("k")) > 4000  # Redis did renew it
+        lease = await proxied.acquire("k", ttl=5)
+        assert lease is not None
+        nearly_expired = dataclasses.replace(lease, local_deadline=anyio.current_time() + 0.05)
+        proxy.reply_delay = 0.15
+        with pytest.raises(LeaseLost) as lost:
+            await proxied.renew(nearly_expired)
+        assert lost.value.reason == "late"
+        assert await redis.pttl(proxied.lease_key("k")) > 4000  # Redis did renew it
 
 
 async def test_renewal_without_answer_is_a_timeout_loss(
@@ -171,18 +164,12 @@ async def test_renewal_without_answer_is_a_timeout_loss(
 ) -> None:
     """A black-holed renewal raises LeaseLost('timeout') within the command timeout."""
     async with proxied_leases(redis_server, namespace) as (proxy, proxied):
-        await _test_renewal_without_answer_is_a_timeout_loss(proxy, proxied)
-
-
-async def _test_renewal_without_answer_is_a_timeout_loss(
-    proxy: ChaosProxy, proxied: RedisLeases
-) -> None:
-    lease = await proxied.acquire("k", ttl=5)
-    assert lease is not None
-    proxy.blackhole = True
-    with anyio.fail_after(2), pytest.raises(LeaseLost) as lost:
-        await proxied.renew(lease)
-    assert lost.value.reason == "timeout"
+        lease = await proxied.acquire("k", ttl=5)
+        assert lease is not None
+        proxy.blackhole = True
+        with anyio.fail_after(2), pytest.raises(LeaseLost) as lost:
+            await proxied.renew(lease)
+        assert lost.value.reason == "timeout"
 
 
 async def test_renewal_on_a_cut_connection_is_an_error_loss(
@@ -190,19 +177,13 @@ async def test_renewal_on_a_cut_connection_is_an_error_loss(
 ) -> None:
     """A reset connection during renewal is a loss, never a silent retry."""
     async with proxied_leases(redis_server, namespace) as (proxy, proxied):
-        await _test_renewal_on_a_cut_connection_is_an_error_loss(proxy, proxied)
-
-
-async def _test_renewal_on_a_cut_connection_is_an_error_loss(
-    proxy: ChaosProxy, proxied: RedisLeases
-) -> None:
-    lease = await proxied.acquire("k", ttl=5)
-    assert lease is not None
-    proxy.refuse = True
-    proxy.cut()
-    with anyio.fail_after(2), pytest.raises(LeaseLost) as lost:
-        await proxied.renew(lease)
-    assert lost.value.reason == "error"
+        lease = await proxied.acquire("k", ttl=5)
+        assert lease is not None
+        proxy.refuse = True
+        proxy.cut()
+        with anyio.fail_after(2), pytest.raises(LeaseLost) as lost:
+            await proxied.renew(lease)
+        assert lost.value.reason == "error"
 
 
 async def test_acquire_against_a_dead_server_raises_lease_unavailable() -> None:
@@ -219,16 +200,10 @@ async def test_acquire_without_answer_releases_what_it_may_have_taken(
 ) -> None:
     """An acquire whose reply is lost leaves no lease behind once Redis answers again."""
     async with proxied_leases(redis_server, namespace) as (proxy, proxied):
-        await _test_acquire_without_answer_releases_what_it_may_have_taken(proxy, proxied, redis)
-
-
-async def _test_acquire_without_answer_releases_what_it_may_have_taken(
-    proxy: ChaosProxy, proxied: RedisLeases, redis: Redis
-) -> None:
-    proxy.reply_delay = 0.5  # longer than command_timeout: the reply comes too late
-    with pytest.raises(LeaseUnavailable):
-        await proxied.acquire("k", ttl=30)
-    await eventually(lambda: _absent(redis, proxied.lease_key("k")))
+        proxy.reply_delay = 0.5  # longer than command_timeout: the reply comes too late
+        with pytest.raises(LeaseUnavailable):
+            await proxied.acquire("k", ttl=30)
+        await eventually(lambda: _absent(redis, proxied.lease_key("k")))
 
 
 @pytest.mark.parametrize(
