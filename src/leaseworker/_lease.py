@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
 from . import _scripts
+from ._deadlines import DeadlineWheel
 from ._errors import ConfigError, LeaseLost, LeaseUnavailable
 from ._timing import DeadlinePolicy
 
@@ -128,6 +129,8 @@ class RedisLeases:
         self._policy = DeadlinePolicy(drift=drift, margin=margin, command_timeout=command_timeout)
         self._owner_prefix = owner_prefix or f"{socket.gethostname()}:{os.getpid()}"
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
+        # Calls are cut off within command_timeout, never sooner than 31/32 of it.
+        self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
 
     @property
     def policy(self) -> DeadlinePolicy:
@@ -157,7 +160,7 @@ class RedisLeases:
         _check_ttl(ttl)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         keys = [self.lease_key(key), self.fence_key(key)]
-        sent_at = anyio.current_time()
+        sent_at = asyncio.get_running_loop().time()
         try:
             reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl)])
         except (TimeoutError, RedisError, OSError) as exc:
@@ -183,7 +186,7 @@ class RedisLeases:
         local deadline (``late``): a late success must not revive ownership
         that already lapsed locally.
         """
-        sent_at = anyio.current_time()
+        sent_at = asyncio.get_running_loop().time()
         try:
             renewed = await self._call(
                 _scripts.RENEW, [self.lease_key(lease.key)], [lease.owner, _ms(lease.ttl)]
@@ -194,7 +197,7 @@ class RedisLeases:
             raise _lost(lease, "error", _describe(exc)) from exc
         if not int(renewed):
             raise _lost(lease, "rejected", "the lease key is gone or has another owner")
-        late_by = anyio.current_time() - lease.local_deadline
+        late_by = asyncio.get_running_loop().time() - lease.local_deadline
         if late_by > 0:
             raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
         return replace(
@@ -217,14 +220,11 @@ class RedisLeases:
         """Read the owner, remaining TTL and last fence of ``key`` in one round trip."""
         lease_key = self.lease_key(key)
         try:
-            async with (
-                asyncio.timeout(self._policy.command_timeout),
-                self._redis.pipeline(transaction=True) as pipe,
-            ):
+            async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.get(lease_key)
                 pipe.pttl(lease_key)
                 pipe.get(self.fence_key(key))
-                owner, pttl, fence = await pipe.execute()
+                owner, pttl, fence = await self._deadlines.run(pipe.execute())
         except (TimeoutError, RedisError, OSError) as exc:
             raise LeaseUnavailable(key, _describe(exc)) from exc
         return LeaseInfo(
@@ -235,16 +235,17 @@ class RedisLeases:
         )
 
     async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Run ``script`` within the command timeout (see ``_deadlines``)."""
+        return await self._deadlines.run(self._evalsha(script, keys, args))
+
+    async def _evalsha(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Run ``script`` by SHA, loading it once when Redis answers NOSCRIPT."""
         sha = self._scripts[script]
-        # asyncio.timeout, not anyio.fail_after: redis.asyncio pins us to asyncio
-        # anyway, and it costs less than half as much per call on the hot path.
-        async with asyncio.timeout(self._policy.command_timeout):
-            try:
-                return await self._redis.evalsha(sha, len(keys), *keys, *args)
-            except NoScriptError:
-                await self._redis.script_load(script)
-                return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        try:
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._redis.script_load(script)
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
 
     async def _forget(self, key: str, owner: str) -> None:
         """Best-effort release of an acquire whose reply never arrived (shielded)."""
