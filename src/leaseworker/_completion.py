@@ -30,6 +30,7 @@ from ._backoff import BusyPolicy
 from ._errors import StoreUnavailable
 from ._hold import HeldLease
 from ._store import CompletionResult, CompletionStore
+from ._timing import now
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.completion")
@@ -98,7 +99,7 @@ class Completer:
         self.called = True
         await anyio.lowlevel.checkpoint_if_cancelled()  # a known loss refuses here
         fence = self._held.fence
-        begun = anyio.current_time()
+        begun = now()
         attempt = 0
         while True:
             try:
@@ -125,7 +126,7 @@ class Completer:
                 await anyio.sleep(delay)  # cancelled if the lease is lost meanwhile
                 await self._held.checkpoint()  # LeaseLost once ownership is uncertain
                 continue
-            self.elapsed = anyio.current_time() - begun
+            self.elapsed = now() - begun
             self.result = answer
             return answer
 

@@ -40,6 +40,7 @@ from ._lease import LeaseStore
 from ._lease_events import LeaseObserver
 from ._observer import EventName, ExecutionEvent, ExecutionObserver, ExecutionOutcome
 from ._store import CompletionResult, CompletionStore
+from ._timing import now
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.execution")
@@ -133,7 +134,7 @@ class Executor:
     ) -> tuple[Ending, float | None]:
         """Answer from the store if the identity completed, else run one execution."""
         if self._store is not None:
-            begun = anyio.current_time()
+            begun = now()
             try:
                 earlier = await self._store.lookup(self._key(job_key), version)
             except StoreUnavailable as exc:
@@ -146,7 +147,7 @@ class Executor:
                 )
                 return Ending("lost", reason="store_unavailable"), None
             if earlier is not None:
-                elapsed = anyio.current_time() - begun
+                elapsed = now() - begun
                 self._emit("finished", trigger, job_key, execution_id, elapsed, outcome="duplicate")
                 return Ending("duplicate", terminal=True), None
         return await self._execute(trigger, job_key, version, execution_id)
@@ -166,7 +167,7 @@ class Executor:
             max_runtime=self._timing.max_runtime,
             observer=self._lease_observer(trigger, job_key, execution_id),
         )
-        begun = anyio.current_time()
+        begun = now()
         result: object = None
         completer = self._completer(held, job_key, version, execution_id)
         try:
@@ -176,7 +177,7 @@ class Executor:
                     trigger,
                     job_key,
                     execution_id,
-                    anyio.current_time() - begun,
+                    now() - begun,
                     fence=held.fence,
                 )
                 ctx = JobContext(
@@ -285,7 +286,7 @@ class Executor:
             trigger,
             job_key,
             execution_id,
-            anyio.current_time() - begun,
+            now() - begun,
             outcome=ending.outcome,
             reason=ending.reason,
             fence=_fence_of(held),

@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 from ._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from ._lease import Lease, LeaseStore
 from ._lease_events import LeaseEvent, LeaseEventName, LeaseObserver
-from ._timing import LeaseTiming
+from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")
 
@@ -128,11 +128,7 @@ class HeldLease:
     @property
     def owned(self) -> bool:
         """Whether ownership is still certain right now."""
-        return (
-            self._lease is not None
-            and self._loss is None
-            and anyio.current_time() < self._lease.local_deadline
-        )
+        return self._lease is not None and self._loss is None and now() < self._lease.local_deadline
 
     def remaining(self) -> float:
         """Seconds until the local deadline, 0 once ownership is uncertain."""
@@ -148,7 +144,7 @@ class HeldLease:
                     "checkpoint reached after the local deadline",
                     at=self.lease.local_deadline,
                 )
-            raise self._lost_error(anyio.current_time())
+            raise self._lost_error(now())
         await anyio.lowlevel.checkpoint()
 
     @property
@@ -179,15 +175,15 @@ class HeldLease:
     async def __aenter__(self) -> HeldLease:
         if self._task_group is not None or self._outcome is not None:
             raise RuntimeError("a HeldLease can be entered only once")
-        begun = anyio.current_time()
+        begun = now()
         lease = await self._leases.acquire(self._key, self._timing.ttl)
         if lease is None:
             self._outcome = "busy"
             raise LeaseBusy(self._key, retry_after=await self._holder_ttl())
         self._lease = lease
-        self._emit("acquired", round_trip=anyio.current_time() - begun, remaining=lease.remaining())
+        self._emit("acquired", round_trip=now() - begun, remaining=lease.remaining())
         if self._timing.max_runtime is not None:
-            self._runtime_deadline = anyio.current_time() + self._timing.max_runtime
+            self._runtime_deadline = now() + self._timing.max_runtime
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -206,7 +202,7 @@ class HeldLease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        stopped_at = anyio.current_time()
+        stopped_at = now()
         assert self._task_group is not None
         try:
             swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
@@ -217,8 +213,9 @@ class HeldLease:
                 self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
         finally:
             if self._renewal_timer is not None:
-                self._renewal_timer.cancel()
-            self._task_group.cancel_scope.cancel()
+                self._renewal_timer.cancel()  # the renewal task never started: nothing to stop
+            else:
+                self._task_group.cancel_scope.cancel()
             try:
                 await self._task_group.__aexit__(None, None, None)
             finally:
@@ -275,7 +272,7 @@ class HeldLease:
             lease = self.lease
             due = lease.sent_at + self._timing.renew_every
             await anyio.sleep_until(due)
-            woke = anyio.current_time()
+            woke = now()
             self._max_loop_lag = max(self._max_loop_lag, woke - due)
             if woke >= lease.local_deadline:
                 self._lose(
@@ -286,12 +283,12 @@ class HeldLease:
                 return
             try:
                 self._lease = await self._leases.renew(lease)
-                round_trip = anyio.current_time() - woke
+                round_trip = now() - woke
             except LeaseLost as exc:
-                self._lose(exc.reason, exc.detail, at=anyio.current_time())
+                self._lose(exc.reason, exc.detail, at=now())
                 return
             except Exception as exc:  # a custom store's bug must still stop the body
-                self._lose("error", repr(exc), at=anyio.current_time())
+                self._lose("error", repr(exc), at=now())
                 return
             self._renewals += 1
             self._scope.deadline = self._body_deadline()
@@ -340,7 +337,7 @@ class HeldLease:
 
     async def _release(self) -> None:
         """Release with its own timeout, shielded from the caller's cancellation."""
-        begun = anyio.current_time()
+        begun = now()
         # One scope: shielded from the caller, cancelled by its own deadline.
         with anyio.CancelScope(shield=True, deadline=begun + self._release_timeout) as scope:
             try:
@@ -351,7 +348,7 @@ class HeldLease:
             self._release_error = TimeoutError(
                 f"release did not finish within {self._release_timeout}s"
             )
-        round_trip = anyio.current_time() - begun
+        round_trip = now() - begun
         if self._release_error is None:
             self._emit("released", round_trip=round_trip, deleted=self._released)
         else:
@@ -368,9 +365,7 @@ class HeldLease:
         """Tell the observer, if any; its failure is logged and never propagates."""
         if self._observer is None:
             return
-        event = LeaseEvent(
-            name=name, key=self._key, fence=self.fence, at=anyio.current_time(), **fields
-        )
+        event = LeaseEvent(name=name, key=self._key, fence=self.fence, at=now(), **fields)
         try:
             self._observer.on_lease_event(event)
         except Exception:

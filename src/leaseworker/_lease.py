@@ -8,7 +8,6 @@ leaseworker's exceptions. ``hold()`` builds the cancel-on-loss behaviour on top.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import os
@@ -25,7 +24,7 @@ from redis.exceptions import NoScriptError, RedisError
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._errors import ConfigError, LeaseLost, LeaseUnavailable
-from ._timing import DeadlinePolicy
+from ._timing import DeadlinePolicy, now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,7 +32,7 @@ class Lease:
     """One acquisition of a job key's lease, as this worker knows it.
 
     ``local_deadline`` is on the event loop's monotonic clock
-    (``anyio.current_time()``); past it, ownership is uncertain. ``sent_at`` is
+    (``anyio.current_time()`` on asyncio); past it, ownership is uncertain. ``sent_at`` is
     when the acquire or last successful renew was sent.
     """
 
@@ -46,7 +45,7 @@ class Lease:
 
     def remaining(self) -> float:
         """Seconds of trusted ownership left (0 once the deadline passed)."""
-        return max(0.0, self.local_deadline - anyio.current_time())
+        return max(0.0, self.local_deadline - now())
 
     def __repr__(self) -> str:
         # The owner token authorises renew/release; keep it out of logs and reprs.
@@ -160,7 +159,7 @@ class RedisLeases:
         _check_ttl(ttl)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         keys = [self.lease_key(key), self.fence_key(key)]
-        sent_at = asyncio.get_running_loop().time()
+        sent_at = now()
         try:
             reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl)])
         except (TimeoutError, RedisError, OSError) as exc:
@@ -186,7 +185,7 @@ class RedisLeases:
         local deadline (``late``): a late success must not revive ownership
         that already lapsed locally.
         """
-        sent_at = asyncio.get_running_loop().time()
+        sent_at = now()
         try:
             renewed = await self._call(
                 _scripts.RENEW, [self.lease_key(lease.key)], [lease.owner, _ms(lease.ttl)]
@@ -197,7 +196,7 @@ class RedisLeases:
             raise _lost(lease, "error", _describe(exc)) from exc
         if not int(renewed):
             raise _lost(lease, "rejected", "the lease key is gone or has another owner")
-        late_by = asyncio.get_running_loop().time() - lease.local_deadline
+        late_by = now() - lease.local_deadline
         if late_by > 0:
             raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
         return replace(

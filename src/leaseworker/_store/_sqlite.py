@@ -186,7 +186,7 @@ class SqliteStore:
         if self._inline:
             await anyio.lowlevel.checkpoint()  # a call is still a scheduling point
             try:
-                return _bounded(self._conn, op, deadline)
+                return _bounded(self._conn, op, deadline, shared=False)
             except sqlite3.Error as exc:
                 raise StoreUnavailable(key, _first_line(exc)) from exc
         try:
@@ -242,13 +242,23 @@ def _enable_wal(conn: sqlite3.Connection, *, deadline: float) -> None:
 
 
 def _bounded(
-    conn: sqlite3.Connection, op: Callable[[sqlite3.Connection], _T], deadline: float
+    conn: sqlite3.Connection,
+    op: Callable[[sqlite3.Connection], _T],
+    deadline: float,
+    *,
+    shared: bool = True,
 ) -> _T:
-    """Run ``op`` with lock waits and statements cut off at ``deadline`` (monotonic)."""
+    """Run ``op`` with lock waits and statements cut off at ``deadline`` (monotonic).
+
+    A private database (``shared=False``, ``:memory:``) has no other connection
+    to wait for, so it skips setting the lock-wait timeout (a PRAGMA parsed anew
+    on every call, the costliest part of a small call).
+    """
     remaining_ms = int((deadline - time.monotonic()) * 1000)
     if remaining_ms <= 0:
         raise sqlite3.OperationalError("deadline passed before the call started")
-    conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
+    if shared:
+        conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
     conn.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_EVERY)
     try:
         return op(conn)
