@@ -34,7 +34,7 @@ import anyio
 from ._backoff import BusyPolicy
 from ._completion import Completer, completion_key
 from ._errors import LeaseBusy, LeaseUnavailable, StoreUnavailable
-from ._hold import HeldLease, Outcome, hold
+from ._hold import HeldLease, Outcome
 from ._job import JobContext, ReportJob
 from ._lease import LeaseStore
 from ._lease_events import LeaseObserver
@@ -159,12 +159,11 @@ class Executor:
         self, trigger: Trigger, job_key: str, version: str, execution_id: str
     ) -> tuple[Ending, float | None]:
         """One execution; return how it ended and, when busy, the holder's remaining TTL."""
-        held = hold(
+        held = HeldLease(  # hold(), with the timing resolved once in __init__
             self._leases,
             job_key,
-            ttl=self._timing.ttl,
-            renew_every=self._timing.renew_every,
-            max_runtime=self._timing.max_runtime,
+            timing=self._timing,
+            release_timeout=self._leases.policy.command_timeout,
             observer=self._lease_observer(trigger, job_key, execution_id),
         )
         begun = now()

@@ -77,11 +77,13 @@ class Worker:
         self._store = store
         self._redis: Redis | None = None
         if leases is None:
-            # No socket_timeout: RedisLeases bounds every lease call itself and the
-            # pings run under fail_after. redis-py would add a timer and, for the
-            # write, a whole task per command: a tenth of a no-op trigger's cost.
+            # socket_timeout=None (redis-py's default is 5 s): RedisLeases bounds every
+            # lease call itself and the pings run under fail_after, while redis-py
+            # would add a timer per read and a whole task per write (wait_for).
             self._redis = Redis.from_url(
-                config.redis_url, socket_connect_timeout=config.redis_timeout
+                config.redis_url,
+                socket_timeout=None,
+                socket_connect_timeout=config.redis_timeout,
             )
             leases = RedisLeases(
                 self._redis, namespace=config.namespace, command_timeout=config.redis_timeout
