@@ -122,7 +122,7 @@ class _Partition:
 
     tp: Any  # aiokafka TopicPartition
     tracker: OffsetTracker = field(default_factory=OffsetTracker)
-    scopes: dict[int, anyio.CancelScope] = field(default_factory=dict)
+    tasks: dict[int, anyio.TaskHandle[None]] = field(default_factory=dict)  # in flight, by offset
     revoking: bool = False
     gone: bool = False  # revoked or its commit was rejected: results no longer count here
 
@@ -255,8 +255,8 @@ class KafkaTriggerSource:
                 extra={"event": "shutdown_cancel", "pod": self._config.pod},
             )
             for part in self._partitions.values():
-                for scope in part.scopes.values():
-                    scope.cancel()
+                for task in part.tasks.values():
+                    task.cancel()
         # Cancelled executions release their leases (shielded, bounded); then give up.
         return now >= self._stop_deadline + self._release_grace()
 
@@ -275,21 +275,20 @@ class KafkaTriggerSource:
                 free -= 1
                 part.tracker.add(record.offset)
                 self.stats.in_flight += 1
-                scope = part.scopes[record.offset] = anyio.CancelScope()
-                tg.start_soon(self._process, part, record, scope)
+                # The handle cancels this task alone (revoke, shutdown), like a scope.
+                part.tasks[record.offset] = tg.start_soon(self._process, part, record)
 
-    async def _process(self, part: _Partition, record: Any, scope: anyio.CancelScope) -> None:
+    async def _process(self, part: _Partition, record: Any) -> None:
         """Run one record to its end; mark its offset done when the outcome is terminal."""
         done = False
         try:
-            with scope:
-                if self._telemetry.enabled:
-                    with self._telemetry.processing(record):
-                        done = await self._run_record(record)
-                else:
+            if self._telemetry.enabled:
+                with self._telemetry.processing(record):
                     done = await self._run_record(record)
+            else:
+                done = await self._run_record(record)
         finally:
-            del part.scopes[record.offset]
+            del part.tasks[record.offset]
             self.stats.in_flight -= 1
             if done and not part.gone:
                 part.tracker.done(record.offset)
@@ -435,14 +434,14 @@ class KafkaTriggerSource:
             part.revoking = True
 
         def idle() -> bool:
-            return not any(part.scopes for part in parts)
+            return not any(part.tasks for part in parts)
 
         with anyio.move_on_after(self._config.revoke_timeout):
             await self._wait(idle)
-        cancelled = sum(len(part.scopes) for part in parts)
+        cancelled = sum(len(part.tasks) for part in parts)
         for part in parts:
-            for scope in part.scopes.values():
-                scope.cancel()
+            for task in part.tasks.values():
+                task.cancel()
         with anyio.move_on_after(self._release_grace()):
             await self._wait(idle)
         await self._commit(parts)
