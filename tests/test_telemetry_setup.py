@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import logging
 import subprocess
 import sys
+import threading
 import urllib.request
 from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -138,3 +141,65 @@ def test_the_library_works_with_only_the_opentelemetry_api() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """A minimal OTLP/HTTP receiver: keeps each request's path, headers and body."""
+
+    received: ClassVar[list[tuple[str, dict[str, str], bytes]]] = []
+
+    def do_POST(self) -> None:
+        """Record the request and answer 200 with an empty OTLP response."""
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep the test output quiet."""
+
+
+@pytest.mark.parametrize(
+    ("protocol", "content_type"),
+    [(None, "application/json"), ("http/protobuf", "application/x-protobuf")],
+)
+def test_spans_go_as_otlp_json_to_the_env_endpoint_with_the_env_headers(
+    monkeypatch: pytest.MonkeyPatch, protocol: str | None, content_type: str
+) -> None:
+    """Spans are posted to ``{OTEL_EXPORTER_OTLP_ENDPOINT}/v1/traces`` with OTEL headers.
+
+    OTLP/JSON by default; ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf``
+    picks the SDK's protobuf exporter. A real local HTTP server receives them.
+    """
+    _Collector.received = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}/")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    if protocol is None:
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+    else:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", protocol)
+    try:
+        configured = configure(pod="pod-a")
+        tracer = configured.tracer_provider.get_tracer("test")
+        tracer.start_span("process t", attributes={"messaging.kafka.offset": 7}).end()
+        configured.close(timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    [(path, headers, body)] = _Collector.received
+    assert path == "/v1/traces"
+    assert headers["content-type"] == content_type
+    assert headers["x-tenant"] == "acme"
+    if protocol is None:
+        [span] = json.loads(body)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        assert span["name"] == "process t"
+        assert span["attributes"] == [{"key": "messaging.kafka.offset", "value": {"intValue": "7"}}]
