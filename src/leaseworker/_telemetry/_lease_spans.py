@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, final
 
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import Status, StatusCode, Tracer
 
 from .. import _lease_events
 from . import _names as n
-from ._trace import TriggerTrace, ms, wall_ns
+from ._trace import Attributes, TriggerTrace, ms, wall_ns
 
 if TYPE_CHECKING:
     from ._metrics import Metrics
@@ -26,6 +26,11 @@ logger = logging.getLogger("leaseworker.lease")
 
 RENEWAL_LOSSES = frozenset({"rejected", "timeout", "error", "late"})
 """Loss reasons that are the answer (or silence) of a renewal call."""
+
+ERROR_OUTCOMES = frozenset({"failed", "timed_out", "lost", "malformed"})
+"""Outcomes that make a ``job run`` (or an unfinished ``lease acquire``) span an error."""
+
+_RELEASE_FAILED = Status(StatusCode.ERROR, "release failed")
 
 
 @final
@@ -52,37 +57,33 @@ class LeaseSpans:
     def _on_acquired(self, event: _lease_events.LeaseEvent) -> None:
         trace = self._trace
         self._confirmed(event)
-        span = trace.acquire
-        trace.acquire = None
         trace.fence = event.fence
-        if span is None:
+        if not trace.acquiring:
             return
-        span.set_attributes(
-            {
-                n.EXECUTION_ID: self._execution_id,
-                n.FENCE: event.fence,
-                n.OUTCOME: "acquired",
-                n.BUSY_RETRIES: trace.busy,
-                n.WAIT_MS: ms(event.at - trace.acquire_began),
-                n.ROUND_TRIP_MS: ms(event.round_trip or 0.0),
-                n.REMAINING_MS: ms(event.remaining or 0.0),
-            }
-        )
-        span.end(wall_ns(event.at))
+        step: Attributes = {
+            n.EXECUTION_ID: self._execution_id,
+            n.FENCE: event.fence,
+            n.OUTCOME: "acquired",
+            n.WAIT_MS: ms(event.at - trace.acquire_began),
+            n.ROUND_TRIP_MS: ms(event.round_trip or 0.0),
+            n.REMAINING_MS: ms(event.remaining or 0.0),
+        }
+        end_acquire(self._tracer, trace, step, wall_ns(event.at), "acquired")
 
     def _on_renewed(self, event: _lease_events.LeaseEvent) -> None:
         self._confirmed(event)
         round_trip = event.round_trip or 0.0
         self._metrics.renewal.record(round_trip, {n.RENEWAL_OUTCOME: "renewed"})
-        span = self._span(n.SPAN_RENEW, event, event.at - round_trip)
-        span.set_attributes(
+        self._span(
+            n.SPAN_RENEW,
+            event,
+            event.at - round_trip,
             {
                 n.RENEWAL_OUTCOME: "renewed",
                 n.ROUND_TRIP_MS: ms(round_trip),
                 n.REMAINING_MS: ms(event.remaining or 0.0),
-            }
+            },
         )
-        span.end(wall_ns(event.at))
         logger.debug(
             "lease renewed for %r",
             event.key,
@@ -93,14 +94,20 @@ class LeaseSpans:
         reason = event.reason or "unknown"
         self._metrics.losses.add(1, {n.LOSS_REASON: reason})
         if reason in RENEWAL_LOSSES:
-            renew = self._span(n.SPAN_RENEW, event, event.at)
-            renew.set_attribute(n.RENEWAL_OUTCOME, reason)
-            renew.set_status(Status(StatusCode.ERROR, f"renewal {reason}"))
-            renew.end(wall_ns(event.at))
-        span = self._span(n.SPAN_LOST, event, event.at)
-        span.set_attribute(n.LOSS_REASON, reason)
-        span.set_status(Status(StatusCode.ERROR, f"ownership lost: {reason}"))
-        span.end(wall_ns(event.at))
+            self._span(
+                n.SPAN_RENEW,
+                event,
+                event.at,
+                {n.RENEWAL_OUTCOME: reason},
+                Status(StatusCode.ERROR, f"renewal {reason}"),
+            )
+        self._span(
+            n.SPAN_LOST,
+            event,
+            event.at,
+            {n.LOSS_REASON: reason},
+            Status(StatusCode.ERROR, f"ownership lost: {reason}"),
+        )
         outcome = reason if reason in RENEWAL_LOSSES else None
         logger.info(
             "ownership of %r lost (%s); cancelling execution %s",
@@ -111,9 +118,7 @@ class LeaseSpans:
         )
 
     def _on_cancel_requested(self, event: _lease_events.LeaseEvent) -> None:
-        span = self._span(n.SPAN_CANCEL, event, event.at)
-        span.set_attribute(n.LOSS_REASON, event.reason or "unknown")
-        span.end(wall_ns(event.at))
+        self._span(n.SPAN_CANCEL, event, event.at, {n.LOSS_REASON: event.reason or "unknown"})
 
     def _on_stopped(self, event: _lease_events.LeaseEvent) -> None:
         latency = event.stop_latency or 0.0
@@ -121,9 +126,7 @@ class LeaseSpans:
         if self._deadline is not None and event.at > self._deadline:
             # Past the local deadline another pod may hold the lease: possible overlap.
             self._metrics.overlap.add(event.at - self._deadline)
-        span = self._span(n.SPAN_STOPPED, event, event.at - latency)
-        span.set_attribute(n.STOP_LATENCY_MS, ms(latency))
-        span.end(wall_ns(event.at))
+        self._span(n.SPAN_STOPPED, event, event.at - latency, {n.STOP_LATENCY_MS: ms(latency)})
         logger.warning(
             "job %r stopped %.1f ms after losing ownership",
             event.key,
@@ -133,32 +136,53 @@ class LeaseSpans:
 
     def _on_released(self, event: _lease_events.LeaseEvent) -> None:
         round_trip = event.round_trip or 0.0
-        span = self._span(n.SPAN_RELEASE, event, event.at - round_trip)
-        span.set_attributes(
-            {n.RELEASE_DELETED: bool(event.deleted), n.ROUND_TRIP_MS: ms(round_trip)}
+        self._span(
+            n.SPAN_RELEASE,
+            event,
+            event.at - round_trip,
+            {n.RELEASE_DELETED: bool(event.deleted), n.ROUND_TRIP_MS: ms(round_trip)},
         )
-        span.end(wall_ns(event.at))
 
     def _on_release_failed(self, event: _lease_events.LeaseEvent) -> None:
         round_trip = event.round_trip or 0.0
-        span = self._span(n.SPAN_RELEASE, event, event.at - round_trip)
-        span.set_attributes({n.RELEASE_DELETED: False, n.ROUND_TRIP_MS: ms(round_trip)})
-        span.set_attribute(n.ERROR_TYPE, type(event.error).__name__)
-        span.set_status(Status(StatusCode.ERROR, "release failed"))
-        span.end(wall_ns(event.at))
+        self._span(
+            n.SPAN_RELEASE,
+            event,
+            event.at - round_trip,
+            {
+                n.RELEASE_DELETED: False,
+                n.ROUND_TRIP_MS: ms(round_trip),
+                n.ERROR_TYPE: type(event.error).__name__,
+            },
+            _RELEASE_FAILED,
+        )
 
     def _confirmed(self, event: _lease_events.LeaseEvent) -> None:
         if event.remaining is not None:
             self._deadline = event.at + event.remaining
 
-    def _span(self, name: str, event: _lease_events.LeaseEvent, start: float) -> Span:
-        """Start a child span of the trigger at monotonic time ``start`` (caller ends it)."""
-        return self._tracer.start_span(
-            name,
-            context=self._trace.parent,
-            attributes=self._trace.attributes(execution_id=self._execution_id, fence=event.fence),
-            start_time=wall_ns(start),
+    def _span(
+        self,
+        name: str,
+        event: _lease_events.LeaseEvent,
+        start: float,
+        step: Attributes | None = None,
+        status: Status | None = None,
+    ) -> None:
+        """Record a child span of the trigger from monotonic ``start`` to the event.
+
+        The step's attributes go in with the common ones when the span starts
+        (one SDK attribute check per span instead of one per call).
+        """
+        attributes = self._trace.attributes(execution_id=self._execution_id, fence=event.fence)
+        if step:
+            attributes.update(step)
+        span = self._tracer.start_span(
+            name, context=self._trace.parent, attributes=attributes, start_time=wall_ns(start)
         )
+        if status is not None:
+            span.set_status(status)
+        span.end(wall_ns(event.at))
 
     def _fields(self, event: _lease_events.LeaseEvent, **extra: object) -> dict[str, object]:
         return {
@@ -169,3 +193,30 @@ class LeaseSpans:
             "fence": event.fence,
             **extra,
         }
+
+
+def end_acquire(
+    tracer: Tracer, trace: TriggerTrace, step: Attributes, end_ns: int, outcome: str
+) -> None:
+    """Record the trigger's ``lease acquire`` span, from the first try to ``end_ns``.
+
+    It is made when the wait ends (acquired, given up, cancelled), with every
+    attribute at its start and the busy/retry events noted meanwhile: one
+    span start instead of a span kept open and updated call by call.
+    """
+    trace.acquiring = False
+    attributes = trace.attributes(execution_id=trace.acquire_execution_id)
+    attributes[n.BUSY_RETRIES] = trace.busy
+    attributes.update(step)
+    span = tracer.start_span(
+        n.SPAN_ACQUIRE,
+        context=trace.parent,
+        attributes=attributes,
+        start_time=trace.acquire_started_ns,
+    )
+    for name, event_attributes, at in trace.acquire_events:
+        span.add_event(name, event_attributes, at)
+    trace.acquire_events.clear()
+    if outcome in ERROR_OUTCOMES:
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    span.end(end_ns)

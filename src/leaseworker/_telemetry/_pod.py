@@ -22,7 +22,6 @@ import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 from opentelemetry.trace import (
-    NonRecordingSpan,
     SpanKind,
     Status,
     StatusCode,
@@ -34,10 +33,10 @@ from .._lease_events import LeaseObserver
 from .._observer import TERMINAL, ExecutionEvent
 from .._trigger import Trigger
 from . import _names as n
-from ._lease_spans import LeaseSpans
+from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import extract, producer_link
-from ._trace import CURRENT, TriggerTrace, ms, wall_ns
+from ._trace import CURRENT, Attributes, TriggerTrace, ms, wall_ns
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -46,8 +45,6 @@ R = TypeVar("R")
 
 MAX_PENDING_COMMITS = 10_000
 """Records per partition remembered until their offset is committed (oldest dropped)."""
-
-_ERROR_OUTCOMES = frozenset({"failed", "timed_out", "lost", "malformed"})
 
 
 def _guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
@@ -104,7 +101,7 @@ class PodTelemetry:
         except BaseException as exc:
             if trace.span is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
                 trace.span.set_attribute(n.ERROR_TYPE, type(exc).__name__)
-                trace.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                trace.span.set_status(_error(type(exc).__name__))
             raise
         finally:
             CURRENT.reset(var_token)
@@ -117,10 +114,8 @@ class PodTelemetry:
         if not self.enabled:
             return
         trace = self._trace_for(trigger)
-        trace.job_key = job_key
+        trace.job_key = job_key  # the process span gets it when it ends (one SDK call less)
         trace.received = True
-        if trace.span is not None:
-            trace.span.set_attribute(n.JOB_KEY, job_key)
 
     @_guarded
     def malformed(self, record: Any, reason: str) -> None:
@@ -131,7 +126,7 @@ class PodTelemetry:
         trace.terminal = True
         trace.outcome = "malformed"
         trace.span.set_attributes({n.MALFORMED_REASON: reason, n.ERROR_TYPE: "MalformedTrigger"})
-        trace.span.set_status(Status(StatusCode.ERROR, f"malformed trigger: {reason}"))
+        trace.span.set_status(_error(f"malformed trigger: {reason}"))
 
     @_guarded
     def dead_lettered(self, record: Any, reason: str) -> None:
@@ -141,11 +136,11 @@ class PodTelemetry:
         )
         trace = CURRENT.get()
         if trace is not None:
-            span = self._tracer.start_span(
-                n.SPAN_DEAD_LETTER, context=trace.parent, attributes=trace.attributes()
-            )
-            span.set_attribute(n.DEAD_LETTER_REASON, reason)
-            span.end()
+            attributes = trace.attributes()
+            attributes[n.DEAD_LETTER_REASON] = reason
+            self._tracer.start_span(
+                n.SPAN_DEAD_LETTER, context=trace.parent, attributes=attributes
+            ).end()
 
     @_guarded
     def committed(
@@ -191,13 +186,11 @@ class PodTelemetry:
         if trace.job_key is None:
             trace.job_key = job_key
         self._received_span(trace, execution_id)
-        if trace.acquire is None:
+        if not trace.acquiring:  # the first try: the ``lease acquire`` span starts now
+            trace.acquiring = True
             trace.acquire_began = anyio.current_time()
-            trace.acquire = self._tracer.start_span(
-                n.SPAN_ACQUIRE,
-                context=trace.parent,
-                attributes=trace.attributes(execution_id=execution_id),
-            )
+            trace.acquire_started_ns = time.time_ns()
+            trace.acquire_execution_id = execution_id
         return LeaseSpans(self._tracer, self._metrics, trace, execution_id)
 
     @_guarded
@@ -209,9 +202,11 @@ class PodTelemetry:
         elif event.event == "finished":
             self._finished(trace, event)
         elif event.event == "retry":
-            target = trace.acquire or trace.span
-            if target is not None:
-                target.add_event("retry", {n.RETRY_IN_MS: ms(event.retry_in or 0.0)})
+            retry_in: Attributes = {n.RETRY_IN_MS: ms(event.retry_in or 0.0)}
+            if trace.acquiring:
+                trace.acquire_events.append(("retry", retry_in, time.time_ns()))
+            elif trace.span is not None:
+                trace.span.add_event("retry", retry_in)
         else:
             self._other(trace, event)
 
@@ -220,9 +215,7 @@ class PodTelemetry:
         self._metrics.in_flight.add(1)
         self._running[event.execution_id] = event.job_key
         self._count_key(event.job_key, +1)
-        trace.run = self._tracer.start_span(
-            n.SPAN_RUN, context=trace.parent, attributes=trace.attributes()
-        )
+        trace.run_started_ns = time.time_ns()  # ``job run`` is made when it ends
 
     def _finished(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
         outcome = event.outcome or "unknown"
@@ -235,39 +228,43 @@ class PodTelemetry:
         trace.terminal = outcome in TERMINAL
         job_key = self._running.pop(event.execution_id, None)
         if job_key is None:  # never acquired: busy, or Redis did not answer
-            if trace.acquire is not None:
+            if trace.acquiring:
                 trace.busy += outcome == "busy"
-                trace.acquire.add_event(
-                    outcome, {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome}
+                trace.acquire_events.append(
+                    (
+                        outcome,
+                        {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome},
+                        time.time_ns(),
+                    )
                 )
         else:
             self._metrics.in_flight.add(-1)
             self._count_key(job_key, -1)
-        if trace.run is not None:
-            _end_with_outcome(trace.run, outcome, event.error)
-            trace.run = None
+        if trace.run_started_ns is not None:
+            self._run_span(trace, outcome, event.error)
         if trace.terminal and trace.span is None:
             self._close(trace)  # no Kafka source: the trace ends with the execution
             CURRENT.set(None)
 
     def _other(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
         """Events this version does not know by name (a completion step, say) become spans."""
-        span = self._tracer.start_span(
-            event.event.replace("_", " "),
-            context=trace.parent,
-            attributes=trace.attributes(execution_id=event.execution_id, fence=event.fence),
-            start_time=wall_ns(anyio.current_time() - event.elapsed),
-        )
+        attributes = trace.attributes(execution_id=event.execution_id, fence=event.fence)
         if event.outcome is not None:
-            span.set_attribute(n.OUTCOME, event.outcome)
+            attributes[n.OUTCOME] = event.outcome
         if event.event == "completion" and event.reason is not None:
             # The store's answer: accepted, duplicate or stale. A stale answer is the
             # destination proving this execution had lost ownership: count it as a loss.
-            span.set_attribute(n.COMPLETION_STATUS, event.reason)
+            attributes[n.COMPLETION_STATUS] = event.reason
             self._metrics.completions.add(1, {n.COMPLETION_STATUS: event.reason})
             if event.reason == "stale":
                 self._metrics.losses.add(1, {n.LOSS_REASON: "stale"})
-        span.end()
+        end = time.time_ns()
+        self._tracer.start_span(
+            event.event.replace("_", " "),
+            context=trace.parent,
+            attributes=attributes,
+            start_time=end - int(event.elapsed * 1e9),
+        ).end(end)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -323,20 +320,19 @@ class PodTelemetry:
     @_guarded
     def _close(self, trace: TriggerTrace) -> None:
         self._received_span(trace, None)
-        if trace.acquire is not None:  # cancelled while waiting for the lease
-            trace.acquire.set_attribute(n.BUSY_RETRIES, trace.busy)
-            _end_with_outcome(trace.acquire, trace.outcome or "cancelled", None)
-            trace.acquire = None
-        if trace.run is not None:
-            _end_with_outcome(trace.run, "cancelled", None)
-            trace.run = None
+        if trace.acquiring:  # cancelled (or gave up) while waiting for the lease
+            outcome = trace.outcome or "cancelled"
+            end_acquire(self._tracer, trace, {n.OUTCOME: outcome}, time.time_ns(), outcome)
+        if trace.run_started_ns is not None:
+            self._run_span(trace, "cancelled", None)
         if trace.span is not None:
             # The Kafka coordinates were set at the start; add what was learnt since
             # (re-setting all of them cost as much SDK validation as another span).
-            trace.span.set_attributes(trace.identity())
-            trace.span.set_attribute(n.OUTCOME, trace.outcome or "cancelled")
-            if trace.outcome in _ERROR_OUTCOMES - {"lost"}:
-                trace.span.set_status(Status(StatusCode.ERROR, trace.outcome or ""))
+            identity = trace.identity()
+            identity[n.OUTCOME] = trace.outcome or "cancelled"
+            trace.span.set_attributes(identity)
+            if trace.outcome in ERROR_OUTCOMES and trace.outcome != "lost":
+                trace.span.set_status(_error(trace.outcome or ""))
             trace.span.end()
             if trace.terminal:
                 self._remember(trace)
@@ -355,22 +351,39 @@ class PodTelemetry:
         end: int,
         error: BaseException | None,
     ) -> None:
-        assert trace.span is not None
         attributes = trace.attributes()
         attributes[n.MESSAGING_OPERATION_NAME] = "commit"
         attributes[n.MESSAGING_OPERATION_TYPE] = "settle"
         attributes[n.COMMIT_POSITION] = position
+        if error is not None:
+            attributes[n.ERROR_TYPE] = type(error).__name__
         span = self._tracer.start_span(
             n.commit_span_name(trace.topic),
-            context=set_span_in_context(NonRecordingSpan(trace.span.get_span_context())),
+            context=trace.parent,  # holds the (ended) process span: its child
             kind=SpanKind.CLIENT,
             attributes=attributes,
             start_time=wall_ns(began),
         )
         if error is not None:
-            span.set_attribute(n.ERROR_TYPE, type(error).__name__)
-            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_status(_error(type(error).__name__))
         span.end(end)
+
+    def _run_span(self, trace: TriggerTrace, outcome: str, error: BaseException | None) -> None:
+        """Make the ``job run`` span, from the start of the job to now, in one SDK call.
+
+        All its attributes, the outcome included, are there when it starts.
+        """
+        attributes = trace.attributes()
+        attributes[n.OUTCOME] = outcome
+        if error is not None:
+            attributes[n.ERROR_TYPE] = type(error).__name__
+        span = self._tracer.start_span(
+            n.SPAN_RUN, context=trace.parent, attributes=attributes, start_time=trace.run_started_ns
+        )
+        trace.run_started_ns = None
+        if outcome in ERROR_OUTCOMES:
+            span.set_status(_error(outcome))
+        span.end()
 
     def _trace_for(self, trigger: Trigger) -> TriggerTrace:
         """Return the current trigger's trace, or start a span-less one (no Kafka source)."""
@@ -406,13 +419,17 @@ class PodTelemetry:
             self._per_key[job_key] = (running, now)
 
 
-def _end_with_outcome(span: Any, outcome: str, error: BaseException | None) -> None:
-    span.set_attribute(n.OUTCOME, outcome)
-    if error is not None:
-        span.set_attribute(n.ERROR_TYPE, type(error).__name__)
-    if outcome in _ERROR_OUTCOMES:
-        span.set_status(Status(StatusCode.ERROR, outcome))
-    span.end()
+def _error(description: str) -> Status:
+    """Return the ERROR status with ``description`` (the common ones are made once)."""
+    status = _ERRORS.get(description)
+    if status is None:
+        status = Status(StatusCode.ERROR, description)
+        if len(_ERRORS) < 64:
+            _ERRORS[description] = status
+    return status
+
+
+_ERRORS: dict[str, Status] = {}
 
 
 def _key_text(key: bytes | None) -> str | None:

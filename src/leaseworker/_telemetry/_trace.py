@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import final
 
 import anyio
 from opentelemetry.context import Context
@@ -41,30 +42,26 @@ class TriggerTrace:
     received: bool = False  # decoded; its ``trigger received`` span is still to be sent
     execution_id: str | None = None
     fence: int | None = None
-    acquire: Span | None = None
-    acquire_began: float = 0.0
+    acquiring: bool = False  # an acquire is under way; its span is made when it ends
+    acquire_began: float = 0.0  # monotonic
+    acquire_started_ns: int = 0
+    acquire_execution_id: str | None = None  # the first execution that tried
+    acquire_events: list[tuple[str, Attributes, int]] = field(default_factory=list)
     busy: int = 0
-    run: Span | None = None
+    run_started_ns: int | None = None  # the job runs; its span is made when it ends
     outcome: str | None = None
     terminal: bool = False
+    common: Attributes = field(default_factory=dict)  # filled once, see attributes()
 
     def attributes(
         self, *, execution_id: str | None = None, fence: int | None = None
     ) -> Attributes:
-        """Return the attributes every span of this trace starts with."""
-        attrs: Attributes = {
-            n.MESSAGING_SYSTEM: "kafka",
-            n.MESSAGING_OPERATION_NAME: "process",
-            n.MESSAGING_OPERATION_TYPE: "process",
-            n.MESSAGING_DESTINATION: self.topic,
-            n.MESSAGING_PARTITION: str(self.partition),
-            n.MESSAGING_OFFSET: self.offset,
-            n.POD: self.pod,
-        }
-        if self.key is not None:
-            attrs[n.MESSAGING_KEY] = self.key
-        if self.group is not None:
-            attrs[n.MESSAGING_GROUP] = self.group
+        """Return the attributes every span of this trace starts with (a new dict).
+
+        The Kafka coordinates, pod and group are put together once per trace;
+        each span adds the job key, execution id and fence known at its start.
+        """
+        attrs = (self.common or self._fill_common()).copy()
         if self.job_key is not None:
             attrs[n.JOB_KEY] = self.job_key
         execution_id = execution_id or self.execution_id
@@ -74,6 +71,21 @@ class TriggerTrace:
         if fence is not None:
             attrs[n.FENCE] = fence
         return attrs
+
+    def _fill_common(self) -> Attributes:
+        common = self.common
+        common[n.MESSAGING_SYSTEM] = "kafka"
+        common[n.MESSAGING_OPERATION_NAME] = "process"
+        common[n.MESSAGING_OPERATION_TYPE] = "process"
+        common[n.MESSAGING_DESTINATION] = self.topic
+        common[n.MESSAGING_PARTITION] = str(self.partition)
+        common[n.MESSAGING_OFFSET] = self.offset
+        common[n.POD] = self.pod
+        if self.key is not None:
+            common[n.MESSAGING_KEY] = self.key
+        if self.group is not None:
+            common[n.MESSAGING_GROUP] = self.group
+        return common
 
     def identity(self) -> Attributes:
         """Return the attributes learnt after the record arrived: job key, execution, fence."""
@@ -92,11 +104,39 @@ CURRENT: ContextVar[TriggerTrace | None] = ContextVar("leaseworker_trigger_trace
 
 
 def wall_ns(at: float | None = None) -> int:
-    """Convert a monotonic ``anyio.current_time()`` value to Unix nanoseconds (default: now)."""
+    """Convert a monotonic ``anyio.current_time()`` value to Unix nanoseconds (default: now).
+
+    The offset between the two clocks is measured at most once a second
+    (``anyio.current_time()`` costs more than the rest of this function), so
+    differences between converted times are exact, and no time is converted
+    to a moment after now.
+    """
     now = time.time_ns()
     if at is None:
         return now
-    return now - max(0, int((anyio.current_time() - at) * 1e9))
+    return min(now, _CLOCK.offset_ns() + int(at * 1e9))
+
+
+@final
+class _ClockOffset:
+    """Unix nanoseconds minus the event loop clock's, re-measured once a second."""
+
+    __slots__ = ("_offset", "_until")
+
+    def __init__(self) -> None:
+        self._offset = 0
+        self._until = 0
+
+    def offset_ns(self) -> int:
+        """Return the offset, measured afresh when the last measure is a second old."""
+        checked = time.monotonic_ns()  # not the wall clock: it may be stepped back
+        if checked >= self._until:
+            self._offset = time.time_ns() - int(anyio.current_time() * 1e9)
+            self._until = checked + 1_000_000_000
+        return self._offset
+
+
+_CLOCK = _ClockOffset()
 
 
 def ms(seconds: float) -> float:
