@@ -112,17 +112,18 @@ class JsonSpanEncoder:
             extra += ',"traceState":' + _JSON.encode(context.trace_state.to_header())
         if span.dropped_attributes:
             extra += f',"droppedAttributesCount":{span.dropped_attributes}'
-        if span.events:
-            events = ",".join(
+        events, links = span.events, span.links  # each a copy: read once
+        if events:
+            encoded = ",".join(
                 f'{{"timeUnixNano":"{event.timestamp}","name":{self.name(event.name)},'
                 f'"attributes":[{self.attributes(event.attributes)}]}}'
-                for event in span.events
+                for event in events
             )
-            extra += f',"events":[{events}]'
+            extra += f',"events":[{encoded}]'
         if span.dropped_events:
             extra += f',"droppedEventsCount":{span.dropped_events}'
-        if span.links:
-            extra += f',"links":[{",".join(self._link(link) for link in span.links)}]'
+        if links:
+            extra += f',"links":[{",".join(self._link(link) for link in links)}]'
         if span.dropped_links:
             extra += f',"droppedLinksCount":{span.dropped_links}'
         status = span.status
@@ -162,23 +163,25 @@ class JsonSpanEncoder:
         """Return attributes as comma-separated ``KeyValue`` objects (unencodable: dropped)."""
         if not attributes:
             return ""
-        pairs = self._pairs
-        parts = []
-        for key in attributes:  # iterating and indexing beats .items() on the SDK's mapping
-            value = attributes[key]
-            try:
-                part = pairs.get((key, type(value), value))
-            except TypeError:  # unhashable (a list given to a non-SDK span): not remembered
-                part = _key_value(key, value)
-            else:
-                if part is None:
-                    part = _key_value(key, value)
-                    if len(pairs) >= self.MAX_CACHED:
-                        pairs.clear()
-                    pairs[(key, type(value), value)] = part
-            if part:
-                parts.append(part)
+        known = self._pairs.get
+        try:
+            parts = [
+                known((key, type(value), value)) or self._remember(key, value)
+                for key in attributes  # iterating and indexing beats the SDK mapping's .items()
+                for value in (attributes[key],)
+            ]
+        except TypeError:  # an unhashable value (a list given to a non-SDK span)
+            parts = [_key_value(key, value) for key, value in attributes.items()]
+        if "" in parts:
+            parts = [part for part in parts if part]
         return ",".join(parts)
+
+    def _remember(self, key: str, value: Any) -> str:
+        part = _key_value(key, value)
+        if len(self._pairs) >= self.MAX_CACHED:
+            self._pairs.clear()
+        self._pairs[(key, type(value), value)] = part
+        return part
 
 
 def _key_value(key: str, value: Any) -> str:
@@ -238,6 +241,7 @@ class OtlpJsonSpanExporter(SpanExporter):
         if not callable(getattr(self._client, "export", None)):
             self._transport.shutdown()  # type: ignore[no-untyped-call]
             raise TypeError("this opentelemetry-exporter-otlp-proto-http has no OTLP HTTP client")
+        self._encoder = JsonSpanEncoder()  # the batch processor calls export from one thread
         self._shutdown = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -245,7 +249,7 @@ class OtlpJsonSpanExporter(SpanExporter):
         if self._shutdown:
             return SpanExportResult.FAILURE
         try:
-            body = encode_spans(spans)
+            body = self._encoder.encode(spans)
         except Exception:
             logger.exception("could not encode %d spans as OTLP/JSON", len(spans))
             return SpanExportResult.FAILURE
