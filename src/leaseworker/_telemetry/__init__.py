@@ -6,7 +6,8 @@ trace context in Kafka headers; ``_trace`` one trigger's trace state;
 execution's lease events; ``_metrics`` the instruments; ``_telemetry`` the
 public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
 ``_producer`` the ``send`` side; ``_setup`` OTEL_*/flag configuration for the
-CLI (the only place the SDK is imported, lazily); ``_jaeger_links`` demo helpers.
+CLI (the only place the SDK is imported, lazily); ``_otlp_json`` the OTLP/JSON
+span exporter ``_setup`` uses (SDK imports); ``_jaeger_links`` demo helpers.
 Only the OpenTelemetry API is imported at package import.
 """
 
