@@ -36,7 +36,7 @@ from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import extract, producer_link
-from ._trace import CURRENT, Attributes, TriggerTrace, ms, wall_ns
+from ._trace import CURRENT, Attributes, TriggerTrace, loop_time, ms, wall_ns
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -188,7 +188,7 @@ class PodTelemetry:
         self._received_span(trace, execution_id)
         if not trace.acquiring:  # the first try: the ``lease acquire`` span starts now
             trace.acquiring = True
-            trace.acquire_began = anyio.current_time()
+            trace.acquire_began = loop_time()
             trace.acquire_started_ns = time.time_ns()
             trace.acquire_execution_id = execution_id
         return LeaseSpans(self._tracer, self._metrics, trace, execution_id)

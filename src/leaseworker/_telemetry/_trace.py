@@ -10,10 +10,10 @@ nanoseconds; :func:`wall_ns` converts.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import final
 
 import anyio
 from opentelemetry.context import Context
@@ -106,37 +106,24 @@ CURRENT: ContextVar[TriggerTrace | None] = ContextVar("leaseworker_trigger_trace
 def wall_ns(at: float | None = None) -> int:
     """Convert a monotonic ``anyio.current_time()`` value to Unix nanoseconds (default: now).
 
-    The offset between the two clocks is measured at most once a second
-    (``anyio.current_time()`` costs more than the rest of this function), so
-    differences between converted times are exact, and no time is converted
-    to a moment after now.
+    A time is never converted to a moment after now.
     """
     now = time.time_ns()
     if at is None:
         return now
-    return min(now, _CLOCK.offset_ns() + int(at * 1e9))
+    return now - max(0, int((loop_time() - at) * 1e9))
 
 
-@final
-class _ClockOffset:
-    """Unix nanoseconds minus the event loop clock's, re-measured once a second."""
+def loop_time() -> float:
+    """Return ``anyio.current_time()``, read straight from the asyncio loop when there is one.
 
-    __slots__ = ("_offset", "_until")
-
-    def __init__(self) -> None:
-        self._offset = 0
-        self._until = 0
-
-    def offset_ns(self) -> int:
-        """Return the offset, measured afresh when the last measure is a second old."""
-        checked = time.monotonic_ns()  # not the wall clock: it may be stepped back
-        if checked >= self._until:
-            self._offset = time.time_ns() - int(anyio.current_time() * 1e9)
-            self._until = checked + 1_000_000_000
-        return self._offset
-
-
-_CLOCK = _ClockOffset()
+    anyio first works out which async library runs (sniffio), which costs three
+    times the clock read itself; on asyncio its clock is the loop's ``time()``.
+    """
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # trio, or no loop: anyio knows
+        return anyio.current_time()
 
 
 def ms(seconds: float) -> float:
