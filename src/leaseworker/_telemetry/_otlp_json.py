@@ -3,8 +3,9 @@
 Why: the SDK's OTLP exporter builds one protobuf message object per span,
 attribute and value in Python, about 100 µs per leaseworker span on a busy
 2-core machine, in the BatchSpanProcessor's thread, which holds the GIL the
-event loop needs. Building plain dicts and serializing them with the C
-``json`` encoder does the same job several times cheaper.
+event loop needs. Writing the JSON text directly, from pieces remembered
+between spans (only values not seen before go through the C ``json``
+encoder), does the same job four to five times cheaper.
 
 The encoding follows the OTLP specification's JSON mapping of
 ``ExportTraceServiceRequest`` (protobuf JSON with OTLP's exceptions): trace and
