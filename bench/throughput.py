@@ -33,6 +33,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -40,7 +41,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-u
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from redis.asyncio import Redis
 
-from leaseworker import ExecutionEvent, JobContext, ReportJob, Worker, WorkerConfig
+from leaseworker import (
+    Completion,
+    CompletionResult,
+    CompletionStore,
+    ExecutionEvent,
+    JobContext,
+    ReportJob,
+    Worker,
+    WorkerConfig,
+)
 from leaseworker._local import LocalRedis
 from leaseworker._local._kafka import LocalKafka
 from leaseworker._local._postgres import LocalPostgres
@@ -57,6 +67,55 @@ class NoopReport(ReportJob):
     async def run(self, ctx: JobContext) -> object:
         """Do nothing."""
         return None
+
+
+class NullStore:
+    """Bench-only: a completion store that keeps nothing and answers at once.
+
+    Not something a pod can be configured with (a pod without a durable record
+    could recompute redelivered triggers); the ``none`` side uses it to show how
+    much of the gap to the bare loop the two store calls per trigger account for.
+    """
+
+    async def lookup(self, job_key: str, input_version: str) -> Completion | None:
+        """Nothing ever completed."""
+        return None
+
+    async def complete(
+        self,
+        job_key: str,
+        *,
+        input_version: str,
+        fence: int,
+        result: object,
+        execution_id: str,
+        pod: str,
+    ) -> CompletionResult:
+        """Accept every completion without recording it."""
+        done = Completion(
+            job_key=job_key,
+            input_version=input_version,
+            fence=fence,
+            result=None,
+            execution_id=execution_id,
+            pod=pod,
+            completed_at=datetime.now(UTC),
+        )
+        return CompletionResult(
+            status="accepted",
+            job_key=job_key,
+            input_version=input_version,
+            fence=fence,
+            winning_fence=fence,
+            completion=done,
+        )
+
+    async def state(self, job_key: str) -> Completion | None:
+        """Nothing is kept."""
+        return None
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
 
 
 class FirstStart:
@@ -152,7 +211,13 @@ async def bare_loop(
 
 
 async def leaseworker_pod(
-    bootstrap: str, redis_url: str, topic: str, count: int, concurrency: int, store_url: str
+    bootstrap: str,
+    redis_url: str,
+    topic: str,
+    count: int,
+    concurrency: int,
+    store_url: str,
+    store: CompletionStore | None = None,
 ) -> float:
     """Run one in-process worker pod until everything is committed; return seconds."""
     group = f"lw-{uuid.uuid4().hex[:8]}"
@@ -167,7 +232,7 @@ async def leaseworker_pod(
         store_url=store_url,
     )
     first = FirstStart()
-    worker = Worker(job, config, observer=first)
+    worker = Worker(job, config, observer=first, store=store)
     async with anyio.create_task_group() as tg:
         await tg.start(_run_worker, worker)
         end = await wait_committed(bootstrap, group, topic, count)
@@ -182,7 +247,7 @@ async def _run_worker(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]
 
 Side = Callable[[str], Awaitable[float]]
 
-STORES = ("memory", "sqlite", "postgresql")
+STORES = ("memory", "sqlite", "postgresql", "none")
 """Completion stores a pod side can use (``--stores``).
 
 ``memory`` (``sqlite:///:memory:``) is the issue-3 comparison: the pod still
@@ -190,18 +255,30 @@ looks the identity up and records a fenced completion per trigger (two store
 calls, each a hop to a worker thread), but nothing waits for a disk, so what
 remains is leaseworker's own cost. ``sqlite`` is the default embedded store (a
 file, WAL, ``synchronous=FULL``: one fsync per completion) and ``postgresql`` a
-private local server: durability's price, reported as separate lines.
+private local server: durability's price, reported as separate lines. ``none``
+is a bench-only :class:`NullStore`: the pod's cost without the two store calls.
 """
 
 BARE = "bare aiokafka loop"
+NULL_STORE = "none"
 
 
 async def pod_side(
     kafka: LocalKafka, redis_server: LocalRedis, args: argparse.Namespace, url: str, topic: str
 ) -> float:
     """Run the pod side on ``topic`` with the completion store at ``url``."""
+    if url == NULL_STORE:  # the worker is handed the store; its URL is never opened
+        url, store = "sqlite:///:memory:", NullStore()
+    else:
+        store = None
     return await leaseworker_pod(
-        kafka.bootstrap_servers, redis_server.url, topic, args.triggers, args.concurrency, url
+        kafka.bootstrap_servers,
+        redis_server.url,
+        topic,
+        args.triggers,
+        args.concurrency,
+        url,
+        store,
     )
 
 
@@ -270,6 +347,8 @@ def main() -> None:
         for store in stores:
             if store == "memory":
                 urls[store] = "sqlite:///:memory:"
+            elif store == "none":
+                urls[store] = NULL_STORE
             elif store == "sqlite":
                 urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
             else:

@@ -49,8 +49,12 @@ def default_input_version(trigger: Trigger) -> str:
     declared = trigger.payload.get("inputVersion")
     if isinstance(declared, str) and declared:
         return declared
-    canonical = json.dumps(trigger.payload, sort_keys=True, separators=(",", ":"))
+    canonical = _CANONICAL.encode(trigger.payload)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+"""``json.dumps(payload, sort_keys=True, separators=(",", ":"))``, built once."""
 
 
 def completion_key(namespace: str, job_key: str) -> str:

@@ -101,10 +101,14 @@ def check_call(job_key: str, fence: int) -> None:
         raise ConfigError(f"fence must be an int in [0, 2**63 - 1], got {fence!r}")
 
 
+_STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+"""``json.dumps(result, allow_nan=False, separators=(",", ":"))``, built once."""
+
+
 def encode_result(job_key: str, result: JsonValue) -> str:
     """Serialise ``result`` as strict JSON; the message never quotes the payload."""
     try:
-        return json.dumps(result, allow_nan=False, separators=(",", ":"))
+        return _STRICT_JSON.encode(result)
     except (TypeError, ValueError) as exc:
         # ``from None``: json's own messages may quote values from the payload.
         raise TypeError(
