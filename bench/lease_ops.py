@@ -8,7 +8,7 @@ private redis-server in the same process, in short paired rounds so
 machine noise hits both alike; the figure that matters is the median ratio
 within pairs.
 
-    .venv/bin/python bench/lease_ops.py [--cycles 1500] [--rounds 15]
+    .venv/bin/python bench/lease_ops.py [--cycles 1500] [--rounds 21]
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def main() -> None:
     """Start a private redis-server, measure, print a table of ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cycles", type=int, default=1500)
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=21)
     args = parser.parse_args()
     server = LocalRedis.start()
     try:
