@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import anyio
+
 from ._errors import ConfigError
 
 
@@ -26,8 +28,12 @@ def now() -> float:
     It is the clock ``anyio.current_time()`` reads on asyncio (leaseworker runs
     on asyncio: redis.asyncio and aiokafka pin it), minus anyio's backend
     lookup, which cost a few microseconds on every call of the per-trigger path.
+    Without a running asyncio loop it asks anyio.
     """
-    return asyncio.get_running_loop().time()
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return anyio.current_time()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

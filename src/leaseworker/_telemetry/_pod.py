@@ -31,12 +31,13 @@ from opentelemetry.trace import (
 
 from .._lease_events import LeaseObserver
 from .._observer import TERMINAL, ExecutionEvent
+from .._timing import now
 from .._trigger import Trigger
 from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import extract, producer_link
-from ._trace import CURRENT, Attributes, TriggerTrace, loop_time, ms, wall_ns
+from ._trace import CURRENT, Attributes, TriggerTrace, ms, wall_ns
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -188,7 +189,7 @@ class PodTelemetry:
         self._received_span(trace, execution_id)
         if not trace.acquiring:  # the first try: the ``lease acquire`` span starts now
             trace.acquiring = True
-            trace.acquire_began = loop_time()
+            trace.acquire_began = now()
             trace.acquire_started_ns = time.time_ns()
             trace.acquire_execution_id = execution_id
         return LeaseSpans(self._tracer, self._metrics, trace, execution_id)
@@ -408,15 +409,15 @@ class PodTelemetry:
 
     def _count_key(self, job_key: str, delta: int) -> None:
         """Track executions per job key in this pod; time with more than one is overlap."""
-        now = time.monotonic()
-        running, since = self._per_key.get(job_key, (0, now))
+        moment = time.monotonic()
+        running, since = self._per_key.get(job_key, (0, moment))
         if running > 1:
-            self._metrics.overlap.add(now - since)
+            self._metrics.overlap.add(moment - since)
         running += delta
         if running <= 0:
             self._per_key.pop(job_key, None)
         else:
-            self._per_key[job_key] = (running, now)
+            self._per_key[job_key] = (running, moment)
 
 
 def _error(description: str) -> Status:

@@ -10,16 +10,15 @@ nanoseconds; :func:`wall_ns` converts.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-import anyio
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
+from .._timing import now as monotonic_now
 from . import _names as n
 
 Attributes = dict[str, AttributeValue]
@@ -111,19 +110,7 @@ def wall_ns(at: float | None = None) -> int:
     now = time.time_ns()
     if at is None:
         return now
-    return now - max(0, int((loop_time() - at) * 1e9))
-
-
-def loop_time() -> float:
-    """Return ``anyio.current_time()``, read straight from the asyncio loop when there is one.
-
-    anyio first works out which async library runs (sniffio), which costs three
-    times the clock read itself; on asyncio its clock is the loop's ``time()``.
-    """
-    try:
-        return asyncio.get_running_loop().time()
-    except RuntimeError:  # trio, or no loop: anyio knows
-        return anyio.current_time()
+    return now - max(0, int((monotonic_now() - at) * 1e9))
 
 
 def ms(seconds: float) -> float:
