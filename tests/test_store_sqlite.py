@@ -11,6 +11,7 @@ import pytest
 
 from leaseworker import StoreUnavailable, open_store
 from leaseworker._store import DEFAULT_URL
+from leaseworker._store._sqlite import SqliteStore
 
 TIMEOUT = 0.5
 SLACK = 0.3
@@ -80,3 +81,33 @@ async def test_closed_store_refuses_calls() -> None:
         pass
     with pytest.raises(StoreUnavailable):
         await store.state("k")
+
+
+# Counts far enough to run for seconds unless something cuts it off.
+_RUNAWAY = (
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30000000)"
+    " SELECT count(*) FROM n"
+)
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_a_statement_still_running_at_the_deadline_is_cut_off(
+    where: str, tmp_path: Path
+) -> None:
+    """The progress handler aborts a statement at its call's deadline, on the loop or in a thread.
+
+    The call raises StoreUnavailable with its key about ``call_timeout`` after it
+    began, and the next call on the same connection works (a fresh deadline).
+    """
+    url = "sqlite:///:memory:" if where == "memory" else f"sqlite:///{tmp_path / 'c.sqlite3'}"
+    async with open_store(url, call_timeout=TIMEOUT) as store:
+        assert isinstance(store, SqliteStore)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as failed:
+            await store._run("k", lambda conn: conn.execute(_RUNAWAY).fetchone())
+        assert TIMEOUT <= time.monotonic() - started < TIMEOUT + SLACK
+        assert failed.value.key == "k"
+        outcome = await store.complete(
+            "k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+        )
+        assert outcome.status == "accepted"

@@ -10,12 +10,16 @@ of milliseconds. The database runs in WAL mode with ``synchronous=FULL``: a
 completion is on disk when ``complete()`` returns.
 
 Why ``complete()`` is race-free: its transaction starts with ``BEGIN
-IMMEDIATE``, which takes SQLite's write lock before the first read, so the
-read-decide-write sequence of one writer can never interleave with another's,
-whether the other is a task of this process (already serialised by the
-limiter) or another process on the same file (it waits for the lock, up to
-the timeout). ``duplicate`` and ``stale`` roll back; ``accepted`` writes the
-head row and the completion row in the one transaction.
+IMMEDIATE``, which takes SQLite's write lock before the first statement, so
+one writer's statements can never interleave with another's, whether the
+other is a task of this process (already serialised by the limiter) or
+another process on the same file (it waits for the lock, up to the timeout).
+The fencing rule (:func:`~._model.decide`) is written as two conditional
+writes rather than reads then writes, which halves the statements per
+completion: the completion row is inserted unless its identity exists
+(``duplicate``), then the head moves unless a higher fence holds it
+(``stale``). A refused attempt reads what stands and rolls back, so only
+``accepted`` writes anything.
 
 Bounds: the wait for the connection is bounded by the store's timeout; inside
 the thread ``busy_timeout`` bounds waiting for another process's lock, and a
@@ -26,13 +30,14 @@ error rolls the transaction back before it is translated.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, final
+from typing import Any, Concatenate, ParamSpec, TypeVar, final
 
 import anyio
 
@@ -40,11 +45,10 @@ from .._errors import StoreUnavailable
 from ._model import (
     Completion,
     CompletionResult,
-    Head,
     JsonValue,
+    Status,
     check_call,
     completion_params,
-    decide,
 )
 from ._schema import MIGRATIONS, Migration, pending
 from ._url import StoreURL
@@ -52,6 +56,7 @@ from ._url import StoreURL
 logger = logging.getLogger("leaseworker.store")
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PROGRESS_EVERY = 1000  # SQLite VM instructions between deadline checks
 
@@ -60,18 +65,23 @@ _FIND = """
     SELECT input_version, fence, result, execution_id, pod, completed_at
     FROM leaseworker_completions WHERE job_key = ? AND input_version = ?
 """
-_MOVE_HEAD = """
+# Both writes bind :job_key, :input_version, :fence, :result, :execution_id,
+# :pod and :now. The first changes no row when the identity completed already;
+# the second none when a higher fence was accepted (an equal one may move it).
+_RECORD_NEW = """
+    INSERT INTO leaseworker_completions
+        (job_key, input_version, fence, result, execution_id, pod, completed_at)
+    VALUES (:job_key, :input_version, :fence, :result, :execution_id, :pod, :now)
+    ON CONFLICT (job_key, input_version) DO NOTHING
+"""
+_ADVANCE_HEAD = """
     INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at)
     VALUES (:job_key, :fence, :input_version, :now)
     ON CONFLICT (job_key) DO UPDATE SET
         fence = excluded.fence,
         input_version = excluded.input_version,
         updated_at = excluded.updated_at
-"""
-_RECORD = """
-    INSERT INTO leaseworker_completions
-        (job_key, input_version, fence, result, execution_id, pod, completed_at)
-    VALUES (:job_key, :input_version, :fence, :result, :execution_id, :pod, :now)
+    WHERE excluded.fence >= leaseworker_jobs.fence
 """
 _STATE = """
     SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
@@ -111,6 +121,10 @@ class SqliteStore:
         self._shown_url = shown_url
         self._timeout = call_timeout
         self._limiter = anyio.CapacityLimiter(1)
+        self._deadline = 0.0  # of the call running now (time.monotonic())
+        # Installed once: SQLite calls it every _PROGRESS_EVERY VM steps of any
+        # statement, and a true answer aborts the statement (the call's deadline).
+        conn.set_progress_handler(self._expired, _PROGRESS_EVERY)
         self.schema_version = 0
 
     @classmethod
@@ -129,7 +143,7 @@ class SqliteStore:
             inline=url.target == ":memory:",
         )
         try:
-            store.schema_version = await store._run(None, lambda c: _migrate(c, migrations))
+            store.schema_version = await store._run(None, _migrate, migrations)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await store.aclose()
@@ -155,12 +169,12 @@ class SqliteStore:
             execution_id=execution_id,
             pod=pod,
         )
-        return await self._run(job_key, lambda conn: _complete(conn, params))
+        return await self._run(job_key, _complete, params)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
         check_call(job_key, 0)
-        return await self._run(job_key, lambda conn: _find(conn, job_key, input_version))
+        return await self._run(job_key, _find, job_key, input_version)
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
@@ -180,13 +194,20 @@ class SqliteStore:
     def __repr__(self) -> str:
         return f"SqliteStore(url={self._shown_url!r}, call_timeout={self._timeout})"
 
-    async def _run(self, key: str | None, op: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _run(
+        self,
+        key: str | None,
+        op: Callable[Concatenate[sqlite3.Connection, _P], _T],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
         """Run ``op`` on the connection in a worker thread, under one deadline."""
         deadline = time.monotonic() + self._timeout
         if self._inline:
             await anyio.lowlevel.checkpoint_if_cancelled()  # no I/O, so no trip through the loop
+            self._deadline = deadline
             try:
-                return _bounded(self._conn, op, deadline, shared=False)
+                return op(self._conn, *args, **kwargs)
             except sqlite3.Error as exc:
                 raise StoreUnavailable(key, _first_line(exc)) from exc
         try:
@@ -197,13 +218,33 @@ class SqliteStore:
         try:
             # Not abandoned on cancel: the connection must not be reused while a
             # thread still runs on it. The deadline inside bounds the wait.
-            return await anyio.to_thread.run_sync(_bounded, self._conn, op, deadline)
+            bound = functools.partial(op, self._conn, *args, **kwargs)
+            return await anyio.to_thread.run_sync(self._bounded, bound, deadline)
         except sqlite3.Error as exc:
             expired = time.monotonic() >= deadline
             detail = f"no answer within {self._timeout}s" if expired else _first_line(exc)
             raise StoreUnavailable(key, detail) from exc
         finally:
             self._limiter.release()
+
+    def _bounded(self, op: Callable[[], _T], deadline: float) -> _T:
+        """Run ``op`` (in the worker thread) with lock waits cut off at ``deadline``.
+
+        Only a file is shared with other connections, so only the threaded
+        path sets the lock-wait timeout (a PRAGMA parsed anew on every call, the
+        costliest part of a small call); the progress handler cuts statements
+        off in both paths.
+        """
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            raise sqlite3.OperationalError("deadline passed before the call started")
+        self._conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
+        self._deadline = deadline
+        return op()
+
+    def _expired(self) -> bool:
+        """Tell SQLite (as its progress handler) whether the running call's deadline passed."""
+        return time.monotonic() > self._deadline
 
 
 def _connect(path: str, call_timeout: float) -> sqlite3.Connection:
@@ -241,31 +282,6 @@ def _enable_wal(conn: sqlite3.Connection, *, deadline: float) -> None:
         logger.warning("completion store: SQLite refused WAL mode (journal_mode=%s)", mode)
 
 
-def _bounded(
-    conn: sqlite3.Connection,
-    op: Callable[[sqlite3.Connection], _T],
-    deadline: float,
-    *,
-    shared: bool = True,
-) -> _T:
-    """Run ``op`` with lock waits and statements cut off at ``deadline`` (monotonic).
-
-    A private database (``shared=False``, ``:memory:``) has no other connection
-    to wait for, so it skips setting the lock-wait timeout (a PRAGMA parsed anew
-    on every call, the costliest part of a small call).
-    """
-    remaining_ms = int((deadline - time.monotonic()) * 1000)
-    if remaining_ms <= 0:
-        raise sqlite3.OperationalError("deadline passed before the call started")
-    if shared:
-        conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
-    conn.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_EVERY)
-    try:
-        return op(conn)
-    finally:
-        conn.set_progress_handler(None, 0)
-
-
 @contextlib.contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     """``BEGIN IMMEDIATE``; roll back on any error (``ROLLBACK`` errors are secondary)."""
@@ -281,39 +297,44 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
 
 def _complete(conn: sqlite3.Connection, params: dict[str, Any]) -> CompletionResult:
     job_key, input_version, fence = params["job_key"], params["input_version"], params["fence"]
+    params["now"] = now = time.time_ns() // 1000
+    status: Status
     with _immediate(conn):
-        row = conn.execute(_HEAD, (job_key,)).fetchone()
-        head = None if row is None else Head(fence=row[0], input_version=row[1])
-        existing = _find(conn, job_key, input_version)
-        status = decide(existing, head, fence)
-        if status == "accepted":
-            now = time.time_ns() // 1000
-            conn.execute(_MOVE_HEAD, {**params, "now": now})
-            conn.execute(_RECORD, {**params, "now": now})
+        if conn.execute(_RECORD_NEW, params).rowcount == 0:
+            status = "duplicate"
+        elif conn.execute(_ADVANCE_HEAD, params).rowcount == 0:
+            status = "stale"
+        else:
             conn.execute("COMMIT")
-            standing = Completion(
+            return CompletionResult(
+                status="accepted",
                 job_key=job_key,
                 input_version=input_version,
                 fence=fence,
-                result=json.loads(params["result"]),
-                execution_id=params["execution_id"],
-                pod=params["pod"],
-                completed_at=_EPOCH + timedelta(microseconds=now),
+                winning_fence=fence,
+                completion=Completion(
+                    job_key=job_key,
+                    input_version=input_version,
+                    fence=fence,
+                    result=json.loads(params["result"]),
+                    execution_id=params["execution_id"],
+                    pod=params["pod"],
+                    completed_at=_EPOCH + timedelta(microseconds=now),
+                ),
             )
-            winning = fence
-        else:
-            assert head is not None  # a new job key is always accepted
-            winner = existing if existing is not None else _find(conn, job_key, head.input_version)
-            assert winner is not None  # the head always points at a recorded completion
-            conn.execute("ROLLBACK")
-            standing, winning = winner, head.fence
+        # Refused: read what stands (a stale attempt's own row is still visible
+        # but never the head's), then undo.
+        head_fence, head_version = conn.execute(_HEAD, (job_key,)).fetchone()
+        winner = _find(conn, job_key, input_version if status == "duplicate" else head_version)
+        assert winner is not None  # the head always points at a recorded completion
+        conn.execute("ROLLBACK")
     return CompletionResult(
         status=status,
         job_key=job_key,
         input_version=input_version,
         fence=fence,
-        winning_fence=winning,
-        completion=standing,
+        winning_fence=head_fence,
+        completion=winner,
     )
 
 
