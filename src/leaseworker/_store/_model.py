@@ -3,8 +3,10 @@
 A *completion identity* is ``(job key, input version)``: the job key names the
 logical report, the input version (declared by the job, e.g. a hash of the
 trigger's inputs) tells a redelivered trigger apart from an intentional new
-report with different inputs. :func:`decide` is the fencing rule itself; the
-adapters evaluate it while holding the job key's write lock.
+report with different inputs. :func:`decide` is the fencing rule itself: PostgreSQL
+evaluates it while holding the job key's row lock; SQLite, holding the
+database's write lock, states the same rule as two conditional writes (see
+its module), and the shared store tests hold both to it.
 """
 
 from __future__ import annotations
