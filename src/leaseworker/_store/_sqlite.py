@@ -1,30 +1,30 @@
 """The embedded completion store: SQLite through the standard library's ``sqlite3``.
 
 The default when no database URL is given: one file, no server. One
-connection does all the work, one call at a time (a capacity limiter of one),
-in a worker thread (``anyio.to_thread.run_sync``) so the event loop never
-blocks on disk. A private ``:memory:`` database has no disk and no other
-process to wait for, so its calls run on the event loop itself: a hop to a
-thread and back costs ten times the query and, under load, GIL hand-overs
-of milliseconds. The database runs in WAL mode with ``synchronous=FULL``: a
-completion is on disk when ``complete()`` returns.
+connection does all the work, in a worker thread (``anyio.to_thread``) so the
+event loop never blocks on disk. The database runs in WAL mode with
+``synchronous=FULL``: a completion is on disk when ``complete()`` returns.
 
-Why ``complete()`` is race-free: its transaction starts with ``BEGIN
-IMMEDIATE``, which takes SQLite's write lock before the first statement, so
-one writer's statements can never interleave with another's, whether the
-other is a task of this process (already serialised by the limiter) or
-another process on the same file (it waits for the lock, up to the timeout).
-The fencing rule (:func:`~._model.decide`) is written as two conditional
-writes rather than reads then writes, which halves the statements per
-completion: the completion row is inserted unless its identity exists
-(``duplicate``), then the head moves unless a higher fence holds it
-(``stale``). A refused attempt reads what stands and rolls back, so only
-``accepted`` writes anything.
+Group commit. Calls wait for the connection in a queue (:mod:`._batch`), and
+each trip to the worker thread takes every call queued so far: their writes
+share one ``BEGIN IMMEDIATE ... COMMIT``, so concurrent completions share one
+fsync and one thread hop. A batch that fails rolls back as a whole and every
+call in it fails (callers retry); its outcomes count only once it committed.
+A private ``:memory:`` database has no disk and no other process to wait for,
+so its calls run one at a time on the event loop itself: a thread hop would
+cost ten times the query.
 
-Bounds: the wait for the connection is bounded by the store's timeout; inside
-the thread ``busy_timeout`` bounds waiting for another process's lock, and a
-progress handler aborts any statement still running at the deadline. Any
-error rolls the transaction back before it is translated.
+Why ``complete()`` is race-free: the write lock (``BEGIN IMMEDIATE``) is taken
+before the first statement, so no other writer, whether another process on
+the same file or a task of this one, can interleave. The fencing rule
+(:func:`~._model.decide`) is two writes: the completion row is inserted only
+if its identity is new and no higher fence holds the job key; then the head
+moves to it. A refused attempt writes nothing and reads what stands
+(``duplicate``: this identity's completion; ``stale``: the head's).
+
+Bounds: a call that a batch starts after its deadline is answered at once;
+``busy_timeout`` bounds waiting for another process's lock, and a progress
+handler aborts any statement still running at the batch's earliest deadline.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar, final
+from typing import Any, TypeVar, final
 
 import anyio
 
 from .._errors import StoreUnavailable
+from ._batch import Batcher, Call
 from ._model import (
     Completion,
     CompletionResult,
@@ -56,32 +57,34 @@ from ._url import StoreURL
 logger = logging.getLogger("leaseworker.store")
 
 _T = TypeVar("_T")
-_P = ParamSpec("_P")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PROGRESS_EVERY = 1000  # SQLite VM instructions between deadline checks
+MAX_BATCH = 64  # calls per trip to the database
 
 _HEAD = "SELECT fence, input_version FROM leaseworker_jobs WHERE job_key = ?"
 _FIND = """
     SELECT input_version, fence, result, execution_id, pod, completed_at
     FROM leaseworker_completions WHERE job_key = ? AND input_version = ?
 """
-# Both writes bind :job_key, :input_version, :fence, :result, :execution_id,
-# :pod and :now. The first changes no row when the identity completed already;
-# the second none when a higher fence was accepted (an equal one may move it).
-_RECORD_NEW = """
+# Both bind :job_key, :input_version, :fence, :result, :execution_id, :pod and
+# :now. The first inserts nothing when the identity completed already or a
+# higher fence holds the job key (an equal one may complete a new identity).
+_RECORD_IF_CURRENT = """
     INSERT INTO leaseworker_completions
         (job_key, input_version, fence, result, execution_id, pod, completed_at)
-    VALUES (:job_key, :input_version, :fence, :result, :execution_id, :pod, :now)
+    SELECT :job_key, :input_version, :fence, :result, :execution_id, :pod, :now
+    WHERE NOT EXISTS (
+        SELECT 1 FROM leaseworker_jobs WHERE job_key = :job_key AND fence > :fence
+    )
     ON CONFLICT (job_key, input_version) DO NOTHING
 """
-_ADVANCE_HEAD = """
+_MOVE_HEAD = """
     INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at)
     VALUES (:job_key, :fence, :input_version, :now)
     ON CONFLICT (job_key) DO UPDATE SET
         fence = excluded.fence,
         input_version = excluded.input_version,
         updated_at = excluded.updated_at
-    WHERE excluded.fence >= leaseworker_jobs.fence
 """
 _STATE = """
     SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
@@ -103,9 +106,9 @@ _VERSION_TABLE = """
 class SqliteStore:
     """Completions in a SQLite file; open it with ``open_store("sqlite:///path")``.
 
-    ``call_timeout`` bounds every call, including the wait for the connection while
-    another call uses it. ``schema_version`` is the database's schema version
-    after the start-up migration.
+    ``call_timeout`` bounds every call, including its wait in the queue while
+    an earlier batch uses the connection. ``schema_version`` is the
+    database's schema version after the start-up migration.
     """
 
     def __init__(
@@ -120,10 +123,10 @@ class SqliteStore:
         self._inline = inline  # a :memory: database: nothing to block on
         self._shown_url = shown_url
         self._timeout = call_timeout
-        self._limiter = anyio.CapacityLimiter(1)
-        self._deadline = 0.0  # of the call running now (time.monotonic())
+        self._batcher = Batcher(self._run_batch, max_batch=MAX_BATCH, inline=inline)
+        self._deadline = 0.0  # of the batch running now (time.monotonic())
         # Installed once: SQLite calls it every _PROGRESS_EVERY VM steps of any
-        # statement, and a true answer aborts the statement (the call's deadline).
+        # statement, and a true answer aborts the statement (the batch's deadline).
         conn.set_progress_handler(self._expired, _PROGRESS_EVERY)
         self.schema_version = 0
 
@@ -143,7 +146,9 @@ class SqliteStore:
             inline=url.target == ":memory:",
         )
         try:
-            store.schema_version = await store._run(None, _migrate, migrations)
+            store.schema_version = await store._run(
+                None, lambda conn: _migrate(conn, migrations), writes=False
+            )
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await store.aclose()
@@ -169,27 +174,24 @@ class SqliteStore:
             execution_id=execution_id,
             pod=pod,
         )
-        return await self._run(job_key, _complete, params)
+        return await self._run(job_key, lambda conn: _complete(conn, params), writes=True)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
         check_call(job_key, 0)
-        return await self._run(job_key, _find, job_key, input_version)
+        return await self._run(
+            job_key, lambda conn: _find(conn, job_key, input_version), writes=False
+        )
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
         check_call(job_key, 0)
 
-        def read(conn: sqlite3.Connection) -> Completion | None:
-            row = conn.execute(_STATE, (job_key,)).fetchone()
-            return None if row is None else _completion(job_key, row)
-
-        return await self._run(job_key, read)
+        return await self._run(job_key, lambda conn: _state(conn, job_key), writes=False)
 
     async def aclose(self) -> None:
         """Close the connection once the call using it (if any) has finished."""
-        async with self._limiter:
-            await anyio.to_thread.run_sync(self._conn.close)
+        await self._batcher.close(self._conn.close)
 
     def __repr__(self) -> str:
         return f"SqliteStore(url={self._shown_url!r}, call_timeout={self._timeout})"
@@ -197,50 +199,57 @@ class SqliteStore:
     async def _run(
         self,
         key: str | None,
-        op: Callable[Concatenate[sqlite3.Connection, _P], _T],
-        *args: _P.args,
-        **kwargs: _P.kwargs,
+        op: Callable[[sqlite3.Connection], _T],
+        *,
+        writes: bool,
     ) -> _T:
-        """Run ``op`` on the connection in a worker thread, under one deadline."""
+        """Queue ``op(conn)`` for the next batch and return its outcome.
+
+        ``writes``: run it in the batch's write transaction (``op`` must not
+        manage transactions); otherwise on its own, in autocommit mode.
+        """
         deadline = time.monotonic() + self._timeout
-        if self._inline:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # no I/O, so no trip through the loop
-            self._deadline = deadline
-            try:
-                return op(self._conn, *args, **kwargs)
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(key, _first_line(exc)) from exc
+        call = Call(functools.partial(op, self._conn), writes, deadline)
         try:
-            with anyio.fail_after(self._timeout):
-                await self._limiter.acquire()
-        except TimeoutError as exc:
-            raise StoreUnavailable(key, f"connection still busy after {self._timeout}s") from exc
-        try:
-            # Not abandoned on cancel: the connection must not be reused while a
-            # thread still runs on it. The deadline inside bounds the wait.
-            bound = functools.partial(op, self._conn, *args, **kwargs)
-            return await anyio.to_thread.run_sync(self._bounded, bound, deadline)
+            return await self._batcher.submit(call)
         except sqlite3.Error as exc:
             expired = time.monotonic() >= deadline
             detail = f"no answer within {self._timeout}s" if expired else _first_line(exc)
             raise StoreUnavailable(key, detail) from exc
-        finally:
-            self._limiter.release()
 
-    def _bounded(self, op: Callable[[], _T], deadline: float) -> _T:
-        """Run ``op`` (in the worker thread) with lock waits cut off at ``deadline``.
-
-        Only a file is shared with other connections, so only the threaded
-        path sets the lock-wait timeout (a PRAGMA parsed anew on every call, the
-        costliest part of a small call); the progress handler cuts statements
-        off in both paths.
-        """
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
-        if remaining_ms <= 0:
-            raise sqlite3.OperationalError("deadline passed before the call started")
-        self._conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
-        self._deadline = deadline
-        return op()
+    def _run_batch(self, batch: list[Call[object]]) -> None:
+        """Answer every call of ``batch``: the writes in one transaction, reads one by one."""
+        started = time.monotonic()
+        live = []
+        for call in batch:
+            if call.deadline <= started:
+                call.fail(sqlite3.OperationalError("deadline passed before the call started"))
+            else:
+                live.append(call)
+        if not live:
+            return
+        self._deadline = min(call.deadline for call in live)
+        if not self._inline:  # only a file has other connections to wait for
+            remaining_ms = max(1, int((self._deadline - started) * 1000))
+            self._conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
+        writes = [call for call in live if call.writes]
+        if writes:
+            try:
+                with _immediate(self._conn):
+                    outcomes = [call.op() for call in writes]
+                    self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:  # rolled back: none of them happened
+                for call in writes:
+                    call.fail(exc)
+            else:
+                for call, outcome in zip(writes, outcomes, strict=True):
+                    call.succeed(outcome)
+        for call in live:
+            if not call.writes:
+                try:
+                    call.succeed(call.op())
+                except sqlite3.Error as exc:
+                    call.fail(exc)
 
     def _expired(self) -> bool:
         """Tell SQLite (as its progress handler) whether the running call's deadline passed."""
@@ -296,38 +305,34 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def _complete(conn: sqlite3.Connection, params: dict[str, Any]) -> CompletionResult:
+    """Record the completion if the fence allows; run inside the batch's write transaction."""
     job_key, input_version, fence = params["job_key"], params["input_version"], params["fence"]
     params["now"] = now = time.time_ns() // 1000
-    status: Status
-    with _immediate(conn):
-        if conn.execute(_RECORD_NEW, params).rowcount == 0:
-            status = "duplicate"
-        elif conn.execute(_ADVANCE_HEAD, params).rowcount == 0:
-            status = "stale"
-        else:
-            conn.execute("COMMIT")
-            return CompletionResult(
-                status="accepted",
+    if conn.execute(_RECORD_IF_CURRENT, params).rowcount == 1:
+        conn.execute(_MOVE_HEAD, params)
+        return CompletionResult(
+            status="accepted",
+            job_key=job_key,
+            input_version=input_version,
+            fence=fence,
+            winning_fence=fence,
+            completion=Completion(
                 job_key=job_key,
                 input_version=input_version,
                 fence=fence,
-                winning_fence=fence,
-                completion=Completion(
-                    job_key=job_key,
-                    input_version=input_version,
-                    fence=fence,
-                    result=json.loads(params["result"]),
-                    execution_id=params["execution_id"],
-                    pod=params["pod"],
-                    completed_at=_EPOCH + timedelta(microseconds=now),
-                ),
-            )
-        # Refused: read what stands (a stale attempt's own row is still visible
-        # but never the head's), then undo.
-        head_fence, head_version = conn.execute(_HEAD, (job_key,)).fetchone()
-        winner = _find(conn, job_key, input_version if status == "duplicate" else head_version)
-        assert winner is not None  # the head always points at a recorded completion
-        conn.execute("ROLLBACK")
+                result=json.loads(params["result"]),
+                execution_id=params["execution_id"],
+                pod=params["pod"],
+                completed_at=_EPOCH + timedelta(microseconds=now),
+            ),
+        )
+    # Nothing was written: the identity completed already, or a higher fence won.
+    head_fence, head_version = conn.execute(_HEAD, (job_key,)).fetchone()
+    status: Status = "duplicate"
+    winner = _find(conn, job_key, input_version)
+    if winner is None:
+        status, winner = "stale", _find(conn, job_key, head_version)
+    assert winner is not None  # the head always points at a recorded completion
     return CompletionResult(
         status=status,
         job_key=job_key,
@@ -340,6 +345,11 @@ def _complete(conn: sqlite3.Connection, params: dict[str, Any]) -> CompletionRes
 
 def _find(conn: sqlite3.Connection, job_key: str, input_version: str) -> Completion | None:
     row = conn.execute(_FIND, (job_key, input_version)).fetchone()
+    return None if row is None else _completion(job_key, row)
+
+
+def _state(conn: sqlite3.Connection, job_key: str) -> Completion | None:
+    row = conn.execute(_STATE, (job_key,)).fetchone()
     return None if row is None else _completion(job_key, row)
 
 
