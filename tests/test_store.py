@@ -11,6 +11,7 @@ import contextlib
 import random
 import sqlite3
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 
 from leaseworker import (
+    Completion,
     CompletionResult,
     CompletionStore,
     ConfigError,
@@ -25,11 +27,13 @@ from leaseworker import (
     fenced_upsert,
     open_store,
 )
-from leaseworker._store._model import MAX_FENCE
+from leaseworker._store._model import MAX_FENCE, Head, decide
 from leaseworker._store._postgres import PostgresStore
 from leaseworker._store._schema import MIGRATIONS, Migration
 from leaseworker._store._sqlite import SqliteStore
 from leaseworker._store._url import parse_store_url
+
+ALL_VERSIONS = [(m.version,) for m in MIGRATIONS]
 
 
 def now_fence() -> int:
@@ -118,6 +122,60 @@ async def test_fifty_concurrent_completions_leave_the_highest_fence(
     assert await store.state("report:acme:2026-11") == state
     rows = await raw(store_url, "SELECT count(*) FROM leaseworker_completions")
     assert rows == [(accepted,)]
+
+
+@pytest.mark.parametrize("seed", [7, 42, 1729])
+async def test_every_answer_matches_the_reference_rule(store: CompletionStore, seed: int) -> None:
+    """Model check: 60 completions over 3 job keys, each answered as ``decide`` says.
+
+    Both backends state the fencing rule in SQL; ``_model.decide`` states it
+    in Python. A random sequence (few versions and fences, so duplicates, ties
+    and stale fences all occur) runs against the store and against an
+    in-memory model; status, winning fence and standing completion must agree
+    at every step, and ``state``/``lookup`` must match the model at the end.
+    """
+    rng = random.Random(seed)
+    heads: dict[str, Head] = {}
+    done: dict[tuple[str, str], int] = {}  # identity -> its accepted fence
+    for _ in range(60):
+        key, version, fence = rng.choice("abc"), f"v{rng.randrange(4)}", rng.randrange(1, 8)
+        existing = done.get((key, version))
+        standing = None if existing is None else _modelled(key, version, existing)
+        expected = decide(standing, heads.get(key), fence)
+        answer = await complete(store, key, version, fence)
+        assert answer.status == expected
+        if expected == "accepted":
+            heads[key] = Head(fence=fence, input_version=version)
+            done[(key, version)] = fence
+        head = heads[key]
+        assert answer.winning_fence == head.fence
+        winner = (key, version) if expected == "duplicate" else (key, head.input_version)
+        assert (answer.completion.input_version, answer.completion.fence) == (
+            winner[1],
+            done[winner],
+        )
+    for key, head in heads.items():
+        state = await store.state(key)
+        assert state is not None
+        assert (state.input_version, state.fence) == (head.input_version, head.fence)
+    for (key, version), fence in done.items():
+        found = await store.lookup(key, version)
+        assert found is not None
+        assert found.fence == fence
+        assert found.result == {"fence": fence}
+
+
+def _modelled(key: str, version: str, fence: int) -> Completion:
+    """The model's record of an accepted completion (only identity and fence matter)."""
+    return Completion(
+        job_key=key,
+        input_version=version,
+        fence=fence,
+        result={"fence": fence},
+        execution_id=f"exec-{fence}",
+        pod="pod-a",
+        completed_at=datetime.now(UTC),
+    )
 
 
 async def test_older_fence_after_newer_is_stale(store: CompletionStore) -> None:
@@ -256,8 +314,8 @@ async def test_opening_twice_migrates_once(store_url: str) -> None:
         await complete(first, "k", "v1", 1)
     async with open_store(store_url) as second:
         assert await second.lookup("k", "v1") is not None
-    rows = await raw(store_url, "SELECT version FROM leaseworker_schema_version")
-    assert rows == [(1,)]
+    rows = await raw(store_url, "SELECT version FROM leaseworker_schema_version ORDER BY version")
+    assert rows == ALL_VERSIONS
 
 
 async def test_concurrent_first_opens_migrate_exactly_once(store_url: str) -> None:
@@ -277,7 +335,8 @@ async def test_concurrent_first_opens_migrate_exactly_once(store_url: str) -> No
     async with anyio.create_task_group() as tg:
         for _ in range(4):
             tg.start_soon(pod)
-    assert await raw(store_url, "SELECT version FROM leaseworker_schema_version") == [(1,)]
+    rows = await raw(store_url, "SELECT version FROM leaseworker_schema_version ORDER BY version")
+    assert rows == ALL_VERSIONS
 
 
 async def test_a_later_migration_applies_alone_and_older_code_still_opens(
@@ -289,8 +348,9 @@ async def test_a_later_migration_applies_alone_and_older_code_still_opens(
     the newer schema alone and keeps working.
     """
     parsed = parse_store_url(store_url)
+    latest = len(MIGRATIONS)
     extra = Migration(
-        version=2,
+        version=latest + 1,
         description="test: an extra table",
         postgresql=("CREATE TABLE lw_extra (x integer)",),
         sqlite=("CREATE TABLE lw_extra (x INTEGER)",),
@@ -301,7 +361,8 @@ async def test_a_later_migration_applies_alone_and_older_code_still_opens(
             return await PostgresStore.open(parsed, call_timeout=5.0, migrations=migrations)
         return await SqliteStore.open(parsed, call_timeout=5.0, migrations=migrations)
 
-    for migrations, expected in ((MIGRATIONS, 1), ((*MIGRATIONS, extra), 2), (MIGRATIONS, 2)):
+    rounds = ((MIGRATIONS, latest), ((*MIGRATIONS, extra), latest + 1), (MIGRATIONS, latest + 1))
+    for migrations, expected in rounds:
         store = await open_with(migrations)
         try:
             assert store.schema_version == expected
@@ -309,7 +370,7 @@ async def test_a_later_migration_applies_alone_and_older_code_still_opens(
         finally:
             await store.aclose()
     rows = await raw(store_url, "SELECT version FROM leaseworker_schema_version ORDER BY version")
-    assert rows == [(1,), (2,)]
+    assert rows == [*ALL_VERSIONS, (latest + 1,)]
     assert await raw(store_url, "SELECT count(*) FROM lw_extra") == [(0,)]
 
 

@@ -12,8 +12,9 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
+import anyio
 import psycopg
 import pytest
 
@@ -111,6 +112,57 @@ async def test_dead_pooled_connections_are_replaced_without_an_error(
         state = await store.state("k")
     assert state is not None
     assert state.input_version == "v2"
+
+
+async def test_a_completion_whose_reply_was_lost_is_retried_and_reported_accepted(
+    postgres_server: LocalPostgres, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The function committed but its reply never arrived (the connection was reset).
+
+    The store retries on a fresh connection; the retry finds this call's own
+    completion (same execution id and fence) and reports it ``accepted``, not
+    ``duplicate``. Exactly one completion row exists.
+    """
+    async with ChaosProxy(postgres_server.port) as proxy:
+        via_proxy = pg_url.replace(f":{postgres_server.port}/", f":{proxy.port}/")
+        async with open_store(via_proxy, call_timeout=5.0) as store:
+            assert await complete(store, "v1", 1) == "accepted"  # the pool holds a connection
+            proxy.reply_delay = 30.0  # replies from now on are held back
+            answers: list[str] = []
+            answered = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_answer, answers, answered, complete(store, "v2", 2))
+                with anyio.fail_after(5):
+                    # The marker is a row in the server's database: nothing to await.
+                    while not await raw_rows(pg_url, "v2"):  # noqa: ASYNC110
+                        await anyio.sleep(0.01)
+                proxy.reply_delay = 0.0
+                with caplog.at_level(logging.INFO, logger="leaseworker.store"):
+                    proxy.cut()
+                    with anyio.fail_after(5):
+                        await answered.wait()
+    assert answers == ["accepted"]
+    assert "pooled connection was dead" in caplog.text
+    assert await raw_rows(pg_url, "v2") == 1
+
+
+async def _answer(answers: list[str], answered: anyio.Event, status: Awaitable[str]) -> None:
+    answers.append(await status)
+    answered.set()
+
+
+async def raw_rows(url: str, version: str) -> int:
+    """Count job ``k``'s completion rows of ``version`` over a direct connection."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT count(*) FROM leaseworker_completions"
+                " WHERE job_key = 'k' AND input_version = %s",
+                (version,),
+            )
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def test_row_lock_held_elsewhere_bounds_the_call(pg_url: str) -> None:

@@ -3,10 +3,10 @@
 A *completion identity* is ``(job key, input version)``: the job key names the
 logical report, the input version (declared by the job, e.g. a hash of the
 trigger's inputs) tells a redelivered trigger apart from an intentional new
-report with different inputs. :func:`decide` is the fencing rule itself: PostgreSQL
-evaluates it while holding the job key's row lock; SQLite, holding the
-database's write lock, states the same rule as two conditional writes (see
-its module), and the shared store tests hold both to it.
+report with different inputs. :func:`decide` is the fencing rule itself. Both backends
+state it in SQL, next to the rows, under the job key's lock: PostgreSQL in
+its ``leaseworker_complete()`` function, SQLite as two conditional writes.
+The shared store tests check every answer of both against :func:`decide`.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class Head:
 
 
 def decide(existing: Completion | None, head: Head | None, fence: int) -> Status:
-    """Apply the fencing rule, read under the job key's write lock.
+    """Apply the fencing rule to what stands under the job key's lock.
 
     An identity that already completed is a ``duplicate`` whatever the fence (a
     redelivered trigger must not recompute or rewrite); otherwise a fence below

@@ -84,6 +84,66 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        version=2,
+        description="leaseworker_complete(): a fenced completion in one round trip",
+        postgresql=(
+            # The rule of _model.decide, run where the rows are. Called in its
+            # own (autocommit) transaction, so it commits or rolls back whole.
+            # READ COMMITTED gives each statement a fresh snapshot, so the reads
+            # after the head row's lock see what earlier holders committed.
+            """
+            CREATE OR REPLACE FUNCTION leaseworker_complete(
+                p_job_key text, p_input_version text, p_fence bigint, p_result jsonb,
+                p_execution_id text, p_pod text
+            ) RETURNS TABLE (
+                o_status text, o_winning_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            DECLARE
+                head_fence bigint;
+                head_version text;
+            BEGIN
+                -- Create the head row (sentinel fence -1, overwritten below
+                -- before anyone can see it) or lock the existing one.
+                INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
+                VALUES (p_job_key, -1, '', now())
+                ON CONFLICT (job_key) DO UPDATE SET job_key = j.job_key
+                RETURNING j.fence, j.input_version INTO head_fence, head_version;
+                RETURN QUERY
+                    SELECT 'duplicate'::text, head_fence, c.input_version, c.fence,
+                           c.result, c.execution_id, c.pod, c.completed_at
+                    FROM leaseworker_completions c
+                    WHERE c.job_key = p_job_key AND c.input_version = p_input_version;
+                IF FOUND THEN
+                    RETURN;
+                END IF;
+                IF p_fence < head_fence THEN
+                    RETURN QUERY
+                        SELECT 'stale'::text, head_fence, c.input_version, c.fence,
+                               c.result, c.execution_id, c.pod, c.completed_at
+                        FROM leaseworker_completions c
+                        WHERE c.job_key = p_job_key AND c.input_version = head_version;
+                    RETURN;
+                END IF;
+                UPDATE leaseworker_jobs
+                SET fence = p_fence, input_version = p_input_version, updated_at = now()
+                WHERE job_key = p_job_key;
+                RETURN QUERY
+                    INSERT INTO leaseworker_completions AS c
+                        (job_key, input_version, fence, result, execution_id, pod,
+                         completed_at)
+                    VALUES (p_job_key, p_input_version, p_fence, p_result,
+                            p_execution_id, p_pod, now())
+                    RETURNING 'accepted'::text, p_fence, c.input_version, c.fence,
+                              c.result, c.execution_id, c.pod, c.completed_at;
+            END
+            $fn$
+            """,
+        ),
+        sqlite=(),  # SQLite states the rule in the store's own statements
+    ),
 )
 
 
