@@ -56,6 +56,19 @@ def test_every_run_flag_reaches_the_config_from_its_flag_and_its_env_var(
     assert getattr(_config([flag, text]), field) == expected
 
 
+def test_log_job_errors_is_off_unless_the_flag_or_its_env_var_turns_it_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--log-job-errors`` is a switch; LEASEWORKER_LOG_JOB_ERRORS=1/0 sets the default."""
+    monkeypatch.delenv("LEASEWORKER_LOG_JOB_ERRORS", raising=False)
+    assert _config([]).log_job_errors is False
+    assert _config(["--log-job-errors"]).log_job_errors is True
+    for text, expected in (("1", True), ("yes", True), ("0", False), ("off", False)):
+        monkeypatch.setenv("LEASEWORKER_LOG_JOB_ERRORS", text)
+        assert _config([]).log_job_errors is expected
+    assert _config(["--log-job-errors"]).log_job_errors is True  # the flag wins over "off"
+
+
 def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixture[str]) -> None:
     """``run --help`` names each flag of the table and the variable that backs it."""
     with pytest.raises(SystemExit) as exited:
@@ -75,6 +88,7 @@ def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
         ([], {"LEASEWORKER_MAX_PAYLOAD_BYTES": "0"}, "must be >= 1"),
         (["--heartbeat-interval", "12"], {}, "shorter than session_timeout"),
         (["--revoke-timeout", "60"], {}, "must exceed the rebalance timeout"),
+        ([], {"LEASEWORKER_LOG_JOB_ERRORS": "maybe"}, "must be 1 or 0"),
     ],
 )
 def test_bad_tuning_values_exit_2_with_one_line(

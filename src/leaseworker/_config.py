@@ -43,6 +43,9 @@ class WorkerConfig:
     (``postgresql://...`` or ``sqlite:///path``; default: the embedded SQLite
     file ``leaseworker-completions.sqlite3`` in the working directory), every
     store call bounded by ``store_timeout``; it is left out of the repr too.
+    ``log_job_errors`` makes the default logging observer log a failed job's
+    exception message and traceback, which it otherwise leaves out (they may
+    quote payload data).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -66,6 +69,7 @@ class WorkerConfig:
     store_timeout: float = 5.0
     startup_retry_cap: float = 10.0
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    log_job_errors: bool = False
 
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")

@@ -82,10 +82,19 @@ class ExecutionObserver(Protocol):
 
 @final
 class LoggingObserver:
-    """Log one structured record per lifecycle event on ``leaseworker.execution``."""
+    """Log one structured record per lifecycle event on ``leaseworker.execution``.
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
+    A job's own exception is named by its type only, because its message may
+    quote payload data. ``log_job_errors=True`` (``--log-job-errors``) adds
+    the message and the traceback, for teams whose job errors carry no
+    personal data or whose logs may hold it.
+    """
+
+    def __init__(
+        self, logger: logging.Logger | None = None, *, log_job_errors: bool = False
+    ) -> None:
         self._logger = logger or logging.getLogger("leaseworker.execution")
+        self._log_job_errors = log_job_errors
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Write the event: failures and losses at WARNING, the rest at INFO/DEBUG."""
@@ -98,11 +107,16 @@ class LoggingObserver:
             text += f": {event.outcome}"
         if event.reason is not None:
             text += f" ({event.reason})"
+        shown_error: BaseException | None = None
         if event.error is not None:
-            text += f" ({_describe(event.error)})"
+            if self._log_job_errors and not isinstance(event.error, LeaseworkerError):
+                shown_error = event.error
+                text += f" ({type(event.error).__name__}: {event.error})"
+            else:
+                text += f" ({_describe(event.error)})"
         if event.retry_in is not None:
             text += f"; retry in {event.retry_in:.2f}s"
-        self._logger.log(level, "%s", text, extra=_fields(event))
+        self._logger.log(level, "%s", text, extra=_fields(event), exc_info=shown_error)
 
 
 @final

@@ -165,6 +165,12 @@ def _add_telemetry_flags(parser: argparse.ArgumentParser) -> None:
         choices=["text", "json"],
         help=f"log line format (env {env_name('--log-format')}; default text)",
     )
+    parser.add_argument(
+        "--log-job-errors",
+        action="store_true",
+        help="also log a failed job's exception message and traceback, which may quote "
+        f"payload data (env {env_name('--log-job-errors')}=1; default off)",
+    )
 
 
 def _port(text: str) -> int:
@@ -253,7 +259,18 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         store_timeout=args.store_timeout,
         max_payload_bytes=args.max_payload_bytes,
         kafka_security=kafka_security_from(args),
+        log_job_errors=args.log_job_errors or _env_switch("--log-job-errors"),
     )
+
+
+def _env_switch(flag: str) -> bool:
+    """Read an on/off environment variable (1/true/yes/on, 0/false/no/off, or unset)."""
+    text = (env_default(flag) or "").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{env_name(flag)} must be 1 or 0 (true/false, yes/no, on/off), got {text!r}")
 
 
 def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:

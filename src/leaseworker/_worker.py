@@ -91,7 +91,7 @@ class Worker:
         self._leases = leases
         telemetry = telemetry or Telemetry()
         pod = telemetry.instrument(pod=config.pod, group=config.group)
-        observer = observer or LoggingObserver()
+        observer = observer or LoggingObserver(log_job_errors=config.log_job_errors)
         if telemetry.enabled:
             self._failures = _FailureTypes(MultiObserver([observer, pod]))
             self._lease_observers: LeaseObservers | None = pod.lease_observer
