@@ -17,8 +17,8 @@ telemetry: about ten spans per trigger against a no-op job); a job with some
 I/O (``--job-seconds 0.05``) shows what the overhead means for real work.
 The completion store defaults to ``sqlite:///:memory:`` so that the figure is
 telemetry against the worker's own cost; with the default durable file store
-(``--store-url sqlite:////tmp/x.sqlite3``) one fsync per trigger dominates
-both sides and hides most of telemetry's cost.
+(``--store-url sqlite:////tmp/x.sqlite3``) its fsyncs dominate both sides
+and hide most of telemetry's cost.
 """
 
 from __future__ import annotations

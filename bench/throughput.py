@@ -252,11 +252,13 @@ STORES = ("memory", "sqlite", "postgresql", "none")
 
 ``memory`` (``sqlite:///:memory:``) is the issue-3 comparison: the pod still
 looks the identity up and records a fenced completion per trigger (two store
-calls, each a hop to a worker thread), but nothing waits for a disk, so what
-remains is leaseworker's own cost. ``sqlite`` is the default embedded store (a
-file, WAL, ``synchronous=FULL``: one fsync per completion) and ``postgresql`` a
-private local server: durability's price, reported as separate lines. ``none``
-is a bench-only :class:`NullStore`: the pod's cost without the two store calls.
+calls, run on the event loop), but nothing waits for a disk, so what remains
+is leaseworker's own cost. ``sqlite`` is the default embedded store (a file,
+WAL, ``synchronous=FULL``, group commit: one fsync per batch of completions)
+and ``postgresql`` a private local server (its throwaway cluster runs with
+``fsync=off``, so that line is the client's cost of a round trip per call):
+durability's price, reported as separate lines. ``none`` is a bench-only
+:class:`NullStore`: the pod's cost without the two store calls.
 """
 
 BARE = "bare aiokafka loop"
