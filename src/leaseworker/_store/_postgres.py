@@ -39,8 +39,9 @@ instead would send PostgreSQL a cancel request, which an unreachable server
 never answers). The server side has ``statement_timeout`` and
 ``idle_in_transaction_session_timeout`` set to the same bound, so a client
 that vanishes mid-transaction cannot hold a job key's lock for long. A pooled
-connection found dead on its first round trip (the server restarted) is
-replaced and the call retried within the same deadline. A lookup or state
+connection found dead (the server restarted, the link was reset) is replaced
+and the call retried within the same deadline; an error on a live connection
+(a statement timeout, say) is final. A lookup or state
 read is safe to repeat; so is ``complete()``, because its identity makes it
 idempotent: if the lost attempt did commit, the retry finds this execution's
 own completion (same execution id and fence) and reports it ``accepted``.
@@ -235,16 +236,18 @@ class PostgresStore:
                 async with self._pool.connection(
                     timeout=max(deadline - loop.time(), 0.001)
                 ) as conn:
-                    attempt.connected = True
                     timer = loop.call_at(deadline, attempt.sever, conn)
                     try:
                         return await op(conn, attempt)
+                    except psycopg.OperationalError:
+                        attempt.dead = conn.broken or conn.closed
+                        raise
                     finally:
                         timer.cancel()
             except (PoolTimeout, PoolClosed) as exc:
                 raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
             except psycopg.OperationalError as exc:
-                if attempt.expired or not attempt.connected:
+                if attempt.expired or not attempt.dead:  # a live connection's error stands
                     raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
                 if loop.time() >= deadline:
                     raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
@@ -274,7 +277,7 @@ class _Attempt:
     """What one try of a call got to: decides whether retrying is safe."""
 
     retry: bool = False  # an earlier try of the same call failed on a dead connection
-    connected: bool = False
+    dead: bool = False  # the pooled connection turned out to be broken
     expired: bool = False
 
     def sever(self, conn: _Conn) -> None:
