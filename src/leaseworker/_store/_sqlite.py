@@ -252,7 +252,7 @@ class SqliteStore:
                     call.fail(exc)
 
     def _expired(self) -> bool:
-        """Tell SQLite (as its progress handler) whether the running call's deadline passed."""
+        """Tell SQLite (as its progress handler) whether the running batch's deadline passed."""
         return time.monotonic() > self._deadline
 
 
