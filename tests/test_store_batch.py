@@ -64,18 +64,27 @@ async def submit(batcher: Batcher, name: str, answers: dict[str, str]) -> None:
     answers[name] = await batcher.submit(call(name))
 
 
-async def test_fake_calls_queued_behind_a_running_batch_share_the_next_one() -> None:
-    """Ten calls arriving while a batch runs are answered by one batch after it, not ten."""
-    db = FakeDatabase()
-    batcher = Batcher(db.run_batch)
+async def queue_behind_a_running_batch(
+    db: FakeDatabase, batcher: Batcher, names: list[str]
+) -> dict[str, str]:
+    """Submit ``names`` while the batch of call ``first`` is running; return every answer."""
     answers: dict[str, str] = {}
     with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
             await start_blocked_batch(tg, db, batcher, answers)
-            for i in range(10):
-                tg.start_soon(submit, batcher, f"c{i}", answers)
+            for name in names:
+                tg.start_soon(submit, batcher, name, answers)
             await anyio.wait_all_tasks_blocked()
             db.gate.set()
+    return answers
+
+
+async def test_fake_calls_queued_behind_a_running_batch_share_the_next_one() -> None:
+    """Ten calls arriving while a batch runs are answered by one batch after it, not ten."""
+    db = FakeDatabase()
+    answers = await queue_behind_a_running_batch(
+        db, Batcher(db.run_batch), [f"c{i}" for i in range(10)]
+    )
     assert db.batches == [["first"], [f"c{i}" for i in range(10)]]
     assert answers == {name: name for name in ["first"] + [f"c{i}" for i in range(10)]}
 
@@ -84,14 +93,7 @@ async def test_fake_batches_are_capped_at_max_batch() -> None:
     """Calls beyond ``max_batch`` wait for the batch after; every call is answered once."""
     db = FakeDatabase()
     batcher = Batcher(db.run_batch, max_batch=4)
-    answers: dict[str, str] = {}
-    with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            await start_blocked_batch(tg, db, batcher, answers)
-            for i in range(6):
-                tg.start_soon(submit, batcher, f"c{i}", answers)
-            await anyio.wait_all_tasks_blocked()
-            db.gate.set()
+    answers = await queue_behind_a_running_batch(db, batcher, [f"c{i}" for i in range(6)])
     assert [len(batch) for batch in db.batches] == [1, 4, 2]
     assert len(answers) == 7
 
