@@ -90,13 +90,25 @@ def postgres_server() -> Iterator[LocalPostgres]:
     server.stop()
 
 
+@pytest.fixture
+def store_url_for(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """Make the URL of an empty completion store of the test's own on a named backend."""
+
+    def make(backend: str) -> str:
+        if backend == "memory":
+            return "memory://"
+        if backend == "sqlite":
+            return f"sqlite:///{tmp_path / 'completions.sqlite3'}"
+        server: LocalPostgres = request.getfixturevalue("postgres_server")
+        return server.create_database(f"t{uuid.uuid4().hex[:12]}")
+
+    return make
+
+
 @pytest.fixture(params=["postgresql", "sqlite"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest, store_url_for: Callable[[str], str]) -> str:
     """An empty completion-store database of this test's own, on each backend in turn."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'completions.sqlite3'}"
-    server: LocalPostgres = request.getfixturevalue("postgres_server")
-    return server.create_database(f"t{uuid.uuid4().hex[:12]}")
+    return store_url_for(request.param)
 
 
 @pytest.fixture

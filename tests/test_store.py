@@ -11,6 +11,7 @@ import contextlib
 import random
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -124,15 +125,27 @@ async def test_fifty_concurrent_completions_leave_the_highest_fence(
     assert rows == [(accepted,)]
 
 
+@pytest.fixture(params=["postgresql", "sqlite", "memory"])
+async def any_store(
+    request: pytest.FixtureRequest, store_url_for: Callable[[str], str]
+) -> AsyncIterator[CompletionStore]:
+    """An open store on each backend in turn, ``memory://`` included (API-only tests)."""
+    async with open_store(store_url_for(request.param)) as opened:
+        yield opened
+
+
 @pytest.mark.parametrize("seed", [7, 42, 1729])
-async def test_every_answer_matches_the_reference_rule(store: CompletionStore, seed: int) -> None:
+async def test_every_answer_matches_the_reference_rule(
+    any_store: CompletionStore, seed: int
+) -> None:
     """Model check: 60 completions over 3 job keys, each answered as ``decide`` says.
 
-    Both backends state the fencing rule in SQL; ``_model.decide`` states it
-    in Python. A random sequence (few versions and fences, so duplicates, ties
-    and stale fences all occur) runs against the store and against an
-    in-memory model; status, winning fence and standing completion must agree
-    at every step, and ``state``/``lookup`` must match the model at the end.
+    The durable backends state the fencing rule in SQL, ``memory://`` calls
+    ``_model.decide``, which states it in Python. A random sequence (few
+    versions and fences, so duplicates, ties and stale fences all occur) runs
+    against the store and against an in-memory model; status, winning fence
+    and standing completion must agree at every step, and ``state``/``lookup``
+    must match the model at the end.
     """
     rng = random.Random(seed)
     heads: dict[str, Head] = {}
@@ -142,7 +155,7 @@ async def test_every_answer_matches_the_reference_rule(store: CompletionStore, s
         existing = done.get((key, version))
         standing = None if existing is None else _modelled(key, version, existing)
         expected = decide(standing, heads.get(key), fence)
-        answer = await complete(store, key, version, fence)
+        answer = await complete(any_store, key, version, fence)
         assert answer.status == expected
         if expected == "accepted":
             heads[key] = Head(fence=fence, input_version=version)
@@ -155,11 +168,11 @@ async def test_every_answer_matches_the_reference_rule(store: CompletionStore, s
             done[winner],
         )
     for key, head in heads.items():
-        state = await store.state(key)
+        state = await any_store.state(key)
         assert state is not None
         assert (state.input_version, state.fence) == (head.input_version, head.fence)
     for (key, version), fence in done.items():
-        found = await store.lookup(key, version)
+        found = await any_store.lookup(key, version)
         assert found is not None
         assert found.fence == fence
         assert found.result == {"fence": fence}
@@ -178,30 +191,30 @@ def _modelled(key: str, version: str, fence: int) -> Completion:
     )
 
 
-async def test_older_fence_after_newer_is_stale(store: CompletionStore) -> None:
+async def test_older_fence_after_newer_is_stale(any_store: CompletionStore) -> None:
     """A paused worker waking up with an older fence gets ``stale``; the newer result stays."""
-    newer = await complete(store, "k", "v-new", 20, {"total": 2})
-    older = await complete(store, "k", "v-old", 10, {"total": 1})
+    newer = await complete(any_store, "k", "v-new", 20, {"total": 2})
+    older = await complete(any_store, "k", "v-old", 10, {"total": 1})
     assert newer.status == "accepted"
     assert older.status == "stale"
     assert (older.fence, older.winning_fence) == (10, 20)
     assert older.result == {"total": 2}  # what the store holds: the winner's result
-    state = await store.state("k")
+    state = await any_store.state("k")
     assert state is not None
     assert (state.fence, state.input_version, state.result) == (20, "v-new", {"total": 2})
-    assert await store.lookup("k", "v-old") is None
+    assert await any_store.lookup("k", "v-old") is None
 
 
 async def test_redelivered_identity_is_duplicate_and_rewrites_nothing(
-    store: CompletionStore,
+    any_store: CompletionStore,
 ) -> None:
     """Same job key and input version again: ``duplicate`` with the first result, unchanged.
 
     Even with a newer fence and a different result: a redelivered trigger must
     not recompute or overwrite what its identity already produced.
     """
-    first = await complete(store, "k", "v1", 5, {"total": 1})
-    again = await store.complete(
+    first = await complete(any_store, "k", "v1", 5, {"total": 1})
+    again = await any_store.complete(
         "k", input_version="v1", fence=9, result={"total": 999}, execution_id="e2", pod="pod-b"
     )
     assert first.status == "accepted"
@@ -209,38 +222,38 @@ async def test_redelivered_identity_is_duplicate_and_rewrites_nothing(
     assert again.completion == first.completion
     assert again.result == {"total": 1}
     assert again.winning_fence == 5
-    assert await store.state("k") == first.completion
-    assert await store.lookup("k", "v1") == first.completion
+    assert await any_store.state("k") == first.completion
+    assert await any_store.lookup("k", "v1") == first.completion
 
 
-async def test_new_input_version_is_a_new_completion(store: CompletionStore) -> None:
+async def test_new_input_version_is_a_new_completion(any_store: CompletionStore) -> None:
     """A new input version for the same job key is a new report, not a retry.
 
     It is accepted when its fence is at least the highest accepted (equal
     included), and ``stale`` below it; the old identity stays answerable.
     """
-    v1 = await complete(store, "k", "v1", 7, {"total": 1})
-    v2 = await complete(store, "k", "v2", 7, {"total": 2})
-    v3 = await complete(store, "k", "v3", 6, {"total": 3})
-    v4 = await complete(store, "k", "v4", 8, {"total": 4})
+    v1 = await complete(any_store, "k", "v1", 7, {"total": 1})
+    v2 = await complete(any_store, "k", "v2", 7, {"total": 2})
+    v3 = await complete(any_store, "k", "v3", 6, {"total": 3})
+    v4 = await complete(any_store, "k", "v4", 8, {"total": 4})
     assert [r.status for r in (v1, v2, v3, v4)] == ["accepted", "accepted", "stale", "accepted"]
-    state = await store.state("k")
+    state = await any_store.state("k")
     assert state is not None
     assert (state.input_version, state.fence, state.result) == ("v4", 8, {"total": 4})
-    old = await store.lookup("k", "v1")
+    old = await any_store.lookup("k", "v1")
     assert old is not None
     assert old.result == {"total": 1}
-    assert await store.lookup("k", "v3") is None
+    assert await any_store.lookup("k", "v3") is None
 
 
-async def test_fences_are_per_job_key(store: CompletionStore) -> None:
+async def test_fences_are_per_job_key(any_store: CompletionStore) -> None:
     """A high fence on one job key does not make another key's lower fence stale."""
-    assert (await complete(store, "a", "v", 1_000)).status == "accepted"
-    assert (await complete(store, "b", "v", 1)).status == "accepted"
+    assert (await complete(any_store, "a", "v", 1_000)).status == "accepted"
+    assert (await complete(any_store, "b", "v", 1)).status == "accepted"
 
 
 async def test_time_floored_fences_fit_and_win_after_redis_data_loss(
-    store: CompletionStore,
+    any_store: CompletionStore,
 ) -> None:
     """Fences jump from a small counter to microseconds since the epoch (~1.8e15) and fit.
 
@@ -248,19 +261,19 @@ async def test_time_floored_fences_fit_and_win_after_redis_data_loss(
     clock, so the next completion is accepted and the old, small fence is stale.
     The columns hold the full signed 64-bit range; beyond it is refused up front.
     """
-    assert (await complete(store, "k", "v1", 3)).status == "accepted"
+    assert (await complete(any_store, "k", "v1", 3)).status == "accepted"
     floored = now_fence()
     assert floored > 1.7e15
-    accepted = await complete(store, "k", "v2", floored)
+    accepted = await complete(any_store, "k", "v2", floored)
     assert (accepted.status, accepted.winning_fence) == ("accepted", floored)
-    assert (await complete(store, "k", "v3", 4)).status == "stale"
-    assert (await complete(store, "k", "v4", MAX_FENCE)).status == "accepted"
-    state = await store.state("k")
+    assert (await complete(any_store, "k", "v3", 4)).status == "stale"
+    assert (await complete(any_store, "k", "v4", MAX_FENCE)).status == "accepted"
+    state = await any_store.state("k")
     assert state is not None
     assert state.fence == MAX_FENCE
     for bad in (MAX_FENCE + 1, -1, True):
         with pytest.raises(ConfigError, match="fence"):
-            await complete(store, "k", "v5", bad)
+            await complete(any_store, "k", "v5", bad)
 
 
 async def test_failure_mid_transaction_leaves_fence_and_result_untouched(

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseworker import Completion, ConfigError, fenced_upsert, open_store
+from leaseworker import Completion, ConfigError, StoreUnavailable, fenced_upsert, open_store
 from leaseworker._store._schema import MIGRATIONS, pending
 from leaseworker._store._url import parse_store_url, redact
 
@@ -21,6 +21,8 @@ from leaseworker._store._url import parse_store_url, redact
         "sqlite:///",
         "sqlite://host/c.db",
         "sqlite:///c.db?mode=ro",
+        "memory://name",
+        "memory:",
         "postgresql://u:pw@db/x?no_such_option=1",
     ],
 )
@@ -37,6 +39,7 @@ def test_bad_urls_are_config_errors_without_the_password(url: str) -> None:
         ("sqlite:///c.db", "sqlite", "c.db"),
         ("sqlite:////var/lib/c.db", "sqlite", "/var/lib/c.db"),
         ("sqlite:///:memory:", "sqlite", ":memory:"),
+        ("memory://", "memory", ""),
         ("postgres://db/x", "postgresql", "postgres://db/x"),
         ("postgresql://u:pw@db:5432/x", "postgresql", "postgresql://u:pw@db:5432/x"),
     ],
@@ -68,9 +71,10 @@ async def test_bad_settings_are_config_errors_before_any_io(settings: dict[str, 
             pytest.fail("opened with bad settings")
 
 
-async def test_bad_arguments_are_refused_before_any_io() -> None:
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "memory://"])
+async def test_bad_arguments_are_refused_before_any_io(url: str) -> None:
     """An empty job key or a result that is not JSON fails fast, without quoting the payload."""
-    async with open_store("sqlite:///:memory:") as store:
+    async with open_store(url) as store:
         with pytest.raises(ConfigError, match="job key"):
             await store.lookup("", "v")
         with pytest.raises(TypeError, match="not JSON-serialisable") as failed:
@@ -124,3 +128,20 @@ def test_fenced_upsert_quotes_names_and_refuses_others() -> None:
         args.update(bad)
         with pytest.raises(ValueError):  # noqa: PT011 - the message varies by mistake
             fenced_upsert(args["table"], key=args["key"], columns=args["columns"])  # type: ignore[arg-type]
+
+
+async def test_memory_store_says_it_is_not_durable_and_refuses_calls_once_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``memory://`` warns at open that nothing outlives the process; closed, it fails calls."""
+    async with open_store("memory://") as store:
+        await store.complete("k", input_version="v", fence=1, result=[1], execution_id="e", pod="p")
+        found = await store.lookup("k", "v")
+        assert found is not None
+        found.result.append(2)  # the caller's copy: the store's record is unchanged
+        again = await store.lookup("k", "v")
+        assert again is not None
+        assert again.result == [1]
+    assert any(r.__dict__.get("event") == "store_not_durable" for r in caplog.records)
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.lookup("k", "v")

@@ -4,10 +4,10 @@ A *completion identity* is ``(job key, input version)``: the job key names the
 logical report, the input version (declared by the job, e.g. a hash of the
 trigger's inputs) tells a redelivered trigger apart from an intentional new
 report with different inputs. :func:`decide` is the fencing rule itself.
-Both backends state it in SQL, next to the rows, under the job key's lock:
-PostgreSQL in its ``leaseworker_complete()`` function, SQLite as two
-conditional writes. The shared store tests check every answer of both
-against :func:`decide`.
+The durable backends state it in SQL, next to the rows, under the job key's
+lock: PostgreSQL in its ``leaseworker_complete()`` function, SQLite as two
+conditional writes; ``memory://`` calls it. The shared store tests check every
+answer of all three against :func:`decide`.
 """
 
 from __future__ import annotations

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator
 
 from .._errors import ConfigError
 from ._protocol import CompletionStore
 from ._url import parse_store_url
+
+logger = logging.getLogger("leaseworker.store")
 
 
 @contextlib.asynccontextmanager
@@ -27,7 +30,9 @@ async def open_store(
 
     ``postgresql://...`` (psycopg 3 with a pool of up to ``max_connections``)
     for production; ``sqlite:///path`` for the embedded store, which is also
-    the default when ``url`` is ``None``; ``sqlite:///:memory:`` for tests.
+    the default when ``url`` is ``None``; ``sqlite:///:memory:`` or
+    ``memory://`` (no database at all; not durable, not shared between pods)
+    for tests and demos.
     The schema is created or migrated before the block starts. Every call is
     bounded by ``call_timeout`` seconds. A malformed URL or setting raises
     :class:`ConfigError` before any I/O; a database that cannot be reached
@@ -47,6 +52,15 @@ async def open_store(
         store = await PostgresStore.open(
             parsed, call_timeout=call_timeout, max_connections=max_connections
         )
+    elif parsed.backend == "memory":
+        from ._memory import MemoryStore
+
+        logger.warning(
+            "completion store memory:// keeps completions in this process only: "
+            "they are lost at exit and not seen by other pods",
+            extra={"event": "store_not_durable"},
+        )
+        store = MemoryStore()
     else:
         from ._sqlite import SqliteStore
 

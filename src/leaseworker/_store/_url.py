@@ -6,6 +6,8 @@ PostgreSQL; the URL goes to libpq as is, so every libpq parameter works.
 after the third slash is the path, so ``sqlite:///completions.db`` is relative
 to the working directory and ``sqlite:////var/lib/lw/completions.db`` is
 absolute; ``sqlite:///:memory:`` is a private in-memory database (tests).
+``memory://`` selects the in-process store (no database, not durable, not
+shared between pods: tests, demos, benchmarks).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ _PASSWORD_IN_QUERY = re.compile(r"(?i)((?:[?&]|^|\s)password=)[^&\s]*")
 class StoreURL:
     """A parsed store URL: the backend, what to hand the driver, a loggable form."""
 
-    backend: Literal["postgresql", "sqlite"]
+    backend: Literal["postgresql", "sqlite", "memory"]
     target: str = field(repr=False)  # may hold a password
     redacted: str
 
@@ -57,8 +59,12 @@ def parse_store_url(url: str | None) -> StoreURL:
                 "sqlite:////absolute/path or sqlite:///:memory:"
             )
         return StoreURL("sqlite", rest[1:], shown)
+    if sep and scheme == "memory":
+        if rest:
+            raise ConfigError(f"bad memory store URL {shown!r}: expected memory:// alone")
+        return StoreURL("memory", "", shown)
     raise ConfigError(
-        f"unsupported store URL {shown!r}: expected postgresql://... or sqlite:///path"
+        f"unsupported store URL {shown!r}: expected postgresql://..., sqlite:///path or memory://"
     )
 
 
