@@ -24,6 +24,7 @@ from redis.exceptions import NoScriptError, RedisError
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._errors import ConfigError, LeaseLost, LeaseUnavailable
+from ._pipelining import ScriptPipeline
 from ._timing import DeadlinePolicy, now
 
 
@@ -108,7 +109,10 @@ class RedisLeases:
 
     ``drift``, ``margin`` and ``command_timeout`` make up the
     :class:`DeadlinePolicy`; ``owner_prefix`` (default ``hostname:pid``) starts
-    every owner token so operators can see which process holds a lease.
+    every owner token so operators can see which process holds a lease. With
+    ``pipelining`` (the default), calls made by concurrent tasks in the same
+    event-loop iteration go to Redis as one pipeline (see ``_pipelining``);
+    ``False`` sends each call on its own.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class RedisLeases:
         margin: float = 0.05,
         command_timeout: float = 0.5,
         owner_prefix: str | None = None,
+        pipelining: bool = True,
     ) -> None:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ConfigError(f"namespace must be non-empty and free of braces: {namespace!r}")
@@ -130,6 +135,11 @@ class RedisLeases:
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
+        self._pipeline = (
+            ScriptPipeline(redis, {sha: src for src, sha in self._scripts.items()}, self._deadlines)
+            if pipelining
+            else None
+        )
 
     @property
     def policy(self) -> DeadlinePolicy:
@@ -240,6 +250,8 @@ class RedisLeases:
     async def _evalsha(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Run ``script`` by SHA, loading it once when Redis answers NOSCRIPT."""
         sha = self._scripts[script]
+        if self._pipeline is not None:
+            return await self._pipeline.call(sha, keys, args)
         try:
             return await self._redis.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:
