@@ -11,7 +11,9 @@ redis-server, and both commit every offset:
   whose ``run`` returns at once: lease acquire (fence) and release, the
   executor, per-key serialisation, offset tracking, pauses, commits, and
   the completion store (a lookup before the lease, a fenced completion after
-  the job), once per store named in ``--stores`` (see :data:`STORES`).
+  the job), once per store named in ``--stores`` (see :data:`STORES`). Its
+  lease calls are auto-pipelined (calls that queue behind one in flight share
+  the next round trip), except on the ``memory-lone`` side.
 
 Timing starts at the first record a side sees and stops when the broker shows
 every offset committed (polled the same way for both). Each round runs every
@@ -19,7 +21,7 @@ side once, in alternating order; the figure is the median over rounds of the
 pod's rate divided by the same round's bare rate, with its quartiles.
 
     .venv/bin/python bench/throughput.py [--triggers 2000] [--rounds 7] [--concurrency 16]
-        [--stores memory,sqlite,postgresql]
+        [--stores memory,memory-lone,sqlite,postgresql]
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from leaseworker import (
     CompletionStore,
     ExecutionEvent,
     JobContext,
+    RedisLeases,
     ReportJob,
     Worker,
     WorkerConfig,
@@ -218,8 +221,14 @@ async def leaseworker_pod(
     concurrency: int,
     store_url: str,
     store: CompletionStore | None = None,
+    *,
+    pipelining: bool = True,
 ) -> float:
-    """Run one in-process worker pod until everything is committed; return seconds."""
+    """Run one in-process worker pod until everything is committed; return seconds.
+
+    ``pipelining=False`` hands the worker leases that send every Redis call
+    on its own, as the bare loop does.
+    """
     group = f"lw-{uuid.uuid4().hex[:8]}"
     job: NoopReport = type("NoopReport", (NoopReport,), {"topic": topic})()
     config = WorkerConfig(
@@ -232,11 +241,17 @@ async def leaseworker_pod(
         store_url=store_url,
     )
     first = FirstStart()
-    worker = Worker(job, config, observer=first, store=store)
-    async with anyio.create_task_group() as tg:
-        await tg.start(_run_worker, worker)
-        end = await wait_committed(bootstrap, group, topic, count)
-        worker.stop()
+    async with contextlib.AsyncExitStack() as stack:
+        leases = None
+        if not pipelining:
+            client = Redis.from_url(redis_url, socket_timeout=None)
+            stack.push_async_callback(client.aclose)
+            leases = RedisLeases(client, namespace=config.namespace, pipelining=False)
+        worker = Worker(job, config, observer=first, store=store, leases=leases)
+        async with anyio.create_task_group() as tg:
+            await tg.start(_run_worker, worker)
+            end = await wait_committed(bootstrap, group, topic, count)
+            worker.stop()
     assert first.at is not None
     return end - first.at
 
@@ -247,32 +262,40 @@ async def _run_worker(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]
 
 Side = Callable[[str], Awaitable[float]]
 
-STORES = ("memory", "sqlite", "postgresql", "none")
+STORES = ("memory", "memory-lone", "sqlite-memory", "sqlite", "postgresql", "none")
 """Completion stores a pod side can use (``--stores``).
 
-``memory`` (``sqlite:///:memory:``) is the issue-3 comparison: the pod still
-looks the identity up and records a fenced completion per trigger (two store
-calls, run on the event loop), but nothing waits for a disk, so what remains
-is leaseworker's own cost. ``sqlite`` is the default embedded store (a file,
-WAL, ``synchronous=FULL``, group commit: one fsync per batch of completions)
-and ``postgresql`` a private local server (its throwaway cluster runs with
-``fsync=off``, so that line is the client's cost of a round trip per call):
-durability's price, reported as separate lines. ``none`` is a bench-only
-:class:`NullStore`: the pod's cost without the two store calls.
+``memory`` (``memory://``, the in-process store) is the issue-3 comparison:
+the pod still looks the identity up and records a fenced completion per
+trigger (two store calls), but no database is involved, so what remains is
+leaseworker's own cost. ``sqlite-memory`` is SQLite without a disk
+(``sqlite:///:memory:``): the cost of the SQL alone. ``sqlite`` is the default
+embedded store (a file, WAL, ``synchronous=FULL``, group commit: one fsync per
+batch of completions) and ``postgresql`` a private local server (its
+throwaway cluster runs with ``fsync=off``, so that line is the client's cost
+of a round trip per call): durability's price, reported as separate lines.
+``none`` is a bench-only :class:`NullStore`: the pod's cost without the two
+store calls. ``memory-lone`` is ``memory`` with Redis auto-pipelining off:
+every lease call goes to Redis on its own, exactly as the bare loop sends its
+two commands (the figure for the pod's own cost per trigger, pipelining aside).
 """
 
 BARE = "bare aiokafka loop"
 NULL_STORE = "none"
+LONE = "memory-lone"
 
 
 async def pod_side(
     kafka: LocalKafka, redis_server: LocalRedis, args: argparse.Namespace, url: str, topic: str
 ) -> float:
     """Run the pod side on ``topic`` with the completion store at ``url``."""
+    pipelining = True
     if url == NULL_STORE:  # the worker is handed the store; its URL is never opened
-        url, store = "sqlite:///:memory:", NullStore()
+        url, store = "memory://", NullStore()
     else:
         store = None
+    if url == LONE:
+        url, pipelining = "memory://", False
     return await leaseworker_pod(
         kafka.bootstrap_servers,
         redis_server.url,
@@ -281,6 +304,7 @@ async def pod_side(
         args.concurrency,
         url,
         store,
+        pipelining=pipelining,
     )
 
 
@@ -336,8 +360,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument(
         "--stores",
-        default="memory,sqlite",
-        help=f"comma-separated pod sides, from {', '.join(STORES)} (default: memory,sqlite)",
+        default="memory,memory-lone,sqlite",
+        help=f"comma-separated pod sides, from {', '.join(STORES)} "
+        "(default: memory,memory-lone,sqlite)",
     )
     args = parser.parse_args()
     stores = [name for name in args.stores.split(",") if name]
@@ -357,9 +382,11 @@ def main() -> None:
         urls: dict[str, str] = {}
         for store in stores:
             if store == "memory":
+                urls[store] = "memory://"
+            elif store == "sqlite-memory":
                 urls[store] = "sqlite:///:memory:"
-            elif store == "none":
-                urls[store] = NULL_STORE
+            elif store in (NULL_STORE, LONE):
+                urls[store] = store
             elif store == "sqlite":
                 urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
             else:
