@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Awaitable
 
 import anyio
 import pytest
@@ -19,7 +20,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from leaseworker import Lease, LeaseUnavailable, RedisLeases
+from leaseworker._deadlines import DeadlineWheel
 from leaseworker._local import LocalRedis
+from leaseworker._pipelining import ScriptPipeline
 from leaseworker._scripts import ACQUIRE
 from leaseworker.testing import ChaosProxy
 
@@ -68,7 +71,7 @@ async def test_concurrent_calls_share_a_pipeline_and_each_gets_its_own_answer(
                 lease = got[key]
                 assert lease is not None
                 # Each answer is its own key's: the fence and owner Redis holds for that key.
-                assert int(await redis.get(leases.fence_key(key))) == lease.fence
+                assert await redis.get(leases.fence_key(key)) == str(lease.fence).encode()
                 assert await redis.get(leases.lease_key(key)) == lease.owner.encode()
             assert await _connections(redis, name) == (1 if pipelining else 21)
             assert elapsed < 1.0  # two trips (or 21 side by side), not 21 in a row
@@ -187,3 +190,44 @@ async def test_a_partition_fails_the_lone_call_and_the_queued_ones_then_recovers
             assert all(lease is not None for lease in got.values())
         finally:
             await client.aclose()
+
+
+async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """A stalled pipeline is dropped once its last caller stops waiting, not at its own timeout.
+
+    The pipeline's own bound here is 5 s; its callers wait at most 0.2 and
+    0.4 s. Once both gave up, a call made after the partition heals must
+    not wait behind the stalled pipeline.
+    """
+    sha = _sha(ACQUIRE)
+    await redis.script_load(ACQUIRE)
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            pipeline = ScriptPipeline(client, {sha: ACQUIRE}, DeadlineWheel(5.0))
+
+            async def acquire(key: str, patience: float) -> object:
+                with anyio.fail_after(patience):
+                    return await pipeline.call(
+                        sha, [f"{namespace}:{key}", f"{namespace}:f"], ["o", "5000"]
+                    )
+
+            await acquire("connect", 2.0)
+            proxy.blackhole = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_times_out, acquire("lone", 0.2))
+                await anyio.wait_all_tasks_blocked()  # sent alone, into the partition
+                tg.start_soon(_times_out, acquire("queued", 0.4))  # sent after "lone" gives up
+            proxy.blackhole = False
+            reply = await acquire("after", 0.5)
+            assert isinstance(reply, list)
+            assert reply[0] == 1  # acquired
+        finally:
+            await client.aclose()
+
+
+async def _times_out(call: Awaitable[object]) -> None:
+    with pytest.raises(TimeoutError):
+        await call

@@ -16,10 +16,14 @@ meanwhile go in the pipeline after. A queued call therefore waits at most for
 the round trip ahead of it.
 
 What does not change: each call is still bounded by its caller's deadline
-(the deadline wheel), and a pipeline as a whole by the same timeout. A caller
-that stops waiting before its call is sent is left out; after that, as with a
-lone call, Redis may have acted on it, and the caller handles that as before
-(an abandoned acquire is released with its owner token). Lease timing stays
+(the deadline wheel), and a pipeline as a whole by the same timeout; once
+all its callers have given up it is abandoned, so it never holds up the calls
+behind it for longer than its own callers waited. A caller that stops waiting
+before its call is sent is left out; after that, as with a lone call, Redis
+may have acted on it, and the caller handles that as before (an abandoned
+acquire is released with its owner token). The price of one flight at a time:
+calls made while it stalls wait for it, where lone calls would have taken
+other pooled connections (to the same server); ``pipelining=False`` opts out. Lease timing stays
 conservative: a caller reads its send time before it queues, so the command
 reaches Redis no earlier than the moment its deadline is counted from.
 """
@@ -114,15 +118,31 @@ class ScriptPipeline:
             self._next()
 
     async def _answer(self, batch: list[_Call]) -> None:
+        # A pipeline never outlives its callers: once every one of them gave up
+        # (their own deadlines), it is abandoned, so the calls queued behind it go.
+        sender = asyncio.current_task()
+        assert sender is not None
+        waiting = len(batch)
+        answered = False
+
+        def gone(_: object) -> None:
+            nonlocal waiting
+            waiting -= 1
+            if waiting == 0 and not answered:
+                sender.cancel()
+
+        for call in batch:
+            call.answer.add_done_callback(gone)
         try:
             replies = await self._deadlines.run(self._execute(batch))
         except BaseException as exc:  # the connection failed or timed out: every call in it did
             error = exc if isinstance(exc, Exception) else _stopped()
             for call in batch:
                 _fail(call, error)
-            if error is not exc:  # cancelled (the loop is shutting down): keep unwinding
+            if error is not exc:  # abandoned, or the loop is shutting down: keep unwinding
                 raise
             return
+        answered = True
         for call, reply in zip(batch, replies, strict=True):
             if call.answer.done():
                 continue
