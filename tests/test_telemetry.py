@@ -28,6 +28,7 @@ from leaseworker._local import LocalRedis
 from leaseworker._local._kafka import LocalKafka
 from leaseworker._observer import LoggingObserver
 from leaseworker._telemetry import Telemetry, traced_send
+from leaseworker._telemetry._lean import LeanTracerProvider
 
 from .jobs import GateJob, Recorder, on_topic
 from .kafka_util import KafkaNames, payload
@@ -55,13 +56,21 @@ def metric_reader() -> InMemoryMetricReader:
     return InMemoryMetricReader()
 
 
-@pytest.fixture
+@pytest.fixture(params=["sdk", "lean"])
 def providers(
-    exporter: InMemorySpanExporter, metric_reader: InMemoryMetricReader
-) -> Iterator[tuple[TracerProvider, MeterProvider]]:
-    """Injected SDK providers (never the global ones), shut down after the test."""
+    request: pytest.FixtureRequest,
+    exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+) -> Iterator[tuple[TracerProvider | LeanTracerProvider, MeterProvider]]:
+    """Injected providers (never the global ones), shut down after the test.
+
+    Each test runs with the SDK's tracer provider (what embedding applications
+    inject) and with the lean one ``leaseworker run`` builds.
+    """
     resource = Resource.create({"service.name": "test-worker", "service.instance.id": "pod-a"})
-    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider: TracerProvider | LeanTracerProvider = TracerProvider(resource=resource)
+    if request.param == "lean":
+        tracer_provider = LeanTracerProvider(resource, tracer_provider.sampler)
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
     yield tracer_provider, meter_provider
@@ -70,7 +79,7 @@ def providers(
 
 
 @pytest.fixture
-def telemetry(providers: tuple[TracerProvider, MeterProvider]) -> Telemetry:
+def telemetry(providers: tuple[TracerProvider | LeanTracerProvider, MeterProvider]) -> Telemetry:
     """Telemetry on the injected providers."""
     return Telemetry(tracer_provider=providers[0], meter_provider=providers[1])
 
@@ -448,7 +457,7 @@ async def test_without_parenting_the_trigger_starts_a_trace_linked_to_the_produc
     kafka_names: KafkaNames,
     namespace: str,
     exporter: InMemorySpanExporter,
-    providers: tuple[TracerProvider, MeterProvider],
+    providers: tuple[TracerProvider | LeanTracerProvider, MeterProvider],
     producer_spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     """``parent_on_producer=False``: a new root span whose only link is the producer's span."""

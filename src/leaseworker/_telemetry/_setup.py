@@ -150,10 +150,15 @@ def _traces_protocol() -> str:
 
 
 def _tracer_provider(resource: Any, endpoint: str, protocol: str = "http/json") -> Any:
+    """Return leaseworker's lean provider, configured as the SDK's would be (see ``_lean``)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    provider = TracerProvider(resource=resource)  # sampler from OTEL_TRACES_SAMPLER
+    from ._lean import LeanTracerProvider
+
+    # The SDK provider reads OTEL_TRACES_SAMPLER(_ARG): the sampler is its decision.
+    sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider = LeanTracerProvider(resource, sdk.sampler, id_generator=sdk.id_generator)
     exporter = _span_exporter(f"{endpoint}/v1/traces" if endpoint else None, protocol)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
