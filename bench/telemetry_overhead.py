@@ -10,13 +10,13 @@ to the last job end (group joins excluded). The figure that matters is the
 ratio; the target is on/off >= 0.90.
 
     .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3] [--job-seconds 0]
-        [--store-url sqlite:///:memory:]
+        [--store-url memory://]
 
 ``--job-seconds 0`` measures the worker's own cost per trigger (worst case for
 telemetry: about ten spans per trigger against a no-op job); a job with some
 I/O (``--job-seconds 0.05``) shows what the overhead means for real work.
-The completion store defaults to ``sqlite:///:memory:`` so that the figure is
-telemetry against the worker's own cost; with the default durable file store
+The completion store defaults to ``memory://`` (in-process, no database) so
+that the figure is telemetry against the worker's own cost; with the default durable file store
 (``--store-url sqlite:////tmp/x.sqlite3``) its fsyncs dominate both sides
 and hide most of telemetry's cost.
 """
@@ -156,8 +156,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--store-url",
-        default="sqlite:///:memory:",
-        help="completion store of both sides (default: in memory, no fsync)",
+        default="memory://",
+        help="completion store of both sides (default: memory://, no database)",
     )
     parser.add_argument(
         "--job-seconds", type=float, default=0.0, help="simulated I/O per job (default 0)"
