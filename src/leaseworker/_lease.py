@@ -245,13 +245,14 @@ class RedisLeases:
 
     async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Run ``script`` within the command timeout (see ``_deadlines``)."""
+        if self._pipeline is not None:
+            call = self._pipeline.call(self._scripts[script], keys, args)
+            return await self._deadlines.run(call)
         return await self._deadlines.run(self._evalsha(script, keys, args))
 
     async def _evalsha(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        """Run ``script`` by SHA, loading it once when Redis answers NOSCRIPT."""
+        """Run ``script`` by SHA on its own, loading it once when Redis answers NOSCRIPT."""
         sha = self._scripts[script]
-        if self._pipeline is not None:
-            return await self._pipeline.call(sha, keys, args)
         try:
             return await self._redis.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:

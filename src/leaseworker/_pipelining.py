@@ -90,11 +90,17 @@ class ScriptPipeline:
             answer: asyncio.Future[Any] = loop.create_future()
             self._queued.append(_Call(sha, keys, args, answer))
             return await answer  # cancelled with the caller: left out, or its answer dropped
-        self._busy = True
+        self._busy = True  # sent alone, on redis-py's plain path
         try:
-            return await self._alone(sha, keys, args)
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._redis.script_load(self._scripts[sha])
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
         finally:
-            self._next()
+            if self._queued:
+                self._next()
+            else:
+                self._busy = False
 
     def _next(self) -> None:
         """Hand the connection on: send what queued meanwhile, or become idle."""
@@ -150,14 +156,6 @@ class ScriptPipeline:
                 call.answer.set_exception(reply)
             else:
                 call.answer.set_result(reply)
-
-    async def _alone(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        """Send one call on its own (nothing else waits): redis-py's plain path."""
-        try:
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self._redis.script_load(self._scripts[sha])
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
 
     async def _execute(self, batch: list[_Call]) -> list[Any]:
         """Send ``batch``; calls answered NOSCRIPT are sent again once their script is loaded."""
