@@ -167,6 +167,21 @@ def test_the_sampler_decides_and_sampled_out_spans_record_nothing(make: Provider
 
 
 @pytest.mark.parametrize("make", [_sdk, _lean], ids=["sdk", "lean"])
+def test_a_sampler_that_drops_children_of_sampled_spans_is_still_asked(make: Providers) -> None:
+    """Only the default rule for children (sampled parent: sample) is taken without asking."""
+    exporter = InMemorySpanExporter()
+    provider = make(exporter, sampler=ParentBased(ALWAYS_ON, local_parent_sampled=ALWAYS_OFF))
+    tracer = provider.get_tracer("t")
+    root = tracer.start_span("process reports")
+    child = tracer.start_span("job run", context=set_span_in_context(root))
+    assert root.is_recording()
+    assert not child.is_recording()
+    child.end()
+    root.end()
+    assert [span.name for span in exporter.get_finished_spans()] == ["process reports"]
+
+
+@pytest.mark.parametrize("make", [_sdk, _lean], ids=["sdk", "lean"])
 def test_span_limits_drop_and_count_as_the_sdk_does(make: Providers) -> None:
     """Limits count what they drop: the oldest attributes, the newest events and links."""
     exporter = InMemorySpanExporter()

@@ -34,9 +34,17 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import Decision, Sampler
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 from opentelemetry.util import types
 
 logger = logging.getLogger("leaseworker.telemetry")
@@ -68,6 +76,12 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self.id_generator = id_generator or RandomIdGenerator()
         self.limits = limits or SpanLimits()
         self._processors: tuple[SpanProcessor, ...] = ()
+        # ParentBased with ALWAYS_ON for a sampled local parent (the SDK default, and
+        # parentbased_traceidratio): a child of a sampled span in this process is
+        # recorded and sampled with its parent's trace state, no call needed.
+        self.children_follow = type(sampler) is ParentBased and (
+            ",localParentSampled:AlwaysOnSampler," in sampler.get_description()  # type: ignore[no-untyped-call]
+        )
 
     def add_span_processor(self, processor: SpanProcessor) -> None:
         """Hand every span to ``processor`` as well (at its start and its end)."""
@@ -129,24 +143,40 @@ class LeanTracer(trace_api.Tracer):
         provider = self._provider
         links = links or ()
         parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = None
-            trace_id = provider.id_generator.generate_trace_id()
-            random_trace_id = provider.id_generator.is_trace_id_random()
+        if (
+            provider.children_follow
+            and parent is not None
+            and parent.trace_flags.sampled
+            and not parent.is_remote
+            and parent.is_valid
+        ):  # what the sampler would answer, without asking it
+            trace_state: TraceState | None = parent.trace_state
+            trace_id, flags = parent.trace_id, parent.trace_flags
+            decision = Decision.RECORD_AND_SAMPLE
         else:
-            trace_id = parent.trace_id
-            random_trace_id = parent.trace_flags.random_trace_id
-        sampling = provider.sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        decision = sampling.decision
-        flags = TraceFlags.SAMPLED if decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
-        if random_trace_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
+            if parent is None or not parent.is_valid:
+                parent = None
+                trace_id = provider.id_generator.generate_trace_id()
+                random_trace_id = provider.id_generator.is_trace_id_random()
+            else:
+                trace_id = parent.trace_id
+                random_trace_id = parent.trace_flags.random_trace_id
+            sampling = provider.sampler.should_sample(
+                context, trace_id, name, kind, attributes, links
+            )
+            decision, trace_state = sampling.decision, sampling.trace_state
+            attributes = sampling.attributes
+            sampled = decision is Decision.RECORD_AND_SAMPLE
+            flags = TraceFlags(
+                (TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+                | (TraceFlags.RANDOM_TRACE_ID if random_trace_id else 0)
+            )
         span_context = SpanContext(
             trace_id,
             provider.id_generator.generate_span_id(),
             is_remote=False,
-            trace_flags=TraceFlags(flags),
-            trace_state=sampling.trace_state,
+            trace_flags=flags,
+            trace_state=trace_state,
         )
         if decision is Decision.DROP:
             return trace_api.NonRecordingSpan(span_context)
@@ -155,7 +185,7 @@ class LeanTracer(trace_api.Tracer):
             span_context,
             parent,
             kind,
-            sampling.attributes,
+            attributes,
             links,
             start_time if start_time is not None else time.time_ns(),
             provider,
@@ -426,7 +456,7 @@ def _checked(
     if (
         max_length is None
         and (max_count is None or len(attributes) <= max_count)
-        and all(type(value) in _SCALARS for value in attributes.values())
+        and _SCALARS.issuperset(map(type, attributes.values()))
     ):
         return dict(attributes), 0
     bounded = BoundedAttributes(max_count, attributes, immutable=False, max_value_len=max_length)

@@ -1,0 +1,53 @@
+"""The pod's counters: sums kept by leaseworker, reported through observable instruments.
+
+Pure unit tests on the real SDK (a MeterProvider and an in-memory reader, no
+worker): what a reader collects must be what synchronous counters would have
+given, cumulative monotonic sums per attribute set, and an up-down count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
+
+from leaseworker._telemetry._metrics import Metrics
+
+
+def _sums(reader: InMemoryMetricReader) -> dict[str, tuple[bool, dict[Any, float]]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    found: dict[str, tuple[bool, dict[Any, float]]] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if isinstance(metric.data, Sum):
+                    points = {
+                        tuple(sorted((p.attributes or {}).items())): p.value
+                        for p in metric.data.data_points
+                    }
+                    found[metric.name] = (metric.data.is_monotonic, points)
+    return found
+
+
+def test_counters_are_cumulative_sums_per_attribute_set_across_collections() -> None:
+    """Two collections: each reports everything added so far, split by attributes."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = Metrics.create(provider.get_meter("t"))
+    metrics.outcomes.add(1, {"leaseworker.outcome": "completed"})
+    metrics.outcomes.add(1, {"leaseworker.outcome": "lost"})
+    metrics.in_flight.add(1)
+    metrics.in_flight.add(1)
+    first = _sums(reader)
+    metrics.outcomes.add(2, {"leaseworker.outcome": "completed"})
+    metrics.in_flight.add(-2)
+    second = _sums(reader)
+    provider.shutdown()
+    completed = (("leaseworker.outcome", "completed"),)
+    lost = (("leaseworker.outcome", "lost"),)
+    assert first["leaseworker.execution.outcomes"] == (True, {completed: 1, lost: 1})
+    assert second["leaseworker.execution.outcomes"] == (True, {completed: 3, lost: 1})
+    assert first["leaseworker.execution.in_flight"] == (False, {(): 2})
+    assert second["leaseworker.execution.in_flight"] == (False, {(): 0})
