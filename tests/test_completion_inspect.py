@@ -70,6 +70,15 @@ def test_inspect_never_creates_a_missing_sqlite_store(
     assert not path.exists()
 
 
+def test_inspect_of_a_memory_store_shows_no_completion_and_opens_nothing(
+    redis_server: LocalRedis, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``memory://`` lives inside each pod: another process has nothing to look at."""
+    shown = _inspect(capsys, "k", "--redis-url", redis_server.url, "--store-url", "memory://")
+    assert shown["completion"] is None
+    assert not any(r.__dict__.get("event") == "store_not_durable" for r in caplog.records)
+
+
 def test_inspect_with_a_bad_store_url_exits_2_with_one_line(
     redis_server: LocalRedis, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -83,6 +83,8 @@ async def _read(args: argparse.Namespace) -> dict[str, object]:
 
 async def _completion(args: argparse.Namespace) -> Completion | None:
     parsed = parse_store_url(args.store_url)
+    if parsed.backend == "memory":
+        return None  # lives inside each pod: nothing another process could look at
     embedded = parsed.backend == "sqlite" and parsed.target != ":memory:"
     if embedded and not await anyio.Path(parsed.target).exists():
         return None  # looking must not create the file
