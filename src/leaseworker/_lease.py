@@ -110,8 +110,8 @@ class RedisLeases:
     ``drift``, ``margin`` and ``command_timeout`` make up the
     :class:`DeadlinePolicy`; ``owner_prefix`` (default ``hostname:pid``) starts
     every owner token so operators can see which process holds a lease. With
-    ``pipelining`` (the default), calls made by concurrent tasks in the same
-    event-loop iteration go to Redis as one pipeline (see ``_pipelining``);
+    ``pipelining`` (the default), calls made while another is in flight go to
+    Redis together, as one pipeline, once it is answered (see ``_pipelining``);
     ``False`` sends each call on its own.
     """
 

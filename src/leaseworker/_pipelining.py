@@ -21,11 +21,14 @@ all its callers have given up it is abandoned, so it never holds up the calls
 behind it for longer than its own callers waited. A caller that stops waiting
 before its call is sent is left out; after that, as with a lone call, Redis
 may have acted on it, and the caller handles that as before (an abandoned
-acquire is released with its owner token). The price of one flight at a time:
-calls made while it stalls wait for it, where lone calls would have taken
-other pooled connections (to the same server); ``pipelining=False`` opts out. Lease timing stays
-conservative: a caller reads its send time before it queues, so the command
-reaches Redis no earlier than the moment its deadline is counted from.
+acquire is released with its owner token). Lease timing stays conservative: a
+caller reads its send time before it queues, so the command reaches Redis no
+earlier than the moment its deadline is counted from.
+
+The price of one flight at a time: calls made while it stalls wait for it,
+where lone calls would have taken other pooled connections (to the same
+server), and a call can take two round trips. ``RedisLeases(...,
+pipelining=False)`` opts out.
 """
 
 from __future__ import annotations
