@@ -20,6 +20,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 from redis.asyncio import Redis
 
@@ -474,3 +475,68 @@ async def test_without_parenting_the_trigger_starts_a_trace_linked_to_the_produc
     assert process.parent is None
     assert _ctx(process).trace_id != _ctx(send_span).trace_id
     assert [link.context.span_id for link in process.links] == [_ctx(send_span).span_id]
+
+
+class _DropsProcessSpans(Sampler):
+    """Drops every ``process`` span and samples everything else, orphans included."""
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        decision = Decision.DROP if name.startswith("process ") else Decision.RECORD_AND_SAMPLE
+        return SamplingResult(decision)
+
+    def get_description(self) -> str:
+        return "DropsProcessSpans"
+
+
+@pytest.mark.parametrize("kind", ["sdk", "lean"])
+async def test_a_sampled_out_trigger_makes_no_lifecycle_spans_but_keeps_its_metrics(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+    kind: str,
+) -> None:
+    """A trigger's trace is sampled as a whole, by its ``process`` span.
+
+    The sampler here would keep the children of a dropped process span
+    (orphans): the worker does not make them, so a sampled-out trigger costs
+    no spans. Its metrics are counted all the same.
+    """
+    topic = kafka_names.topic
+    resource = Resource.create({"service.name": "test-worker", "service.instance.id": "pod-a"})
+    sdk = TracerProvider(resource=resource, sampler=_DropsProcessSpans())
+    tracer_provider = sdk if kind == "sdk" else LeanTracerProvider(resource, sdk.sampler)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
+    telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+
+    def committed() -> int:
+        if metric_reader.get_metrics_data() is None:  # nothing measured yet
+            return 0
+        return sum(p.value for p in _points(metric_reader, "leaseworker.triggers.committed"))
+
+    job = on_topic(GateJob, topic)(Recorder())
+    config = pod_config(kafka_server, redis_server, kafka_names, namespace)
+    try:
+        async with running(Worker(job, config, telemetry=telemetry)):
+            await send(kafka_server.bootstrap_servers, topic, "report:sampled-out", payload())
+            await until(lambda: committed() == 1)
+        outcomes = _points(metric_reader, "leaseworker.execution.outcomes")
+        assert [(p.attributes["leaseworker.outcome"], p.value) for p in outcomes] == [
+            ("completed", 1)
+        ]
+        assert list(exporter.get_finished_spans()) == []
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()

@@ -174,6 +174,8 @@ class LeaseSpans:
         The step's attributes go in with the common ones when the span starts
         (one SDK attribute check per span instead of one per call).
         """
+        if not self._trace.recording:
+            return
         attributes = self._trace.attributes(execution_id=self._execution_id, fence=event.fence)
         if step:
             attributes.update(step)
@@ -205,6 +207,9 @@ def end_acquire(
     span start instead of a span kept open and updated call by call.
     """
     trace.acquiring = False
+    if not trace.recording:
+        trace.acquire_events.clear()
+        return
     attributes = trace.attributes(execution_id=trace.acquire_execution_id)
     attributes[n.BUSY_RETRIES] = trace.busy
     attributes.update(step)

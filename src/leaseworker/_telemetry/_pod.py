@@ -7,6 +7,12 @@ received, decoded, malformed, dead-lettered, committed). Each trigger's trace
 is a CONSUMER span ``process {topic}``, parented on (and linked to) the
 producer's ``traceparent``, with a child span per lifecycle step. A hook that
 fails is logged and ignored: telemetry never changes what the worker does.
+
+A trigger's trace is sampled as a whole: when the sampler drops the process
+span, its lifecycle spans are not made either (what the default ``ParentBased``
+sampler would decide for each of them, without the cost of asking seven
+times; a sampler that keeps children of a dropped parent would only make
+orphans). Metrics and logs do not depend on sampling.
 """
 
 from __future__ import annotations
@@ -136,7 +142,7 @@ class PodTelemetry:
             1, {n.DEAD_LETTER_REASON: reason, n.MESSAGING_DESTINATION: record.topic}
         )
         trace = CURRENT.get()
-        if trace is not None:
+        if trace is not None and trace.recording:
             attributes = trace.attributes()
             attributes[n.DEAD_LETTER_REASON] = reason
             self._tracer.start_span(
@@ -166,7 +172,8 @@ class PodTelemetry:
             pending = self._pending.get((tp.topic, tp.partition), {})
             covered = sorted(offset for offset in pending if offset < position)
             for offset in covered:
-                self._commit_span(pending[offset], position, began, end, error)
+                if pending[offset].recording:
+                    self._commit_span(pending[offset], position, began, end, error)
                 if error is None:
                     del pending[offset]
             if error is None and covered:
@@ -259,6 +266,8 @@ class PodTelemetry:
             self._metrics.completions.add(1, {n.COMPLETION_STATUS: event.reason})
             if event.reason == "stale":
                 self._metrics.losses.add(1, {n.LOSS_REASON: "stale"})
+        if not trace.recording:
+            return
         end = time.time_ns()
         self._tracer.start_span(
             event.event.replace("_", " "),
@@ -294,6 +303,7 @@ class PodTelemetry:
                 start_time=trace.started_ns,
             )
             trace.parent = set_span_in_context(trace.span)
+            trace.recording = trace.span.is_recording()
             self._metrics.received.add(1, {n.MESSAGING_DESTINATION: record.topic})
         except Exception:
             logger.exception("telemetry could not open the trace of a record")
@@ -310,6 +320,8 @@ class PodTelemetry:
         if not trace.received:
             return
         trace.received = False
+        if not trace.recording:
+            return
         span = self._tracer.start_span(
             n.SPAN_RECEIVED,
             context=trace.parent,
@@ -327,13 +339,14 @@ class PodTelemetry:
         if trace.run_started_ns is not None:
             self._run_span(trace, "cancelled", None)
         if trace.span is not None:
-            # The Kafka coordinates were set at the start; add what was learnt since
-            # (re-setting all of them cost as much SDK validation as another span).
-            identity = trace.identity()
-            identity[n.OUTCOME] = trace.outcome or "cancelled"
-            trace.span.set_attributes(identity)
-            if trace.outcome in ERROR_OUTCOMES and trace.outcome != "lost":
-                trace.span.set_status(_error(trace.outcome or ""))
+            if trace.recording:
+                # The Kafka coordinates were set at the start; add what was learnt since
+                # (re-setting all of them cost as much SDK validation as another span).
+                identity = trace.identity()
+                identity[n.OUTCOME] = trace.outcome or "cancelled"
+                trace.span.set_attributes(identity)
+                if trace.outcome in ERROR_OUTCOMES and trace.outcome != "lost":
+                    trace.span.set_status(_error(trace.outcome or ""))
             trace.span.end()
             if trace.terminal:
                 self._remember(trace)
@@ -374,6 +387,9 @@ class PodTelemetry:
 
         All its attributes, the outcome included, are there when it starts.
         """
+        if not trace.recording:
+            trace.run_started_ns = None
+            return
         attributes = trace.attributes()
         attributes[n.OUTCOME] = outcome
         if error is not None:

@@ -36,6 +36,7 @@ class TriggerTrace:
     pod: str
     parent: Context
     span: Span | None = None
+    recording: bool = True  # False: the process span was sampled out, and with it its children
     started_ns: int = field(default_factory=time.time_ns)
     job_key: str | None = None
     received: bool = False  # decoded; its ``trigger received`` span is still to be sent
