@@ -9,12 +9,16 @@ machine noise hits both alike; throughput is counted from the first job start
 to the last job end (group joins excluded). The figure that matters is the
 ratio; the target is on/off >= 0.90.
 
-    .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3] [--job-seconds 0]
-        [--store-url memory://]
+    .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3]
+        [--job-seconds 0[,0.01,...]] [--sample-ratio R] [--store-url memory://]
 
 ``--job-seconds 0`` measures the worker's own cost per trigger (worst case for
-telemetry: about ten spans per trigger against a no-op job); a job with some
-I/O (``--job-seconds 0.05``) shows what the overhead means for real work.
+telemetry: seven spans per trigger against a no-op job); jobs with some I/O
+(``--job-seconds 0.01,0.05``) show what the overhead means for real work. A
+comma-separated list measures each job time in the same run, one line each.
+``--sample-ratio R`` traces that fraction of triggers
+(``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, ``_ARG=R``; default: every
+trigger, the SDK's default sampler).
 The completion store defaults to ``memory://`` (in-process, no database) so
 that the figure is telemetry against the worker's own cost; with the default durable file store
 (``--store-url sqlite:////tmp/x.sqlite3``) its fsyncs dominate both sides
@@ -119,9 +123,9 @@ async def one_round(
 
 
 async def measure(
-    triggers: int, rounds: int, seconds: float, store_url: str
-) -> dict[str, list[float]]:
-    """Alternate off/on rounds against private Kafka, Redis and Jaeger."""
+    triggers: int, rounds: int, job_seconds: list[float], store_url: str
+) -> dict[float, dict[str, list[float]]]:
+    """Alternate off/on rounds, for each job time, against private Kafka, Redis and Jaeger."""
     kafka, redis, jaeger = LocalKafka.start(), LocalRedis.start(), LocalJaeger.start()
     os.environ["OTEL_METRICS_EXPORTER"] = "none"  # Jaeger takes traces only
     os.environ["OTEL_SERVICE_NAME"] = "bench-worker"
@@ -131,14 +135,17 @@ async def measure(
         metrics_port=0,
         metrics_host="127.0.0.1",
     )
-    samples: dict[str, list[float]] = {"off": [], "on": []}
+    samples: dict[float, dict[str, list[float]]] = {}
     try:
-        await one_round(kafka, redis, min(triggers, 100), None, seconds, store_url)  # warm-up
-        for _ in range(rounds):
-            samples["off"].append(await one_round(kafka, redis, triggers, None, seconds, store_url))
-            samples["on"].append(
-                await one_round(kafka, redis, triggers, configured.telemetry, seconds, store_url)
-            )
+        await one_round(kafka, redis, min(triggers, 100), None, 0.0, store_url)  # warm-up
+        for seconds in job_seconds:
+            sides: dict[str, Telemetry | None] = {"off": None, "on": configured.telemetry}
+            samples[seconds] = {side: [] for side in sides}
+            for _ in range(rounds):
+                for side, telemetry in sides.items():
+                    samples[seconds][side].append(
+                        await one_round(kafka, redis, triggers, telemetry, seconds, store_url)
+                    )
         await configured.aclose()
         spans = len(jaeger.find_traces("bench-worker", limit=10))
         assert spans > 0, "no spans reached Jaeger"
@@ -150,7 +157,7 @@ async def measure(
 
 
 def main() -> None:
-    """Measure and print the medians and the on/off ratio (also as one JSON line)."""
+    """Measure and print, per job time, the medians and the on/off ratio (and a JSON line)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--triggers", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
@@ -160,19 +167,37 @@ def main() -> None:
         help="completion store of both sides (default: memory://, no database)",
     )
     parser.add_argument(
-        "--job-seconds", type=float, default=0.0, help="simulated I/O per job (default 0)"
+        "--job-seconds",
+        default="0",
+        help="simulated I/O per job; a comma-separated list measures each (default 0)",
+    )
+    parser.add_argument(
+        "--sample-ratio",
+        type=float,
+        default=None,
+        help="trace this fraction of triggers (default: all, the SDK's default sampler)",
     )
     args = parser.parse_args()
-    samples = anyio.run(measure, args.triggers, args.rounds, args.job_seconds, args.store_url)
-    off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
-    print(f"telemetry off: {off:8.1f} executions/s  (rounds: {samples['off']})")
-    print(f"telemetry on : {on:8.1f} executions/s  (rounds: {samples['on']})")
-    print(f"on/off ratio : {on / off:.3f}  (target >= 0.90)")
-    print(
-        json.dumps(
-            {"job_seconds": args.job_seconds, "off": off, "on": on, "ratio": round(on / off, 3)}
-        )
-    )
+    job_seconds = [float(part) for part in args.job_seconds.split(",")]
+    if args.sample_ratio is not None:
+        os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+        os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(args.sample_ratio)
+    sampling = "all" if args.sample_ratio is None else str(args.sample_ratio)
+    results = anyio.run(measure, args.triggers, args.rounds, job_seconds, args.store_url)
+    for seconds, samples in results.items():
+        off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
+        print(f"job {seconds * 1000:5.0f} ms, traces sampled: {sampling}")
+        print(f"  telemetry off: {off:8.1f} executions/s  (rounds: {_rounded(samples['off'])})")
+        print(f"  telemetry on : {on:8.1f} executions/s  (rounds: {_rounded(samples['on'])})")
+        print(f"  on/off ratio : {on / off:.3f}  (target >= 0.90)")
+    for seconds, samples in results.items():
+        off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
+        line = {"job_seconds": seconds, "sample_ratio": args.sample_ratio, "off": off, "on": on}
+        print(json.dumps({**line, "ratio": round(on / off, 3)}))
+
+
+def _rounded(values: list[float]) -> list[float]:
+    return [round(value, 1) for value in values]
 
 
 if __name__ == "__main__":
