@@ -49,7 +49,6 @@ from leaseworker import (
     CompletionStore,
     ExecutionEvent,
     JobContext,
-    RedisLeases,
     ReportJob,
     Worker,
     WorkerConfig,
@@ -226,8 +225,8 @@ async def leaseworker_pod(
 ) -> float:
     """Run one in-process worker pod until everything is committed; return seconds.
 
-    ``pipelining=False`` hands the worker leases that send every Redis call
-    on its own, as the bare loop does.
+    ``pipelining=False`` makes the worker send every lease call on its own
+    (``WorkerConfig.lease_pipelining``), as the bare loop does.
     """
     group = f"lw-{uuid.uuid4().hex[:8]}"
     job: NoopReport = type("NoopReport", (NoopReport,), {"topic": topic})()
@@ -239,19 +238,14 @@ async def leaseworker_pod(
         namespace=f"bench-{uuid.uuid4().hex[:6]}",
         concurrency=concurrency,
         store_url=store_url,
+        lease_pipelining=pipelining,
     )
     first = FirstStart()
-    async with contextlib.AsyncExitStack() as stack:
-        leases = None
-        if not pipelining:
-            client = Redis.from_url(redis_url, socket_timeout=None)
-            stack.push_async_callback(client.aclose)
-            leases = RedisLeases(client, namespace=config.namespace, pipelining=False)
-        worker = Worker(job, config, observer=first, store=store, leases=leases)
-        async with anyio.create_task_group() as tg:
-            await tg.start(_run_worker, worker)
-            end = await wait_committed(bootstrap, group, topic, count)
-            worker.stop()
+    worker = Worker(job, config, observer=first, store=store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(_run_worker, worker)
+        end = await wait_committed(bootstrap, group, topic, count)
+        worker.stop()
     assert first.at is not None
     return end - first.at
 

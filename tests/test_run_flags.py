@@ -69,6 +69,19 @@ def test_log_job_errors_is_off_unless_the_flag_or_its_env_var_turns_it_on(
     assert _config(["--log-job-errors"]).log_job_errors is True  # the flag wins over "off"
 
 
+def test_lease_pipelining_is_on_unless_the_flag_or_its_env_var_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--no-lease-pipelining`` switches it off; LEASEWORKER_NO_LEASE_PIPELINING=1/0 too."""
+    monkeypatch.delenv("LEASEWORKER_NO_LEASE_PIPELINING", raising=False)
+    assert _config([]).lease_pipelining is True
+    assert _config(["--no-lease-pipelining"]).lease_pipelining is False
+    for text, expected in (("1", False), ("on", False), ("0", True), ("no", True)):
+        monkeypatch.setenv("LEASEWORKER_NO_LEASE_PIPELINING", text)
+        assert _config([]).lease_pipelining is expected
+    assert _config(["--no-lease-pipelining"]).lease_pipelining is False  # the flag wins
+
+
 def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixture[str]) -> None:
     """``run --help`` names each flag of the table and the variable that backs it."""
     with pytest.raises(SystemExit) as exited:

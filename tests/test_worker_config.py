@@ -6,7 +6,15 @@ import random
 
 import pytest
 
-from leaseworker import BusyPolicy, ConfigError, JobContext, ReportJob, WorkerConfig
+from leaseworker import (
+    BusyPolicy,
+    ConfigError,
+    JobContext,
+    RedisLeases,
+    ReportJob,
+    Worker,
+    WorkerConfig,
+)
 from leaseworker._timing import DeadlinePolicy
 
 pytestmark = pytest.mark.fake
@@ -81,3 +89,20 @@ def test_busy_backoff_grows_is_capped_jittered_and_honours_the_holders_ttl() -> 
     assert policy.delay(9, hint=0.4) <= 0.4  # the holder's lease ends soon: retry then
     with pytest.raises(ConfigError):
         BusyPolicy(initial=1, cap=0.5)
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+async def test_lease_pipelining_reaches_the_workers_redis_leases(pipelining: bool) -> None:
+    """``lease_pipelining`` decides how the worker's own lease store sends calls (no I/O)."""
+
+    class Noop(ReportJob):
+        topic = "reports"
+
+        async def run(self, ctx: JobContext) -> None:
+            return None
+
+    config = WorkerConfig(lease_pipelining=pipelining, store_url="memory://")
+    worker = Worker(Noop(), config)
+    leases = worker._leases  # the store the worker built for itself
+    assert isinstance(leases, RedisLeases)
+    assert leases.pipelining is pipelining

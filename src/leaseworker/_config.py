@@ -45,7 +45,10 @@ class WorkerConfig:
     store call bounded by ``store_timeout``; it is left out of the repr too.
     ``log_job_errors`` makes the default logging observer log a failed job's
     exception message and traceback, which it otherwise leaves out (they may
-    quote payload data).
+    quote payload data). ``lease_pipelining`` (default on) lets lease calls made
+    while another is in flight go to Redis together, as one pipeline; a call can
+    then wait for the one in flight, so ``redis_timeout`` should be at least six
+    round trips (``False`` sends every call on its own; see docs/operations.md).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -70,6 +73,7 @@ class WorkerConfig:
     startup_retry_cap: float = 10.0
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     log_job_errors: bool = False
+    lease_pipelining: bool = True
 
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")

@@ -147,6 +147,11 @@ class RedisLeases:
         return self._policy
 
     @property
+    def pipelining(self) -> bool:
+        """Whether calls made while one is in flight go to Redis together, as one pipeline."""
+        return self._pipeline is not None
+
+    @property
     def namespace(self) -> str:
         """The prefix of every Redis key this store touches."""
         return self._namespace

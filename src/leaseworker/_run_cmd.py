@@ -120,6 +120,13 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "larger trigger payloads are dead-lettered as too_large",
         _positive_int,
     )
+    parser.add_argument(
+        "--no-lease-pipelining",
+        action="store_true",
+        help="send every lease call to Redis on its own instead of queueing the calls made "
+        "while one is in flight into one pipeline "
+        f"(env {env_name('--no-lease-pipelining')}=1; default: pipelined)",
+    )
 
 
 def add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
@@ -260,6 +267,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         max_payload_bytes=args.max_payload_bytes,
         kafka_security=kafka_security_from(args),
         log_job_errors=args.log_job_errors or _env_switch("--log-job-errors"),
+        lease_pipelining=not (args.no_lease_pipelining or _env_switch("--no-lease-pipelining")),
     )
 
 

@@ -86,7 +86,10 @@ class Worker:
                 socket_connect_timeout=config.redis_timeout,
             )
             leases = RedisLeases(
-                self._redis, namespace=config.namespace, command_timeout=config.redis_timeout
+                self._redis,
+                namespace=config.namespace,
+                command_timeout=config.redis_timeout,
+                pipelining=config.lease_pipelining,
             )
         self._leases = leases
         telemetry = telemetry or Telemetry()
