@@ -56,30 +56,25 @@ def test_every_run_flag_reaches_the_config_from_its_flag_and_its_env_var(
     assert getattr(_config([flag, text]), field) == expected
 
 
-def test_log_job_errors_is_off_unless_the_flag_or_its_env_var_turns_it_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``--log-job-errors`` is a switch; LEASEWORKER_LOG_JOB_ERRORS=1/0 sets the default."""
-    monkeypatch.delenv("LEASEWORKER_LOG_JOB_ERRORS", raising=False)
-    assert _config([]).log_job_errors is False
-    assert _config(["--log-job-errors"]).log_job_errors is True
-    for text, expected in (("1", True), ("yes", True), ("0", False), ("off", False)):
-        monkeypatch.setenv("LEASEWORKER_LOG_JOB_ERRORS", text)
-        assert _config([]).log_job_errors is expected
-    assert _config(["--log-job-errors"]).log_job_errors is True  # the flag wins over "off"
+# switch, WorkerConfig field, the field's value without the switch
+SWITCHES: list[tuple[str, str, bool]] = [
+    ("--log-job-errors", "log_job_errors", False),
+    ("--no-lease-pipelining", "lease_pipelining", True),
+]
 
 
-def test_lease_pipelining_is_on_unless_the_flag_or_its_env_var_turns_it_off(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("flag", "field", "default"), SWITCHES)
+def test_a_switch_flips_its_field_from_the_flag_or_its_env_var(
+    flag: str, field: str, default: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--no-lease-pipelining`` switches it off; LEASEWORKER_NO_LEASE_PIPELINING=1/0 too."""
-    monkeypatch.delenv("LEASEWORKER_NO_LEASE_PIPELINING", raising=False)
-    assert _config([]).lease_pipelining is True
-    assert _config(["--no-lease-pipelining"]).lease_pipelining is False
-    for text, expected in (("1", False), ("on", False), ("0", True), ("no", True)):
-        monkeypatch.setenv("LEASEWORKER_NO_LEASE_PIPELINING", text)
-        assert _config([]).lease_pipelining is expected
-    assert _config(["--no-lease-pipelining"]).lease_pipelining is False  # the flag wins
+    """A switch takes no value; LEASEWORKER_<SWITCH>=1/0 (yes/no, on/off) sets its default."""
+    monkeypatch.delenv(env_name(flag), raising=False)
+    assert getattr(_config([]), field) is default
+    assert getattr(_config([flag]), field) is not default
+    for text, switched in (("1", True), ("yes", True), ("on", True), ("0", False), ("off", False)):
+        monkeypatch.setenv(env_name(flag), text)
+        assert getattr(_config([]), field) is (default is not switched)
+    assert getattr(_config([flag]), field) is not default  # the flag wins over "off"
 
 
 def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,7 +83,7 @@ def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
         main(["run", "--help"])
     assert exited.value.code == 0
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    for flag, *_ in FLAGS:
+    for flag in [flag for flag, *_ in FLAGS] + [flag for flag, *_ in SWITCHES]:
         assert flag in shown
         assert env_name(flag) in shown
 
