@@ -68,15 +68,27 @@ def providers(
     Each test runs with the SDK's tracer provider (what embedding applications
     inject) and with the lean one ``leaseworker run`` builds.
     """
-    resource = Resource.create({"service.name": "test-worker", "service.instance.id": "pod-a"})
-    tracer_provider: TracerProvider | LeanTracerProvider = TracerProvider(resource=resource)
-    if request.param == "lean":
-        tracer_provider = LeanTracerProvider(resource, tracer_provider.sampler)
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
+    tracer_provider, meter_provider = _providers(request.param, exporter, metric_reader)
     yield tracer_provider, meter_provider
     tracer_provider.shutdown()
     meter_provider.shutdown()
+
+
+def _providers(
+    kind: str,
+    exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+    sampler: Sampler | None = None,
+) -> tuple[TracerProvider | LeanTracerProvider, MeterProvider]:
+    """The SDK's tracer provider (``sdk``) or the lean one (``lean``), and a meter provider."""
+    resource = Resource.create({"service.name": "test-worker", "service.instance.id": "pod-a"})
+    tracer_provider: TracerProvider | LeanTracerProvider = TracerProvider(
+        resource=resource, sampler=sampler
+    )
+    if kind == "lean":
+        tracer_provider = LeanTracerProvider(resource, tracer_provider.sampler)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tracer_provider, MeterProvider(metric_readers=[metric_reader], resource=resource)
 
 
 @pytest.fixture
@@ -514,11 +526,9 @@ async def test_a_sampled_out_trigger_makes_no_lifecycle_spans_but_keeps_its_metr
     no spans. Its metrics are counted all the same.
     """
     topic = kafka_names.topic
-    resource = Resource.create({"service.name": "test-worker", "service.instance.id": "pod-a"})
-    sdk = TracerProvider(resource=resource, sampler=_DropsProcessSpans())
-    tracer_provider = sdk if kind == "sdk" else LeanTracerProvider(resource, sdk.sampler)
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
+    tracer_provider, meter_provider = _providers(
+        kind, exporter, metric_reader, _DropsProcessSpans()
+    )
     telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
     def committed() -> int:
