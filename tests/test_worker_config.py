@@ -94,15 +94,8 @@ def test_busy_backoff_grows_is_capped_jittered_and_honours_the_holders_ttl() -> 
 @pytest.mark.parametrize("pipelining", [True, False])
 async def test_lease_pipelining_reaches_the_workers_redis_leases(pipelining: bool) -> None:
     """``lease_pipelining`` decides how the worker's own lease store sends calls (no I/O)."""
-
-    class Noop(ReportJob):
-        topic = "reports"
-
-        async def run(self, ctx: JobContext) -> None:
-            return None
-
     config = WorkerConfig(lease_pipelining=pipelining, store_url="memory://")
-    worker = Worker(Noop(), config)
+    worker = Worker(_Job(), config)
     leases = worker._leases  # the store the worker built for itself
     assert isinstance(leases, RedisLeases)
     assert leases.pipelining is pipelining
