@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -54,6 +55,19 @@ def test_flags_can_come_from_leaseworker_environment_variables(
         main(["run", "tests.jobs:MarkerJob"])
     assert exited.value.code == 2
     assert "--concurrency: must be >= 1" in capsys.readouterr().err
+
+
+def test_run_freezes_the_start_up_heap_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects made during start-up are out of the collector's way once the pod serves."""
+    frozen_when_serving: list[int] = []
+    monkeypatch.setattr(anyio, "run", lambda *_: frozen_when_serving.append(gc.get_freeze_count()))
+    gc.unfreeze()
+    try:
+        assert main(["run", "--store-url", "memory://", "tests.jobs:MarkerJob"]) == 0
+    finally:
+        gc.unfreeze()  # the test process's collector is left as it was
+    assert len(frozen_when_serving) == 1
+    assert frozen_when_serving[0] > 1000  # modules, classes, settings: thousands of objects
 
 
 @pytest.mark.parametrize("command", ["run", "trigger"])

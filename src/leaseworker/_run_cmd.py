@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import importlib
 import inspect
 import os
@@ -304,6 +305,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"leaseworker run: error: {exc}", file=sys.stderr)
         return 2
+    freeze_startup_heap()
     if health is None:
         anyio.run(_then_flush, functools.partial(serve, worker), telemetry)
         return 0
@@ -322,6 +324,24 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         health.close()
     return 0
+
+
+def freeze_startup_heap() -> None:
+    """Exempt everything made while the pod started up from future garbage collections.
+
+    Why: a pod's heap is mostly modules, classes and settings made at start-up
+    (aiokafka, redis-py, the OpenTelemetry SDK) that live as long as the
+    process, yet every full collection traverses all of them again, on the
+    event loop, taking the time from renewals and jobs alike. With no-op jobs
+    and telemetry on, a full collection came about every 1,500 triggers and
+    the collector took about 100 ms per 1,500 triggers; frozen, about 40
+    (``bench/telemetry_overhead.py`` measures it). Frozen objects are no longer
+    traversed (``gc.freeze``); reference counting still frees them. Called
+    once, by ``leaseworker run``, after set-up and before serving: a library
+    embedding a worker leaves its host's collector alone.
+    """
+    gc.collect()  # what start-up already dropped is freed, not frozen
+    gc.freeze()
 
 
 def _telemetry(args: argparse.Namespace, pod: str) -> ConfiguredTelemetry:
