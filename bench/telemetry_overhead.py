@@ -19,6 +19,11 @@ comma-separated list measures each job time in the same run, one line each.
 ``--sample-ratio R`` traces that fraction of triggers
 (``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, ``_ARG=R``; default: every
 trigger, the SDK's default sampler).
+Like ``leaseworker run``, the process freezes its start-up heap before the
+rounds (``--no-gc-freeze``: leave the collector as it is); each side's time
+in the garbage collector is reported per 1,000 triggers. The ratio is given
+twice: of the sides' medians, and the median of each round's own on/off
+ratio (an off round and the on round after it share the machine's mood).
 The completion store defaults to ``memory://`` (in-process, no database) so
 that the figure is telemetry against the worker's own cost; with the default durable file store
 (``--store-url sqlite:////tmp/x.sqlite3``) its fsyncs dominate both sides
@@ -28,6 +33,7 @@ and hide most of telemetry's cost.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -41,6 +47,7 @@ from leaseworker import JobContext, ReportJob, Worker, WorkerConfig
 from leaseworker._local import LocalRedis
 from leaseworker._local._jaeger import LocalJaeger
 from leaseworker._local._kafka import LocalKafka
+from leaseworker._run_cmd import freeze_startup_heap
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._setup import configure
 
@@ -70,6 +77,21 @@ class Counted(ReportJob):
         if self.count == self.expected:
             self.done.set()
         return None
+
+
+class CollectorClock:
+    """Seconds spent in the garbage collector (all generations), from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._on_phase)
+
+    def _on_phase(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._began
 
 
 async def produce(bootstrap: str, topic: str, count: int) -> None:
@@ -122,9 +144,13 @@ async def one_round(
     return (triggers - 1) / (job.last - job.first)
 
 
+Samples = dict[float, dict[str, list[float]]]
+"""Per job time, per side (``off``, ``on``, ``off gc``, ``on gc``): one value per round."""
+
+
 async def measure(
-    triggers: int, rounds: int, job_seconds: list[float], store_url: str
-) -> dict[float, dict[str, list[float]]]:
+    triggers: int, rounds: int, job_seconds: list[float], store_url: str, freeze: bool
+) -> Samples:
     """Alternate off/on rounds, for each job time, against private Kafka, Redis and Jaeger."""
     kafka, redis, jaeger = LocalKafka.start(), LocalRedis.start(), LocalJaeger.start()
     os.environ["OTEL_METRICS_EXPORTER"] = "none"  # Jaeger takes traces only
@@ -135,17 +161,21 @@ async def measure(
         metrics_port=0,
         metrics_host="127.0.0.1",
     )
-    samples: dict[float, dict[str, list[float]]] = {}
+    samples: Samples = {}
+    clock = CollectorClock()
     try:
         await one_round(kafka, redis, min(triggers, 100), None, 0.0, store_url)  # warm-up
+        if freeze:
+            freeze_startup_heap()
         for seconds in job_seconds:
             sides: dict[str, Telemetry | None] = {"off": None, "on": configured.telemetry}
-            samples[seconds] = {side: [] for side in sides}
+            samples[seconds] = {key: [] for side in sides for key in (side, f"{side} gc")}
             for _ in range(rounds):
                 for side, telemetry in sides.items():
-                    samples[seconds][side].append(
-                        await one_round(kafka, redis, triggers, telemetry, seconds, store_url)
-                    )
+                    collected = clock.total
+                    rate = await one_round(kafka, redis, triggers, telemetry, seconds, store_url)
+                    samples[seconds][side].append(rate)
+                    samples[seconds][f"{side} gc"].append(clock.total - collected)
         await configured.aclose()
         spans = len(jaeger.find_traces("bench-worker", limit=10))
         assert spans > 0, "no spans reached Jaeger"
@@ -172,6 +202,11 @@ def main() -> None:
         help="simulated I/O per job; a comma-separated list measures each (default 0)",
     )
     parser.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="do not freeze the start-up heap (leaseworker run does)",
+    )
+    parser.add_argument(
         "--sample-ratio",
         type=float,
         default=None,
@@ -182,18 +217,51 @@ def main() -> None:
     if args.sample_ratio is not None:
         os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
         os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(args.sample_ratio)
-    sampling = "all" if args.sample_ratio is None else str(args.sample_ratio)
-    results = anyio.run(measure, args.triggers, args.rounds, job_seconds, args.store_url)
-    for seconds, samples in results.items():
-        off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
-        print(f"job {seconds * 1000:5.0f} ms, traces sampled: {sampling}")
-        print(f"  telemetry off: {off:8.1f} executions/s  (rounds: {_rounded(samples['off'])})")
-        print(f"  telemetry on : {on:8.1f} executions/s  (rounds: {_rounded(samples['on'])})")
-        print(f"  on/off ratio : {on / off:.3f}  (target >= 0.90)")
-    for seconds, samples in results.items():
-        off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
-        line = {"job_seconds": seconds, "sample_ratio": args.sample_ratio, "off": off, "on": on}
-        print(json.dumps({**line, "ratio": round(on / off, 3)}))
+    freeze = not args.no_gc_freeze
+    results = anyio.run(measure, args.triggers, args.rounds, job_seconds, args.store_url, freeze)
+    lines = [
+        report(seconds, samples, args.triggers, args.sample_ratio, freeze)
+        for seconds, samples in results.items()
+    ]
+    for line in lines:
+        print(json.dumps(line))
+
+
+def report(
+    seconds: float,
+    samples: dict[str, list[float]],
+    triggers: int,
+    sample_ratio: float | None,
+    freeze: bool,
+) -> dict[str, object]:
+    """Print one job time's result block; return its JSON line."""
+    off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
+    paired = sorted(a / b for a, b in zip(samples["on"], samples["off"], strict=True))
+    gc_ms = {  # collector time per 1,000 triggers, median over rounds
+        side: statistics.median(samples[f"{side} gc"]) * 1e6 / triggers for side in ("off", "on")
+    }
+    sampling = "all" if sample_ratio is None else str(sample_ratio)
+    print(f"job {seconds * 1000:5.0f} ms, traces sampled: {sampling}, gc frozen: {freeze}")
+    for side, rate in (("off", off), ("on", on)):
+        print(
+            f"  telemetry {side:3}: {rate:8.1f} executions/s  (rounds: {_rounded(samples[side])})"
+            f"  gc: {gc_ms[side]:.0f} ms per 1k triggers"
+        )
+    print(f"  on/off ratio : {on / off:.3f}  (target >= 0.90)")
+    print(
+        f"  paired ratio : {statistics.median(paired):.3f}  "
+        f"(each round's on/off: {paired[0]:.2f} .. {paired[-1]:.2f})"
+    )
+    return {
+        "job_seconds": seconds,
+        "sample_ratio": sample_ratio,
+        "gc_frozen": freeze,
+        "off": off,
+        "on": on,
+        "ratio": round(on / off, 3),
+        "paired_ratio": round(statistics.median(paired), 3),
+        "gc_ms_per_1k": {side: round(value, 1) for side, value in gc_ms.items()},
+    }
 
 
 def _rounded(values: list[float]) -> list[float]:
