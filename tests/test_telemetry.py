@@ -546,6 +546,10 @@ async def test_a_sampled_out_trigger_makes_no_lifecycle_spans_but_keeps_its_metr
         assert [(p.attributes["leaseworker.outcome"], p.value) for p in outcomes] == [
             ("completed", 1)
         ]
+        completions = _points(metric_reader, "leaseworker.completions")
+        assert [(p.attributes["leaseworker.completion.status"], p.value) for p in completions] == [
+            ("accepted", 1)
+        ]
         assert list(exporter.get_finished_spans()) == []
     finally:
         tracer_provider.shutdown()

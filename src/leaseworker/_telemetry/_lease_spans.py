@@ -60,6 +60,9 @@ class LeaseSpans:
         trace.fence = event.fence
         if not trace.acquiring:
             return
+        if not trace.recording:  # sampled out: end the wait, no span to describe
+            end_acquire(self._tracer, trace, {}, 0, "acquired")
+            return
         step: Attributes = {
             n.EXECUTION_ID: self._execution_id,
             n.FENCE: event.fence,

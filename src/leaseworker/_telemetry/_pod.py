@@ -256,18 +256,20 @@ class PodTelemetry:
 
     def _other(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
         """Events this version does not know by name (a completion step, say) become spans."""
-        attributes = trace.attributes(execution_id=event.execution_id, fence=event.fence)
-        if event.outcome is not None:
-            attributes[n.OUTCOME] = event.outcome
-        if event.event == "completion" and event.reason is not None:
+        status = event.reason if event.event == "completion" else None
+        if status is not None:
             # The store's answer: accepted, duplicate or stale. A stale answer is the
             # destination proving this execution had lost ownership: count it as a loss.
-            attributes[n.COMPLETION_STATUS] = event.reason
-            self._metrics.completions.add(1, {n.COMPLETION_STATUS: event.reason})
-            if event.reason == "stale":
+            self._metrics.completions.add(1, {n.COMPLETION_STATUS: status})
+            if status == "stale":
                 self._metrics.losses.add(1, {n.LOSS_REASON: "stale"})
         if not trace.recording:
             return
+        attributes = trace.attributes(execution_id=event.execution_id, fence=event.fence)
+        if event.outcome is not None:
+            attributes[n.OUTCOME] = event.outcome
+        if status is not None:
+            attributes[n.COMPLETION_STATUS] = status
         end = time.time_ns()
         self._tracer.start_span(
             event.event.replace("_", " "),
