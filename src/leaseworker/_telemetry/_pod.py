@@ -26,7 +26,6 @@ from typing import Any, ParamSpec, TypeVar, final
 
 import anyio
 from opentelemetry import context as otel_context
-from opentelemetry.context import Context
 from opentelemetry.trace import (
     SpanKind,
     Status,
@@ -42,7 +41,7 @@ from .._trigger import Trigger
 from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
-from ._propagation import extract, producer_link
+from ._propagation import consumer_parent
 from ._trace import CURRENT, Attributes, TriggerTrace, ms, wall_ns
 
 logger = logging.getLogger("leaseworker.telemetry")
@@ -196,9 +195,10 @@ class PodTelemetry:
         self._received_span(trace, execution_id)
         if not trace.acquiring:  # the first try: the ``lease acquire`` span starts now
             trace.acquiring = True
-            trace.acquire_began = now()
-            trace.acquire_started_ns = time.time_ns()
             trace.acquire_execution_id = execution_id
+            if trace.recording:
+                trace.acquire_began = now()
+                trace.acquire_started_ns = time.time_ns()
         return LeaseSpans(self._tracer, self._metrics, trace, execution_id)
 
     @_guarded
@@ -223,7 +223,8 @@ class PodTelemetry:
         self._metrics.in_flight.add(1)
         self._running[event.execution_id] = event.job_key
         self._count_key(event.job_key, +1)
-        trace.run_started_ns = time.time_ns()  # ``job run`` is made when it ends
+        if trace.recording:
+            trace.run_started_ns = time.time_ns()  # ``job run`` is made when it ends
 
     def _finished(self, trace: TriggerTrace, event: ExecutionEvent) -> None:
         outcome = event.outcome or "unknown"
@@ -282,9 +283,9 @@ class PodTelemetry:
 
     def _open(self, record: Any) -> TriggerTrace | None:
         try:
-            producer = extract(record.headers or ())
-            producer_context, links = producer_link(producer)
-            parent = producer if producer_context and self._parent_on_producer else Context()
+            parent, links = consumer_parent(
+                record.headers, parent_on_producer=self._parent_on_producer
+            )
             trace = TriggerTrace(
                 topic=record.topic,
                 partition=record.partition,

@@ -12,7 +12,7 @@ from collections.abc import Iterable, MutableSequence, Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
-from opentelemetry.trace import Link, SpanContext, get_current_span
+from opentelemetry.trace import Link, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 Headers = Sequence[tuple[str, bytes]]
@@ -35,6 +35,9 @@ class _HeaderGetter(Getter[Headers]):
         return [name for name, _ in carrier]
 
 
+_GETTER = _HeaderGetter()
+
+
 class _HeaderSetter(Setter[MutableSequence[tuple[str, bytes]]]):
     """Append a header, replacing any earlier one of the same name."""
 
@@ -50,12 +53,23 @@ def inject(headers: MutableSequence[tuple[str, bytes]], context: Context | None 
 
 def extract(headers: Iterable[tuple[str, bytes]]) -> Context:
     """Return the producer's context from ``headers`` (empty when there is none or it is bad)."""
-    return _PROPAGATOR.extract(tuple(headers), getter=_HeaderGetter())
+    return _PROPAGATOR.extract(tuple(headers), getter=_GETTER)
 
 
-def producer_link(context: Context) -> tuple[SpanContext | None, list[Link]]:
-    """Return the producer's span context, if valid, and the links a consumer span gets."""
-    span_context = get_current_span(context).get_span_context()
+def consumer_parent(
+    headers: Sequence[tuple[str, bytes]] | None, *, parent_on_producer: bool = True
+) -> tuple[Context, list[Link]]:
+    """Return the parent context and the links of the span that processes a record.
+
+    With a valid ``traceparent`` in ``headers`` the span links to the
+    producer's span and, with ``parent_on_producer``, is its child; otherwise
+    it starts a new trace. A record without headers (a producer without
+    tracing) is answered without asking the propagator.
+    """
+    if not headers:
+        return Context(), []
+    producer = extract(headers)
+    span_context = get_current_span(producer).get_span_context()
     if not span_context.is_valid:
-        return None, []
-    return span_context, [Link(span_context)]
+        return Context(), []
+    return (producer if parent_on_producer else Context()), [Link(span_context)]
