@@ -11,6 +11,7 @@ ratio; the target is on/off >= 0.90.
 
     .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3]
         [--job-seconds 0[,0.01,...]] [--sample-ratio R] [--store-url memory://]
+        [--no-gc-freeze] [--count-calls]
 
 ``--job-seconds 0`` measures the worker's own cost per trigger (worst case for
 telemetry: seven spans per trigger against a no-op job); jobs with some I/O
@@ -109,8 +110,8 @@ class CallCounter:
     """Counts Python function calls in every thread while switched on (``--count-calls``).
 
     Installed before telemetry starts its export thread, so that thread is
-    counted too; while off, the hook still runs, so counting rounds are never
-    timed.
+    counted too. The hook slows every call even while it is off, so a
+    counting run is never a timing run.
     """
 
     TELEMETRY = ("/leaseworker/_telemetry/", "/opentelemetry/")

@@ -333,8 +333,7 @@ def freeze_startup_heap() -> None:
     (aiokafka, redis-py, the OpenTelemetry SDK) that live as long as the
     process, yet every full collection traverses all of them again, on the
     event loop, taking the time from renewals and jobs alike. With no-op jobs
-    and telemetry on, a full collection came about every 1,500 triggers and
-    the collector took about 100 ms per 1,500 triggers; frozen, about 40
+    and telemetry on, the collector took 59 ms per 1,000 triggers; frozen, 25
     (``bench/telemetry_overhead.py`` measures it). Frozen objects are no longer
     traversed (``gc.freeze``); reference counting still frees them. Called
     once, by ``leaseworker run``, after set-up and before serving: a library
