@@ -37,6 +37,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from leaseworker._telemetry import _span_context
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._otlp_json import encode_spans
 
@@ -122,13 +123,21 @@ def _spans(make: Providers, **options: Any) -> list[ReadableSpan]:
     return list(exporter.get_finished_spans())
 
 
-def test_lean_spans_encode_exactly_as_the_sdk_spans_in_protobuf_and_json() -> None:
+@pytest.mark.parametrize("read_span_contexts", ["as_tuples", "by_property"])
+def test_lean_spans_encode_exactly_as_the_sdk_spans_in_protobuf_and_json(
+    read_span_contexts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Same calls, same ids: the SDK encoder's request and the JSON body are identical.
 
     That covers what exporters read: ids, parent, kind, times, attributes
     (cleaned as the SDK cleans them), events, links, status and the
-    resource and scope the spans are grouped by.
+    resource and scope the spans are grouped by. Both ways of reading a span
+    context's fields give it: the tuple copy (the API's layout, checked at
+    import) and the properties (any other layout).
     """
+    if read_span_contexts == "by_property":
+        monkeypatch.setattr(_span_context, "fields", _span_context.by_property)
+    assert _span_context.fields(REMOTE) == _span_context.by_property(REMOTE)
     sdk, lean = _spans(_sdk), _spans(_lean)
     for spans in (sdk, lean):
         for span in spans:  # the one span timed by the clock: pin its times

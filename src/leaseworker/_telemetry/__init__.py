@@ -7,7 +7,9 @@ execution's lease events; ``_metrics`` the instruments; ``_telemetry`` the
 public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
 ``_producer`` the ``send`` side; ``_setup`` OTEL_*/flag configuration for the
 CLI (the only place the SDK is imported, lazily); ``_otlp_json`` the OTLP/JSON
-span exporter ``_setup`` uses (SDK imports); ``_jaeger_links`` demo helpers.
+span exporter ``_setup`` uses (SDK imports); ``_lean`` the lean tracer
+provider it builds; ``_span_context`` reads a span context's fields cheaply
+for both; ``_jaeger_links`` demo helpers.
 Only the OpenTelemetry API is imported at package import.
 """
 

@@ -47,9 +47,13 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
+from . import _span_context
+
 logger = logging.getLogger("leaseworker.telemetry")
 
 _SCALARS = frozenset({str, bool, int, float})
+
+
 _UNSET = Status(StatusCode.UNSET)
 _EMPTY: Mapping[str, types.AttributeValue] = MappingProxyType({})
 
@@ -127,6 +131,13 @@ class LeanTracer(trace_api.Tracer):
     def __init__(self, provider: LeanTracerProvider, scope: InstrumentationScope) -> None:
         self._provider = provider
         self._scope = scope
+        # The last explicit parent context and the span context it holds: a
+        # trigger's lifecycle spans all start from the same context object, and
+        # a Context never changes, so the lookup is made once per trigger.
+        self._last_parent: tuple[Context | None, SpanContext] = (
+            None,
+            trace_api.INVALID_SPAN_CONTEXT,
+        )
 
     def start_span(
         self,
@@ -142,29 +153,30 @@ class LeanTracer(trace_api.Tracer):
         """Start a span, decided and identified exactly as the SDK's tracer would."""
         provider = self._provider
         links = links or ()
-        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
-        if (
-            provider.children_follow
-            and parent is not None
-            and parent.trace_flags.sampled
-            and not parent.is_remote
-            and parent.is_valid
-        ):  # what the sampler would answer, without asking it
-            trace_state: TraceState | None = parent.trace_state
-            trace_id, flags = parent.trace_id, parent.trace_flags
-            decision = Decision.RECORD_AND_SAMPLE
+        last = self._last_parent
+        if context is not None and last[0] is context:  # a sibling's parent: known
+            parent_context = last[1]
         else:
-            if parent is None or not parent.is_valid:
-                parent = None
+            parent_context = trace_api.get_current_span(context).get_span_context()
+            if context is not None:
+                self._last_parent = (context, parent_context)
+        trace_id, _, remote, flags, trace_state, valid = _span_context.fields(parent_context)
+        parent = parent_context if valid else None
+        if (
+            provider.children_follow and flags & TraceFlags.SAMPLED and not remote and valid
+        ):  # what the sampler would answer, without asking it
+            decision = Decision.RECORD_AND_SAMPLE
+            state: TraceState | None = trace_state
+        else:
+            if parent is None:
                 trace_id = provider.id_generator.generate_trace_id()
                 random_trace_id = provider.id_generator.is_trace_id_random()
             else:
-                trace_id = parent.trace_id
-                random_trace_id = parent.trace_flags.random_trace_id
+                random_trace_id = flags.random_trace_id
             sampling = provider.sampler.should_sample(
                 context, trace_id, name, kind, attributes, links
             )
-            decision, trace_state = sampling.decision, sampling.trace_state
+            decision, state = sampling.decision, sampling.trace_state
             attributes = sampling.attributes
             sampled = decision is Decision.RECORD_AND_SAMPLE
             flags = TraceFlags(
@@ -176,7 +188,7 @@ class LeanTracer(trace_api.Tracer):
             provider.id_generator.generate_span_id(),
             is_remote=False,
             trace_flags=flags,
-            trace_state=trace_state,
+            trace_state=state,
         )
         if decision is Decision.DROP:
             return trace_api.NonRecordingSpan(span_context)
@@ -193,7 +205,7 @@ class LeanTracer(trace_api.Tracer):
             record_exception=record_exception,
             set_status_on_exception=set_status_on_exception,
         )
-        for processor in provider.processors:
+        for processor in provider._processors:
             processor.on_start(span, context)  # type: ignore[arg-type]  # duck-typed span
         return span
 
@@ -252,20 +264,22 @@ class LeanSpan(trace_api.Span):
 
     __slots__ = (
         "_attributes",
-        "_events",
         "_provider",
         "_record_exception",
         "_set_status_on_exception",
+        "attributes",
         "context",
         "dropped_attributes",
         "dropped_events",
         "dropped_links",
         "end_time",
+        "events",
         "instrumentation_scope",
         "kind",
         "links",
         "name",
         "parent",
+        "resource",
         "start_time",
         "status",
     )
@@ -296,35 +310,25 @@ class LeanSpan(trace_api.Span):
         self._provider = provider
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
-        self._events: list[Event] = []
+        self.resource: Resource = provider.resource
+        self.events: tuple[Event, ...] = ()
         self.dropped_events = 0
         limits = provider.limits
         self._attributes: dict[str, types.AttributeValue] = {}
+        self.attributes: Mapping[str, types.AttributeValue] = _EMPTY  # read-only view
         self.dropped_attributes = 0
         if attributes:
             self._attributes, self.dropped_attributes = _checked(
                 attributes, limits.max_span_attributes, limits.max_span_attribute_length
             )
+            self.attributes = MappingProxyType(self._attributes)
         kept = len(links) if limits.max_links is None else min(len(links), limits.max_links)
         self.links = tuple(links[len(links) - kept :]) if kept else ()  # the newest, as the SDK
         self.dropped_links = len(links) - kept
 
-    # -- the ReadableSpan view -----------------------------------------------------------
-
-    @property
-    def resource(self) -> Resource:
-        """The provider's resource."""
-        return self._provider.resource
-
-    @property
-    def attributes(self) -> Mapping[str, types.AttributeValue]:
-        """The span's attributes (read-only)."""
-        return MappingProxyType(self._attributes) if self._attributes else _EMPTY
-
-    @property
-    def events(self) -> tuple[Event, ...]:
-        """The span's events, oldest first."""
-        return tuple(self._events)
+    # -- the ReadableSpan view: ``resource``, ``attributes`` (read-only) and ``events``
+    # are plain slots, kept current by the methods below, so exporters read them
+    # without a property call.
 
     # -- the Span API --------------------------------------------------------------------
 
@@ -346,6 +350,7 @@ class LeanSpan(trace_api.Span):
         self._attributes, dropped = _checked(
             merged, limits.max_span_attributes, limits.max_span_attribute_length
         )
+        self.attributes = MappingProxyType(self._attributes)
         self.dropped_attributes += dropped
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
@@ -359,19 +364,19 @@ class LeanSpan(trace_api.Span):
         if self.end_time is not None:
             return
         limits = self._provider.limits
-        if limits.max_events is not None and len(self._events) >= limits.max_events:
+        kept = self.events
+        if limits.max_events is not None and len(kept) >= limits.max_events:
             self.dropped_events += 1  # the SDK keeps the newest: the oldest goes
-            if not self._events:
+            if not kept:
                 return
-            del self._events[0]
+            kept = kept[1:]
         checked = None
         if attributes:
             checked, _ = _checked(
                 attributes, limits.max_event_attributes, limits.max_span_attribute_length
             )
-        self._events.append(
-            Event(name, checked, timestamp if timestamp is not None else time.time_ns())
-        )
+        event = Event(name, checked, timestamp if timestamp is not None else time.time_ns())
+        self.events = (*kept, event)  # events are few: a new tuple each is cheap
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         """Add a link after the start (beyond the link limit the oldest is dropped and counted)."""
@@ -428,7 +433,7 @@ class LeanSpan(trace_api.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time if end_time is not None else time.time_ns()
-        for processor in self._provider.processors:
+        for processor in self._provider._processors:
             processor.on_end(self)  # type: ignore[arg-type]  # the ReadableSpan view
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
