@@ -32,6 +32,9 @@ from typing import Any, final
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+
+from . import _span_context
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -42,6 +45,9 @@ _IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 
 _JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
 """One reusable C encoder; non-ASCII text stays UTF-8 (smaller than ``\\u`` escapes)."""
+
+_string = json.encoder.encode_basestring
+"""A str as a JSON string literal, UTF-8 kept: what ``_JSON`` does for one, in C."""
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 """Protobuf JSON spells non-finite doubles as strings (``json`` would write bare NaN)."""
@@ -102,15 +108,17 @@ class JsonSpanEncoder:
         """Return a span's JSON: ids in hex, times as decimal strings, kind and status as ints."""
         context = span.context
         assert context is not None  # the SDK's spans always have one
+        trace_id, span_id, _, trace_flags, trace_state, _ = _span_context.fields(context)
         parent = span.parent
-        flags = int(context.trace_flags) | _HAS_IS_REMOTE
+        flags = int(trace_flags) | _HAS_IS_REMOTE
         extra = ""
         if parent is not None:
-            extra = f',"parentSpanId":"{parent.span_id:016x}"'
-            if parent.is_remote:
+            _, parent_id, parent_remote, _, _, _ = _span_context.fields(parent)
+            extra = f',"parentSpanId":"{parent_id:016x}"'
+            if parent_remote:
                 flags |= _IS_REMOTE
-        if context.trace_state:
-            extra += ',"traceState":' + _JSON.encode(context.trace_state.to_header())
+        if trace_state is not DEFAULT_TRACE_STATE and trace_state:  # the shared empty one
+            extra += ',"traceState":' + _JSON.encode(trace_state.to_header())
         if span.dropped_attributes:
             extra += f',"droppedAttributesCount":{span.dropped_attributes}'
         events, links = span.events, span.links  # each a copy: read once
@@ -128,14 +136,16 @@ class JsonSpanEncoder:
         if span.dropped_links:
             extra += f',"droppedLinksCount":{span.dropped_links}'
         status = span.status
-        if status.status_code.value:  # UNSET is the default: left out
+        code = status.status_code._value_  # ``_value_``: the member's value, no property call
+        if code:  # UNSET is the default: left out
             message = status.description
             message = f',"message":{_JSON.encode(message)}' if message else ""
-            extra += f',"status":{{"code":{status.status_code.value}{message}}}'
+            extra += f',"status":{{"code":{code}{message}}}'
+        name = self._names.get(span.name) or self.name(span.name)
         # OTLP numbers span kinds from 1 (INTERNAL), the API from 0.
         return (
-            f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}",'
-            f'"name":{self.name(span.name)},"kind":{span.kind.value + 1},'
+            f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}",'
+            f'"name":{name},"kind":{span.kind._value_ + 1},'
             f'"startTimeUnixNano":"{span.start_time or 0}",'
             f'"endTimeUnixNano":"{span.end_time or 0}",'
             f'"attributes":[{self.attributes(span.attributes)}],"flags":{flags}{extra}}}'
@@ -186,7 +196,21 @@ class JsonSpanEncoder:
 
 
 def _key_value(key: str, value: Any) -> str:
-    """One ``KeyValue`` object's JSON, or ``""`` when the value cannot be encoded."""
+    """One ``KeyValue`` object's JSON, or ``""`` when the value cannot be encoded.
+
+    The four scalar types are written directly (strings through the C string
+    encoder ``json`` itself uses): values never seen before are common (ids,
+    round trips), and building a dict for ``json`` cost three Python calls more.
+    """
+    kind = type(value)
+    if kind is str:
+        return f'{{"key":{_string(key)},"value":{{"stringValue":{_string(value)}}}}}'
+    if kind is int:
+        return f'{{"key":{_string(key)},"value":{{"intValue":"{value}"}}}}'
+    if kind is float and math.isfinite(value):
+        return f'{{"key":{_string(key)},"value":{{"doubleValue":{value!r}}}}}'
+    if kind is bool:
+        return f'{{"key":{_string(key)},"value":{{"boolValue":{"true" if value else "false"}}}}}'
     any_value = _any_value(value)
     return "" if any_value is None else _JSON.encode({"key": key, "value": any_value})
 
