@@ -53,6 +53,9 @@ logger = logging.getLogger("leaseworker.telemetry")
 
 _SCALARS = frozenset({str, bool, int, float})
 
+MAX_REMEMBERED_PARENTS = 256
+"""Parent contexts a tracer remembers (more than a pod's triggers in flight)."""
+
 
 _UNSET = Status(StatusCode.UNSET)
 _EMPTY: Mapping[str, types.AttributeValue] = MappingProxyType({})
@@ -131,13 +134,12 @@ class LeanTracer(trace_api.Tracer):
     def __init__(self, provider: LeanTracerProvider, scope: InstrumentationScope) -> None:
         self._provider = provider
         self._scope = scope
-        # The last explicit parent context and the span context it holds: a
-        # trigger's lifecycle spans all start from the same context object, and
-        # a Context never changes, so the lookup is made once per trigger.
-        self._last_parent: tuple[Context | None, SpanContext] = (
-            None,
-            trace_api.INVALID_SPAN_CONTEXT,
-        )
+        # Explicit parent contexts seen lately, by id, with the span context each
+        # holds: a trigger's lifecycle spans all start from the same context
+        # object, and a Context never changes, so the API's lookup (three calls)
+        # is made once per trigger. The entry keeps its context, so an id reused
+        # by a new object cannot match.
+        self._parents: dict[int, tuple[Context, SpanContext]] = {}
 
     def start_span(
         self,
@@ -153,13 +155,15 @@ class LeanTracer(trace_api.Tracer):
         """Start a span, decided and identified exactly as the SDK's tracer would."""
         provider = self._provider
         links = links or ()
-        last = self._last_parent
-        if context is not None and last[0] is context:  # a sibling's parent: known
-            parent_context = last[1]
+        known = self._parents.get(id(context)) if context is not None else None
+        if known is not None and known[0] is context:  # a sibling's parent
+            parent_context = known[1]
         else:
             parent_context = trace_api.get_current_span(context).get_span_context()
             if context is not None:
-                self._last_parent = (context, parent_context)
+                if len(self._parents) >= MAX_REMEMBERED_PARENTS:
+                    self._parents.clear()
+                self._parents[id(context)] = (context, parent_context)
         trace_id, _, remote, flags, trace_state, valid = _span_context.fields(parent_context)
         parent = parent_context if valid else None
         if (
