@@ -11,7 +11,7 @@ ratio; the target is on/off >= 0.90.
 
     .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3]
         [--job-seconds 0[,0.01,...]] [--sample-ratio R] [--store-url memory://]
-        [--no-gc-freeze] [--count-calls]
+        [--no-gc-tuning] [--count-calls]
 
 ``--job-seconds 0`` measures the worker's own cost per trigger (worst case for
 telemetry: seven spans per trigger against a no-op job); jobs with some I/O
@@ -20,9 +20,10 @@ comma-separated list measures each job time in the same run, one line each.
 ``--sample-ratio R`` traces that fraction of triggers
 (``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, ``_ARG=R``; default: every
 trigger, the SDK's default sampler).
-Like ``leaseworker run``, the process freezes its start-up heap before the
-rounds (``--no-gc-freeze``: leave the collector as it is); each side's time
-in the garbage collector is reported per 1,000 triggers. The ratio is given
+Like ``leaseworker run``, the process tunes its garbage collector before the
+rounds (start-up heap frozen, rarer young collections; ``--no-gc-tuning``:
+leave the collector as it is); each side's time in the collector is reported
+per 1,000 triggers. The ratio is given
 twice: of the sides' medians, and the median of each round's own on/off
 ratio (an off round and the on round after it share the machine's mood).
 ``--count-calls`` measures the same thing without a clock: one round per
@@ -59,7 +60,7 @@ from leaseworker import JobContext, ReportJob, Worker, WorkerConfig
 from leaseworker._local import LocalRedis
 from leaseworker._local._jaeger import LocalJaeger
 from leaseworker._local._kafka import LocalKafka
-from leaseworker._run_cmd import freeze_startup_heap
+from leaseworker._run_cmd import tune_garbage_collector
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._setup import ConfiguredTelemetry, configure
 
@@ -238,15 +239,15 @@ async def stack() -> AsyncIterator[tuple[LocalKafka, LocalRedis, ConfiguredTelem
 
 
 async def measure(
-    triggers: int, rounds: int, job_seconds: list[float], store_url: str, freeze: bool
+    triggers: int, rounds: int, job_seconds: list[float], store_url: str, tune_gc: bool
 ) -> Samples:
     """Alternate off/on rounds, for each job time, against private Kafka, Redis and Jaeger."""
     samples: Samples = {}
     clock = CollectorClock()
     async with stack() as (kafka, redis, configured):
         await one_round(kafka, redis, min(triggers, 100), None, 0.0, store_url)  # warm-up
-        if freeze:
-            freeze_startup_heap()
+        if tune_gc:
+            tune_garbage_collector()
         for seconds in job_seconds:
             sides: dict[str, Telemetry | None] = {"off": None, "on": configured.telemetry}
             samples[seconds] = {key: [] for side in sides for key in (side, f"{side} gc")}
@@ -291,9 +292,9 @@ def main() -> None:
         help="simulated I/O per job; a comma-separated list measures each (default 0)",
     )
     parser.add_argument(
-        "--no-gc-freeze",
+        "--no-gc-tuning",
         action="store_true",
-        help="do not freeze the start-up heap (leaseworker run does)",
+        help="leave the garbage collector as it is (leaseworker run tunes it)",
     )
     parser.add_argument(
         "--count-calls",
@@ -315,10 +316,10 @@ def main() -> None:
         counts = anyio.run(count_calls, args.triggers, args.store_url)
         report_calls(counts, args.sample_ratio)
         return
-    freeze = not args.no_gc_freeze
-    results = anyio.run(measure, args.triggers, args.rounds, job_seconds, args.store_url, freeze)
+    tune_gc = not args.no_gc_tuning
+    results = anyio.run(measure, args.triggers, args.rounds, job_seconds, args.store_url, tune_gc)
     lines = [
-        report(seconds, samples, args.triggers, args.sample_ratio, freeze)
+        report(seconds, samples, args.triggers, args.sample_ratio, tune_gc)
         for seconds, samples in results.items()
     ]
     for line in lines:
@@ -330,7 +331,7 @@ def report(
     samples: dict[str, list[float]],
     triggers: int,
     sample_ratio: float | None,
-    freeze: bool,
+    tune_gc: bool,
 ) -> dict[str, object]:
     """Print one job time's result block; return its JSON line."""
     off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
@@ -339,7 +340,7 @@ def report(
         side: statistics.median(samples[f"{side} gc"]) * 1e6 / triggers for side in ("off", "on")
     }
     sampling = "all" if sample_ratio is None else str(sample_ratio)
-    print(f"job {seconds * 1000:5.0f} ms, traces sampled: {sampling}, gc frozen: {freeze}")
+    print(f"job {seconds * 1000:5.0f} ms, traces sampled: {sampling}, gc tuned: {tune_gc}")
     for side, rate in (("off", off), ("on", on)):
         print(
             f"  telemetry {side:3}: {rate:8.1f} executions/s  (rounds: {_rounded(samples[side])})"
@@ -353,7 +354,7 @@ def report(
     return {
         "job_seconds": seconds,
         "sample_ratio": sample_ratio,
-        "gc_frozen": freeze,
+        "gc_tuned": tune_gc,
         "off": off,
         "on": on,
         "ratio": round(on / off, 3),

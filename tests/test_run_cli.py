@@ -14,6 +14,7 @@ import pytest
 
 from leaseworker._cli import main
 from leaseworker._local._kafka import LocalKafka
+from leaseworker._run_cmd import YOUNG_COLLECTION_THRESHOLD
 
 from .kafka_util import KafkaNames, read_topic
 
@@ -57,17 +58,22 @@ def test_flags_can_come_from_leaseworker_environment_variables(
     assert "--concurrency: must be >= 1" in capsys.readouterr().err
 
 
-def test_run_freezes_the_start_up_heap_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Objects made during start-up are out of the collector's way once the pod serves."""
-    frozen_when_serving: list[int] = []
-    monkeypatch.setattr(anyio, "run", lambda *_: frozen_when_serving.append(gc.get_freeze_count()))
+def test_run_tunes_the_garbage_collector_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start-up objects are frozen, and young collections are rarer, once the pod serves."""
+    when_serving: list[tuple[int, int]] = []
+    monkeypatch.setattr(
+        anyio, "run", lambda *_: when_serving.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+    )
+    threshold = gc.get_threshold()
     gc.unfreeze()
     try:
         assert main(["run", "--store-url", "memory://", "tests.jobs:MarkerJob"]) == 0
     finally:
         gc.unfreeze()  # the test process's collector is left as it was
-    assert len(frozen_when_serving) == 1
-    assert frozen_when_serving[0] > 1000  # modules, classes, settings: thousands of objects
+        gc.set_threshold(*threshold)
+    [(frozen, young)] = when_serving
+    assert frozen > 1000  # modules, classes, settings: thousands of objects
+    assert young == YOUNG_COLLECTION_THRESHOLD > threshold[0]
 
 
 @pytest.mark.parametrize("command", ["run", "trigger"])
