@@ -56,7 +56,6 @@ _SCALARS = frozenset({str, bool, int, float})
 MAX_REMEMBERED_PARENTS = 256
 """Parent contexts a tracer remembers (more than a pod's triggers in flight)."""
 
-
 _UNSET = Status(StatusCode.UNSET)
 _EMPTY: Mapping[str, types.AttributeValue] = MappingProxyType({})
 
@@ -330,11 +329,10 @@ class LeanSpan(trace_api.Span):
         self.links = tuple(links[len(links) - kept :]) if kept else ()  # the newest, as the SDK
         self.dropped_links = len(links) - kept
 
-    # -- the ReadableSpan view: ``resource``, ``attributes`` (read-only) and ``events``
-    # are plain slots, kept current by the methods below, so exporters read them
-    # without a property call.
-
     # -- the Span API --------------------------------------------------------------------
+    # (The ReadableSpan view's ``resource``, ``attributes`` (read-only) and ``events``
+    # are plain slots, kept current by these methods: exporters read them without a
+    # property call.)
 
     def get_span_context(self) -> SpanContext:
         """Return the span's context (ids, flags, trace state)."""
