@@ -11,7 +11,7 @@ ratio; the target is on/off >= 0.90.
 
     .venv/bin/python bench/telemetry_overhead.py [--triggers 400] [--rounds 3]
         [--job-seconds 0[,0.01,...]] [--sample-ratio R] [--store-url memory://]
-        [--no-gc-tuning] [--count-calls]
+        [--no-gc-tuning] [--count-calls] [--breakdown]
 
 ``--job-seconds 0`` measures the worker's own cost per trigger (worst case for
 telemetry: seven spans per trigger against a no-op job); jobs with some I/O
@@ -32,6 +32,13 @@ worker runs (the export thread's included), per trigger, and how many of them
 are telemetry's own (in ``leaseworker._telemetry`` or ``opentelemetry``). The
 machine's mood does not change those counts; the pod's batching does a
 little (a few percent between runs).
+``--breakdown`` says where the time goes: each round also runs a second
+"off" side (a control: the spread of its ratio is the machine's noise), a
+side with metrics but no tracer ("+metrics": every hook, no span), and a side
+whose spans are made but go nowhere ("+spans": the sampler and the spans, no
+export). Every side reports the CPU it cost per trigger (Linux ``/proc``):
+the pod's event-loop thread, its other threads (the export thread) and each
+service (Kafka, Redis, Jaeger), which on a small machine share the pod's cores.
 The completion store defaults to ``memory://`` (in-process, no database) so
 that the figure is telemetry against the worker's own cost; with the default durable file store
 (``--store-url sqlite:////tmp/x.sqlite3``) its fsyncs dominate both sides
@@ -41,6 +48,7 @@ and hide most of telemetry's cost.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -49,8 +57,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 import anyio
@@ -62,6 +72,7 @@ from leaseworker._local._jaeger import LocalJaeger
 from leaseworker._local._kafka import LocalKafka
 from leaseworker._run_cmd import tune_garbage_collector
 from leaseworker._telemetry import Telemetry
+from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._setup import ConfiguredTelemetry, configure
 
 
@@ -105,6 +116,38 @@ class CollectorClock:
             self._began = time.perf_counter()
         else:
             self.total += time.perf_counter() - self._began
+
+
+class CpuClock:
+    """CPU seconds used so far by this process (its main thread apart) and by the services.
+
+    Read from Linux ``/proc``: this process in all (exited threads included),
+    its main thread (the event loop), and each service process by pid. Other
+    threads are the process minus the main thread: the span export thread,
+    mostly.
+    """
+
+    TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def __init__(self, services: Mapping[str, int]) -> None:
+        self.services = dict(services)
+
+    def read(self) -> dict[str, float]:
+        """Return the CPU seconds of ``pod main``, ``pod other`` and each service, so far."""
+        pod = self._seconds(Path("/proc/self/stat"))
+        main = self._seconds(Path(f"/proc/self/task/{os.getpid()}/stat"))
+        seconds = {"pod main": main, "pod other": pod - main}
+        for name, pid in self.services.items():
+            seconds[name] = self._seconds(Path(f"/proc/{pid}/stat"))
+        return seconds
+
+    @classmethod
+    def _seconds(cls, stat: Path) -> float:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # not Linux, or the process is gone
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / cls.TICKS  # utime + stime
 
 
 class CallCounter:
@@ -209,12 +252,59 @@ async def run_worker(
     return (triggers - 1) / (job.last - job.first)
 
 
-Samples = dict[float, dict[str, list[float]]]
-"""Per job time, per side (``off``, ``on``, ``off gc``, ``on gc``): one value per round."""
+@dataclass(frozen=True)
+class Round:
+    """One side's round: its rate, its time in the collector, the CPU it cost per trigger."""
+
+    rate: float
+    gc_seconds: float
+    cpu: dict[str, float]
+    """CPU seconds per trigger: ``pod main``, ``pod other``, ``kafka``, ``redis``, ``jaeger``."""
+
+
+Samples = dict[float, dict[str, list[Round]]]
+"""Per job time, per side (``off`` first): one :class:`Round` per round."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The services of a run and telemetry as ``leaseworker run`` configures it."""
+
+    kafka: LocalKafka
+    redis: LocalRedis
+    jaeger: LocalJaeger
+    configured: ConfiguredTelemetry
+
+    def pids(self) -> dict[str, int]:
+        """Each service's process id, by name."""
+        return {
+            "kafka": self.kafka.process.pid,
+            "redis": self.redis.process.pid,
+            "jaeger": self.jaeger.process.pid,
+        }
+
+    def sides(self, breakdown: bool) -> dict[str, Telemetry | None]:
+        """Return the telemetry of each side, ``off`` first and ``on`` last (``--breakdown``)."""
+        configured = self.configured
+        if not breakdown:
+            return {"off": None, "on": configured.telemetry}
+        traced = configured.tracer_provider
+        unexported = LeanTracerProvider(  # the pod's sampler and ids, no span processor
+            traced.resource, traced.sampler, id_generator=traced.id_generator
+        )
+        return {
+            "off": None,
+            "off (control)": None,
+            "+metrics": Telemetry(meter_provider=configured.meter_provider),
+            "+spans": Telemetry(
+                tracer_provider=unexported, meter_provider=configured.meter_provider
+            ),
+            "on": configured.telemetry,
+        }
 
 
 @asynccontextmanager
-async def stack() -> AsyncIterator[tuple[LocalKafka, LocalRedis, ConfiguredTelemetry]]:
+async def stack() -> AsyncIterator[Stack]:
     """Start Kafka, Redis and Jaeger, and telemetry as ``leaseworker run`` configures it.
 
     On the way out, telemetry is flushed and Jaeger must have received spans.
@@ -229,7 +319,7 @@ async def stack() -> AsyncIterator[tuple[LocalKafka, LocalRedis, ConfiguredTelem
             metrics_port=0,
             metrics_host="127.0.0.1",
         )
-        yield kafka, redis, configured
+        yield Stack(kafka, redis, jaeger, configured)
         await configured.aclose()
         assert jaeger.find_traces("bench-worker", limit=10), "no spans reached Jaeger"
     finally:
@@ -239,24 +329,41 @@ async def stack() -> AsyncIterator[tuple[LocalKafka, LocalRedis, ConfiguredTelem
 
 
 async def measure(
-    triggers: int, rounds: int, job_seconds: list[float], store_url: str, tune_gc: bool
+    triggers: int,
+    rounds: int,
+    job_seconds: list[float],
+    store_url: str,
+    *,
+    tune_gc: bool,
+    breakdown: bool,
 ) -> Samples:
-    """Alternate off/on rounds, for each job time, against private Kafka, Redis and Jaeger."""
+    """Alternate the sides' rounds, for each job time, against private Kafka, Redis and Jaeger."""
     samples: Samples = {}
     clock = CollectorClock()
-    async with stack() as (kafka, redis, configured):
+    async with stack() as services:
+        kafka, redis = services.kafka, services.redis
+        cpu = CpuClock(services.pids())
+        tracer_provider = services.configured.tracer_provider
         await one_round(kafka, redis, min(triggers, 100), None, 0.0, store_url)  # warm-up
         if tune_gc:
             tune_garbage_collector()
         for seconds in job_seconds:
-            sides: dict[str, Telemetry | None] = {"off": None, "on": configured.telemetry}
-            samples[seconds] = {key: [] for side in sides for key in (side, f"{side} gc")}
+            sides = services.sides(breakdown)
+            samples[seconds] = {side: [] for side in sides}
             for _ in range(rounds):
                 for side, telemetry in sides.items():
-                    collected = clock.total
-                    rate = await one_round(kafka, redis, triggers, telemetry, seconds, store_url)
-                    samples[seconds][side].append(rate)
-                    samples[seconds][f"{side} gc"].append(clock.total - collected)
+                    topic = await fresh_topic(kafka, triggers)
+                    collected, used = clock.total, cpu.read()  # the worker's run only
+                    rate = await run_worker(
+                        kafka, redis, topic, triggers, telemetry, seconds, store_url
+                    )
+                    if telemetry is not None and tracer_provider is not None:
+                        # the export of this side's spans is part of its cost
+                        await anyio.to_thread.run_sync(tracer_provider.force_flush)
+                    spent = {
+                        name: (value - used[name]) / triggers for name, value in cpu.read().items()
+                    }
+                    samples[seconds][side].append(Round(rate, clock.total - collected, spent))
     return samples
 
 
@@ -264,7 +371,8 @@ async def count_calls(triggers: int, store_url: str) -> dict[str, tuple[float, f
     """Return, per side, Python calls per trigger: all of them and telemetry's own."""
     counter = CallCounter()  # before telemetry starts its export thread
     counts: dict[str, tuple[float, float]] = {}
-    async with stack() as (kafka, redis, configured):
+    async with stack() as services:
+        kafka, redis, configured = services.kafka, services.redis, services.configured
         await one_round(kafka, redis, min(triggers, 100), None, 0.0, store_url)  # warm-up
         for side, telemetry in (("off", None), ("on", configured.telemetry)):
             topic = await fresh_topic(kafka, triggers)
@@ -302,6 +410,11 @@ def main() -> None:
         help="count Python calls per trigger (one no-op round per side) instead of timing",
     )
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also run a control off side, metrics only, and spans not exported (see above)",
+    )
+    parser.add_argument(
         "--sample-ratio",
         type=float,
         default=None,
@@ -317,7 +430,17 @@ def main() -> None:
         report_calls(counts, args.sample_ratio)
         return
     tune_gc = not args.no_gc_tuning
-    results = anyio.run(measure, args.triggers, args.rounds, job_seconds, args.store_url, tune_gc)
+    results = anyio.run(
+        functools.partial(
+            measure,
+            args.triggers,
+            args.rounds,
+            job_seconds,
+            args.store_url,
+            tune_gc=tune_gc,
+            breakdown=args.breakdown,
+        )
+    )
     lines = [
         report(seconds, samples, args.triggers, args.sample_ratio, tune_gc)
         for seconds, samples in results.items()
@@ -326,30 +449,51 @@ def main() -> None:
         print(json.dumps(line))
 
 
+CPU_PARTS = ("pod main", "pod other", "kafka", "redis", "jaeger")
+
+
 def report(
     seconds: float,
-    samples: dict[str, list[float]],
+    samples: dict[str, list[Round]],
     triggers: int,
     sample_ratio: float | None,
     tune_gc: bool,
 ) -> dict[str, object]:
-    """Print one job time's result block; return its JSON line."""
-    off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
-    paired = sorted(a / b for a, b in zip(samples["on"], samples["off"], strict=True))
-    gc_ms = {  # collector time per 1,000 triggers, median over rounds
-        side: statistics.median(samples[f"{side} gc"]) * 1e6 / triggers for side in ("off", "on")
-    }
+    """Print one job time's result block (a line per side); return its JSON line."""
     sampling = "all" if sample_ratio is None else str(sample_ratio)
     print(f"job {seconds * 1000:5.0f} ms, traces sampled: {sampling}, gc tuned: {tune_gc}")
-    for side, rate in (("off", off), ("on", on)):
-        print(
-            f"  telemetry {side:3}: {rate:8.1f} executions/s  (rounds: {_rounded(samples[side])})"
-            f"  gc: {gc_ms[side]:.0f} ms per 1k triggers"
-        )
-    print(f"  on/off ratio : {on / off:.3f}  (target >= 0.90)")
     print(
-        f"  paired ratio : {statistics.median(paired):.3f}  "
-        f"(each round's on/off: {paired[0]:.2f} .. {paired[-1]:.2f})"
+        f"  {'side':14} {'executions/s':>12}  {'paired ratio (rounds)':22} {'gc ms/1k':>8}"
+        f"  CPU µs per trigger: {', '.join(CPU_PARTS)}"
+    )
+    off_rounds = samples["off"]
+    sides: dict[str, dict[str, object]] = {}
+    for side, rounds in samples.items():
+        rate = statistics.median(r.rate for r in rounds)
+        paired = sorted(r.rate / o.rate for r, o in zip(rounds, off_rounds, strict=True))
+        gc_ms = statistics.median(r.gc_seconds for r in rounds) * 1e6 / triggers
+        cpu = {part: statistics.median(r.cpu[part] for r in rounds) * 1e6 for part in CPU_PARTS}
+        ratio = (
+            ""
+            if side == "off"
+            else (f"{statistics.median(paired):.3f} ({paired[0]:.2f}..{paired[-1]:.2f})")
+        )
+        print(
+            f"  {side:14} {rate:12.1f}  {ratio:22} {gc_ms:8.0f}"
+            f"  {' / '.join(f'{value:.0f}' for value in cpu.values())}"
+        )
+        sides[side] = {
+            "rate": round(rate, 1),
+            "rounds": _rounded([r.rate for r in rounds]),
+            "paired_ratio": round(statistics.median(paired), 3),
+            "gc_ms_per_1k": round(gc_ms, 1),
+            "cpu_us_per_trigger": {part: round(value) for part, value in cpu.items()},
+        }
+    off = statistics.median(r.rate for r in off_rounds)
+    on = statistics.median(r.rate for r in samples["on"])
+    print(
+        f"  on/off: {on / off:.3f} (ratio of medians); "
+        f"paired: {sides['on']['paired_ratio']} (median of each round's own); target >= 0.90"
     )
     return {
         "job_seconds": seconds,
@@ -358,8 +502,8 @@ def report(
         "off": off,
         "on": on,
         "ratio": round(on / off, 3),
-        "paired_ratio": round(statistics.median(paired), 3),
-        "gc_ms_per_1k": {side: round(value, 1) for side, value in gc_ms.items()},
+        "paired_ratio": sides["on"]["paired_ratio"],
+        "sides": sides,
     }
 
 
