@@ -60,10 +60,17 @@ def _by_span_id(spans: list[FoundSpan]) -> list[FoundSpan]:
 
 
 def _listening_sockets(pid: int) -> set[tuple[str, int]]:
-    """Return (address, port) of every TCP socket ``pid`` listens on, from /proc."""
+    """Return (address, port) of every TCP socket ``pid`` listens on, from /proc.
+
+    Jaeger opens and closes descriptors while it runs (connections, files), so
+    one listed by ``iterdir`` may be gone when its link is read: skip those.
+    """
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:  # closed since it was listed
+            continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
     found = set()
