@@ -52,8 +52,9 @@ async def produce(
     records: Sequence[tuple[bytes | None, bytes]],
     *,
     partition: int | None = None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
 ) -> list[int]:
-    """Send ``(key, value)`` records in order (acks=all); return their offsets."""
+    """Send ``(key, value)`` records in order (acks=all), each with ``headers``; return offsets."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     offsets = []
     with anyio.fail_after(30):
@@ -61,7 +62,7 @@ async def produce(
         try:
             for key, value in records:
                 meta = await producer.send_and_wait(
-                    topic, value=value, key=key, partition=partition
+                    topic, value=value, key=key, partition=partition, headers=list(headers)
                 )
                 offsets.append(meta.offset)
         finally:

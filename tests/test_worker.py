@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from leaseworker import RedisLeases
-from leaseworker._kafka_source import DEAD_LETTER_HEADERS
+from leaseworker._kafka_source import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
 from leaseworker._local import LocalRedis
 from leaseworker._local._kafka import LocalKafka
 
@@ -163,3 +163,45 @@ async def test_malformed_triggers_are_dead_lettered_logged_and_committed(
         assert secret not in entry.getMessage()
         assert all(secret not in str(value) for value in vars(entry).values())
     assert [r.key for r in recorder.runs] == ["good"]
+
+
+async def test_a_dead_letter_too_large_for_its_topic_goes_without_its_value(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    topic: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The topic refuses the whole copy: it goes without the value, says so, and is committed.
+
+    Before, a copy the dead-letter topic could never take was retried forever
+    and the partition's commits stopped there. A header without a value (a
+    null header, which Kafka allows) is copied as it is.
+    """
+    small = f"{kafka_names.dead_letters}-small"
+    kafka_server.create_topics([small], configs={"max.message.bytes": "2048"})
+    recorder = Recorder()
+    job = on_topic(GateJob, topic)(recorder)
+    config = pod_config(kafka_server, redis_server, kafka_names, namespace, dead_letter_topic=small)
+    bootstrap = kafka_server.bootstrap_servers
+    caplog.set_level(logging.WARNING, logger="leaseworker")
+    await produce(bootstrap, topic, [(b"k1", b"not json " * 500)], headers=[("empty", None)])
+    await produce(bootstrap, topic, [(b"good", payload())])
+    async with running(make_worker(job, config)) as worker:
+        await recorder.until(lambda: recorder.done("good") == 1)
+
+        async def all_committed() -> bool:
+            return await committed(bootstrap, kafka_names.group, topic) == {0: 2}
+
+        await eventually(all_committed, within=15)
+        [dead] = await read_topic(bootstrap, small, 1)
+        assert worker.stats.dead_letters == 1
+    assert dead.key == b"k1"
+    assert dead.value is None
+    assert dead.headers[0] == ("empty", None)
+    headers = dict(dead.headers)
+    assert headers["leaseworker.error"] == b"not_json"
+    assert headers["leaseworker.original.offset"] == b"0"
+    assert headers[DEAD_LETTER_OMITTED] == b"value"
+    assert any(getattr(r, "event", None) == "dead_letter_trimmed" for r in caplog.records)

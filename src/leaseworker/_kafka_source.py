@@ -27,7 +27,7 @@ aiokafka ships no type information, hence the ``type: ignore`` on its imports.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -38,6 +38,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     CommitFailedError,
     IllegalStateError,
     KafkaError,
+    MessageSizeTooLargeError,
 )
 
 from ._backoff import BusyPolicy
@@ -82,6 +83,9 @@ DEAD_LETTER_HEADERS = (
 
 DEAD_LETTER_FAILURE_HEADERS = ("leaseworker.error.type", "leaseworker.job.key")
 """Headers added after :data:`DEAD_LETTER_HEADERS` when the job failed or timed out."""
+
+DEAD_LETTER_OMITTED = "leaseworker.omitted"
+"""Header of a dead letter too large to send whole: what was left out (``value``, ``headers``)."""
 
 
 @dataclass(slots=True)
@@ -509,37 +513,42 @@ class KafkaTriggerSource:
         if self._producer is None:
             return
         position = (record.topic, str(record.partition), str(record.offset), self._config.pod)
-        headers = [
-            *(record.headers or ()),
+        added = [
             *zip(DEAD_LETTER_HEADERS, (reason, detail, *position), strict=True),
             *(zip(DEAD_LETTER_FAILURE_HEADERS, failure, strict=True) if failure else ()),
         ]
-        headers = [
-            (name, value if isinstance(value, bytes) else value.encode()) for name, value in headers
-        ]
+        # What is sent, most complete first: when the copy is too large for the
+        # producer or the topic, the payload, then the original headers are left
+        # out (the record itself stays in its topic, at the coordinates above).
+        copies = _dead_letter_copies(record, [(name, value.encode()) for name, value in added])
+        value, headers, _ = next(copies)
         attempt = 0
         while True:
             try:
                 with anyio.fail_after(self._config.kafka_timeout):
                     await self._producer.send_and_wait(
-                        self._config.dead_letter_topic,
-                        value=record.value,
-                        key=record.key,
-                        headers=headers,
+                        self._config.dead_letter_topic, value=value, key=record.key, headers=headers
                     )
-            except (KafkaError, TimeoutError) as err:
-                delay = self._startup.delay(attempt)
+            except MessageSizeTooLargeError as err:
+                smaller = next(copies, None)
+                if smaller is not None:
+                    value, headers, omitted = smaller
+                    logger.warning(
+                        "dead letter of %s[%d]@%d is too large (%s); sending it without its %s",
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        _describe(err),
+                        omitted.replace(",", " and "),
+                        extra={"event": "dead_letter_trimmed", "pod": self._config.pod},
+                    )
+                    continue
+                await self._dead_letter_retry(record, err, attempt)
                 attempt += 1
-                logger.warning(
-                    "dead-lettering %s[%d]@%d failed (%s); retrying in %.1fs",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    _describe(err),
-                    delay,
-                    extra={"event": "dead_letter_failed", "pod": self._config.pod},
-                )
-                await anyio.sleep(delay)
+                continue
+            except (KafkaError, TimeoutError) as err:
+                await self._dead_letter_retry(record, err, attempt)
+                attempt += 1
                 continue
             self.stats.dead_letters += 1
             self._telemetry.dead_lettered(record, reason)
@@ -552,6 +561,27 @@ class KafkaTriggerSource:
                 extra={"event": "dead_lettered", "pod": self._config.pod, "reason": reason},
             )
             return
+
+    async def _dead_letter_retry(self, record: Any, err: BaseException, attempt: int) -> None:
+        """Log a failed dead-letter send and wait before the next try.
+
+        A retriable error (the broker is away, a leader moves) is a warning; one
+        that only an operator can fix (authorisation, a missing or invalid
+        topic) is an error, and is retried too, so the record is never dropped.
+        """
+        delay = self._startup.delay(attempt)
+        retriable = isinstance(err, TimeoutError) or getattr(err, "retriable", False)
+        logger.log(
+            logging.WARNING if retriable else logging.ERROR,
+            "dead-lettering %s[%d]@%d failed (%s); retrying in %.1fs",
+            record.topic,
+            record.partition,
+            record.offset,
+            _describe(err),
+            delay,
+            extra={"event": "dead_letter_failed", "pod": self._config.pod},
+        )
+        await anyio.sleep(delay)
 
     # -- clients -------------------------------------------------------------------
 
@@ -670,6 +700,26 @@ def _names(tps: Iterable[Any]) -> str:
     return ", ".join(sorted(f"{tp.topic}[{tp.partition}]" for tp in tps)) or "none"
 
 
+_Copy = tuple[bytes | None, list[tuple[str, bytes | None]], str]
+"""A dead letter's value, its headers, and what it leaves out of the record (``""``: nothing)."""
+
+
+def _dead_letter_copies(record: Any, added: list[tuple[str, bytes]]) -> Iterator[_Copy]:
+    """Yield the dead-letter copies of ``record``, most complete first.
+
+    The whole record with ``added``; then without its value; then without its
+    own headers either. The smaller copies name what they left out in
+    :data:`DEAD_LETTER_OMITTED`. A header without a value stays without one.
+    """
+    own: list[tuple[str, bytes | None]] = list(record.headers or ())
+    yield record.value, [*own, *added], ""
+    if record.value is not None:
+        yield None, [*own, *added, (DEAD_LETTER_OMITTED, b"value")], "value"
+    if own:
+        omitted = "headers" if record.value is None else "value,headers"
+        yield None, [*added, (DEAD_LETTER_OMITTED, omitted.encode())], omitted
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not isinstance(exc, KafkaError):
         return "no answer in time"
@@ -679,6 +729,7 @@ def _describe(exc: BaseException) -> str:
 __all__ = [
     "DEAD_LETTER_FAILURE_HEADERS",
     "DEAD_LETTER_HEADERS",
+    "DEAD_LETTER_OMITTED",
     "JobFailure",
     "KafkaTriggerSource",
     "SourceStats",

@@ -59,7 +59,7 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -402,8 +402,12 @@ class LocalKafka:
         replication_factor: int = 1,
         exist_ok: bool = False,
         timeout: float = 30.0,
+        configs: Mapping[str, str] | None = None,
     ) -> None:
         """Create topics and wait until every partition has a leader.
+
+        ``configs``: topic-level settings of every topic created (for example
+        ``{"max.message.bytes": "2048"}``).
 
         Waiting for leaders means a producer started right after this never sees
         a transient ``LEADER_NOT_AVAILABLE``. Raises the matching aiokafka error
@@ -421,6 +425,7 @@ class LocalKafka:
                     replication_factor=replication_factor,
                     exist_ok=exist_ok,
                     request_timeout_ms=int(timeout * 1000),
+                    configs=dict(configs or {}),
                 ),
                 timeout,
             )
@@ -609,13 +614,17 @@ async def _create_topics(
     replication_factor: int,
     exist_ok: bool,
     request_timeout_ms: int,
+    configs: dict[str, str],
 ) -> None:
     """Create ``names`` with aiokafka's admin client, then wait for partition leaders."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms)
     try:
         await admin.start()
         response = await admin.create_topics(
-            [NewTopic(name, partitions, replication_factor) for name in names]
+            [
+                NewTopic(name, partitions, replication_factor, topic_configs=configs)
+                for name in names
+            ]
         )
         for topic_error in response.topic_errors:
             topic, code = topic_error[0], topic_error[1]
