@@ -172,6 +172,57 @@ async def test_max_runtime_stops_a_body_while_renewal_succeeds(leases: RedisLeas
     assert held.released is True
 
 
+async def test_shutdown_while_a_timed_out_body_stops_stays_a_cancellation(
+    leases: RedisLeases,
+) -> None:
+    """max_runtime cancels the body; shutdown comes during its cleanup: it is not lost.
+
+    The caller's cancellation goes on out of ``hold`` (the timeout is noted on
+    it) instead of being replaced by LeaseTimeout, which is not a cancellation
+    and would make shutdown count the trigger as done.
+    """
+    cleaning, finish = anyio.Event(), anyio.Event()
+    outer = anyio.CancelScope()
+    seen: list[HeldLease] = []
+
+    async def run_body() -> None:
+        with outer:
+            async with hold(leases, "k", ttl=1, max_runtime=0.1) as held:
+                seen.append(held)
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):  # a cleanup that takes a while
+                        cleaning.set()
+                        await finish.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_body)
+        await cleaning.wait()  # max_runtime has cancelled the body
+        outer.cancel()  # shutdown
+        finish.set()
+    assert outer.cancelled_caught
+    [held] = seen
+    assert held.outcome == "timed_out"
+    assert held.released is True
+
+
+async def test_a_timed_out_body_stopping_past_the_local_deadline_is_reported_lost(
+    leases: RedisLeases,
+) -> None:
+    """A timed-out body whose cleanup blocks past the deadline may have overlapped: lost."""
+    with pytest.raises(LeaseLost) as lost:
+        async with hold(leases, "k", ttl=0.4, renew_every=0.1, max_runtime=0.05) as held:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                time.sleep(0.6)  # noqa: ASYNC251 - a cleanup that blocks the loop past the TTL
+    assert held.outcome == "lost"
+    assert lost.value.reason == "deadline"
+    assert lost.value.stop_latency is not None
+    assert lost.value.stop_latency > 0.1
+
+
 async def test_busy_lease_raises_lease_busy_with_the_holders_ttl(leases: RedisLeases) -> None:
     """Another live owner means LeaseBusy, with a hint for when to retry."""
     assert await leases.acquire("k", ttl=5) is not None

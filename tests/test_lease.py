@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import ConfigError, LeaseLost, LeaseUnavailable, RedisLeases
+from leaseworker._lease import _ms
 from leaseworker._local import LocalRedis, free_port
 
 from .chaos import proxied_leases
@@ -228,3 +229,15 @@ async def test_empty_job_key_is_rejected(leases: RedisLeases) -> None:
     """An empty hash tag would split lease and fence keys across cluster slots."""
     with pytest.raises(ConfigError, match="non-empty"):
         await leases.acquire("", ttl=5)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "px"), [(1.0004, "1001"), (0.3, "300"), (2.5, "2500"), (0.0005, "1")]
+)
+def test_px_is_never_shorter_than_the_ttl_pure_unit(seconds: float, px: str) -> None:
+    """The key's TTL in Redis is rounded up, never down (the local deadline uses ``seconds``).
+
+    Pure unit test of the conversion (no Redis). 1.0004 s used to be sent as
+    1000 ms: with drift and margin 0, the key could expire before the local deadline.
+    """
+    assert _ms(seconds) == px

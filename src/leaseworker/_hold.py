@@ -223,15 +223,24 @@ class HeldLease:
                 raise lost from None  # the cancellation that stopped the body is noise
             exc.add_note(f"leaseworker: {lost}")  # the body's own exception stays on top
         if self._outcome == "timed_out":
-            assert self._timing.max_runtime is not None
-            raise LeaseTimeout(self._key, fence=self.fence, max_runtime=self._timing.max_runtime)
+            max_runtime = self._timing.max_runtime
+            assert max_runtime is not None
+            timeout = LeaseTimeout(self._key, fence=self.fence, max_runtime=max_runtime)
+            if exc is None:
+                raise timeout from None  # the cancellation that stopped the body is noise
+            # An outer cancellation (shutdown) or the body's own error while it was
+            # stopping: it goes on, as it would without the timeout.
+            exc.add_note(f"leaseworker: {timeout}")
         return swallowed
 
     def _judge(self, stopped_at: float, exc: BaseException | None) -> None:
         """Decide the outcome once the body stopped and the renewal task ended."""
         lease = self.lease
         if self._loss is None and self._scope.cancel_called:
-            if self._runtime_deadline <= min(stopped_at, lease.local_deadline):
+            # Timed out only if the body also stopped in time: one that ran on past
+            # the local deadline (a long cleanup, a blocked loop) may have overlapped
+            # another holder, whatever cancelled it.
+            if self._runtime_deadline <= stopped_at < lease.local_deadline:
                 self._outcome = "timed_out"
                 return
             self._lose(

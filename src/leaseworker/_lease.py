@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import secrets
 import socket
@@ -289,7 +290,15 @@ def _check_ttl(ttl: float) -> None:
 
 
 def _ms(seconds: float) -> str:
-    return str(max(1, round(seconds * 1000)))
+    """Return the TTL in whole milliseconds for ``PX``, never shorter than ``seconds``.
+
+    Rounded up: the local deadline is computed from ``seconds`` itself, so a
+    key that Redis expired sooner could be taken by another pod while this
+    one still counts itself the owner. (Rounded to a nanosecond first, so
+    that float noise such as 0.3 * 1000 = 300.00000000000006 is not a
+    millisecond more.)
+    """
+    return str(max(1, math.ceil(round(seconds * 1000, 6))))
 
 
 def _lost(lease: Lease, reason: str, detail: str) -> LeaseLost:
