@@ -17,10 +17,13 @@ from collections.abc import AsyncIterator, Awaitable
 import anyio
 import psycopg
 import pytest
+from psycopg import sql
 
 from leaseworker import CompletionStore, StoreUnavailable, open_store
 from leaseworker._local import LocalPostgres, free_port
 from leaseworker.testing import ChaosProxy
+
+from .waiting import eventually
 
 TIMEOUT = 0.5
 SLACK = 0.3  # scheduling and connection teardown on a busy CI machine
@@ -183,6 +186,52 @@ async def test_row_lock_held_elsewhere_bounds_the_call(pg_url: str) -> None:
             await blocker.rollback()
         assert await store.lookup("k", "v2") is None
         assert await complete(store, "v2", 2) == "accepted"
+
+
+async def test_read_committed_even_where_the_database_defaults_to_repeatable_read(
+    pg_url: str,
+) -> None:
+    """A completion that waited for another session's lock on its job goes on afterwards.
+
+    With the database's default set to REPEATABLE READ, a statement that waits
+    for a row another transaction then changes fails with a serialisation
+    error. The store's sessions use READ COMMITTED whatever the default (an
+    autocommit connection ignores psycopg's own isolation setting).
+    """
+    database = psycopg.conninfo.conninfo_to_dict(pg_url)["dbname"]
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+        await admin.execute(
+            sql.SQL(
+                "ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'"
+            ).format(sql.Identifier(str(database)))
+        )
+    async with open_store(pg_url, call_timeout=5.0) as store:
+        assert await complete(store, "v1", 1) == "accepted"
+        answer: list[str] = []
+
+        async def second() -> None:
+            answer.append(await complete(store, "v2", 2))
+
+        async with (
+            await psycopg.AsyncConnection.connect(pg_url) as other,
+            await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watcher,
+        ):
+
+            async def waiting_for_the_lock() -> bool:
+                cursor = await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                row = await cursor.fetchone()
+                return row is not None and int(row[0]) >= 1
+
+            # Another pod's transaction holds and changes the job's head row.
+            await other.execute("UPDATE leaseworker_jobs SET fence = fence WHERE job_key = 'k'")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(second)
+                await eventually(waiting_for_the_lock)
+                await other.commit()
+        assert answer == ["accepted"]
 
 
 async def test_stopped_server_fails_calls_within_the_timeout() -> None:
