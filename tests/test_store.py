@@ -422,3 +422,57 @@ async def test_fenced_upsert_never_lets_a_stale_fence_overwrite(store_url: str) 
         1,
     ]
     assert await raw(store_url, "SELECT total, fence FROM report") == [(4, 12)]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("input_version", "v\ud800"),  # a lone surrogate: JSON decoding lets it through
+        ("input_version", "v\x00"),
+        ("job_key", "k\x00"),
+        ("execution_id", "e\ud800"),
+        ("pod", "p\n"),
+    ],
+)
+async def test_text_no_store_could_keep_is_refused_before_any_io(
+    any_store: CompletionStore, field: str, value: str
+) -> None:
+    """Every backend refuses the same text up front, and stays usable for the next call.
+
+    SQLite and PostgreSQL cannot encode NUL or surrogates: the call used to
+    raise the driver's encoding error (in SQLite's group commit, failing the
+    other calls of its batch too), or was retried forever as unavailable.
+    """
+    call: dict[str, object] = {
+        "job_key": "k",
+        "input_version": "v1",
+        "fence": 1,
+        "result": {"total": 1},
+        "execution_id": "e",
+        "pod": "p",
+    }
+    call[field] = value
+    bad = any_store.complete(**call)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=field.replace("_", " ")):
+        await bad
+    if field in ("job_key", "input_version"):
+        with pytest.raises(ConfigError):
+            await any_store.lookup(str(call["job_key"]), str(call["input_version"]))
+    assert (await complete(any_store, "k", "v1", 1, {"total": 1})).status == "accepted"
+
+
+@pytest.mark.parametrize("text", ["nul\x00", "lone \udc00", "pair as two \ud83d\ude00"])
+async def test_results_with_text_no_store_could_keep_are_refused(
+    any_store: CompletionStore, text: str
+) -> None:
+    """A result holding NUL or surrogate code points is a ValueError on every backend.
+
+    PostgreSQL's jsonb refuses them; the others must not keep what it cannot.
+    An ordinary non-ASCII result is kept as it is.
+    """
+    for result in ({"note": text}, [text], {text: 1}):
+        with pytest.raises(ValueError, match="no store keeps"):
+            await complete(any_store, "k", "v1", 1, result)
+    kept = await complete(any_store, "k", "v1", 1, {"note": "déjà vu 😀"})
+    assert kept.status == "accepted"
+    assert kept.result == {"note": "déjà vu 😀"}

@@ -105,3 +105,40 @@ async def test_without_a_dead_letter_topic_a_failed_trigger_is_still_committed(
         await eventually(all_committed, within=20)
         await until(lambda: worker.stats.job_failures == 1)
         assert worker.stats.dead_letters == 0
+
+
+async def test_an_input_version_no_store_could_keep_fails_the_trigger_alone(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    topic: str,
+) -> None:
+    """An inputVersion with a lone surrogate (valid JSON) is dead-lettered as a failure.
+
+    It used to reach the SQLite store, whose encoding error escaped the
+    executor and tore down the pod's source; the record was then redelivered
+    to crash the next pod too.
+    """
+    bootstrap = kafka_server.bootstrap_servers
+    records = [(b"report:v", b'{"inputVersion": "v\\ud800"}'), (b"report:ok", payload())]
+    config = pod_config(
+        kafka_server,
+        redis_server,
+        kafka_names,
+        namespace,
+        dead_letter_topic=kafka_names.dead_letters,
+    )
+    await produce(bootstrap, topic, records)
+    async with running(make_worker(_job(topic), config)) as worker:
+
+        async def all_committed() -> bool:
+            return await committed(bootstrap, kafka_names.group, topic) == {0: 2}
+
+        await eventually(all_committed, within=20)
+        [dead] = await read_topic(bootstrap, kafka_names.dead_letters, 1)
+        assert (worker.stats.job_failures, worker.stats.dead_letters) == (1, 1)
+    headers = dict(dead.headers)
+    assert headers["leaseworker.error"] == b"job_failed"
+    assert headers["leaseworker.error.type"] == b"ValueError"
+    assert (dead.key, dead.value) == records[0]

@@ -33,13 +33,14 @@ import anyio
 
 from ._backoff import BusyPolicy
 from ._completion import Completer, completion_key
-from ._errors import LeaseBusy, LeaseUnavailable, StoreUnavailable
+from ._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
 from ._hold import HeldLease, Outcome
 from ._job import JobContext, ReportJob
 from ._lease import LeaseStore
 from ._lease_events import LeaseObserver
 from ._observer import EventName, ExecutionEvent, ExecutionObserver, ExecutionOutcome
 from ._store import CompletionResult, CompletionStore
+from ._store._model import check_text
 from ._timing import now
 from ._trigger import Trigger
 
@@ -124,9 +125,19 @@ class Executor:
             await anyio.sleep(delay)
 
     def _input_version(self, trigger: Trigger) -> str:
+        """Return the trigger's input version; raise if no completion store could keep it.
+
+        The payload's ``inputVersion`` comes from JSON, which lets NUL and lone
+        surrogates through: such a trigger fails here (and is dead-lettered)
+        instead of failing every store call on the way.
+        """
         version = self._job.input_version(trigger)
         if not isinstance(version, str):
             raise TypeError(f"input_version() must return a str, not {type(version).__name__}")
+        try:
+            check_text("input version", version)
+        except ConfigError as exc:  # the trigger's data, not the pod's configuration
+            raise ValueError(str(exc)) from None
         return version
 
     async def _attempt(

@@ -108,7 +108,7 @@ class MemoryStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        check_call(job_key, 0)
+        check_call(job_key, 0, input_version)
         self._check_open(job_key)
         row = self._rows.get((job_key, input_version))
         return None if row is None else row.completion(job_key, input_version)

@@ -13,6 +13,7 @@ answer of all three against :func:`decide`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -96,12 +97,31 @@ def decide(existing: Completion | None, head: Head | None, fence: int) -> Status
     return "accepted"
 
 
-def check_call(job_key: str, fence: int) -> None:
+MAX_TEXT_LENGTH = 1024
+"""Longest job key, input version, execution id or pod name a store takes (characters)."""
+
+
+def check_call(job_key: str, fence: int, input_version: str | None = None) -> None:
     """Reject arguments no store could record faithfully, before any I/O."""
-    if not isinstance(job_key, str) or not job_key:
-        raise ConfigError("job key must be a non-empty string")
+    check_text("job key", job_key)
     if isinstance(fence, bool) or not isinstance(fence, int) or not 0 <= fence <= MAX_FENCE:
         raise ConfigError(f"fence must be an int in [0, 2**63 - 1], got {fence!r}")
+    if input_version is not None:
+        check_text("input version", input_version)
+
+
+def check_text(what: str, value: object) -> None:
+    """Require printable text of 1 to :data:`MAX_TEXT_LENGTH` characters.
+
+    Why: every store must keep what another store would, and give it back
+    as it was. NUL and lone surrogates (which JSON decoding lets through)
+    cannot be encoded for SQLite or PostgreSQL; other control characters
+    would forge log lines. The message never quotes the value.
+    """
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} must be a non-empty string")
+    if len(value) > MAX_TEXT_LENGTH or not value.isprintable():
+        raise ConfigError(f"{what} must be printable text of at most {MAX_TEXT_LENGTH} characters")
 
 
 _STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
@@ -109,14 +129,42 @@ _STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def encode_result(job_key: str, result: JsonValue) -> str:
-    """Serialise ``result`` as strict JSON; the message never quotes the payload."""
+    """Serialise ``result`` as strict JSON; the message never quotes the payload.
+
+    Text holding NUL or a surrogate code point is refused too: PostgreSQL's
+    ``jsonb`` cannot keep it, and every store takes the same results.
+    """
     try:
-        return _STRICT_JSON.encode(result)
+        encoded = _STRICT_JSON.encode(result)
     except (TypeError, ValueError) as exc:
         # ``from None``: json's own messages may quote values from the payload.
         raise TypeError(
             f"result for {job_key!r} is not JSON-serialisable ({type(exc).__name__})"
         ) from None
+    if _unstorable_text(result):
+        raise ValueError(
+            f"result for {job_key!r} holds text no store keeps (NUL or a surrogate code point)"
+        )
+    return encoded
+
+
+def _unstorable_text(value: object) -> bool:
+    """Whether a string in ``value`` (keys included) holds NUL or a surrogate code point."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item or _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def completion_params(
@@ -129,7 +177,9 @@ def completion_params(
     pod: str,
 ) -> dict[str, object]:
     """Check a ``complete()`` call and return its named SQL parameters (result as JSON)."""
-    check_call(job_key, fence)
+    check_call(job_key, fence, input_version)
+    check_text("execution id", execution_id)
+    check_text("pod", pod)
     return {
         "job_key": job_key,
         "input_version": input_version,

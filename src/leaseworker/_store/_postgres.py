@@ -201,7 +201,7 @@ class PostgresStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        check_call(job_key, 0)
+        check_call(job_key, 0, input_version)
 
         async def read(conn: _Conn, attempt: _Attempt) -> Completion | None:
             return await _find(conn, job_key, input_version)

@@ -178,7 +178,7 @@ class SqliteStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        check_call(job_key, 0)
+        check_call(job_key, 0, input_version)
         return await self._run(
             job_key, lambda conn: _find(conn, job_key, input_version), writes=False
         )
