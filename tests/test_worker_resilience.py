@@ -12,7 +12,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError  # type: ignore
 
 from leaseworker import WorkerConfig
 from leaseworker._kafka_source import KafkaTriggerSource, _Partition
-from leaseworker._local import LocalRedis
+from leaseworker._local import LocalRedis, free_port
 from leaseworker._local._kafka import LocalKafka
 from leaseworker.testing import ChaosProxy
 
@@ -159,6 +159,56 @@ async def test_redis_and_kafka_down_at_start_are_retried_with_a_log_line(
     assert "secret-password" not in caplog.text
     assert logged("redis_connected") == 1
     assert logged("kafka_connected") >= 1
+
+
+@pytest.mark.parametrize("down", ["redis", "kafka", "store"])
+async def test_stop_while_a_service_is_down_at_start_returns_at_once(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+    down: str,
+) -> None:
+    """SIGTERM during a start-up outage: the pod stops instead of waiting for the service.
+
+    Before, the start-up retry loops did not look at stop(): a pod told to stop
+    while Redis, Kafka or its store was down ran until the service came back
+    (here: never) or it was killed.
+    """
+    caplog.set_level(logging.INFO, logger="leaseworker")
+    dead = f"127.0.0.1:{free_port()}"
+    overrides = {
+        "redis": {"redis_url": f"redis://{dead}/0"},
+        "kafka": {"bootstrap_servers": dead},
+        "store": {"store_url": f"postgresql://leaseworker:pw@{dead}/reports"},
+    }[down]
+    config = pod_config(
+        kafka_server,
+        redis_server,
+        kafka_names,
+        namespace,
+        startup_retry_cap=30.0,
+        store_timeout=1.0,
+        **overrides,
+    )
+    worker = make_worker(on_topic(GateJob, kafka_names.topic)(Recorder()), config)
+
+    def retried() -> bool:
+        return any(getattr(r, "event", "") == f"{down}_unavailable" for r in caplog.records)
+
+    returned = anyio.Event()
+
+    async def run() -> None:
+        await worker.run()
+        returned.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await until(retried)  # it failed once and is waiting to try again
+        worker.stop()
+        with anyio.fail_after(5):  # the outage never ends by itself
+            await returned.wait()
 
 
 class _RejectingConsumer:

@@ -180,15 +180,33 @@ class KafkaTriggerSource:
                 self._config.shutdown_timeout,
                 extra={"event": "stopping", "pod": self._config.pod},
             )
+            self._notify()  # a start-up retry waiting out its backoff gives up now
+
+    async def backoff(self, seconds: float) -> bool:
+        """Wait ``seconds`` before a start-up retry; ``False`` (at once) when stopping.
+
+        Start-up waits for Kafka, Redis or the store as long as they are down;
+        a pod told to stop meanwhile must not wait for them to come back.
+        """
+        with anyio.move_on_after(seconds):
+            await self._wait(lambda: self._stopping)
+        return not self._stopping
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Consume until stopped; commit what completed; leave the group."""
+        """Consume until stopped; commit what completed; leave the group.
+
+        Stopped before Kafka ever answered, it returns without starting.
+        """
         self._consumer = await self._start("consumer", self._new_consumer)
         try:
+            if self._consumer is None:
+                return
             if self._config.dead_letter_topic:
                 self._producer = await self._start("producer", self._new_producer)
+                if self._producer is None:
+                    return
             task_status.started()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._commit_continuously, name="leaseworker commits")
@@ -614,7 +632,10 @@ class KafkaTriggerSource:
         )
 
     async def _start(self, what: str, factory: Callable[[], Any]) -> Any:
-        """Start a Kafka client, retrying with capped backoff and a log line per failure."""
+        """Start a Kafka client, retrying with capped backoff and a log line per failure.
+
+        Returns ``None`` when the source is stopped before the client started.
+        """
         attempt = 0
         while True:
             client = factory()
@@ -644,7 +665,10 @@ class KafkaTriggerSource:
                     attempt,
                     extra={"event": "kafka_unavailable", "pod": self._config.pod},
                 )
-                await anyio.sleep(delay)
+                if not await self.backoff(delay):
+                    if what == "consumer":
+                        self._consumer = None
+                    return None
                 continue
             if attempt:
                 logger.info(

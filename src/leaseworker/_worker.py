@@ -133,11 +133,14 @@ class Worker:
         ``task_status.started()`` is called once Kafka is connected.
         """
         try:
-            await self._wait_for_redis()
+            if not await self._wait_for_redis():
+                return  # stopped before Redis answered
             if self._store is not None:
                 await self._source.run(task_status=task_status)
                 return
             async with self._open_store() as store:
+                if store is None:
+                    return  # stopped before the store opened
                 self._executor = self._make_executor(store)
                 await self._source.run(task_status=task_status)
         finally:
@@ -157,8 +160,11 @@ class Worker:
         )
 
     @contextlib.asynccontextmanager
-    async def _open_store(self) -> AsyncIterator[CompletionStore]:
-        """Open ``config.store_url``, retrying with a log line while it is unavailable."""
+    async def _open_store(self) -> AsyncIterator[CompletionStore | None]:
+        """Open ``config.store_url``, retrying with a log line while it is unavailable.
+
+        Yields ``None`` when the worker is stopped before the store opened.
+        """
         config = self._config
         backoff = BusyPolicy(initial=0.5, cap=config.startup_retry_cap)
         attempt = 0
@@ -177,7 +183,9 @@ class Worker:
                         attempt,
                         extra={"event": "store_unavailable", "pod": config.pod},
                     )
-                    await anyio.sleep(delay)
+                    if not await self._source.backoff(delay):
+                        yield None
+                        return
                     continue
                 break
             logger.info(
@@ -208,10 +216,13 @@ class Worker:
             return JobFailure(reason=reason, error_type=error_type, job_key=job_key)
         return ending.terminal
 
-    async def _wait_for_redis(self) -> None:
-        """PING Redis until it answers, logging each failure with the next retry time."""
+    async def _wait_for_redis(self) -> bool:
+        """PING Redis until it answers, logging each failure with the next retry time.
+
+        Returns ``False`` when the worker is stopped before Redis answered.
+        """
         if self._redis is None:
-            return
+            return True
         backoff = BusyPolicy(initial=0.5, cap=self._config.startup_retry_cap)
         attempt = 0
         while True:
@@ -229,7 +240,8 @@ class Worker:
                     attempt,
                     extra={"event": "redis_unavailable", "pod": self._config.pod},
                 )
-                await anyio.sleep(delay)
+                if not await self._source.backoff(delay):
+                    return False
                 continue
             if attempt:
                 logger.info(
@@ -238,7 +250,7 @@ class Worker:
                     attempt + 1,
                     extra={"event": "redis_connected", "pod": self._config.pod},
                 )
-            return
+            return True
 
 
 @final
