@@ -8,7 +8,11 @@ import logging
 import anyio
 import pytest
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
-from aiokafka.errors import CommitFailedError, IllegalStateError  # type: ignore[import-untyped]
+from aiokafka.errors import (  # type: ignore[import-untyped]
+    CommitFailedError,
+    IllegalStateError,
+    NotCoordinatorForGroupError,
+)
 
 from leaseworker import WorkerConfig
 from leaseworker._kafka_source import KafkaTriggerSource, _Partition
@@ -240,3 +244,39 @@ async def test_a_rejected_commit_is_recorded_as_lost_ownership_not_a_crash(
     assert source.stats.ownership_losses == 1
     assert part.gone
     assert source.stats.commits == 0
+
+
+class _FlakyConsumer:
+    """A stand-in consumer whose first commit fails as a moving coordinator's would (fake)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def commit(self, offsets: object) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            raise NotCoordinatorForGroupError("the coordinator moved")
+
+
+@pytest.mark.fake
+async def test_the_last_commit_of_a_partition_is_retried_within_commit_timeout() -> None:
+    """A revoked or shut-down partition has no later commit: a failed one is tried again.
+
+    Before, the commit at a rebalance or at shutdown was tried once: a
+    coordinator moving at that moment sent the finished work to be run again.
+    """
+
+    async def handle(trigger: object, key: str) -> bool:
+        return True
+
+    config = WorkerConfig(poll_timeout=0.05, commit_timeout=2.0)
+    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
+    consumer = _FlakyConsumer()
+    source._consumer = consumer
+    part = _Partition(TopicPartition("t", 0))
+    part.tracker.add(0)
+    part.tracker.done(0)
+    await source._commit_last([part])
+    assert consumer.calls == 2
+    assert (source.stats.commit_errors, source.stats.commits) == (1, 1)
+    assert part.tracker.committable() is None

@@ -212,7 +212,7 @@ class KafkaTriggerSource:
                 tg.start_soon(self._commit_continuously, name="leaseworker commits")
                 await self._poll(tg)
                 tg.cancel_scope.cancel()  # the committer, and stragglers that ignored it
-            await self._commit(self._partitions.values())
+            await self._commit_last(list(self._partitions.values()))
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close()
@@ -391,10 +391,26 @@ class KafkaTriggerSource:
     def _committable(self) -> bool:
         return any(not p.gone and p.tracker.committable() for p in self._active())
 
-    async def _commit(self, parts: Iterable[_Partition]) -> bool:
+    async def _commit_last(self, parts: list[_Partition]) -> None:
+        """Commit ``parts`` before they are given up (rebalance, shutdown), retrying.
+
+        There is no later commit for them, so a failure is tried again (a
+        coordinator moving, a broker restarting) until ``commit_timeout`` is
+        spent in all, the same bound as a single try: what is not committed
+        then is delivered again (and answered ``duplicate`` with a store).
+        """
+        deadline = anyio.current_time() + self._config.commit_timeout
+        while not await self._commit(parts, within=deadline - anyio.current_time()):
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                return
+            await anyio.sleep(min(self._config.poll_timeout, left))
+
+    async def _commit(self, parts: Iterable[_Partition], *, within: float | None = None) -> bool:
         """Commit each partition's contiguous completed prefix, if it moved.
 
         Return ``False`` when Kafka failed the commit (it is retried later).
+        ``within``: seconds the try may take (default ``commit_timeout``).
         """
         ready = {p.tp: (p, pos) for p in parts if not p.gone and (pos := p.tracker.committable())}
         if not ready:
@@ -403,7 +419,7 @@ class KafkaTriggerSource:
         async with self._commit_lock:
             began = anyio.current_time()
             try:
-                with anyio.fail_after(self._config.commit_timeout):
+                with anyio.fail_after(self._config.commit_timeout if within is None else within):
                     await self._consumer.commit(offsets)
             except (CommitFailedError, IllegalStateError) as exc:
                 self._telemetry.committed(offsets, began, error=exc, rejected=True)
@@ -466,7 +482,7 @@ class KafkaTriggerSource:
                 task.cancel()
         with anyio.move_on_after(self._release_grace()):
             await self._wait(idle)
-        await self._commit(parts)
+        await self._commit_last(parts)
         for part in parts:
             part.gone = True
             self._telemetry.forget(part.tp.topic, part.tp.partition)
