@@ -33,10 +33,10 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.leaseworker-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "bootstrap: installing leaseworker and dev tools into .venv"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+    echo "bootstrap: installing leaseworker and dev tools into .venv (versions: constraints.txt)"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev]'
     touch "$stamp"
 fi
 
