@@ -47,7 +47,7 @@ async def test_loop_lag_monitor_measures_a_blocked_loop() -> None:
         tg.cancel_scope.cancel()
     lag = monitor.read()
     assert lag.max >= 0.25
-    assert lag.stalls == 1
+    assert lag.stalls >= 1  # this one (a busy CI machine may add its own)
 
 
 @pytest.mark.fake

