@@ -9,6 +9,7 @@ then reads the trace.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,7 +25,8 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 from redis.asyncio import Redis
 
-from leaseworker import ExecutionEvent, RedisLeases, Worker
+from leaseworker import ExecutionEvent, RedisLeases, Worker, open_store
+from leaseworker._completion import completion_key
 from leaseworker._local import LocalRedis
 from leaseworker._local._kafka import LocalKafka
 from leaseworker._observer import LoggingObserver
@@ -438,6 +440,46 @@ async def test_duplicate_is_answered_from_the_store_without_lease_or_run_spans(
         for p in _points(metric_reader, "leaseworker.completions")
     }
     assert answers == {"accepted": 1}
+
+
+async def test_a_stale_completion_ends_the_trigger_with_its_commit_span_and_count(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+    telemetry: Telemetry,
+    tmp_path: Path,
+) -> None:
+    """``lost`` with reason ``stale`` is final: the trace gets its commit span, the count moves.
+
+    A newer fence already completed the job key, so this execution's result is
+    refused. The worker commits the offset (the newer completion is durable);
+    telemetry used to treat the trigger as unfinished: no ``commit`` span, and
+    the committed counter fell behind the received one for good.
+    """
+    topic, key = kafka_names.topic, "report:stale:1"
+    store_url = f"sqlite:///{tmp_path / 'completions.sqlite3'}"
+    async with open_store(store_url) as store:  # another pod, with a far newer fence
+        await store.complete(
+            completion_key(namespace, key),
+            input_version="newer-inputs",
+            fence=2**62,
+            result={"total": 2},
+            execution_id="e-other",
+            pod="pod-b",
+        )
+    job = on_topic(GateJob, topic)(Recorder())
+    config = pod_config(kafka_server, redis_server, kafka_names, namespace, store_url=store_url)
+    async with running(Worker(job, config, telemetry=telemetry)):
+        offset = await send(kafka_server.bootstrap_servers, topic, key, payload(n=1))
+        await until(lambda: committed_trace(exporter, topic, offset))
+    [process] = named(trace_of(exporter, topic, offset), f"process {topic}")
+    assert _attrs(process)["leaseworker.outcome"] == "lost"
+    [received] = [p.value for p in _points(metric_reader, "leaseworker.triggers.received")]
+    [committed] = [p.value for p in _points(metric_reader, "leaseworker.triggers.committed")]
+    assert received == committed == 1
 
 
 async def test_malformed_trigger_is_an_error_span_and_still_committed(

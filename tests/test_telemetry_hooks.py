@@ -18,11 +18,14 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 from leaseworker import ExecutionEvent
 from leaseworker._lease_events import LeaseEvent
 from leaseworker._telemetry import PodTelemetry, Telemetry
+from leaseworker._telemetry._pod import MAX_ACQUIRE_EVENTS
+from leaseworker._telemetry._trace import CURRENT
 from leaseworker._trigger import Trigger
 
 COMMON = (
@@ -226,3 +229,40 @@ async def test_lost_lease_spans_carry_their_reason_and_error_status(
     [run] = named["job run"]
     assert run.status.status_code == StatusCode.ERROR
     assert dict(run.attributes or {})["leaseworker.outcome"] == "lost"
+
+
+async def test_a_long_busy_wait_keeps_a_bounded_number_of_acquire_events(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """A key busy for a thousand tries: every try is counted, the first 64 are span events.
+
+    The events of the ``lease acquire`` span are kept until it ends; a trigger
+    waiting for hours used to keep every busy and retry event in memory.
+    """
+    pod, exporter, _ = spans
+    record, trigger = _trigger(9)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        for attempt in range(1000):
+            pod.lease_observer(trigger, "report:1", f"e{attempt}")
+            pod.on_event(_event(trigger, "finished", f"e{attempt}", outcome="busy"))
+            pod.on_event(_event(trigger, "retry", f"e{attempt}", retry_in=0.01))
+    [acquire] = _by_name(exporter)["lease acquire"]
+    assert dict(acquire.attributes or {})["leaseworker.lease.busy_retries"] == 1000
+    assert len(acquire.events) == MAX_ACQUIRE_EVENTS
+
+
+async def test_a_sampled_out_busy_wait_keeps_no_acquire_events() -> None:
+    """A trace that is not recorded makes no acquire span: its events are not kept either."""
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    pod = Telemetry(tracer_provider=provider).instrument(pod="pod-a", group="g")
+    record, trigger = _trigger(10)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        pod.lease_observer(trigger, "report:1", "e1")
+        for attempt in range(10):
+            pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
+            pod.on_event(_event(trigger, "retry", "e1", retry_in=0.01))
+            trace = CURRENT.get()
+            assert trace is not None
+            assert trace.acquire_events == [], attempt

@@ -35,7 +35,7 @@ from opentelemetry.trace import (
 )
 
 from .._lease_events import LeaseObserver
-from .._observer import TERMINAL, ExecutionEvent
+from .._observer import ExecutionEvent
 from .._timing import now
 from .._trigger import Trigger
 from . import _names as n
@@ -51,6 +51,9 @@ R = TypeVar("R")
 
 MAX_PENDING_COMMITS = 10_000
 """Records per partition remembered until their offset is committed (oldest dropped)."""
+
+MAX_ACQUIRE_EVENTS = 64
+"""Events (busy, retry, lost tries) kept for one ``lease acquire`` span; later ones are counted."""
 
 
 def _guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
@@ -212,7 +215,7 @@ class PodTelemetry:
         elif event.event == "retry":
             retry_in: Attributes = {n.RETRY_IN_MS: ms(event.retry_in or 0.0)}
             if trace.acquiring:
-                trace.acquire_events.append(("retry", retry_in, time.time_ns()))
+                _note_acquire_event(trace, "retry", retry_in)
             elif trace.span is not None:
                 trace.span.add_event("retry", retry_in)
         else:
@@ -234,18 +237,13 @@ class PodTelemetry:
         trace.execution_id = event.execution_id
         if event.fence is not None:
             trace.fence = event.fence
-        trace.terminal = outcome in TERMINAL
+        trace.terminal = event.terminal  # ``lost`` as ``stale`` too: the offset is committed
         job_key = self._running.pop(event.execution_id, None)
         if job_key is None:  # never acquired: busy, or Redis did not answer
             if trace.acquiring:
                 trace.busy += outcome == "busy"
-                trace.acquire_events.append(
-                    (
-                        outcome,
-                        {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome},
-                        time.time_ns(),
-                    )
-                )
+                attributes: Attributes = {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome}
+                _note_acquire_event(trace, outcome, attributes)
         else:
             self._metrics.in_flight.add(-1)
             self._count_key(job_key, -1)
@@ -437,6 +435,17 @@ class PodTelemetry:
             self._per_key.pop(job_key, None)
         else:
             self._per_key[job_key] = (running, moment)
+
+
+def _note_acquire_event(trace: TriggerTrace, name: str, attributes: Attributes) -> None:
+    """Keep an event for the ``lease acquire`` span: the first ones, if the trace records.
+
+    A trigger may wait for its lease for hours (a busy key, Redis down): its
+    tries are counted (``busy``), but only the first
+    :data:`MAX_ACQUIRE_EVENTS` become span events, so the wait costs no memory.
+    """
+    if trace.recording and len(trace.acquire_events) < MAX_ACQUIRE_EVENTS:
+        trace.acquire_events.append((name, attributes, time.time_ns()))
 
 
 def _error(description: str) -> Status:
