@@ -91,7 +91,8 @@ def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(
     ("argv", "env", "reason"),
     [
-        (["--heartbeat-interval", "0"], {}, "must be > 0 seconds"),
+        (["--heartbeat-interval", "0"], {}, "must be a finite number of seconds > 0"),
+        (["--kafka-timeout", "inf"], {}, "must be a finite number of seconds > 0"),
         (["--max-poll-interval", "never"], {}, "not a number of seconds"),
         ([], {"LEASEWORKER_MAX_PAYLOAD_BYTES": "0"}, "must be >= 1"),
         (["--heartbeat-interval", "12"], {}, "shorter than session_timeout"),

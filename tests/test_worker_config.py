@@ -31,6 +31,10 @@ pytestmark = pytest.mark.fake
         {"dead_letter_topic": ""},
         {"kafka_timeout": 5, "revoke_timeout": 10},
         {"max_poll_interval": 0.3, "poll_timeout": 0.2},
+        {"shutdown_timeout": float("inf")},  # a drain that never ends
+        {"store_timeout": float("nan")},
+        {"heartbeat_interval": 0},  # a heartbeat every millisecond
+        {"heartbeat_interval": -1},
     ],
 )
 def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -35,8 +36,8 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
+    if not (value > 0 and math.isfinite(value)):  # inf would unbound a wait
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {value}")
     return value
 
 

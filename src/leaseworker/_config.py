@@ -8,6 +8,7 @@ the first trigger.
 
 from __future__ import annotations
 
+import math
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -100,8 +101,15 @@ class WorkerConfig:
             "startup_retry_cap",
         ):
             value = getattr(self, name)
-            _require(value > 0, f"{name} must be > 0 seconds, got {value}")
+            _require(
+                value > 0 and math.isfinite(value),
+                f"{name} must be a finite number of seconds > 0, got {value}",
+            )
         heartbeat = self.heartbeat
+        _require(
+            heartbeat > 0 and math.isfinite(heartbeat),
+            f"heartbeat_interval must be a finite number of seconds > 0, got {heartbeat}",
+        )
         _require(
             heartbeat < self.session_timeout,
             f"heartbeat_interval={heartbeat}s must be "
