@@ -280,3 +280,39 @@ async def test_the_last_commit_of_a_partition_is_retried_within_commit_timeout()
     assert consumer.calls == 2
     assert (source.stats.commit_errors, source.stats.commits) == (1, 1)
     assert part.tracker.committable() is None
+
+
+class _HangingConsumer:
+    """A stand-in consumer whose commits never answer (fake)."""
+
+    async def commit(self, offsets: object) -> None:
+        await anyio.sleep_forever()
+
+
+@pytest.mark.fake
+async def test_waiting_for_a_commit_in_flight_counts_against_commit_timeout() -> None:
+    """The revoke step's commit waits for the background one within its own bound.
+
+    ``rebalance_timeout`` has room for one ``commit_timeout``; waiting for the
+    commit lock used to come on top of it, so a revoke could take twice as
+    long and the group would drop the pod mid-rebalance.
+    """
+
+    async def handle(trigger: object, key: str) -> bool:
+        return True
+
+    config = WorkerConfig(poll_timeout=0.05, commit_timeout=0.5)
+    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
+    source._consumer = _HangingConsumer()
+    background, revoked = _Partition(TopicPartition("t", 0)), _Partition(TopicPartition("t", 1))
+    for part in (background, revoked):
+        part.tracker.add(0)
+        part.tracker.done(0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(source._commit, [background])  # holds the lock until it times out
+        await anyio.lowlevel.checkpoint()
+        began = anyio.current_time()
+        await source._commit_last([revoked])
+        took = anyio.current_time() - began
+    assert took < config.commit_timeout + 0.3  # not two commit timeouts
+    assert source.stats.commits == 0

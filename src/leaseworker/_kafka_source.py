@@ -412,14 +412,28 @@ class KafkaTriggerSource:
         Return ``False`` when Kafka failed the commit (it is retried later).
         ``within``: seconds the try may take (default ``commit_timeout``).
         """
-        ready = {p.tp: (p, pos) for p in parts if not p.gone and (pos := p.tracker.committable())}
-        if not ready:
+        parts = list(parts)
+        if not any(not p.gone and p.tracker.committable() for p in parts):
             return True
-        offsets = {tp: pos for tp, (_, pos) in ready.items()}
-        async with self._commit_lock:
+        # The wait for a commit already in flight counts too: the revoke step's
+        # bound (``rebalance_timeout``) has room for one commit_timeout.
+        limit = self._config.commit_timeout if within is None else within
+        deadline = anyio.current_time() + limit
+        with anyio.move_on_after(limit) as waiting:
+            await self._commit_lock.acquire()
+        if waiting.cancelled_caught:
+            return False  # another commit held the lock all along; this one is tried again
+        try:
+            # What is committable now: the commit waited for may have taken some of it.
+            ready = {
+                p.tp: (p, pos) for p in parts if not p.gone and (pos := p.tracker.committable())
+            }
+            if not ready:
+                return True
+            offsets = {tp: pos for tp, (_, pos) in ready.items()}
             began = anyio.current_time()
             try:
-                with anyio.fail_after(self._config.commit_timeout if within is None else within):
+                with anyio.fail_after(deadline - began):
                     await self._consumer.commit(offsets)
             except (CommitFailedError, IllegalStateError) as exc:
                 self._telemetry.committed(offsets, began, error=exc, rejected=True)
@@ -444,6 +458,8 @@ class KafkaTriggerSource:
                     extra={"event": "commit_failed", "pod": self._config.pod},
                 )
                 return False
+        finally:
+            self._commit_lock.release()
         self._telemetry.committed(offsets, began)
         for part, pos in ready.values():
             part.tracker.committed(pos)
