@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
+from leaseworker._local import free_port
 from leaseworker._telemetry import JsonFormatter
 from leaseworker._telemetry._setup import configure
 
@@ -203,3 +204,33 @@ def test_spans_go_as_otlp_json_to_the_env_endpoint_with_the_env_headers(
         [span] = json.loads(body)["resourceSpans"][0]["scopeSpans"][0]["spans"]
         assert span["name"] == "process t"
         assert span["attributes"] == [{"key": "messaging.kafka.offset", "value": {"intValue": "7"}}]
+
+
+def test_a_signal_endpoint_variable_wins_over_the_shared_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as it is, whatever the shared variable says.
+
+    The OpenTelemetry spec gives the signal's own variable precedence; the
+    shared one used to be turned into ``{shared}/v1/traces`` and win.
+    """
+    _Collector.received = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    nobody = free_port()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{nobody}")
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{server.server_port}/tenant/traces"
+    )
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    try:
+        configured = configure(pod="pod-a")
+        configured.tracer_provider.get_tracer("test").start_span("process t").end()
+        configured.close(timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    [(path, _, _)] = _Collector.received
+    assert path == "/tenant/traces"

@@ -95,6 +95,10 @@ def configure(
     if _env_true("OTEL_SDK_DISABLED"):
         return ConfiguredTelemetry(Telemetry())
     endpoint = (otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").rstrip("/")
+    # Only the flag is turned into URLs here. From the environment, the SDK's
+    # exporters resolve them as the spec says: a signal's own variable
+    # (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) wins over the shared one.
+    flag = (otlp_endpoint or "").rstrip("/")
     traces = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
     traces = traces and os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
     otlp_metrics = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
@@ -104,11 +108,11 @@ def configure(
     configured = ConfiguredTelemetry(Telemetry())
     resource = _resource(pod)
     if traces:
-        configured.tracer_provider = _tracer_provider(resource, endpoint, _traces_protocol())
+        configured.tracer_provider = _tracer_provider(resource, flag, _traces_protocol())
         configured.exporting.append("traces")
     readers: list[Any] = []
     if otlp_metrics:
-        readers.append(_otlp_metric_reader(endpoint))
+        readers.append(_otlp_metric_reader(flag))
         configured.exporting.append("metrics")
     if metrics_port is not None:
         reader, configured.metrics_server = _prometheus(metrics_host, metrics_port)
@@ -150,7 +154,10 @@ def _traces_protocol() -> str:
 
 
 def _tracer_provider(resource: Any, endpoint: str, protocol: str = "http/json") -> Any:
-    """Return leaseworker's lean provider, configured as the SDK's would be (see ``_lean``)."""
+    """Return leaseworker's lean provider, configured as the SDK's would be (see ``_lean``).
+
+    ``endpoint``: the ``--otlp-endpoint`` flag; empty, the exporter reads OTEL_*.
+    """
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
