@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -234,3 +235,38 @@ def test_a_signal_endpoint_variable_wins_over_the_shared_one(
         server.server_close()
     [(path, _, _)] = _Collector.received
     assert path == "/tenant/traces"
+
+
+_EXIT_SCRIPT = """
+import os, socket, anyio
+hole = socket.socket()
+hole.bind(("127.0.0.1", 0))
+hole.listen(16)  # the kernel accepts connections; nobody ever answers
+os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "30"
+os.environ["OTEL_METRICS_EXPORTER"] = "none"
+from leaseworker._telemetry._setup import configure
+configured = configure(pod="pod-a", otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}")
+tracer = configured.tracer_provider.get_tracer("test")
+for _ in range(10):
+    tracer.start_span("process t").end()
+anyio.run(configured.aclose, 1.0)
+print("closed", flush=True)
+"""
+
+
+def test_pod_exit_waits_for_telemetry_at_most_its_flush_bound() -> None:
+    """A collector that never answers: the process exits about when aclose gives up.
+
+    The flush used to go on in a non-daemon worker thread after aclose gave
+    up, and the interpreter waited for it (here the exporter's 30 s timeout)
+    before exiting: the drain time of a pod's shutdown, wasted.
+    """
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=90
+    )
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert "closed" in result.stdout
+    assert "telemetry did not flush within 1.0s" in result.stderr
+    assert took < 15  # not the exporter's 30 s

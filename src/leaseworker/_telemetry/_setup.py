@@ -70,13 +70,21 @@ class ConfiguredTelemetry:
             self.metrics_server.server_close()
 
     async def aclose(self, within: float = SHUTDOWN_TIMEOUT) -> None:
-        """Run :meth:`close` in a worker thread, given up after ``within`` seconds.
+        """Run :meth:`close` in a daemon thread, given up after ``within`` seconds.
 
-        The event loop is never blocked by a slow or unreachable collector.
+        The event loop is never blocked by a slow or unreachable collector, and
+        neither is the process's exit: the SDK's flush and shutdown do not all
+        honour their timeouts (a batch being posted runs to the exporter's own
+        timeout and retries), and the interpreter waits for every non-daemon
+        thread, anyio's worker threads included, before it exits.
         """
-        with anyio.CancelScope(shield=True), anyio.move_on_after(within) as scope:
-            await anyio.to_thread.run_sync(self.close, within, abandon_on_cancel=True)
-        if scope.cancelled_caught:
+        closing = threading.Thread(
+            target=self.close, args=(within,), name="leaseworker telemetry close", daemon=True
+        )
+        closing.start()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(closing.join, within)
+        if closing.is_alive():
             logger.warning(
                 "telemetry did not flush within %.1fs; the last spans may be lost",
                 within,
