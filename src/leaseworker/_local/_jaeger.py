@@ -217,8 +217,10 @@ class LocalJaeger:
         )
         try:
             jaeger._wait_ready(timeout)
-        except Exception as exc:
+        except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
             process.stop()
+            if not isinstance(exc, Exception):
+                raise
             raise RuntimeError(f"Jaeger did not start:\n{process.log_tail()}") from exc
         return jaeger
 

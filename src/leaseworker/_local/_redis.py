@@ -73,7 +73,9 @@ def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
     process = LocalProcess.spawn("redis", argv, log_path=workdir / "redis.log")
     try:
         wait_for_port(port, timeout=15, process=process.popen)
-    except Exception as exc:
+    except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
         process.stop()
+        if not isinstance(exc, Exception):
+            raise
         raise RuntimeError(f"redis-server did not start:\n{process.log_tail()}") from exc
     return process
