@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
+import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, free_port
 
 
 @dataclass
@@ -72,10 +76,30 @@ def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
     ]
     process = LocalProcess.spawn("redis", argv, log_path=workdir / "redis.log")
     try:
-        wait_for_port(port, timeout=15, process=process.popen)
+        _wait_for_pong(port, process.popen, deadline=time.monotonic() + 15)
     except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
         process.stop()
         if not isinstance(exc, Exception):
             raise
         raise RuntimeError(f"redis-server did not start:\n{process.log_tail()}") from exc
     return process
+
+
+def _wait_for_pong(port: int, popen: subprocess.Popen[bytes], *, deadline: float) -> None:
+    """Block until *this* server answers PING on ``port``.
+
+    An open port is not enough: if another process took the port between
+    ``free_port()`` and the bind, it would accept connections while this
+    server exits with "address already in use".
+    """
+    while True:
+        if popen.poll() is not None:
+            raise RuntimeError(f"redis-server {popen.pid} exited with {popen.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.5) as sock:
+            sock.settimeout(0.5)
+            sock.sendall(b"PING\r\n")
+            if sock.recv(16).startswith(b"+PONG") and popen.poll() is None:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"redis-server did not answer PING on {LOOPBACK}:{port}")
+        time.sleep(0.05)
