@@ -231,6 +231,16 @@ async def test_empty_job_key_is_rejected(leases: RedisLeases) -> None:
         await leases.acquire("", ttl=5)
 
 
+@pytest.mark.parametrize("key", ["}x", "a{b}", "{"])
+async def test_a_job_key_with_braces_is_rejected(leases: RedisLeases, key: str) -> None:
+    """``}x`` makes the hash tag of ``ns:{}x}:lease`` empty: its two keys would split slots.
+
+    The Kafka path refused braces already; a ``RedisLeases`` used on its own did not.
+    """
+    with pytest.raises(ConfigError, match="braces"):
+        await leases.acquire(key, ttl=5)
+
+
 @pytest.mark.parametrize(
     ("seconds", "px"), [(1.0004, "1001"), (0.3, "300"), (2.5, "2500"), (0.0005, "1")]
 )

@@ -277,10 +277,13 @@ _SCRIPTS = (_scripts.ACQUIRE, _scripts.RENEW, _scripts.RELEASE)
 
 
 def _checked(key: str) -> str:
-    # An empty hash tag would make Redis Cluster hash the whole key, splitting
-    # the lease and fence keys across slots.
+    # The key is the Redis Cluster hash tag ``{<key>}``: an empty one, or a brace
+    # in it (``}x`` makes the tag empty), would make Redis hash the whole key and
+    # put the lease and fence keys on different slots (CROSSSLOT on every call).
     if not key:
         raise ConfigError("job key must be a non-empty string")
+    if "{" in key or "}" in key:
+        raise ConfigError("job key must not hold braces (it is a Redis Cluster hash tag)")
     return key
 
 
