@@ -13,6 +13,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     IllegalStateError,
     NotCoordinatorForGroupError,
 )
+from redis.asyncio import Redis
 
 from leaseworker import WorkerConfig
 from leaseworker._kafka_source import KafkaTriggerSource, _Partition
@@ -316,3 +317,33 @@ async def test_waiting_for_a_commit_in_flight_counts_against_commit_timeout() ->
         took = anyio.current_time() - began
     assert took < config.commit_timeout + 0.3  # not two commit timeouts
     assert source.stats.commits == 0
+
+
+@pytest.mark.parametrize(("policy", "warned"), [("volatile-lru", True), ("noeviction", False)])
+async def test_a_redis_that_may_evict_lease_keys_is_warned_about_at_start(
+    kafka_server: LocalKafka,
+    kafka_names: KafkaNames,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+    policy: str,
+    warned: bool,
+) -> None:
+    """An evicting maxmemory policy gets one warning at start; ``noeviction`` is quiet.
+
+    An evicted lease key lets another pod start while the owner still runs.
+    """
+    caplog.set_level(logging.INFO, logger="leaseworker")
+    kafka_server.create_topics([kafka_names.topic])
+    redis_server = LocalRedis.start()  # its own: the session's server keeps its settings
+    try:
+        client = Redis.from_url(redis_server.url)
+        await client.config_set("maxmemory", "100mb")
+        await client.config_set("maxmemory-policy", policy)
+        await client.aclose()
+        config = pod_config(kafka_server, redis_server, kafka_names, namespace)
+        async with running(make_worker(on_topic(GateJob, kafka_names.topic)(Recorder()), config)):
+            pass
+    finally:
+        redis_server.stop()
+    warnings = [r for r in caplog.records if getattr(r, "event", "") == "redis_eviction_policy"]
+    assert len(warnings) == (1 if warned else 0)

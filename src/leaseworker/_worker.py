@@ -250,7 +250,32 @@ class Worker:
                     attempt + 1,
                     extra={"event": "redis_connected", "pod": self._config.pod},
                 )
+            await self._warn_if_leases_can_be_evicted()
             return True
+
+    async def _warn_if_leases_can_be_evicted(self) -> None:
+        """Log a warning when Redis may evict keys under memory pressure.
+
+        Lease keys carry a TTL, the first keys ``volatile-*`` policies evict,
+        and an evicted lease lets a second pod start early. A Redis that does
+        not allow ``CONFIG GET`` (many managed ones) is not checked.
+        """
+        assert self._redis is not None
+        try:
+            with anyio.fail_after(self._config.redis_timeout):
+                found = await self._redis.config_get("maxmemory*")
+        except (RedisError, OSError, TimeoutError):
+            return
+        config = {_text(name): _text(value) for name, value in found.items()}
+        policy = config.get("maxmemory-policy", "noeviction")
+        if config.get("maxmemory", "0") != "0" and policy != "noeviction":
+            logger.warning(
+                "Redis at %s may evict lease keys (maxmemory-policy %s): an evicted lease "
+                "lets another pod start early; use maxmemory-policy noeviction",
+                self._config.redacted_redis(),
+                policy,
+                extra={"event": "redis_eviction_policy", "pod": self._config.pod},
+            )
 
 
 @final
@@ -274,6 +299,10 @@ class _FailureTypes:
     def pop(self, trigger: Trigger) -> str:
         """Forget and return the type noted for ``trigger`` (``unknown`` if none)."""
         return self._types.pop(_position(trigger), "unknown")
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _position(trigger: Trigger) -> tuple[str, int, int]:
