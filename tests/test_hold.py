@@ -267,6 +267,7 @@ class _FailingRelease:
         return await self.inner.inspect(key)
 
 
+@pytest.mark.fake  # a release that always fails, around real Redis
 async def test_failing_release_never_hides_the_bodys_exception(leases: RedisLeases) -> None:
     """The body's own error is what the caller sees; the release error is reported aside."""
     with pytest.raises(ZeroDivisionError):
@@ -277,6 +278,7 @@ async def test_failing_release_never_hides_the_bodys_exception(leases: RedisLeas
     assert held.released is None
 
 
+@pytest.mark.fake  # a release that always fails, around real Redis
 async def test_failing_release_does_not_turn_success_into_failure(leases: RedisLeases) -> None:
     """A completed body stays completed when only the release fails."""
     async with hold(_FailingRelease(leases), "k", ttl=1) as held:
@@ -404,15 +406,25 @@ async def test_observer_sees_loss_cancel_and_stop_latency(
 
 
 class _Broken:
-    """An observer that always raises."""
+    """An observer that always raises, and counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
 
     def on_lease_event(self, event: LeaseEvent) -> None:
+        self.calls += 1
         raise RuntimeError("observer bug")
 
 
-async def test_a_failing_observer_never_changes_the_outcome(leases: RedisLeases) -> None:
+async def test_a_failing_observer_never_changes_the_outcome(
+    leases: RedisLeases, caplog: pytest.LogCaptureFixture
+) -> None:
     """Observer errors are logged and swallowed; the body completes and releases."""
-    async with hold(leases, "k", ttl=0.6, observer=_Broken()) as held:
+    broken = _Broken()
+    async with hold(leases, "k", ttl=0.6, observer=broken) as held:
         await held.checkpoint()
     assert held.outcome == "completed"
     assert held.released is True
+    assert broken.calls == 2  # acquired, released: it was asked, and raised, each time
+    failures = [r for r in caplog.records if r.getMessage().startswith("lease observer failed")]
+    assert len(failures) == 2

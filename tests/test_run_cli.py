@@ -58,6 +58,7 @@ def test_flags_can_come_from_leaseworker_environment_variables(
     assert "--concurrency: must be >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.fake  # anyio.run replaced: the pod never serves
 def test_run_tunes_the_garbage_collector_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     """Start-up objects are frozen, and young collections are rarer, once the pod serves."""
     when_serving: list[tuple[int, int]] = []

@@ -41,6 +41,8 @@ COMMON = (
 )
 IDENTITY = ("leaseworker.job.key", "leaseworker.execution.id")
 
+pytestmark = pytest.mark.fake  # fake Kafka records: no broker, no Redis
+
 
 class FakeRecord(NamedTuple):
     """The fields of an aiokafka ``ConsumerRecord`` the hooks read."""

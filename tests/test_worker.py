@@ -159,6 +159,8 @@ async def test_malformed_triggers_are_dead_lettered_logged_and_committed(
         assert headers["leaseworker.original.partition"] == b"0"
         assert headers["leaseworker.original.offset"] == str(offset).encode()
         assert (record.key, record.value) == (key, value)
+    dead_lettered = [r for r in caplog.records if getattr(r, "event", "") == "dead_lettered"]
+    assert len(dead_lettered) == len(bad)  # the records the next check reads are there
     for entry in caplog.records:
         assert secret not in entry.getMessage()
         assert all(secret not in str(value) for value in vars(entry).values())

@@ -286,7 +286,11 @@ async def test_the_last_commit_of_a_partition_is_retried_within_commit_timeout()
 class _HangingConsumer:
     """A stand-in consumer whose commits never answer (fake)."""
 
+    def __init__(self) -> None:
+        self.committing = anyio.Event()
+
     async def commit(self, offsets: object) -> None:
+        self.committing.set()
         await anyio.sleep_forever()
 
 
@@ -304,14 +308,15 @@ async def test_waiting_for_a_commit_in_flight_counts_against_commit_timeout() ->
 
     config = WorkerConfig(poll_timeout=0.05, commit_timeout=0.5)
     source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
-    source._consumer = _HangingConsumer()
+    consumer = _HangingConsumer()
+    source._consumer = consumer
     background, revoked = _Partition(TopicPartition("t", 0)), _Partition(TopicPartition("t", 1))
     for part in (background, revoked):
         part.tracker.add(0)
         part.tracker.done(0)
     async with anyio.create_task_group() as tg:
         tg.start_soon(source._commit, [background])  # holds the lock until it times out
-        await anyio.lowlevel.checkpoint()
+        await consumer.committing.wait()
         began = anyio.current_time()
         await source._commit_last([revoked])
         took = anyio.current_time() - began
