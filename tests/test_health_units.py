@@ -41,9 +41,11 @@ async def test_loop_lag_monitor_measures_a_blocked_loop() -> None:
     monitor = LoopLagMonitor(interval=0.01, stall_threshold=0.1)
     async with anyio.create_task_group() as tg:
         tg.start_soon(monitor.run)
-        await anyio.sleep(0.05)
+        await anyio.lowlevel.checkpoint()  # the monitor runs up to its first sleep
         time.sleep(0.3)  # noqa: ASYNC251 - blocking the loop is the point
-        await anyio.sleep(0.05)
+        with anyio.fail_after(5):  # until the monitor has woken and recorded it
+            while monitor.read().stalls < 1:  # noqa: ASYNC110 - a plain counter
+                await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
     lag = monitor.read()
     assert lag.max >= 0.25
