@@ -112,17 +112,22 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
     kafka_names: KafkaNames,
     markers: Path,
     pods: Callable[..., Pod],
+    redis: Redis,
+    namespace: str,
 ) -> None:
     """After SIGKILL mid-job, the other pod completes every trigger within the takeover bound.
 
     Bound: max(lease_duration, session_timeout) + one busy-retry interval + a
-    rebalance allowance. No trigger is lost, and no execution overlaps the
-    killed one's.
+    rebalance allowance. No trigger is lost, no execution overlaps the killed
+    one's, and none starts before the dead pod's lease key expired in Redis.
+    The lease here outlives the session timeout, so the new owner of the
+    partition does meet the old leases and must wait them out.
     """
+    lease = SESSION_TIMEOUT + 4.0
     kafka_server.create_topics([kafka_names.topic], partitions=1)
-    a = pods("pod-a", LW_TEST_SLOW_POD="pod-a")
+    a = pods("pod-a", LW_TEST_SLOW_POD="pod-a", LW_TEST_LEASE=str(lease))
     await eventually(lambda: _assigned(a, r"partitions assigned: triggers"), within=30)
-    b = pods("pod-b", LW_TEST_SLOW_POD="pod-a")
+    b = pods("pod-b", LW_TEST_SLOW_POD="pod-a", LW_TEST_LEASE=str(lease))
     await eventually(lambda: _assigned(b, r"partitions assigned: none"), within=30)
     keys = ["k1", "k2", "k3"]
     await produce(
@@ -137,6 +142,12 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
     await eventually(all_started_on_a, within=20)
     killed_at = time.monotonic()
     a.kill()
+    leases = RedisLeases(redis, namespace=namespace)
+    expires = {}  # when each dead lease key expires, on this host's monotonic clock
+    for key in keys:
+        read_at = time.monotonic()
+        expires[key] = read_at + await redis.pttl(leases.lease_key(key)) / 1000
+        assert expires[key] > killed_at + SESSION_TIMEOUT - 2  # the leases outlive the session
 
     async def all_completed() -> bool:
         marks = read_marks(markers)
@@ -152,11 +163,14 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
 
     await eventually(committed_all, within=10)
     marks = read_marks(markers)
-    takeovers = [m.at - killed_at for m in marks if m.pod == "pod-b" and m.what == "start"]
-    bound = max(LEASE, SESSION_TIMEOUT) + BUSY_RETRY_CAP + REBALANCE_ALLOWANCE
-    print(f"takeover after SIGKILL: {max(takeovers):.2f}s (bound {bound:.1f}s)")
-    assert max(takeovers) <= bound
-    assert min(takeovers) >= LEASE - 0.5  # nobody started while the dead pod's lease was valid
+    takeovers = {m.key: m.at for m in marks if m.pod == "pod-b" and m.what == "start"}
+    assert takeovers.keys() == set(keys)
+    bound = max(lease, SESSION_TIMEOUT) + BUSY_RETRY_CAP + REBALANCE_ALLOWANCE
+    late = max(takeovers.values()) - killed_at
+    print(f"takeover after SIGKILL: {late:.2f}s (bound {bound:.1f}s)")
+    assert late <= bound
+    for key, started in takeovers.items():  # nobody started while the dead pod's lease was valid
+        assert started >= expires[key] - 0.05, key
     assert overlapping(intervals(marks, killed_at={"pod-a": killed_at})) == []
 
 
