@@ -40,6 +40,10 @@ class Events:
         """Keep the event."""
         self.seen.append(event)
 
+    def retried(self, key: str) -> bool:
+        """Whether the executor scheduled another execution of ``key``'s trigger."""
+        return any(e.event == "retry" and e.job_key == key for e in self.seen)
+
     def finished(self, key: str) -> list[tuple[str | None, str | None]]:
         """(outcome, reason) of every finished execution of ``key``."""
         return [
@@ -222,7 +226,7 @@ async def test_store_outage_at_completion_retries_under_the_lease_or_ends_lost_u
 
     async with (
         store_with_outage(store_url, postgres) as (worker_store, outage),
-        running(make_worker(job, config, store=worker_store, observer=events)),
+        running(make_worker(job, config, store=worker_store, observer=events)) as worker,
     ):
         # 1. The outage ends while the lease holds.
         await produce(bootstrap, topic, [(b"one", payload(gate=True))])
@@ -245,6 +249,10 @@ async def test_store_outage_at_completion_retries_under_the_lease_or_ends_lost_u
             await until(lambda: _retries(caplog) > before, within=10)
             await redis.delete(leases.lease_key("two"))
             await until(lambda: ("lost", None) in events.finished("two"), within=10)
+            # The executor chose to run "two" again: its record is still in flight, so
+            # nothing could have marked its offset done.
+            await until(lambda: events.retried("two"), within=10)
+            assert worker.stats.finished == 1  # "one" only
             assert await committed_up_to() == {0: 1}  # "two" is not committed
             assert await store.state(completion_key(namespace, "two")) is None  # nothing written
         # The store is back: the trigger's next execution completes it.

@@ -98,7 +98,10 @@ class SourceStats:
     ``rebalancing`` (partitions revoked, waiting for the next assignment) or
     ``stopping``. ``last_poll_at`` is the monotonic time of the last successful
     poll. Both are replaced by single assignments, so another thread (the
-    health server) may read them.
+    health server) may read them. ``finished`` counts records whose processing
+    ended (terminal or not); ``commit_checked`` is what ``finished`` was when the
+    committer last looked for something to commit: once it has caught up, a
+    commit that should not happen would have happened.
     """
 
     polls: int = 0
@@ -113,6 +116,8 @@ class SourceStats:
     pauses: int = 0
     paused: bool = False
     in_flight: int = 0
+    finished: int = 0
+    commit_checked: int = 0
     cancelled_on_revoke: int = 0
     cancelled_on_shutdown: int = 0
     membership: str = "starting"
@@ -314,6 +319,7 @@ class KafkaTriggerSource:
             self.stats.in_flight -= 1
             if done and not part.gone:
                 part.tracker.done(record.offset)
+            self.stats.finished += 1
             self._notify()
 
     async def _run_record(self, record: Any) -> bool:
@@ -389,6 +395,7 @@ class KafkaTriggerSource:
         return [p for p in self._partitions.values() if not p.revoking]
 
     def _committable(self) -> bool:
+        self.stats.commit_checked = self.stats.finished
         return any(not p.gone and p.tracker.committable() for p in self._active())
 
     async def _commit_last(self, parts: list[_Partition]) -> None:
