@@ -146,9 +146,14 @@ async def test_a_call_cancelled_while_queued_never_reaches_redis(
                 await anyio.wait_all_tasks_blocked()  # "second" waits behind it
                 queued.cancel()
             proxy.reply_delay = 0.0
+            # A barrier: a call sent after any batch that could hold "second". Replies
+            # come in order on the connection, so once it is answered, "second" would
+            # have run in Redis already if it had been sent.
+            await leases.acquire("barrier", 5.0)
         finally:
             await client.aclose()
     assert await redis.exists(leases.fence_key("first")) == 1
+    assert await redis.exists(leases.fence_key("barrier")) == 1
     assert await redis.exists(leases.fence_key("second")) == 0
 
 
