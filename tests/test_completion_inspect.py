@@ -12,7 +12,7 @@ import pytest
 from leaseworker import open_store
 from leaseworker._cli import main
 from leaseworker._completion import completion_key
-from leaseworker._local import LocalRedis
+from leaseworker._local import LocalRedis, free_port
 
 
 def _inspect(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
@@ -88,3 +88,23 @@ def test_inspect_with_a_bad_store_url_exits_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("leaseworker inspect: error:")
     assert "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("redis_url", "says"),
+    [
+        (f"redis://127.0.0.1:{free_port()}/0", "unavailable"),  # nobody listens there
+        ("redis://:s3cret@127.0.0.1:notaport/0", "not a valid Redis URL"),
+    ],
+)
+def test_inspect_with_redis_unreachable_or_malformed_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], redis_url: str, says: str
+) -> None:
+    """No traceback, one line, and never the URL's password."""
+    code = main(["inspect", "k", "--redis-url", redis_url, "--store-url", "memory://"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("leaseworker inspect: error:")
+    assert says in err
+    assert "\n" not in err
+    assert "s3cret" not in err

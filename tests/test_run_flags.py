@@ -93,6 +93,8 @@ def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
     [
         (["--heartbeat-interval", "0"], {}, "must be a finite number of seconds > 0"),
         (["--kafka-timeout", "inf"], {}, "must be a finite number of seconds > 0"),
+        (["--redis-url", "redis://:pw@h:notaport/0"], {}, "not a valid Redis URL"),
+        ([], {"LEASEWORKER_LOG_LEVEL": "verbose"}, "LEASEWORKER_LOG_LEVEL: must be one of"),
         (["--max-poll-interval", "never"], {}, "not a number of seconds"),
         ([], {"LEASEWORKER_MAX_PAYLOAD_BYTES": "0"}, "must be >= 1"),
         (["--heartbeat-interval", "12"], {}, "shorter than session_timeout"),

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.fake
         {"store_timeout": float("nan")},
         {"heartbeat_interval": 0},  # a heartbeat every millisecond
         {"heartbeat_interval": -1},
+        {"redis_url": "redis://:pw@127.0.0.1:notaport/0"},  # redis-py's ValueError, at start
     ],
 )
 def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:

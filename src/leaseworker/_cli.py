@@ -1,8 +1,9 @@
 """The ``leaseworker`` command: parse flags, set up logging, hand off.
 
 Each subcommand lives in its own module and registers itself through an
-``add_parser(subparsers)`` function; this module only assembles them. Every
-flag can also come from a ``LEASEWORKER_<FLAG>`` environment variable (see
+``add_parser(subparsers)`` function; this module only assembles them. The
+settings of ``run`` and the connection settings of the other commands can also
+come from a ``LEASEWORKER_<FLAG>`` environment variable (see
 :func:`env_default`). Bad usage exits 2 with a one-line reason.
 """
 
@@ -18,6 +19,10 @@ from collections.abc import Callable, Sequence
 from ._version import __version__
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
 
 
 def env_default(flag: str, default: str | None = None) -> str | None:
@@ -53,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         default=env_default("--log-level", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        choices=LOG_LEVELS,
         help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -66,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # argparse checks ``choices`` on the command line only, not on defaults (the env).
+    if args.log_level not in LOG_LEVELS:
+        parser.error(f"{env_name('--log-level')}: must be one of {', '.join(LOG_LEVELS)}")
+    if getattr(args, "log_format", "text") not in LOG_FORMATS:
+        parser.error(f"{env_name('--log-format')}: must be one of {', '.join(LOG_FORMATS)}")
     _setup_logging(args.log_level, getattr(args, "log_format", "text"))
     handler: Handler = args.handler
     try:

@@ -13,6 +13,8 @@ import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from redis.connection import parse_url
+
 from ._errors import ConfigError
 from ._kafka_security import KafkaSecurity
 from ._store import DEFAULT_URL, redact
@@ -82,6 +84,13 @@ class WorkerConfig:
             urlsplit(self.redis_url).scheme in _REDIS_SCHEMES,
             "redis_url must be redis://, rediss:// or unix://",
         )
+        try:
+            parse_url(self.redis_url)  # type: ignore[no-untyped-call]  # what from_url refuses
+        except ValueError:
+            # Not redis-py's message: it may quote the URL, password included.
+            raise ConfigError(
+                "redis_url is not a valid Redis URL (check its port and database)"
+            ) from None
         parse_store_url(self.store_url)  # ConfigError for a malformed URL, before any I/O
         _require(bool(self.group), "group must not be empty")
         _require(bool(self.pod) and self.pod.isprintable(), "pod must be a printable name")

@@ -46,8 +46,20 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=_main)
 
 
+MIN_INCIDENT_TTL = 0.25
+"""Shortest ``--ttl`` the incident replay runs with: its leases renew every TTL/3 or
+TTL/4 with a command timeout of TTL/5, and both must fit inside the TTL with margin."""
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.scenario == "incident":
+        if args.ttl < MIN_INCIDENT_TTL:
+            print(
+                f"leaseworker demo: error: --ttl must be at least {MIN_INCIDENT_TTL}s "
+                "(a renewal and its timeout must fit inside the lease)",
+                file=sys.stderr,
+            )
+            return 2
         from ._demo_incident import incident_demo
 
         return incident_demo(args.ttl)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,12 +49,19 @@ def local_stack() -> Iterator[Stack]:
     workdir = Path(tempfile.mkdtemp(prefix="leaseworker-demo-"))
     started: list[Any] = []
     try:
-        redis = LocalRedis.start()
-        started.append(redis)
-        kafka, jaeger = _start_in_parallel(
-            [LocalKafka.start, LocalJaeger.start if LocalJaeger.binary_path().is_file() else None],
-            started,
-        )
+        try:
+            redis = LocalRedis.start()
+            started.append(redis)
+            kafka, jaeger = _start_in_parallel(
+                [
+                    LocalKafka.start,
+                    LocalJaeger.start if LocalJaeger.binary_path().is_file() else None,
+                ],
+                started,
+            )
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)  # nothing ran: no pod logs to keep
+            raise
         yield Stack(redis, kafka, jaeger, workdir)
     finally:
         for service in reversed(started):

@@ -152,6 +152,7 @@ def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
             out(f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}")
             summary = anyio.run(_scenario, stack, out)
             if keep_running:
+                summary.duration = time.monotonic() - began
                 out(summary.render())
                 _wait_for_interrupt(out)
         except BaseException:
@@ -329,10 +330,11 @@ def _spread(pods: list[PodProcess]) -> bool:
 
 async def _until(check: Callable[[], bool], *, within: float, what: str) -> None:
     """Poll state of other processes (logs, marker files) until ``check()`` or time is up."""
-    with anyio.fail_after(within):
+    with anyio.move_on_after(within) as waiting:
         while not check():  # noqa: ASYNC110 - other processes cannot set our Events
             await anyio.sleep(0.1)
-    del what
+    if waiting.cancelled_caught:
+        raise TimeoutError(f"the demo waited {within:.0f}s for {what}")
 
 
 async def _stop_all(pods: list[PodProcess]) -> None:

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from ._cli import env_default
 from ._completion import completion_key
-from ._errors import ConfigError, StoreUnavailable
+from ._errors import ConfigError, LeaseError, StoreUnavailable
 from ._lease import RedisLeases
 from ._store import DEFAULT_URL, Completion, open_store
 from ._store._url import parse_store_url
@@ -58,8 +58,11 @@ def add_parser(subparsers: Any) -> None:
 def _inspect(args: argparse.Namespace) -> int:
     try:
         shown = anyio.run(_read, args)
-    except (ConfigError, StoreUnavailable) as exc:
+    except (ConfigError, StoreUnavailable, LeaseError) as exc:  # messages leaseworker wrote
         print(f"leaseworker inspect: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError:  # redis-py's own message may quote the URL, password included
+        print("leaseworker inspect: error: --redis-url is not a valid Redis URL", file=sys.stderr)
         return 2
     print(json.dumps(shown))
     return 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from ._cli import env_default, env_name, positive_seconds
+from ._cli import LOG_FORMATS, env_default, env_name, positive_seconds
 from ._config import WorkerConfig
 from ._errors import ConfigError
 from ._health import HealthServer, serve_with_health
@@ -170,7 +170,8 @@ def _add_telemetry_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-format",
         default=env_default("--log-format", "text"),
-        choices=["text", "json"],
+        type=str.lower,
+        choices=LOG_FORMATS,
         help=f"log line format (env {env_name('--log-format')}; default text)",
     )
     parser.add_argument(

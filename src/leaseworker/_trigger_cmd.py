@@ -18,7 +18,7 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
-from ._cli import env_default, env_name
+from ._cli import env_default, env_name, positive_seconds
 from ._errors import ConfigError
 from ._kafka_security import KafkaSecurity
 from ._run_cmd import add_kafka_security_flags, kafka_security_from
@@ -45,7 +45,10 @@ def add_parser(subparsers: Any) -> None:
         help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)"
+        "--timeout",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds to wait for the broker (default 30)",
     )
     parser.add_argument(
         "--otlp-endpoint",

@@ -69,7 +69,11 @@ class ChaosProxy:
         with anyio.CancelScope() as scope:
             self._connections.add(scope)
             try:
-                upstream = await anyio.connect_tcp("127.0.0.1", self.upstream_port)
+                try:
+                    upstream = await anyio.connect_tcp("127.0.0.1", self.upstream_port)
+                except OSError:  # the real server is down: the client sees a closed link
+                    await client.aclose()
+                    return
                 async with client, upstream, anyio.create_task_group() as tg:
                     tg.start_soon(self._pump, client, upstream, False)
                     tg.start_soon(self._pump, upstream, client, True)
