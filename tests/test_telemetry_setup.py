@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import io
 import json
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -164,6 +166,30 @@ class _Collector(http.server.BaseHTTPRequestHandler):
         """Keep the test output quiet."""
 
 
+@contextlib.contextmanager
+def _collector() -> Iterator[int]:
+    """Run a local OTLP/HTTP collector (:class:`_Collector`); yield its port."""
+    _Collector.received = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _send_one_span(attributes: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Export one ``process t`` span through telemetry configured from the environment."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    configured = configure(pod="pod-a")
+    configured.tracer_provider.get_tracer("test").start_span(
+        "process t", attributes=attributes
+    ).end()
+    configured.close(timeout=5)
+
+
 @pytest.mark.parametrize(
     ("protocol", "content_type"),
     [(None, "application/json"), ("http/protobuf", "application/x-protobuf")],
@@ -176,27 +202,15 @@ def test_spans_go_as_otlp_json_to_the_env_endpoint_with_the_env_headers(
     OTLP/JSON by default; ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf``
     picks the SDK's protobuf exporter. A real local HTTP server receives them.
     """
-    _Collector.received = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}/")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     if protocol is None:
         monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
         monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
     else:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", protocol)
-    try:
-        configured = configure(pod="pod-a")
-        tracer = configured.tracer_provider.get_tracer("test")
-        tracer.start_span("process t", attributes={"messaging.kafka.offset": 7}).end()
-        configured.close(timeout=5)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _collector() as port:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}/")
+        _send_one_span({"messaging.kafka.offset": 7}, monkeypatch)
     [(path, headers, body)] = _Collector.received
     assert path == "/v1/traces"
     assert headers["content-type"] == content_type
@@ -215,24 +229,11 @@ def test_a_signal_endpoint_variable_wins_over_the_shared_one(
     The OpenTelemetry spec gives the signal's own variable precedence; the
     shared one used to be turned into ``{shared}/v1/traces`` and win.
     """
-    _Collector.received = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    nobody = free_port()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{nobody}")
-    monkeypatch.setenv(
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{server.server_port}/tenant/traces"
-    )
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
-    try:
-        configured = configure(pod="pod-a")
-        configured.tracer_provider.get_tracer("test").start_span("process t").end()
-        configured.close(timeout=5)
-    finally:
-        server.shutdown()
-        server.server_close()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    with _collector() as port:
+        traces = f"http://127.0.0.1:{port}/tenant/traces"
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces)
+        _send_one_span({}, monkeypatch)
     [(path, _, _)] = _Collector.received
     assert path == "/tenant/traces"
 

@@ -233,6 +233,27 @@ class _OnEvent:
             self.handle(event)
 
 
+def _fake_source(consumer: object, config: WorkerConfig | None = None) -> KafkaTriggerSource:
+    """A source whose Kafka consumer is ``consumer`` (a stand-in: fake tests only)."""
+
+    async def handle(trigger: object, key: str) -> bool:
+        return True
+
+    source = KafkaTriggerSource(
+        config or WorkerConfig(), topic="t", resolve_key=lambda t: "k", handle=handle
+    )
+    source._consumer = consumer
+    return source
+
+
+def _finished_partition(partition: int) -> _Partition:
+    """Partition ``partition`` of topic ``t`` with offset 0 finished: offset 1 is committable."""
+    part = _Partition(TopicPartition("t", partition))
+    part.tracker.add(0)
+    part.tracker.done(0)
+    return part
+
+
 class _RejectingConsumer:
     """A stand-in consumer whose commits fail as after a rebalance (fake)."""
 
@@ -249,15 +270,8 @@ async def test_a_rejected_commit_is_recorded_as_lost_ownership_not_a_crash(
     error: Exception,
 ) -> None:
     """CommitFailedError/IllegalStateError: counted, partition marked gone, no exception."""
-
-    async def handle(trigger: object, key: str) -> bool:
-        return True
-
-    source = KafkaTriggerSource(WorkerConfig(), topic="t", resolve_key=lambda t: "k", handle=handle)
-    source._consumer = _RejectingConsumer(error)
-    part = _Partition(TopicPartition("t", 0))
-    part.tracker.add(0)
-    part.tracker.done(0)
+    source = _fake_source(_RejectingConsumer(error))
+    part = _finished_partition(0)
     await source._commit([part])
     assert source.stats.ownership_losses == 1
     assert part.gone
@@ -283,17 +297,9 @@ async def test_the_last_commit_of_a_partition_is_retried_within_commit_timeout()
     Before, the commit at a rebalance or at shutdown was tried once: a
     coordinator moving at that moment sent the finished work to be run again.
     """
-
-    async def handle(trigger: object, key: str) -> bool:
-        return True
-
-    config = WorkerConfig(poll_timeout=0.05, commit_timeout=2.0)
-    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
     consumer = _FlakyConsumer()
-    source._consumer = consumer
-    part = _Partition(TopicPartition("t", 0))
-    part.tracker.add(0)
-    part.tracker.done(0)
+    source = _fake_source(consumer, WorkerConfig(poll_timeout=0.05, commit_timeout=2.0))
+    part = _finished_partition(0)
     await source._commit_last([part])
     assert consumer.calls == 2
     assert (source.stats.commit_errors, source.stats.commits) == (1, 1)
@@ -319,25 +325,17 @@ async def test_waiting_for_a_commit_in_flight_counts_against_commit_timeout() ->
     commit lock used to come on top of it, so a revoke could take twice as
     long and the group would drop the pod mid-rebalance.
     """
-
-    async def handle(trigger: object, key: str) -> bool:
-        return True
-
-    config = WorkerConfig(poll_timeout=0.05, commit_timeout=0.5)
-    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
     consumer = _HangingConsumer()
-    source._consumer = consumer
-    background, revoked = _Partition(TopicPartition("t", 0)), _Partition(TopicPartition("t", 1))
-    for part in (background, revoked):
-        part.tracker.add(0)
-        part.tracker.done(0)
+    commit_timeout = 0.5
+    source = _fake_source(consumer, WorkerConfig(poll_timeout=0.05, commit_timeout=commit_timeout))
+    background, revoked = _finished_partition(0), _finished_partition(1)
     async with anyio.create_task_group() as tg:
         tg.start_soon(source._commit, [background])  # holds the lock until it times out
         await consumer.committing.wait()
         began = anyio.current_time()
         await source._commit_last([revoked])
         took = anyio.current_time() - began
-    assert took < config.commit_timeout + 0.3  # not two commit timeouts
+    assert took < commit_timeout + 0.3  # not two commit timeouts
     assert source.stats.commits == 0
 
 
