@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import time
@@ -30,10 +31,38 @@ def cache_dir(*parts: str) -> Path:
 
 
 def free_port() -> int:
-    """Return a TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """Return a TCP port on loopback that nothing listens on right now.
+
+    Chosen below the kernel's ephemeral range when there is room: the port is
+    bound by a service seconds later (a JVM starting), and a port from the
+    ephemeral range could meanwhile be handed to one of the many outgoing
+    connections the suite makes. Ports below it are only ever taken by
+    listeners that ask for them.
+    """
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = _RANDOM.randrange(_FIXED_LOW, low) if low > _FIXED_LOW + 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:  # taken, or lingering from an earlier use: try another
+                continue
+            return int(sock.getsockname()[1])
+    raise RuntimeError("no free loopback port found")
+
+
+_FIXED_LOW = 20000
+"""Lowest port :func:`free_port` picks (well above the ports services usually own)."""
+
+_RANDOM = random.SystemRandom()  # not the shared generator, which tests may seed
+
+
+def _ephemeral_low() -> int:
+    """Return the first port of the kernel's range for outgoing connections (Linux), else 0."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def wait_for_port(
