@@ -113,7 +113,11 @@ class Worker:
         return self._source.stats
 
     def stop(self) -> None:
-        """Stop fetching; ``run()`` returns once in-flight work ended (bounded)."""
+        """Stop fetching; ``run()`` returns once in-flight work ended (bounded).
+
+        Call it on the worker's event loop (from another thread, through
+        ``anyio.from_thread.run_sync``): it wakes the loop's waiters.
+        """
         self._source.stop()
 
     async def ping_redis(self) -> None:
