@@ -51,12 +51,17 @@ async def test_a_lost_lease_stops_the_report_at_the_next_batch(
     job = _example().MonthlyReport()
     trigger = _trigger(b'{"tenant": "acme", "period": "2026-12", "rows": 1000000}')
     key = job.job_key(trigger)
-    with pytest.raises(LeaseLost):
+    finished = False
+    with pytest.raises(LeaseLost) as lost:
         async with hold(leases, key, ttl=1.2, renew_every=0.3) as held:
             await redis.delete(leases.lease_key(key))
             ctx = JobContext(held=held, job_key=key, execution_id="e1", pod="p", trigger=trigger)
             await job.run(ctx)
+            finished = True  # a job that ignored the loss would get here (and only then fail)
+    assert not finished
     assert held.outcome == "lost"
+    assert lost.value.stop_latency is not None
+    assert lost.value.stop_latency < 1.2  # within the TTL: at a checkpoint, not at the end
 
 
 def test_a_request_without_tenant_and_period_is_malformed() -> None:

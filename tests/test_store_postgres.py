@@ -176,13 +176,28 @@ async def test_row_lock_held_elsewhere_bounds_the_call(pg_url: str) -> None:
     """
     async with open_store(pg_url, call_timeout=TIMEOUT) as store:
         assert await complete(store, "v1", 1) == "accepted"
-        async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+        async with (
+            await psycopg.AsyncConnection.connect(pg_url) as blocker,
+            await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watcher,
+        ):
             await blocker.execute("SELECT 1 FROM leaseworker_jobs WHERE job_key = 'k' FOR UPDATE")
             started = time.monotonic()
             with pytest.raises(StoreUnavailable) as failed:
                 await complete(store, "v2", 2)
             assert time.monotonic() - started < TIMEOUT + SLACK
             assert failed.value.key == "k"
+
+            async def nobody_waits_for_the_lock() -> bool:
+                cursor = await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                row = await cursor.fetchone()
+                return row is not None and int(row[0]) == 0
+
+            # The server ended the abandoned statement itself (statement_timeout):
+            # otherwise it would still wait here, and write v2 once the lock goes.
+            await eventually(nobody_waits_for_the_lock)
             await blocker.rollback()
         assert await store.lookup("k", "v2") is None
         assert await complete(store, "v2", 2) == "accepted"
