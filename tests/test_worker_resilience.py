@@ -207,12 +207,12 @@ async def test_stop_while_a_service_is_down_at_start_returns_at_once(
         return any(getattr(r, "event", "") == f"{down}_unavailable" for r in caplog.records)
 
     returned = anyio.Event()
-
-    async def run() -> None:
-        await worker.run()
-        returned.set()
-
     async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            await tg.start(worker.run)  # a stop before start-up ended must not fail this
+            returned.set()
+
         tg.start_soon(run)
         await until(retried)  # it failed once and is waiting to try again
         worker.stop()

@@ -202,15 +202,18 @@ class KafkaTriggerSource:
     ) -> None:
         """Consume until stopped; commit what completed; leave the group.
 
-        Stopped before Kafka ever answered, it returns without starting.
+        Stopped before Kafka ever answered, it reports itself started and
+        returns at once (a caller's ``tg.start`` must not fail over it).
         """
         self._consumer = await self._start("consumer", self._new_consumer)
         try:
             if self._consumer is None:
+                task_status.started()
                 return
             if self._config.dead_letter_topic:
                 self._producer = await self._start("producer", self._new_producer)
                 if self._producer is None:
+                    task_status.started()
                     return
             task_status.started()
             async with anyio.create_task_group() as tg:

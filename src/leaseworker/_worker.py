@@ -134,17 +134,20 @@ class Worker:
     ) -> None:
         """Wait for Redis, then consume triggers until :meth:`stop`.
 
-        ``task_status.started()`` is called once Kafka is connected.
+        ``task_status.started()`` is called once Kafka is connected, or when
+        the worker is stopped before it ever got there (``run`` then returns).
         """
         try:
             if not await self._wait_for_redis():
-                return  # stopped before Redis answered
+                task_status.started()  # stopped before Redis answered: nothing to wait for
+                return
             if self._store is not None:
                 await self._source.run(task_status=task_status)
                 return
             async with self._open_store() as store:
                 if store is None:
-                    return  # stopped before the store opened
+                    task_status.started()  # stopped before the store opened
+                    return
                 self._executor = self._make_executor(store)
                 await self._source.run(task_status=task_status)
         finally:
