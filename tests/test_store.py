@@ -476,3 +476,15 @@ async def test_results_with_text_no_store_could_keep_are_refused(
     kept = await complete(any_store, "k", "v1", 1, {"note": "déjà vu 😀"})
     assert kept.status == "accepted"
     assert kept.result == {"note": "déjà vu 😀"}
+
+
+async def test_unusual_but_valid_text_is_kept_as_it_is(any_store: CompletionStore) -> None:
+    """Emoji (joined ones too), non-breaking and ideographic spaces, an empty version: kept."""
+    key, version = "report\u3000acme\u00a0👩\u200d💻", ""
+    accepted = await any_store.complete(
+        key, input_version=version, fence=1, result={"n": 1}, execution_id="e", pod="p"
+    )
+    assert accepted.status == "accepted"
+    found = await any_store.lookup(key, version)
+    assert found is not None
+    assert (found.job_key, found.input_version) == (key, version)

@@ -135,7 +135,7 @@ class Executor:
         if not isinstance(version, str):
             raise TypeError(f"input_version() must return a str, not {type(version).__name__}")
         try:
-            check_text("input version", version)
+            check_text("input version", version, empty_ok=True)
         except ConfigError as exc:  # the trigger's data, not the pod's configuration
             raise ValueError(str(exc)) from None
         return version

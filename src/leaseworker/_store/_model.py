@@ -97,31 +97,30 @@ def decide(existing: Completion | None, head: Head | None, fence: int) -> Status
     return "accepted"
 
 
-MAX_TEXT_LENGTH = 1024
-"""Longest job key, input version, execution id or pod name a store takes (characters)."""
-
-
 def check_call(job_key: str, fence: int, input_version: str | None = None) -> None:
     """Reject arguments no store could record faithfully, before any I/O."""
     check_text("job key", job_key)
     if isinstance(fence, bool) or not isinstance(fence, int) or not 0 <= fence <= MAX_FENCE:
         raise ConfigError(f"fence must be an int in [0, 2**63 - 1], got {fence!r}")
     if input_version is not None:
-        check_text("input version", input_version)
+        check_text("input version", input_version, empty_ok=True)
 
 
-def check_text(what: str, value: object) -> None:
-    """Require printable text of 1 to :data:`MAX_TEXT_LENGTH` characters.
+def check_text(what: str, value: object, *, empty_ok: bool = False) -> None:
+    """Require a string without NUL, control characters or surrogate code points.
 
-    Why: every store must keep what another store would, and give it back
-    as it was. NUL and lone surrogates (which JSON decoding lets through)
-    cannot be encoded for SQLite or PostgreSQL; other control characters
-    would forge log lines. The message never quotes the value.
+    Why: every store must keep what another store would, and give it back as
+    it was. NUL and lone surrogates (which JSON decoding lets through) cannot
+    be encoded for SQLite or PostgreSQL; control characters would forge log
+    lines. Any other text is kept as it is. The message never quotes the value.
     """
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{what} must be a non-empty string")
-    if len(value) > MAX_TEXT_LENGTH or not value.isprintable():
-        raise ConfigError(f"{what} must be printable text of at most {MAX_TEXT_LENGTH} characters")
+    if not isinstance(value, str) or not (value or empty_ok):
+        raise ConfigError(f"{what} must be a {'' if empty_ok else 'non-empty '}string")
+    if _UNSTORABLE_CHARACTER.search(value):
+        raise ConfigError(f"{what} holds NUL, a control character or a surrogate code point")
+
+
+_UNSTORABLE_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 _STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
