@@ -277,13 +277,14 @@ _SCRIPTS = (_scripts.ACQUIRE, _scripts.RENEW, _scripts.RELEASE)
 
 
 def _checked(key: str) -> str:
-    # The key is the Redis Cluster hash tag ``{<key>}``: an empty one, or a brace
-    # in it (``}x`` makes the tag empty), would make Redis hash the whole key and
-    # put the lease and fence keys on different slots (CROSSSLOT on every call).
+    # The key is the Redis Cluster hash tag ``{<key>}``, which ends at its first
+    # ``}``. An empty tag (an empty key, or one starting with ``}``) makes Redis
+    # hash the whole key: the lease and fence keys would land on different slots
+    # (CROSSSLOT on every call). Any other key gives both the same tag.
     if not key:
         raise ConfigError("job key must be a non-empty string")
-    if "{" in key or "}" in key:
-        raise ConfigError("job key must not hold braces (it is a Redis Cluster hash tag)")
+    if key.startswith("}"):
+        raise ConfigError("job key must not start with '}' (it is a Redis Cluster hash tag)")
     return key
 
 
