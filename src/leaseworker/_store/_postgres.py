@@ -303,16 +303,17 @@ class _SessionSetup:
     READ COMMITTED is set explicitly because the race-freedom argument above
     relies on a fresh snapshot per statement (a server, database or URL
     default of REPEATABLE READ would turn lock waits into serialisation
-    failures). It is the session's default, because the connections run in
-    autocommit mode: psycopg's own isolation setting applies only to the
-    transactions psycopg begins, and it begins none here. The server-side
-    timeouts equal the store's bound.
+    failures). Set twice: psycopg's setting for the transactions it begins
+    (``conn.transaction()``), and the session's default for the single
+    statements an autocommit connection runs, which psycopg's setting does not
+    reach. The server-side timeouts equal the store's bound.
     """
 
     def __init__(self, call_timeout: float) -> None:
         self._ms = f"{max(1, math.ceil(call_timeout * 1000))}ms"
 
     async def __call__(self, conn: _Conn) -> None:
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
         await conn.execute(
             "SELECT set_config('default_transaction_isolation', 'read committed', false),"
             " set_config('statement_timeout', %s, false),"
