@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from redis.asyncio import Redis
+from redis.connection import parse_url
 
 from ._cli import env_default
 from ._completion import completion_key
@@ -57,12 +58,14 @@ def add_parser(subparsers: Any) -> None:
 
 def _inspect(args: argparse.Namespace) -> int:
     try:
+        parse_url(args.redis_url)  # type: ignore[no-untyped-call]  # what from_url refuses
+    except ValueError:  # not redis-py's message: it may quote the URL, password included
+        print("leaseworker inspect: error: --redis-url is not a valid Redis URL", file=sys.stderr)
+        return 2
+    try:
         shown = anyio.run(_read, args)
     except (ConfigError, StoreUnavailable, LeaseError) as exc:  # messages leaseworker wrote
         print(f"leaseworker inspect: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError:  # redis-py's own message may quote the URL, password included
-        print("leaseworker inspect: error: --redis-url is not a valid Redis URL", file=sys.stderr)
         return 2
     print(json.dumps(shown))
     return 0
