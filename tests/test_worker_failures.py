@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import anyio
 
-from leaseworker import JobContext, ReportJob
-from leaseworker._kafka_source import DEAD_LETTER_FAILURE_HEADERS, DEAD_LETTER_HEADERS
+from leaseworker import JobContext, ReportJob, WorkerConfig
+from leaseworker._kafka_source import (
+    DEAD_LETTER_FAILURE_HEADERS,
+    DEAD_LETTER_HEADERS,
+    SourceStats,
+)
 from leaseworker._local import LocalRedis
 from leaseworker._local._kafka import LocalKafka
 
@@ -37,6 +44,26 @@ def _job(topic: str) -> ReportJob:
     return job_class()
 
 
+async def _dead_letters_of(
+    config: WorkerConfig, topic: str, records: list[tuple[bytes, bytes]], *, dead: int
+) -> tuple[list[Any], SourceStats]:
+    """Run a pod over ``records`` until all are committed; return ``dead`` dead letters.
+
+    Also returns the pod's source counters as they were then.
+    """
+    bootstrap = config.bootstrap_servers
+    await produce(bootstrap, topic, records)
+    async with running(make_worker(_job(topic), config)) as worker:
+
+        async def all_committed() -> bool:
+            return await committed(bootstrap, config.group, topic) == {0: len(records)}
+
+        await eventually(all_committed, within=20)
+        assert config.dead_letter_topic is not None
+        letters = await read_topic(bootstrap, config.dead_letter_topic, dead)
+        return letters, dataclasses.replace(worker.stats)
+
+
 async def test_failed_and_timed_out_triggers_are_dead_lettered_then_committed(
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
@@ -50,7 +77,6 @@ async def test_failed_and_timed_out_triggers_are_dead_lettered_then_committed(
     that did not complete are on the dead-letter topic with their original
     key, value and position.
     """
-    bootstrap = kafka_server.bootstrap_servers
     records = [
         (b"report:f", payload(mode="fail", note=SECRET)),
         (b"report:h", payload(mode="hang")),
@@ -63,15 +89,8 @@ async def test_failed_and_timed_out_triggers_are_dead_lettered_then_committed(
         namespace,
         dead_letter_topic=kafka_names.dead_letters,
     )
-    await produce(bootstrap, topic, records)
-    async with running(make_worker(_job(topic), config)) as worker:
-
-        async def all_committed() -> bool:
-            return await committed(bootstrap, kafka_names.group, topic) == {0: 3}
-
-        await eventually(all_committed, within=20)
-        dead = await read_topic(bootstrap, kafka_names.dead_letters, 2)
-        assert (worker.stats.job_failures, worker.stats.dead_letters) == (2, 2)
+    dead, stats = await _dead_letters_of(config, topic, records, dead=2)
+    assert (stats.job_failures, stats.dead_letters) == (2, 2)
     expected = [("job_failed", "ValueError"), ("job_timed_out", "LeaseTimeout")]
     for offset, (record, (key, value), (reason, error_type)) in enumerate(
         zip(dead, records, expected, strict=False)
@@ -120,7 +139,6 @@ async def test_an_input_version_no_store_could_keep_fails_the_trigger_alone(
     executor and tore down the pod's source; the record was then redelivered
     to crash the next pod too.
     """
-    bootstrap = kafka_server.bootstrap_servers
     records = [(b"report:v", b'{"inputVersion": "v\\ud800"}'), (b"report:ok", payload())]
     config = pod_config(
         kafka_server,
@@ -129,15 +147,8 @@ async def test_an_input_version_no_store_could_keep_fails_the_trigger_alone(
         namespace,
         dead_letter_topic=kafka_names.dead_letters,
     )
-    await produce(bootstrap, topic, records)
-    async with running(make_worker(_job(topic), config)) as worker:
-
-        async def all_committed() -> bool:
-            return await committed(bootstrap, kafka_names.group, topic) == {0: 2}
-
-        await eventually(all_committed, within=20)
-        [dead] = await read_topic(bootstrap, kafka_names.dead_letters, 1)
-        assert (worker.stats.job_failures, worker.stats.dead_letters) == (1, 1)
+    [dead], stats = await _dead_letters_of(config, topic, records, dead=1)
+    assert (stats.job_failures, stats.dead_letters) == (1, 1)
     headers = dict(dead.headers)
     assert headers["leaseworker.error"] == b"job_failed"
     assert headers["leaseworker.error.type"] == b"ValueError"
