@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
@@ -66,19 +67,27 @@ def _ephemeral_low() -> int:
 
 
 def wait_for_port(
-    port: int, *, timeout: float, process: subprocess.Popen[bytes] | None = None
+    port: int,
+    *,
+    timeout: float,
+    process: subprocess.Popen[bytes] | None = None,
+    probe: Callable[[socket.socket], bool] | None = None,
 ) -> None:
-    """Block until something accepts TCP connections on ``port``.
+    """Block until something accepts TCP connections on ``port`` (and answers ``probe``).
 
     Raises ``RuntimeError`` early when ``process`` exits first, so a service that
     fails to start is reported at once instead of after the whole timeout.
+    ``probe`` gets the connected socket (0.5 s timeout) and says whether the
+    right server answered; an open port alone could be another process's.
     """
     deadline = time.monotonic() + timeout
     while True:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"process {process.pid} exited with {process.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.2):
-            return
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.5) as sock:
+            sock.settimeout(0.5)
+            if probe is None or (probe(sock) and (process is None or process.poll() is None)):
+                return
         if time.monotonic() > deadline:
             raise TimeoutError(f"nothing answered on {LOOPBACK}:{port} within {timeout}s")
         time.sleep(0.05)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
-import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port
+from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
 
 
 @dataclass
@@ -76,7 +73,7 @@ def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
     ]
     process = LocalProcess.spawn("redis", argv, log_path=workdir / "redis.log")
     try:
-        _wait_for_pong(port, process.popen, deadline=time.monotonic() + 15)
+        wait_for_port(port, timeout=15, process=process.popen, probe=_answers_ping)
     except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
         process.stop()
         if not isinstance(exc, Exception):
@@ -85,21 +82,12 @@ def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
     return process
 
 
-def _wait_for_pong(port: int, popen: subprocess.Popen[bytes], *, deadline: float) -> None:
-    """Block until *this* server answers PING on ``port``.
+def _answers_ping(sock: socket.socket) -> bool:
+    """Whether the server on ``sock`` is a Redis (this one, if its process still runs).
 
     An open port is not enough: if another process took the port between
     ``free_port()`` and the bind, it would accept connections while this
     server exits with "address already in use".
     """
-    while True:
-        if popen.poll() is not None:
-            raise RuntimeError(f"redis-server {popen.pid} exited with {popen.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.5) as sock:
-            sock.settimeout(0.5)
-            sock.sendall(b"PING\r\n")
-            if sock.recv(16).startswith(b"+PONG") and popen.poll() is None:
-                return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"redis-server did not answer PING on {LOOPBACK}:{port}")
-        time.sleep(0.05)
+    sock.sendall(b"PING\r\n")
+    return sock.recv(16).startswith(b"+PONG")
