@@ -23,8 +23,8 @@ import anyio
 from redis.asyncio import Redis
 
 from leaseworker import RedisLeases
-from leaseworker._local import LocalRedis
-from leaseworker._scripts import RELEASE
+from leaseworker._dev._services import LocalRedis
+from leaseworker._lease._scripts import RELEASE
 
 Cycle = Callable[[str], Awaitable[None]]
 

@@ -67,10 +67,10 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from leaseworker import JobContext, ReportJob, Worker, WorkerConfig
-from leaseworker._local import LocalRedis
-from leaseworker._local._jaeger import LocalJaeger
-from leaseworker._local._kafka import LocalKafka
-from leaseworker._run_cmd import tune_garbage_collector
+from leaseworker._cli._run import tune_garbage_collector
+from leaseworker._dev._services import LocalRedis
+from leaseworker._dev._services._jaeger import LocalJaeger
+from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._setup import ConfiguredTelemetry, configure

@@ -53,10 +53,10 @@ from leaseworker import (
     Worker,
     WorkerConfig,
 )
-from leaseworker._local import LocalRedis
-from leaseworker._local._kafka import LocalKafka
-from leaseworker._local._postgres import LocalPostgres
-from leaseworker._scripts import RELEASE
+from leaseworker._dev._services import LocalRedis
+from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._dev._services._postgres import LocalPostgres
+from leaseworker._lease._scripts import RELEASE
 
 PARTITIONS = 4
 

@@ -41,4 +41,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt
 fi
 
 # Service binaries: fetched/built once, then reused from the cache.
-.venv/bin/python -m leaseworker._local.prepare
+.venv/bin/python -m leaseworker._dev._services.prepare

@@ -10,7 +10,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from leaseworker import RedisLeases
-from leaseworker._local import LocalRedis
+from leaseworker._dev._services import LocalRedis
 from leaseworker.testing import ChaosProxy
 
 

@@ -10,12 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, RedisLeases, open_store
-from leaseworker._local import LocalPostgres, LocalRedis
-from leaseworker._local._kafka import LocalKafka
+from leaseworker._dev._services import LocalPostgres, LocalRedis
+from leaseworker._dev._services._kafka import LocalKafka
 
+from .health_util import spawn
 from .kafka_util import KafkaNames
 from .pods import Pod
-from .test_health_helpers import spawn
 
 
 @pytest.fixture(scope="session")

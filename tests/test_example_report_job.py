@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import JobContext, LeaseLost, MalformedTrigger, RedisLeases, hold
-from leaseworker._trigger import decode_trigger
+from leaseworker._execution._trigger import decode_trigger
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "report_job" / "monthly_report.py"
 

@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 
 from leaseworker import ReportJob, Worker, WorkerConfig
-from leaseworker._local import LocalRedis
-from leaseworker._local._kafka import LocalKafka
+from leaseworker._dev._services import LocalRedis
+from leaseworker._dev._services._kafka import LocalKafka
 
 from .kafka_util import KafkaNames
 

@@ -14,7 +14,6 @@ starts real services as local processes for the demo and the tests.
 """
 
 from ._backoff import BusyPolicy as BusyPolicy
-from ._config import WorkerConfig as WorkerConfig
 from ._errors import ConfigError as ConfigError
 from ._errors import LeaseBusy as LeaseBusy
 from ._errors import LeaseError as LeaseError
@@ -24,32 +23,33 @@ from ._errors import LeaseUnavailable as LeaseUnavailable
 from ._errors import LeaseworkerError as LeaseworkerError
 from ._errors import MalformedTrigger as MalformedTrigger
 from ._errors import StoreUnavailable as StoreUnavailable
-from ._hold import HeldLease as HeldLease
-from ._hold import Outcome as Outcome
-from ._hold import hold as hold
-from ._job import JobContext as JobContext
-from ._job import ReportJob as ReportJob
-from ._kafka_security import KafkaSecurity as KafkaSecurity
+from ._execution import ExecutionEvent as ExecutionEvent
+from ._execution import ExecutionObserver as ExecutionObserver
+from ._execution import JobContext as JobContext
+from ._execution import LoggingObserver as LoggingObserver
+from ._execution import ReportJob as ReportJob
+from ._execution import Trigger as Trigger
+from ._kafka import KafkaSecurity as KafkaSecurity
+from ._lease import DeadlinePolicy as DeadlinePolicy
+from ._lease import HeldLease as HeldLease
 from ._lease import Lease as Lease
+from ._lease import LeaseEvent as LeaseEvent
 from ._lease import LeaseInfo as LeaseInfo
+from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
+from ._lease import LeaseTiming as LeaseTiming
+from ._lease import Outcome as Outcome
 from ._lease import RedisLeases as RedisLeases
-from ._lease_events import LeaseEvent as LeaseEvent
-from ._lease_events import LeaseObserver as LeaseObserver
-from ._observer import ExecutionEvent as ExecutionEvent
-from ._observer import ExecutionObserver as ExecutionObserver
-from ._observer import LoggingObserver as LoggingObserver
+from ._lease import hold as hold
 from ._store import Completion as Completion
 from ._store import CompletionResult as CompletionResult
 from ._store import CompletionStore as CompletionStore
 from ._store import fenced_upsert as fenced_upsert
 from ._store import open_store as open_store
 from ._telemetry import Telemetry as Telemetry
-from ._timing import DeadlinePolicy as DeadlinePolicy
-from ._timing import LeaseTiming as LeaseTiming
-from ._trigger import Trigger as Trigger
 from ._version import __version__ as __version__
 from ._worker import Worker as Worker
+from ._worker import WorkerConfig as WorkerConfig
 from ._worker import serve as serve
 
 __all__ = [

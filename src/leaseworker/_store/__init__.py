@@ -12,9 +12,12 @@ from ._guard import fenced_upsert as fenced_upsert
 from ._model import Completion as Completion
 from ._model import CompletionResult as CompletionResult
 from ._model import Status as Status
+from ._model import check_text as check_text
 from ._open import open_store as open_store
 from ._protocol import CompletionStore as CompletionStore
 from ._url import DEFAULT_URL as DEFAULT_URL
+from ._url import StoreURL as StoreURL
+from ._url import parse_store_url as parse_store_url
 from ._url import redact as redact
 
 __all__ = [
@@ -23,7 +26,10 @@ __all__ = [
     "CompletionResult",
     "CompletionStore",
     "Status",
+    "StoreURL",
+    "check_text",
     "fenced_upsert",
     "open_store",
+    "parse_store_url",
     "redact",
 ]

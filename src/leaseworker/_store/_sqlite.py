@@ -220,30 +220,14 @@ class SqliteStore:
     def _run_batch(self, batch: list[Call[object]]) -> None:
         """Answer every call of ``batch``: the writes in one transaction, reads one by one."""
         started = time.monotonic()
-        live = []
-        for call in batch:
-            if call.deadline <= started:
-                call.fail(sqlite3.OperationalError("deadline passed before the call started"))
-            else:
-                live.append(call)
+        live = _started_in_time(batch, started)
         if not live:
             return
         self._deadline = min(call.deadline for call in live)
         if not self._inline:  # only a file has other connections to wait for
             remaining_ms = max(1, int((self._deadline - started) * 1000))
             self._conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
-        writes = [call for call in live if call.writes]
-        if writes:
-            try:
-                with _immediate(self._conn):
-                    outcomes = [call.op() for call in writes]
-                    self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:  # rolled back: none of them happened
-                for call in writes:
-                    call.fail(exc)
-            else:
-                for call, outcome in zip(writes, outcomes, strict=True):
-                    call.succeed(outcome)
+        self._run_writes([call for call in live if call.writes])
         for call in live:
             if not call.writes:
                 try:
@@ -251,9 +235,35 @@ class SqliteStore:
                 except sqlite3.Error as exc:
                     call.fail(exc)
 
+    def _run_writes(self, writes: list[Call[object]]) -> None:
+        """Run ``writes`` in one transaction: all of them happen, or none (each then fails)."""
+        if not writes:
+            return
+        try:
+            with _immediate(self._conn):
+                outcomes = [call.op() for call in writes]
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:  # rolled back: none of them happened
+            for call in writes:
+                call.fail(exc)
+        else:
+            for call, outcome in zip(writes, outcomes, strict=True):
+                call.succeed(outcome)
+
     def _expired(self) -> bool:
         """Tell SQLite (as its progress handler) whether the running batch's deadline passed."""
         return time.monotonic() > self._deadline
+
+
+def _started_in_time(batch: list[Call[object]], started: float) -> list[Call[object]]:
+    """Fail the calls whose deadline passed before the batch started; return the rest."""
+    live = []
+    for call in batch:
+        if call.deadline <= started:
+            call.fail(sqlite3.OperationalError("deadline passed before the call started"))
+        else:
+            live.append(call)
+    return live
 
 
 def _connect(path: str, call_timeout: float) -> sqlite3.Connection:

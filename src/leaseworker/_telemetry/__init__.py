@@ -9,7 +9,7 @@ public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
 CLI (the only place the SDK is imported, lazily); ``_otlp_json`` the OTLP/JSON
 span exporter ``_setup`` uses (SDK imports); ``_lean`` the lean tracer
 provider it builds; ``_span_context`` reads a span context's fields cheaply
-for both; ``_jaeger_links`` demo helpers.
+for both.
 Only the OpenTelemetry API is imported at package import.
 """
 
@@ -19,13 +19,17 @@ from ._producer import OutgoingTrigger as OutgoingTrigger
 from ._producer import traced_send as traced_send
 from ._propagation import extract as extract
 from ._propagation import inject as inject
+from ._setup import ConfiguredTelemetry as ConfiguredTelemetry
+from ._setup import configure as configure
 from ._telemetry import Telemetry as Telemetry
 
 __all__ = [
+    "ConfiguredTelemetry",
     "JsonFormatter",
     "OutgoingTrigger",
     "PodTelemetry",
     "Telemetry",
+    "configure",
     "extract",
     "inject",
     "traced_send",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, final
 
 from opentelemetry.trace import Status, StatusCode, Tracer
 
-from .. import _lease_events
+from .._lease import LeaseEvent
 from . import _names as n
 from ._trace import Attributes, TriggerTrace, ms, wall_ns
 
@@ -46,7 +46,7 @@ class LeaseSpans:
         self._execution_id = execution_id
         self._deadline: float | None = None  # local deadline after the last confirmation
 
-    def on_lease_event(self, event: _lease_events.LeaseEvent) -> None:
+    def on_lease_event(self, event: LeaseEvent) -> None:
         """Record one lease event (see :class:`~leaseworker.LeaseEvent`)."""
         handler = getattr(self, f"_on_{event.name}", None)
         if handler is None:
@@ -54,7 +54,7 @@ class LeaseSpans:
             return
         handler(event)
 
-    def _on_acquired(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_acquired(self, event: LeaseEvent) -> None:
         trace = self._trace
         self._confirmed(event)
         trace.fence = event.fence
@@ -73,7 +73,7 @@ class LeaseSpans:
         }
         end_acquire(self._tracer, trace, step, wall_ns(event.at), "acquired")
 
-    def _on_renewed(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_renewed(self, event: LeaseEvent) -> None:
         self._confirmed(event)
         round_trip = event.round_trip or 0.0
         self._metrics.renewal.record(round_trip, {n.RENEWAL_OUTCOME: "renewed"})
@@ -93,7 +93,7 @@ class LeaseSpans:
             extra=self._fields(event, renewalOutcome="renewed", roundTripMs=ms(round_trip)),
         )
 
-    def _on_lost(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_lost(self, event: LeaseEvent) -> None:
         reason = event.reason or "unknown"
         self._metrics.losses.add(1, {n.LOSS_REASON: reason})
         if reason in RENEWAL_LOSSES:
@@ -120,10 +120,10 @@ class LeaseSpans:
             extra=self._fields(event, reason=reason, renewalOutcome=outcome),
         )
 
-    def _on_cancel_requested(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_cancel_requested(self, event: LeaseEvent) -> None:
         self._span(n.SPAN_CANCEL, event, event.at, {n.LOSS_REASON: event.reason or "unknown"})
 
-    def _on_stopped(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_stopped(self, event: LeaseEvent) -> None:
         latency = event.stop_latency or 0.0
         self._metrics.stop_latency.record(latency)
         if self._deadline is not None and event.at > self._deadline:
@@ -137,7 +137,7 @@ class LeaseSpans:
             extra=self._fields(event, stopLatencyMs=ms(latency)),
         )
 
-    def _on_released(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_released(self, event: LeaseEvent) -> None:
         round_trip = event.round_trip or 0.0
         self._span(
             n.SPAN_RELEASE,
@@ -146,7 +146,7 @@ class LeaseSpans:
             {n.RELEASE_DELETED: bool(event.deleted), n.ROUND_TRIP_MS: ms(round_trip)},
         )
 
-    def _on_release_failed(self, event: _lease_events.LeaseEvent) -> None:
+    def _on_release_failed(self, event: LeaseEvent) -> None:
         round_trip = event.round_trip or 0.0
         self._span(
             n.SPAN_RELEASE,
@@ -160,14 +160,14 @@ class LeaseSpans:
             _RELEASE_FAILED,
         )
 
-    def _confirmed(self, event: _lease_events.LeaseEvent) -> None:
+    def _confirmed(self, event: LeaseEvent) -> None:
         if event.remaining is not None:
             self._deadline = event.at + event.remaining
 
     def _span(
         self,
         name: str,
-        event: _lease_events.LeaseEvent,
+        event: LeaseEvent,
         start: float,
         step: Attributes | None = None,
         status: Status | None = None,
@@ -189,7 +189,7 @@ class LeaseSpans:
             span.set_status(status)
         span.end(wall_ns(event.at))
 
-    def _fields(self, event: _lease_events.LeaseEvent, **extra: object) -> dict[str, object]:
+    def _fields(self, event: LeaseEvent, **extra: object) -> dict[str, object]:
         return {
             "jobId": event.key,
             "executionId": self._execution_id,

@@ -215,7 +215,7 @@ def _key_value(key: str, value: Any) -> str:
     return "" if any_value is None else _JSON.encode({"key": key, "value": any_value})
 
 
-def _any_value(value: Any) -> JsonObject | None:
+def _any_value(value: Any) -> JsonObject | None:  # noqa: C901  # one flat type dispatch, fast path first
     """One ``AnyValue``; the common types first, checked by exact type (the fast path)."""
     kind = type(value)
     if kind is str:

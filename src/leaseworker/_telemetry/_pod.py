@@ -34,10 +34,8 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from .._lease_events import LeaseObserver
-from .._observer import ExecutionEvent
-from .._timing import now
-from .._trigger import Trigger
+from .._execution import ExecutionEvent, Trigger
+from .._lease import LeaseObserver, now
 from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics

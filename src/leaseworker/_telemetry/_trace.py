@@ -18,7 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
-from .._timing import now as monotonic_now
+from .._lease import now as monotonic_now
 from . import _names as n
 
 Attributes = dict[str, AttributeValue]

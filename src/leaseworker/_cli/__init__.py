@@ -1,0 +1,11 @@
+"""The ``leaseworker`` command: one module per subcommand, no module imports another's.
+
+``_main`` assembles the parser and sets up logging; ``_common`` the shared flag
+helpers and ``LEASEWORKER_*`` environment defaults; ``_kafka_flags`` the Kafka
+security flags shared by ``run`` and ``trigger``; ``_run``, ``_trigger``,
+``_inspect`` and ``_demo`` the subcommands.
+"""
+
+from ._main import main as main
+
+__all__ = ["main"]

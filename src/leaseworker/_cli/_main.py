@@ -1,0 +1,70 @@
+"""The ``leaseworker`` command: parse flags, set up logging, hand off.
+
+Each subcommand lives in its own module and registers itself through an
+``add_parser(subparsers)`` function; this module only assembles them. The
+settings of ``run`` and the connection settings of the other commands can also
+come from a ``LEASEWORKER_<FLAG>`` environment variable (see
+:func:`env_default`). Bad usage exits 2 with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Sequence
+
+from .._version import __version__
+from ._common import LOG_FORMATS, LOG_LEVELS, env_default, env_name
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Assemble the parser from every subcommand module."""
+    from . import _demo, _inspect, _run, _trigger
+
+    parser = argparse.ArgumentParser(
+        prog="leaseworker",
+        description="Run long jobs safely across many worker pods.",
+    )
+    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default=env_default("--log-level", "INFO"),
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (_demo, _inspect, _run, _trigger):
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # argparse checks ``choices`` on the command line only, not on defaults (the env).
+    if args.log_level not in LOG_LEVELS:
+        parser.error(f"{env_name('--log-level')}: must be one of {', '.join(LOG_LEVELS)}")
+    if getattr(args, "log_format", "text") not in LOG_FORMATS:
+        parser.error(f"{env_name('--log-format')}: must be one of {', '.join(LOG_FORMATS)}")
+    _setup_logging(args.log_level, getattr(args, "log_format", "text"))
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _setup_logging(level: str, log_format: str) -> None:
+    """Log to stderr as text, or as one JSON object per line (``--log-format json``)."""
+    if log_format != "json":
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return
+    from .._telemetry import JsonFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level, handlers=[handler])

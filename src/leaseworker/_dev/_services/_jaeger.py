@@ -1,0 +1,520 @@
+"""A private Jaeger v2 on free loopback ports, with in-memory trace storage.
+
+Jaeger is built from source with the Go toolchain, pinned by the tiny Go module
+in ``deploy/local/jaeger`` (``go get -tool``), so the version is reviewed like any
+other dependency and no prebuilt binary is downloaded. The binary is cached under
+:func:`~leaseworker._dev._services.cache_dir`, outside the clone, and rebuilt only when it
+is missing.
+
+The module proxy's copy of Jaeger carries no web-UI assets, so the built binary
+serves a placeholder page at the UI routes; the JSON query APIs, which
+:meth:`LocalJaeger.find_traces` uses, are complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, Self, TypedDict
+
+from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, wait_for_port
+
+JAEGER_VERSION = "v1.76.0"
+"""The Jaeger release pinned in ``deploy/local/jaeger/go.mod``."""
+
+JAEGER_PACKAGE = "github.com/jaegertracing/jaeger/cmd/jaeger"
+"""The Go package of the Jaeger v2 binary (an OpenTelemetry Collector distribution)."""
+
+MAX_TRACES = 100_000
+"""How many traces the in-memory store keeps before it drops the oldest."""
+
+_log = logging.getLogger(__name__)
+
+# Tags that Jaeger's OTLP -> v1 model translation adds; they are not span attributes.
+_V1_SYNTHETIC_TAGS = frozenset(
+    {
+        "span.kind",
+        "otel.status_code",
+        "otel.status_description",
+        "otel.scope.name",
+        "otel.scope.version",
+        "internal.span.format",
+    }
+)
+
+SpanStatus = Literal["unset", "ok", "error"]
+
+
+class FoundSpan(TypedDict):
+    """One span as :meth:`LocalJaeger.find_traces` returns it.
+
+    The form is the same whichever query API answered, so tests can compare
+    plain values: ids are lowercase hex (32 digits for traces, 16 for spans),
+    ``parent_span_id`` is ``None`` for a root span, times are Unix nanoseconds,
+    and ``attributes`` is flat: ``{"key": value}`` with OTLP integers as ``int``,
+    doubles as ``float``, booleans as ``bool``, arrays as ``list``, key-value
+    lists as ``dict`` and bytes as their base64 text.
+    """
+
+    service: str
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    status: SpanStatus
+    attributes: dict[str, Any]
+
+
+def deploy_dir() -> Path:
+    """Return the repository's ``deploy/local/jaeger`` Go module directory.
+
+    It is found relative to this source file (``src/leaseworker/_local/``), so it
+    exists only in a clone or an editable install, not in an installed wheel.
+    """
+    path = Path(__file__).resolve().parents[3] / "deploy" / "local" / "jaeger"
+    if not (path / "go.mod").is_file():
+        raise RuntimeError(
+            f"Jaeger's Go module was not found at {path}: LocalJaeger builds Jaeger from "
+            "the repository's deploy/local/jaeger/go.mod, so it needs a clone or an "
+            "editable install of leaseworker"
+        )
+    return path
+
+
+@dataclass
+class LocalJaeger:
+    """A running Jaeger v2 (``cmd/jaeger``) with memory storage, bound to loopback.
+
+    Every listener (OTLP gRPC, OTLP HTTP, query HTTP and query gRPC) is on its
+    own free port on ``127.0.0.1``; the collector's self-metrics are turned off so
+    nothing binds a fixed default port such as 4317, 16686 or 8888.
+    """
+
+    otlp_grpc_port: int
+    otlp_http_port: int
+    query_http_port: int
+    query_grpc_port: int
+    workdir: Path
+    process: LocalProcess
+
+    @property
+    def otlp_grpc_endpoint(self) -> str:
+        """The OTLP/gRPC endpoint, as OpenTelemetry's gRPC span exporter expects it."""
+        return f"http://{LOOPBACK}:{self.otlp_grpc_port}"
+
+    @property
+    def otlp_http_endpoint(self) -> str:
+        """The OTLP/HTTP base URL; traces are POSTed to ``{endpoint}/v1/traces``."""
+        return f"http://{LOOPBACK}:{self.otlp_http_port}"
+
+    @property
+    def query_url(self) -> str:
+        """The base URL of the query service (JSON APIs and UI routes)."""
+        return f"http://{LOOPBACK}:{self.query_http_port}"
+
+    def trace_url(self, trace_id: str) -> str:
+        """Return the UI URL of one trace (a placeholder page in this build).
+
+        The same trace as JSON is at ``{query_url}/api/v3/traces/{trace_id}``.
+        """
+        return f"{self.query_url}/trace/{trace_id.lower()}"
+
+    @staticmethod
+    def binary_path() -> Path:
+        """Return where the built binary lives (it may not exist yet)."""
+        return cache_dir(f"jaeger-{JAEGER_VERSION}") / "jaeger"
+
+    @classmethod
+    def ensure_built(cls) -> Path:
+        """Build the pinned Jaeger unless the cached binary exists; return its path.
+
+        The first build compiles a few thousand Go packages and takes minutes;
+        later calls return at once. The build writes to a temporary name and
+        renames it into place, so an interrupted build never leaves a binary that
+        looks complete. Its output goes to ``build.log`` beside the binary.
+        """
+        binary = cls.binary_path()
+        if binary.is_file():
+            return binary
+        module = deploy_dir()
+        # The official Go tarball installs to /usr/local/go, often not on a CI PATH.
+        go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
+        if go is None:
+            raise RuntimeError(
+                "the Go toolchain is not on PATH; LocalJaeger builds Jaeger "
+                f"{JAEGER_VERSION} from source with it (see deploy/local/jaeger/go.mod)"
+            )
+        partial = binary.with_name(f"jaeger.partial-{os.getpid()}")
+        build_log = binary.with_name("build.log")
+        _log.warning("building Jaeger %s into %s (minutes the first time)", JAEGER_VERSION, binary)
+        started = time.monotonic()
+        with build_log.open("wb") as log:
+            result = subprocess.run(
+                [go, "build", "-o", str(partial), JAEGER_PACKAGE],
+                cwd=module,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(
+                f"go build of Jaeger {JAEGER_VERSION} failed with exit code "
+                f"{result.returncode} (full log: {build_log}):\n{tail}"
+            )
+        partial.replace(binary)
+        _log.warning("built Jaeger in %.0fs", time.monotonic() - started)
+        return binary
+
+    @classmethod
+    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+        """Build if needed, start Jaeger, and wait until its query API answers.
+
+        The YAML config and ``jaeger.log`` are written into ``workdir`` (a new
+        temporary directory by default), which is kept for post-mortems.
+        """
+        binary = cls.ensure_built()
+        workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-jaeger-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        otlp_grpc, otlp_http, query_http, query_grpc = _distinct_free_ports(4)
+        config = workdir / "jaeger.yaml"
+        config.write_text(
+            _config_yaml(
+                otlp_grpc=otlp_grpc,
+                otlp_http=otlp_http,
+                query_http=query_http,
+                query_grpc=query_grpc,
+            )
+        )
+        process = LocalProcess.spawn(
+            "jaeger",
+            [str(binary), "--config", f"file:{config}"],
+            log_path=workdir / "jaeger.log",
+        )
+        jaeger = cls(
+            otlp_grpc_port=otlp_grpc,
+            otlp_http_port=otlp_http,
+            query_http_port=query_http,
+            query_grpc_port=query_grpc,
+            workdir=workdir,
+            process=process,
+        )
+        try:
+            jaeger._wait_ready(timeout)
+        except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
+            process.stop()
+            if not isinstance(exc, Exception):
+                raise
+            raise RuntimeError(f"Jaeger did not start:\n{process.log_tail()}") from exc
+        return jaeger
+
+    def stop(self) -> None:
+        """Stop Jaeger by PID; the in-memory traces are gone afterwards."""
+        self.process.stop()
+
+    def find_traces(
+        self, service: str, *, lookback_s: float = 600, limit: int = 100
+    ) -> list[FoundSpan]:
+        """Return the spans of ``service``'s traces from the last ``lookback_s`` seconds.
+
+        Uses the OTLP-shaped API ``/api/v3/traces`` and falls back to the classic
+        ``/api/traces`` when that route is missing. Each trace found contributes
+        all its spans, including those of other services; spans come sorted by
+        start time. No match is an empty list, not an error. ``limit`` caps the
+        number of traces.
+        """
+        now = datetime.now(UTC)
+        # Spans stamped a little ahead of this clock (another process, rounding)
+        # still count, hence the slack at the upper bound.
+        start_min, start_max = now - timedelta(seconds=lookback_s), now + timedelta(seconds=60)
+        try:
+            spans = self._find_v3(service, start_min, start_max, limit)
+        except _RouteMissingError:
+            spans = self._find_v1(service, start_min, start_max, limit)
+        return sorted(spans, key=lambda s: (s["start_time_unix_nano"], s["span_id"]))
+
+    def _find_v3(
+        self, service: str, start_min: datetime, start_max: datetime, limit: int
+    ) -> list[FoundSpan]:
+        query = urllib.parse.urlencode(
+            {
+                "query.service_name": service,
+                "query.start_time_min": _rfc3339(start_min),
+                "query.start_time_max": _rfc3339(start_max),
+                "query.num_traces": str(limit),
+            }
+        )
+        status, body = _http_get(f"{self.query_url}/api/v3/traces?{query}")
+        if status == 404:
+            # Jaeger answers "no traces" with a JSON error body and 404; a 404
+            # without that body means this Jaeger has no v3 API.
+            if _is_gateway_error(body):
+                return []
+            raise _RouteMissingError
+        if status != 200:
+            raise RuntimeError(f"Jaeger /api/v3/traces answered {status}: {body[:500]!r}")
+        return _spans_from_otlp(json.loads(body).get("result", {}))
+
+    def _find_v1(
+        self, service: str, start_min: datetime, start_max: datetime, limit: int
+    ) -> list[FoundSpan]:
+        query = urllib.parse.urlencode(
+            {
+                "service": service,
+                "start": str(int(start_min.timestamp() * 1_000_000)),
+                "end": str(int(start_max.timestamp() * 1_000_000)),
+                "limit": str(limit),
+            }
+        )
+        status, body = _http_get(f"{self.query_url}/api/traces?{query}")
+        if status != 200:
+            raise RuntimeError(f"Jaeger /api/traces answered {status}: {body[:500]!r}")
+        return _spans_from_v1(json.loads(body))
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Wait for the query API, then for both OTLP receivers.
+
+        The collector starts extensions (the query service) before the pipeline's
+        receivers, so an answering query API alone does not mean spans are accepted.
+        """
+        deadline = time.monotonic() + timeout
+        url = f"{self.query_url}/api/v3/services"
+        while True:
+            if self.process.popen.poll() is not None:
+                raise RuntimeError(f"jaeger exited with {self.process.popen.returncode}")
+            with contextlib.suppress(OSError):
+                status, _ = _http_get(url, timeout=1.0)
+                if status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not answer within {timeout}s")
+            time.sleep(0.05)
+        for port in (self.otlp_grpc_port, self.otlp_http_port):
+            remaining = max(deadline - time.monotonic(), 0.1)
+            wait_for_port(port, timeout=remaining, process=self.process.popen)
+
+
+class _RouteMissingError(Exception):
+    """The queried Jaeger has no such HTTP route."""
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    """Return ``count`` different free loopback ports."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> str:
+    """Return the Jaeger v2 (OpenTelemetry Collector) config for a private instance.
+
+    Only the OTLP receiver runs (no Jaeger/Zipkin receivers, no remote sampling,
+    health-check, pprof or zpages extensions), every endpoint is an explicit
+    loopback address, and ``metrics: level: none`` turns off the collector's own
+    Prometheus endpoint, which would otherwise bind port 8888. The query service's
+    self-tracing is off too: it would dial the default OTLP port 4317 (someone
+    else's collector, or nothing, which delays shutdown by retries).
+    """
+    return f"""\
+# Written by leaseworker._dev._services.LocalJaeger; regenerated on every start.
+service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: info
+
+extensions:
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: {MAX_TRACES}
+  jaeger_query:
+    storage:
+      traces: memstore
+    # On by default in v2: it would export Jaeger's own spans to localhost:4317.
+    enable_tracing: false
+    http:
+      endpoint: "{LOOPBACK}:{query_http}"
+    grpc:
+      endpoint: "{LOOPBACK}:{query_grpc}"
+
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: "{LOOPBACK}:{otlp_grpc}"
+      http:
+        endpoint: "{LOOPBACK}:{otlp_http}"
+
+processors:
+  batch:
+
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+"""
+
+
+def _rfc3339(moment: datetime) -> str:
+    """Format an aware UTC datetime the way Go's ``time.RFC3339Nano`` parses it."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
+    """GET ``url``; return the status and body, also for 4xx/5xx answers."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), bytes(exc.read())
+
+
+def _is_gateway_error(body: bytes) -> bool:
+    """Tell whether ``body`` is the v3 API's JSON error object."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+
+
+def _otlp_value(value: dict[str, Any]) -> Any:
+    """Convert an OTLP/JSON ``AnyValue`` to a plain Python value."""
+    if "stringValue" in value:
+        return str(value["stringValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return int(value["intValue"])  # int64 travels as a JSON string
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "bytesValue" in value:
+        return str(value["bytesValue"])
+    if "arrayValue" in value:
+        return [_otlp_value(v) for v in value["arrayValue"].get("values", [])]
+    if "kvlistValue" in value:
+        return _otlp_attributes(value["kvlistValue"].get("values", []))
+    return None
+
+
+def _otlp_attributes(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Flatten an OTLP/JSON ``KeyValue`` list into a dict."""
+    return {pair["key"]: _otlp_value(pair.get("value", {})) for pair in pairs}
+
+
+_OTLP_STATUS: dict[int | str, SpanStatus] = {
+    0: "unset",
+    1: "ok",
+    2: "error",
+    "STATUS_CODE_UNSET": "unset",
+    "STATUS_CODE_OK": "ok",
+    "STATUS_CODE_ERROR": "error",
+}
+
+
+def _spans_from_otlp(traces_data: dict[str, Any]) -> list[FoundSpan]:
+    """Normalize an OTLP/JSON ``TracesData`` object (the v3 API's ``result``)."""
+    spans: list[FoundSpan] = []
+    for resource_spans in traces_data.get("resourceSpans", []):
+        resource = _otlp_attributes(resource_spans.get("resource", {}).get("attributes", []))
+        service = str(resource.get("service.name", ""))
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                spans.append(
+                    FoundSpan(
+                        service=service,
+                        name=str(span.get("name", "")),
+                        trace_id=str(span["traceId"]).lower(),
+                        span_id=str(span["spanId"]).lower(),
+                        parent_span_id=str(span.get("parentSpanId") or "").lower() or None,
+                        start_time_unix_nano=int(span.get("startTimeUnixNano", 0)),
+                        end_time_unix_nano=int(span.get("endTimeUnixNano", 0)),
+                        status=_OTLP_STATUS.get(span.get("status", {}).get("code", 0), "unset"),
+                        attributes=_otlp_attributes(span.get("attributes", [])),
+                    )
+                )
+    return spans
+
+
+_V1_STATUS: dict[str, SpanStatus] = {"OK": "ok", "ERROR": "error"}
+
+
+def _v1_tag_value(tag: dict[str, Any]) -> Any:
+    """Convert a classic-API tag value (typed by ``tag["type"]``) to Python."""
+    kind, value = tag.get("type"), tag["value"]
+    if kind == "int64":
+        return int(value)
+    if kind == "float64":
+        return float(value)
+    if kind == "bool":
+        return bool(value)
+    return value
+
+
+def _spans_from_v1(payload: dict[str, Any]) -> list[FoundSpan]:
+    """Normalize the classic ``/api/traces`` answer (Jaeger's own JSON model)."""
+    spans: list[FoundSpan] = []
+    for trace in payload.get("data") or []:
+        processes: dict[str, Any] = trace.get("processes", {})
+        for span in trace.get("spans", []):
+            tags = {tag["key"]: _v1_tag_value(tag) for tag in span.get("tags", [])}
+            status = _V1_STATUS.get(str(tags.get("otel.status_code", "")).upper(), "unset")
+            if status == "error" and tags.get("error") is True:
+                # The translation marks error spans with error=true; a real
+                # attribute of that name and value is indistinguishable and dropped.
+                del tags["error"]
+            parent = next(
+                (
+                    ref["spanID"]
+                    for ref in span.get("references", [])
+                    if ref.get("refType") == "CHILD_OF"
+                ),
+                None,
+            )
+            start_us, duration_us = int(span.get("startTime", 0)), int(span.get("duration", 0))
+            process = processes.get(span.get("processID", ""), {})
+            spans.append(
+                FoundSpan(
+                    service=str(process.get("serviceName", "")),
+                    name=str(span.get("operationName", "")),
+                    trace_id=str(span["traceID"]).lower().rjust(32, "0"),
+                    span_id=str(span["spanID"]).lower().rjust(16, "0"),
+                    parent_span_id=str(parent).lower().rjust(16, "0") if parent else None,
+                    start_time_unix_nano=start_us * 1000,
+                    end_time_unix_nano=(start_us + duration_us) * 1000,
+                    status=status,
+                    attributes={
+                        key: value for key, value in tags.items() if key not in _V1_SYNTHETIC_TAGS
+                    },
+                )
+            )
+    return spans

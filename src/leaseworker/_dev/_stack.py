@@ -1,0 +1,358 @@
+"""``leaseworker demo``: three worker pods on a local stack, a Redis stall, and the proof.
+
+What it does, in order:
+
+1. starts a private Redis and Kafka broker (and Jaeger when it is already
+   built) on free loopback ports and creates the topics;
+2. starts three ``leaseworker run demo_report:DemoMonthlyReport`` pods as
+   separate processes (``examples/report_job``), each reaching Redis through
+   its own :class:`~leaseworker.testing.ChaosProxy` owned by this process;
+3. sends one slow report (it outlives its 3 s lease by renewing it), then a
+   stream of monthly reports with duplicates;
+4. black-holes the Redis traffic of the pod running the slow report: its
+   renewals go unanswered, so the job is stopped at its local deadline
+   (``lost``) before the key can expire; playing the orchestrator whose
+   health check now fails, the demo sends that pod SIGTERM, and another pod
+   takes the report over once the old lease expired;
+5. waits until every trigger completed and was committed, stops everything,
+   and prints the summary: completed, duplicates, lost-and-stopped, overlap
+   (from per-execution start/stop markers on one clock) and takeover time.
+
+The exit code is 1 when two executions of one report overlapped, a trigger
+was not completed, or the stall did not play out as described.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+from ..testing import ChaosProxy
+from ._jaeger_links import lost_trace_url
+from ._marks import Execution, Position, completed_positions, overlaps, read_executions
+from ._pods import PodProcess, Stack, committed_total, local_stack, spawn_pod, telemetry_flags
+
+TOPIC = "reports.requested"  # MonthlyReport.topic
+DEAD_LETTERS = "reports.dead-letter"
+JOB = "demo_report:DemoMonthlyReport"
+PARTITIONS = 3
+SLOW_KEY = ("acme", "2026-10")
+SLOW_SECONDS = 6.0
+LEASE = 3.0  # DemoMonthlyReport.lease_duration
+TENANTS = ("globex", "initech", "umbrella", "hooli")
+PERIODS = ("2026-09", "2026-10", "2026-11")
+POD_FLAGS = (
+    *("--concurrency", "4", "--session-timeout", "6", "--heartbeat-interval", "1"),
+    *("--revoke-timeout", "2", "--shutdown-timeout", "2", "--redis-timeout", "0.5"),
+)
+"""Short Kafka timings, so a hand-over takes seconds (the defaults suit production)."""
+
+Out = Callable[[str], None]
+
+
+@dataclass
+class Summary:
+    """What the run proved; ``ok`` decides the exit code."""
+
+    triggers: int = 0
+    duplicates: int = 0
+    executions: list[Execution] = field(default_factory=list)
+    completed_triggers: int = 0
+    answered_duplicates: int = 0  # triggers answered from the completion store, not run
+    committed: int = 0
+    overlapping: int = 0
+    stall_pod: str = ""
+    loss_after: float | None = None  # stall -> the slow report's body stopped
+    takeover_after: float | None = None  # that stop -> started on another pod
+    duration: float = 0.0
+    lost_trace: str | None = None  # Jaeger URL of the execution whose lease was lost
+
+    def count(self, how: str) -> int:
+        """Count the executions that ended ``how``."""
+        return sum(1 for e in self.executions if e.how == how)
+
+    @property
+    def reruns(self) -> int:
+        """Completed executions beyond one per run trigger: redeliveries after a hand-over."""
+        return self.count("completed") - (self.completed_triggers - self.answered_duplicates)
+
+    @property
+    def ok(self) -> bool:
+        """No overlap, every trigger completed and committed, the stall was taken over."""
+        return (
+            self.overlapping == 0
+            and self.completed_triggers == self.committed == self.triggers > 0
+            and self.takeover_after is not None
+        )
+
+    def render(self) -> str:
+        """Return the summary as aligned lines."""
+        lost = self.loss_after
+        takeover = self.takeover_after
+        lines = [
+            "== summary",
+            f"  triggers sent        {self.triggers} ({self.duplicates} duplicates)",
+            f"  completed            {self.completed_triggers}/{self.triggers} triggers, "
+            f"{self.committed} offsets committed",
+            f"  duplicates           {self.answered_duplicates} trigger(s) answered from the "
+            "completion store without running",
+            f"  executions           {self.count('completed')} completed, "
+            f"{self.count('lost')} lost-and-stopped, {self.count('cancelled')} cancelled, "
+            f"{self.count('failed')} failed",
+            f"  re-runs              {self.reruns} trigger(s) ran again after the hand-over "
+            "(redelivered before their completion was recorded)",
+            f"  overlap              {self.overlapping} (pairs of executions of one report "
+            "running at the same time)",
+            f"  stalled pod          {self.stall_pod or 'none'}: report stopped "
+            + (f"{lost:.2f}s after the stall" if lost is not None else "NOT seen"),
+            "  takeover             "
+            + (
+                f"{takeover:.2f}s from the stop to the start on another pod"
+                if takeover is not None
+                else "NOT seen"
+            ),
+            *(
+                [
+                    f"  lost execution trace {self.lost_trace}",
+                    "                       (JSON: "
+                    + self.lost_trace.replace("/trace/", "/api/v3/traces/")
+                    + ")",
+                ]
+                if self.lost_trace
+                else []
+            ),
+            f"  duration             {self.duration:.1f}s",
+            f"  result               {'OK' if self.ok else 'FAILED'}",
+        ]
+        return "\n".join(lines)
+
+
+def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
+    """Run the whole demo; every service and pod it started is stopped before it returns.
+
+    ``keep_running`` leaves Redis, Kafka and Jaeger up after the summary until
+    Ctrl-C, so the printed trace URL can be opened.
+    """
+    began = time.monotonic()
+    out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
+    with local_stack() as stack:
+        try:
+            stack.kafka.create_topics([TOPIC, DEAD_LETTERS], partitions=PARTITIONS)
+            jaeger = f", Jaeger UI {stack.jaeger.query_url}" if stack.jaeger else ""
+            out(f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}")
+            summary = anyio.run(_scenario, stack, out)
+            if keep_running:
+                summary.duration = time.monotonic() - began
+                out(summary.render())
+                _wait_for_interrupt(out)
+        except BaseException:
+            out(f"pod logs and markers kept in {stack.workdir}")
+            raise
+    if summary.ok:
+        shutil.rmtree(stack.workdir, ignore_errors=True)
+    else:
+        out(f"pod logs and markers kept in {stack.workdir}")
+    summary.duration = time.monotonic() - began
+    return summary
+
+
+class _Clock:
+    """Seconds since the demo's start, for the narration."""
+
+    def __init__(self, out: Out) -> None:
+        self._origin = time.monotonic()
+        self._out = out
+
+    def say(self, text: str) -> None:
+        self._out(f"  t={time.monotonic() - self._origin:5.1f}s  {text}")
+
+
+async def _scenario(stack: Stack, out: Out) -> Summary:
+    markers = stack.workdir / "markers.txt"
+    group = f"demo-{secrets.token_hex(3)}"
+    args = [
+        JOB,
+        *("--bootstrap-servers", stack.kafka.bootstrap_servers, "--group", group),
+        *("--namespace", group, "--dead-letter-topic", DEAD_LETTERS),
+        *POD_FLAGS,
+        *telemetry_flags(stack),
+    ]
+    env = {
+        "LEASEWORKER_DEMO_MARKERS": str(markers),
+        # One completion store shared by the pods (SQLite in WAL mode, one host).
+        "LEASEWORKER_STORE_URL": f"sqlite:///{stack.workdir / 'completions.sqlite3'}",
+    }
+    clock = _Clock(out)
+    summary = Summary()
+    async with contextlib.AsyncExitStack() as exits:
+        pods: list[PodProcess] = []
+        exits.push_async_callback(_stop_all, pods)
+        for name in ("pod-a", "pod-b", "pod-c"):
+            proxy = await exits.enter_async_context(ChaosProxy(stack.redis.port))
+            pods.append(spawn_pod(name, proxy, args, env))
+        producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap_servers, acks="all")
+        with anyio.fail_after(30):
+            await producer.start()
+        exits.push_async_callback(producer.stop)
+        clock.say(f"3 pods started ({', '.join(p.name for p in pods)}); waiting for partitions")
+        await _until(lambda: _spread(pods), within=45, what="pods to share the partitions")
+        clock.say("partitions: " + "; ".join(f"{p.name} {p.assigned()}" for p in pods))
+        run = _Run(stack, producer, pods, markers, clock, summary, group)
+        await _play(run)
+        await _stop_all(pods)
+        clock.say("pods stopped")
+        if stack.jaeger is not None:  # the pods flushed their spans on exit
+            summary.lost_trace = await anyio.to_thread.run_sync(lost_trace_url, stack.jaeger)
+    summary.executions = read_executions(markers)
+    ran = completed_positions(summary.executions)
+    summary.completed_triggers = len(ran | _answered(run, summary.executions))
+    summary.answered_duplicates = len(_answered(run, summary.executions) - ran)
+    summary.overlapping = len(overlaps(summary.executions))
+    return summary
+
+
+@dataclass
+class _Run:
+    """Everything one demo run works with."""
+
+    stack: Stack
+    producer: Any
+    pods: list[PodProcess]
+    markers: Path
+    clock: _Clock
+    summary: Summary
+    group: str
+    sent: set[Position] = field(default_factory=set)
+    keys: dict[Position, str] = field(default_factory=dict)
+
+    def executions(self, key: str) -> list[Execution]:
+        """Return the executions of ``key`` so far, in start order."""
+        return [e for e in read_executions(self.markers) if e.key == key]
+
+    async def send(self, reports: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+        """Produce one trigger per (tenant, period, extra fields), keyed by its job key."""
+        for tenant, period, more in reports:
+            key = f"report:{tenant}:{period}".encode()
+            with anyio.fail_after(15):
+                meta = await self.producer.send_and_wait(
+                    TOPIC, key=key, value=_payload(tenant, period, **more)
+                )
+            self.sent.add((meta.partition, meta.offset))
+            self.keys[(meta.partition, meta.offset)] = key.decode()
+        self.summary.triggers = len(self.sent)
+
+
+async def _play(run: _Run) -> None:
+    """Slow report, stream with duplicates, Redis stall on the slow report's pod, hand-over."""
+    slow_key = f"report:{SLOW_KEY[0]}:{SLOW_KEY[1]}"
+    await run.send([(*SLOW_KEY, {"rows": 20_000, "slow_seconds": SLOW_SECONDS})])
+    await _until(lambda: bool(run.executions(slow_key)), within=20, what="the slow report")
+    first = run.executions(slow_key)[0]
+    stalled = next(p for p in run.pods if p.name == first.pod)
+    run.clock.say(f"slow report {slow_key} started on {stalled.name} ({SLOW_SECONDS:.0f}s of work)")
+    stream = [(tenant, period, {"rows": 20_000}) for tenant in TENANTS for period in PERIODS]
+    duplicates = stream[::3]
+    await run.send(stream + duplicates)
+    run.summary.duplicates = len(duplicates)
+    run.clock.say(f"sent {len(stream)} reports and {len(duplicates)} duplicate triggers")
+    await anyio.sleep(max(0.0, first.start + LEASE + 0.5 - time.monotonic()))
+    run.clock.say(f"the slow report has outlived its {LEASE:.0f}s lease: renewals keep it")
+    stalled.proxy.blackhole = True
+    stall_at = time.monotonic()
+    run.summary.stall_pod = stalled.name
+    run.clock.say(f"Redis stall injected for {stalled.name}: its renewals go unanswered")
+    await _until(lambda: first.execution_id in _stopped(run, slow_key), within=LEASE + 5, what="")
+    stop = _stopped(run, slow_key)[first.execution_id]
+    run.summary.loss_after = stop.end - stall_at
+    run.clock.say(
+        f"{stalled.name} stopped the slow report ({stop.how}) "
+        f"{run.summary.loss_after:.2f}s after the stall, before its lease could expire"
+    )
+    run.clock.say(f"orchestrator: {stalled.name} cannot reach Redis -> SIGTERM (drain 2s)")
+    code = await stalled.stop(within=10)
+    run.clock.say(f"{stalled.name} exited with code {code}; the group rebalances")
+
+    def taken_over() -> bool:
+        return any(e.pod != stalled.name for e in run.executions(slow_key))
+
+    await _until(taken_over, within=40, what="the takeover")
+    new = next(e for e in run.executions(slow_key) if e.pod != stalled.name)
+    run.summary.takeover_after = new.start - stop.end
+    run.clock.say(
+        f"{new.pod} took the slow report over {run.summary.takeover_after:.2f}s after the stop"
+    )
+    await _all_done(run)
+    run.clock.say(f"all {run.summary.triggers} triggers completed and committed")
+
+
+async def _all_done(run: _Run) -> None:
+    """Wait until every sent trigger completed (markers) and was committed (the broker)."""
+    with anyio.fail_after(45):
+        while True:
+            executions = read_executions(run.markers)
+            done = completed_positions(executions) | _answered(run, executions) >= run.sent
+            total = await committed_total(run.stack.kafka.bootstrap_servers, run.group, TOPIC)
+            run.summary.committed = total
+            if done and total == len(run.sent):
+                return
+            await anyio.sleep(0.3)
+
+
+def _answered(run: _Run, executions: list[Execution]) -> set[Position]:
+    """Triggers whose identical request completed: the store answers them ``duplicate``.
+
+    In this demo every report's inputs are fixed per job key, so a trigger's
+    identity is its key; a trigger that did not run itself is done once an
+    execution of its key completed (and its offset is committed, checked apart).
+    """
+    done_keys = {e.key for e in executions if e.how == "completed"}
+    return {position for position, key in run.keys.items() if key in done_keys}
+
+
+def _stopped(run: _Run, key: str) -> dict[str, Execution]:
+    return {e.execution_id: e for e in run.executions(key) if e.stop is not None}
+
+
+def _spread(pods: list[PodProcess]) -> bool:
+    """Every pod owns a partition (three pods, three partitions: the group settled)."""
+    return all(p.assigned() not in ("", "none") for p in pods)
+
+
+async def _until(check: Callable[[], bool], *, within: float, what: str) -> None:
+    """Poll state of other processes (logs, marker files) until ``check()`` or time is up."""
+    with anyio.move_on_after(within) as waiting:
+        while not check():  # noqa: ASYNC110 - other processes cannot set our Events
+            await anyio.sleep(0.1)
+    if waiting.cancelled_caught:
+        raise TimeoutError(f"the demo waited {within:.0f}s for {what}")
+
+
+async def _stop_all(pods: list[PodProcess]) -> None:
+    """SIGTERM every pod still running (in parallel), SIGKILL what outlives the drain."""
+    async with anyio.create_task_group() as tg:
+        for pod in pods:
+            if pod.running():
+                tg.start_soon(pod.stop, 10.0)
+
+
+def _payload(tenant: str, period: str, **more: object) -> bytes:
+    return json.dumps({"tenant": tenant, "period": period, **more}).encode()
+
+
+def _wait_for_interrupt(out: Out) -> None:
+    out("services are kept running for inspection; press Ctrl-C to stop them")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        out("stopping the services")

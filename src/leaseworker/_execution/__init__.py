@@ -1,0 +1,38 @@
+"""One trigger's executions under its lease: the job, its context, its completion.
+
+``_trigger`` decodes and validates a Kafka record into a ``Trigger``; ``_job``
+``ReportJob`` and ``JobContext``; ``_completion`` the fenced completion of one
+execution; ``_executor`` runs a trigger's executions (lookup, lease, job,
+completion, retries); ``_events`` the execution lifecycle events and the
+logging observer. Knows no Kafka client, telemetry or CLI (an import contract).
+"""
+
+from ._completion import completion_key as completion_key
+from ._events import ExecutionEvent as ExecutionEvent
+from ._events import ExecutionObserver as ExecutionObserver
+from ._events import LoggingObserver as LoggingObserver
+from ._events import MultiObserver as MultiObserver
+from ._executor import Executor as Executor
+from ._executor import LeaseObservers as LeaseObservers
+from ._job import JobContext as JobContext
+from ._job import ReportJob as ReportJob
+from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
+from ._trigger import Trigger as Trigger
+from ._trigger import check_job_key as check_job_key
+from ._trigger import decode_trigger as decode_trigger
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "ExecutionEvent",
+    "ExecutionObserver",
+    "Executor",
+    "JobContext",
+    "LeaseObservers",
+    "LoggingObserver",
+    "MultiObserver",
+    "ReportJob",
+    "Trigger",
+    "check_job_key",
+    "completion_key",
+    "decode_trigger",
+]

@@ -1,0 +1,140 @@
+"""The completion step: record an execution's result through the fenced store.
+
+Three small things the executor and the job context share: the default
+*input version* of a trigger (what tells a redelivered trigger from an
+intentional new report), the *completion key* a worker records under, and
+:class:`Completer`, one execution's single completion attempt.
+
+Which layer refuses a late completion. The lease refuses what the event loop
+already knows: once the hold's cancel scope was cancelled (a renewal was
+rejected, timed out, or the deadline timer fired), ``complete()`` raises
+instead of writing. Everything the worker cannot know (a GC pause, SIGSTOP,
+a loop blocked since before the deadline, a pause after this check while the
+request is in flight) is refused by the destination: the store compares
+fences in one transaction and answers ``stale``. That is why the store call
+is shielded from the lease's cancellation (it is bounded by the store's own
+timeout): its answer, not the lease's guess, decides whether the trigger is
+done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import final
+
+import anyio
+
+from .._backoff import BusyPolicy
+from .._errors import StoreUnavailable
+from .._lease import HeldLease, now
+from .._store import CompletionResult, CompletionStore
+from ._trigger import Trigger
+
+logger = logging.getLogger("leaseworker.completion")
+
+COMPLETE_RETRY = BusyPolicy(initial=0.2, cap=2.0)
+"""Backoff between completion attempts while the store is unavailable (lease held)."""
+
+
+def default_input_version(trigger: Trigger) -> str:
+    """Return the payload's string ``inputVersion``, else ``sha256:`` of the canonical payload.
+
+    Canonical JSON: sorted keys, no whitespace, ASCII escapes. A redelivered
+    record therefore has the same version (a duplicate); any change in the
+    payload's inputs gives a new one (a new report).
+    """
+    declared = trigger.payload.get("inputVersion")
+    if isinstance(declared, str) and declared:
+        return declared
+    canonical = _CANONICAL.encode(trigger.payload)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+"""``json.dumps(payload, sort_keys=True, separators=(",", ":"))``, built once."""
+
+
+def completion_key(namespace: str, job_key: str) -> str:
+    """Return the store key of ``job_key``: ``{namespace}:{<job key>}``, like its lease key.
+
+    Fences come from the per-namespace Redis counter, so they are only
+    comparable within one namespace: the store must never compare a fence of
+    one namespace with another's.
+    """
+    return f"{namespace}:{{{job_key}}}"
+
+
+@final
+class Completer:
+    """One execution's completion: at most one ``complete()``, retried while the lease holds."""
+
+    def __init__(
+        self,
+        store: CompletionStore,
+        held: HeldLease,
+        *,
+        key: str,
+        input_version: str,
+        execution_id: str,
+        pod: str,
+        retry: BusyPolicy = COMPLETE_RETRY,
+    ) -> None:
+        self._store = store
+        self._held = held
+        self.key = key
+        self.input_version = input_version
+        self._execution_id = execution_id
+        self._pod = pod
+        self._retry = retry
+        self.called = False
+        self.result: CompletionResult | None = None
+        self.elapsed = 0.0
+
+    async def complete(self, result: object) -> CompletionResult:
+        """Record ``result`` with this execution's fence; see the module docstring."""
+        if self.called:
+            raise RuntimeError(
+                f"complete() was already called for execution {self._execution_id} "
+                f"of {self._held.key!r}; an execution completes once"
+            )
+        self.called = True
+        await anyio.lowlevel.checkpoint_if_cancelled()  # a known loss refuses here
+        fence = self._held.fence
+        begun = now()
+        attempt = 0
+        while True:
+            try:
+                with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
+                    answer = await self._store.complete(
+                        self.key,
+                        input_version=self.input_version,
+                        fence=fence,
+                        result=result,
+                        execution_id=self._execution_id,
+                        pod=self._pod,
+                    )
+            except StoreUnavailable as exc:
+                delay = self._retry.delay(attempt)
+                attempt += 1
+                logger.warning(
+                    "completion of %r (fence %d) failed: %s; retrying in %.2fs (lease held)",
+                    self._held.key,
+                    fence,
+                    exc.detail,
+                    delay,
+                    extra={"event": "completion_retry", "jobId": self._held.key, "fence": fence},
+                )
+                await anyio.sleep(delay)  # cancelled if the lease is lost meanwhile
+                await self._held.checkpoint()  # LeaseLost once ownership is uncertain
+                continue
+            self.elapsed = now() - begun
+            self.result = answer
+            return answer
+
+    def own(self, answer: CompletionResult) -> bool:
+        """Whether ``answer`` is this execution's own completion (a retried commit that landed)."""
+        return answer.status == "accepted" or (
+            answer.status == "duplicate" and answer.completion.execution_id == self._execution_id
+        )

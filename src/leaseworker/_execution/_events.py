@@ -1,0 +1,170 @@
+"""Lifecycle events of executions, reported in one place.
+
+Every point a log line (and later a span) hangs on is an
+:class:`ExecutionEvent` passed to an :class:`ExecutionObserver`. The worker
+ships :class:`LoggingObserver`, which writes one structured record per event
+with the fields ``jobId``, ``executionId``, ``pod``, ``event`` and
+``elapsedMs`` (via ``extra=``), so a telemetry observer can be added beside it
+without touching the execution code. Payloads and results are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, final
+
+from .._errors import LeaseworkerError
+from .._lease import Outcome
+from ._trigger import Trigger
+
+EventName = Literal["started", "completion", "finished", "retry"]
+
+ExecutionOutcome = Literal[Outcome, "duplicate"]
+"""How an execution ended: a :data:`Outcome` of its hold, or ``duplicate`` (its
+completion identity had completed already: answered from the store)."""
+
+TERMINAL: frozenset[ExecutionOutcome] = frozenset({"completed", "duplicate", "failed", "timed_out"})
+"""Outcomes after which a trigger is done and its offset may be committed.
+
+``lost``, ``busy`` and ``cancelled`` are not terminal: the job did not reach an
+end, so the trigger is retried (or, after shutdown or a rebalance, redelivered).
+One exception: ``lost`` with reason ``stale`` (the store refused the completion
+because a newer fence completed the job key) is final, since the newer
+completion is durable; see :meth:`ExecutionEvent.terminal`.
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionEvent:
+    """One step in the life of a trigger's executions.
+
+    ``started``: an execution holds the lease and its job runs (``elapsed`` is
+    how long the acquire took). ``finished``: an execution ended with
+    ``outcome`` (``busy`` when the lease was held elsewhere; ``elapsed`` is the
+    execution's whole duration). ``retry``: another execution of the same
+    trigger follows after ``retry_in`` seconds. ``completion``: the store
+    answered the execution's completion (``reason`` is the store's status,
+    ``accepted``/``duplicate``/``stale``; ``elapsed`` the store call's
+    duration). ``reason`` on ``finished`` qualifies the outcome: ``stale`` for
+    a ``lost`` execution whose completion the store refused. ``error`` is the
+    exception behind a non-completed outcome, if any; ``result`` is what a
+    completed ``run`` returned (for observers that store results; never logged).
+    """
+
+    event: EventName
+    job_key: str
+    execution_id: str
+    pod: str
+    trigger: Trigger
+    elapsed: float = 0.0
+    outcome: ExecutionOutcome | None = None
+    reason: str | None = None
+    fence: int | None = None
+    retry_in: float | None = None
+    error: BaseException | None = None
+    result: object = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this ``finished`` event ends the trigger (its offset may be committed)."""
+        return self.outcome in TERMINAL or (self.outcome == "lost" and self.reason == "stale")
+
+
+class ExecutionObserver(Protocol):
+    """Receives every :class:`ExecutionEvent`; must not block or raise."""
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Handle one lifecycle event."""
+        ...
+
+
+@final
+class LoggingObserver:
+    """Log one structured record per lifecycle event on ``leaseworker.execution``.
+
+    A job's own exception is named by its type only, because its message may
+    quote payload data. ``log_job_errors=True`` (``--log-job-errors``) adds
+    the message and the traceback, for teams whose job errors carry no
+    personal data or whose logs may hold it.
+    """
+
+    def __init__(
+        self, logger: logging.Logger | None = None, *, log_job_errors: bool = False
+    ) -> None:
+        self._logger = logger or logging.getLogger("leaseworker.execution")
+        self._log_job_errors = log_job_errors
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Write the event: failures and losses at WARNING, the rest at INFO/DEBUG."""
+        level = _LEVELS.get(event.outcome or event.event, logging.INFO)
+        level = _LEVELS.get(event.reason or "", level)  # a stale completion warns
+        if not self._logger.isEnabledFor(level):
+            return
+        text = f"{event.event} job {event.job_key!r} execution {event.execution_id}"
+        if event.outcome is not None:
+            text += f": {event.outcome}"
+        if event.reason is not None:
+            text += f" ({event.reason})"
+        shown_error: BaseException | None = None
+        if event.error is not None:
+            if self._log_job_errors and not isinstance(event.error, LeaseworkerError):
+                shown_error = event.error
+                text += f" ({type(event.error).__name__}: {event.error})"
+            else:
+                text += f" ({_describe(event.error)})"
+        if event.retry_in is not None:
+            text += f"; retry in {event.retry_in:.2f}s"
+        self._logger.log(level, "%s", text, extra=_fields(event), exc_info=shown_error)
+
+
+@final
+class MultiObserver:
+    """Fan one event out to several observers (logging plus telemetry, say)."""
+
+    def __init__(self, observers: Sequence[ExecutionObserver]) -> None:
+        self._observers = tuple(observers)
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Pass ``event`` to every observer in order."""
+        for observer in self._observers:
+            observer.on_event(event)
+
+
+_LEVELS: dict[str, int] = {
+    "busy": logging.DEBUG,
+    "retry": logging.DEBUG,
+    "failed": logging.WARNING,
+    "lost": logging.WARNING,
+    "stale": logging.WARNING,
+    "timed_out": logging.WARNING,
+}
+
+
+def _fields(event: ExecutionEvent) -> dict[str, object]:
+    return {
+        "jobId": event.job_key,
+        "executionId": event.execution_id,
+        "pod": event.pod,
+        "event": event.event,
+        "elapsedMs": round(event.elapsed * 1000, 1),
+        "outcome": event.outcome,
+        "reason": event.reason,
+        "fence": event.fence,
+        "topic": event.trigger.topic,
+        "partition": event.trigger.partition,
+        "offset": event.trigger.offset,
+    }
+
+
+def _describe(error: BaseException) -> str:
+    """Name the error; quote its message only when leaseworker wrote it.
+
+    A job's own exception message may quote payload data (a customer name, an
+    amount), which must not reach the logs by default; leaseworker's messages
+    carry only job keys, fences and reasons.
+    """
+    if isinstance(error, LeaseworkerError):
+        return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__}; its message is not logged, it may quote payload data"

@@ -1,0 +1,355 @@
+"""Executions: run one trigger's job under its lease until a terminal outcome.
+
+One *execution* is one attempt: acquire the lease, run the job inside
+``hold()``, end with an outcome. A trigger may need several: when another pod
+holds the lease (``busy``) the executor waits with the job's capped, jittered
+:class:`BusyPolicy` (shortened to the holder's remaining TTL, so it takes over
+soon after an expiry) and tries again; when ownership could not be confirmed
+(``lost``: Redis down, a renewal failed) it backs off and tries again, so work
+resumes when Redis returns. Only ``completed``, ``duplicate``, ``failed`` and
+``timed_out`` end a trigger, and ``lost`` with reason ``stale``. Cancellation
+(shutdown, rebalance) propagates after it is reported. This layer knows
+nothing about Kafka.
+
+With a completion store, each execution first asks the store whether the
+trigger's identity (job key + input version) completed already: then it is
+answered ``duplicate`` without taking the lease or calling ``run``. Otherwise
+the job's result is recorded, still under the lease, through ``ctx.complete``
+or, when ``run`` returns without calling it, by the executor with ``run``'s
+return value. The store's answer decides the outcome: ``accepted`` is
+``completed``; ``duplicate`` is ``duplicate``; ``stale`` is ``lost`` with
+reason ``stale``, final (a newer fence's completion is durable).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import final
+
+import anyio
+
+from .._backoff import BusyPolicy
+from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
+from .._lease import HeldLease, LeaseObserver, LeaseStore, Outcome, now
+from .._store import CompletionResult, CompletionStore, check_text
+from ._completion import Completer, completion_key
+from ._events import EventName, ExecutionEvent, ExecutionObserver, ExecutionOutcome
+from ._job import JobContext, ReportJob
+from ._trigger import Trigger
+
+logger = logging.getLogger("leaseworker.execution")
+
+LOST_RETRY = BusyPolicy(initial=0.5, cap=5.0)
+"""Backoff after an execution could not confirm its lease (Redis slow or down)."""
+
+LeaseObservers = Callable[[Trigger, str, str], LeaseObserver]
+"""Return the lease observer of one execution, given (trigger, job key, execution id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a trigger's last execution ended: its outcome, why, and whether the trigger is done."""
+
+    outcome: ExecutionOutcome
+    reason: str | None = None
+    terminal: bool = False
+
+
+@final
+class Executor:
+    """Run triggers of one job class against one lease store, one trigger per call.
+
+    ::
+
+        executor = Executor(MonthlyReport(), RedisLeases(redis), pod="pod-1",
+                            observer=LoggingObserver())
+        ending = await executor.run(trigger, "report:acme:2026-11")  # ending.terminal
+
+    Construction checks the job's lease settings (:class:`ConfigError`).
+    The caller serialises calls for one job key within a pod; across pods the
+    lease does it. With ``store``, completions are recorded (fenced) under
+    ``{store_namespace}:{<job key>}`` (the lease namespace: fences are only
+    comparable within it); without one, ``run``'s return value is only
+    reported to the observer.
+    """
+
+    def __init__(
+        self,
+        job: ReportJob,
+        leases: LeaseStore,
+        *,
+        pod: str,
+        observer: ExecutionObserver,
+        lost_retry: BusyPolicy = LOST_RETRY,
+        lease_observers: LeaseObservers | None = None,
+        store: CompletionStore | None = None,
+        store_namespace: str = "leaseworker",
+    ) -> None:
+        self._job = job
+        self._store = store
+        self._store_namespace = store_namespace
+        self._leases = leases
+        self._timing = job.lease_timing(leases.policy)
+        self._pod = pod
+        self._observer = observer
+        self._lost_retry = lost_retry
+        self._lease_observers = lease_observers
+
+    async def run(self, trigger: Trigger, job_key: str) -> Ending:
+        """Run executions of ``job_key`` until one reaches a terminal outcome; return it."""
+        retries = {"busy": 0, "lost": 0}
+        try:
+            version = self._input_version(trigger)
+        except Exception as exc:  # a job's bug: the trigger fails (and is dead-lettered)
+            self._emit(
+                "finished", trigger, job_key, uuid.uuid4().hex, 0.0, outcome="failed", error=exc
+            )
+            return Ending("failed", terminal=True)
+        while True:
+            execution_id = uuid.uuid4().hex
+            ending, hint = await self._attempt(trigger, job_key, version, execution_id)
+            if ending.terminal:
+                return ending
+            policy = self._job.busy_policy if ending.outcome == "busy" else self._lost_retry
+            kind = "busy" if ending.outcome == "busy" else "lost"
+            delay = policy.delay(retries[kind], hint)
+            retries[kind] += 1
+            self._emit("retry", trigger, job_key, execution_id, 0.0, retry_in=delay)
+            await anyio.sleep(delay)
+
+    def _input_version(self, trigger: Trigger) -> str:
+        """Return the trigger's input version; raise if no completion store could keep it.
+
+        The payload's ``inputVersion`` comes from JSON, which lets NUL and lone
+        surrogates through: such a trigger fails here (and is dead-lettered)
+        instead of failing every store call on the way.
+        """
+        version = self._job.input_version(trigger)
+        if not isinstance(version, str):
+            raise TypeError(f"input_version() must return a str, not {type(version).__name__}")
+        try:
+            check_text("input version", version, empty_ok=True)
+        except ConfigError as exc:  # the trigger's data, not the pod's configuration
+            raise ValueError(str(exc)) from None
+        return version
+
+    async def _attempt(
+        self, trigger: Trigger, job_key: str, version: str, execution_id: str
+    ) -> tuple[Ending, float | None]:
+        """Answer from the store if the identity completed, else run one execution."""
+        if self._store is not None:
+            begun = now()
+            try:
+                earlier = await self._store.lookup(self._key(job_key), version)
+            except StoreUnavailable as exc:
+                # Not knowing is not a reason to run: back off as for an unconfirmed lease.
+                logger.warning(
+                    "%s; job %r waits for it",
+                    exc,
+                    job_key,
+                    extra={"event": "store_unavailable", "jobId": job_key, "pod": self._pod},
+                )
+                return Ending("lost", reason="store_unavailable"), None
+            if earlier is not None:
+                elapsed = now() - begun
+                self._emit("finished", trigger, job_key, execution_id, elapsed, outcome="duplicate")
+                return Ending("duplicate", terminal=True), None
+        return await self._execute(trigger, job_key, version, execution_id)
+
+    def _key(self, job_key: str) -> str:
+        return completion_key(self._store_namespace, job_key)
+
+    async def _execute(
+        self, trigger: Trigger, job_key: str, version: str, execution_id: str
+    ) -> tuple[Ending, float | None]:
+        """One execution; return how it ended and, when busy, the holder's remaining TTL."""
+        held = HeldLease(  # hold(), with the timing resolved once in __init__
+            self._leases,
+            job_key,
+            timing=self._timing,
+            release_timeout=self._leases.policy.command_timeout,
+            observer=self._lease_observer(trigger, job_key, execution_id),
+        )
+        begun = now()
+        result: object = None
+        completer = self._completer(held, job_key, version, execution_id)
+        try:
+            async with held:
+                self._emit(
+                    "started",
+                    trigger,
+                    job_key,
+                    execution_id,
+                    now() - begun,
+                    fence=held.fence,
+                )
+                ctx = JobContext(
+                    held=held,
+                    job_key=job_key,
+                    execution_id=execution_id,
+                    pod=self._pod,
+                    trigger=trigger,
+                    completer=completer,
+                )
+                result = await self._job.run(ctx)
+                if completer is not None and not completer.called:
+                    await completer.complete(result)  # still under the lease
+        except LeaseBusy as exc:
+            self._finished(trigger, job_key, execution_id, begun, held, "busy")
+            return Ending("busy"), exc.retry_after
+        except LeaseUnavailable as exc:
+            # The acquire got no answer: nothing ran, ownership was never confirmed.
+            self._finished(trigger, job_key, execution_id, begun, held, "lost", error=exc)
+            return Ending("lost"), None
+        except anyio.get_cancelled_exc_class():
+            self._finished(trigger, job_key, execution_id, begun, held, "cancelled")
+            raise
+        except Exception as exc:
+            if completer is not None and completer.result is not None:
+                # The store answered: its durable answer decides, whatever happened after.
+                ending = self._judged(trigger, job_key, execution_id, completer, completer.result)
+                self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
+                return ending, None
+            outcome = held.outcome or "failed"
+            self._finished(trigger, job_key, execution_id, begun, held, outcome, error=exc)
+            return Ending(outcome, terminal=outcome in ("failed", "timed_out")), None
+        ending = Ending("completed", terminal=True)
+        if completer is not None and completer.result is not None:
+            ending = self._judged(trigger, job_key, execution_id, completer, completer.result)
+        self._finished(trigger, job_key, execution_id, begun, held, ending, result=result)
+        return ending, None
+
+    def _completer(
+        self, held: HeldLease, job_key: str, version: str, execution_id: str
+    ) -> Completer | None:
+        if self._store is None:
+            return None
+        return Completer(
+            self._store,
+            held,
+            key=self._key(job_key),
+            input_version=version,
+            execution_id=execution_id,
+            pod=self._pod,
+        )
+
+    def _judged(
+        self,
+        trigger: Trigger,
+        job_key: str,
+        execution_id: str,
+        completer: Completer,
+        answer: CompletionResult,
+    ) -> Ending:
+        """Report the store's answer (a ``completion`` event) and map it onto an ending."""
+        self._emit(
+            "completion",
+            trigger,
+            job_key,
+            execution_id,
+            completer.elapsed,
+            fence=answer.fence,
+            reason=answer.status,
+        )
+        if completer.own(answer):
+            return Ending("completed", terminal=True)
+        if answer.status == "duplicate":
+            return Ending("duplicate", terminal=True)
+        logger.warning(
+            "completion of %r refused as stale: fence %d < winning fence %d; not retried",
+            job_key,
+            answer.fence,
+            answer.winning_fence,
+            extra={
+                "event": "completion_stale",
+                "jobId": job_key,
+                "executionId": execution_id,
+                "pod": self._pod,
+                "fence": answer.fence,
+                "winningFence": answer.winning_fence,
+            },
+        )
+        return Ending("lost", reason="stale", terminal=True)
+
+    def _finished(
+        self,
+        trigger: Trigger,
+        job_key: str,
+        execution_id: str,
+        begun: float,
+        held: HeldLease,
+        outcome: Outcome | Ending,
+        *,
+        error: BaseException | None = None,
+        result: object = None,
+    ) -> None:
+        ending = outcome if isinstance(outcome, Ending) else Ending(outcome)
+        self._emit(
+            "finished",
+            trigger,
+            job_key,
+            execution_id,
+            now() - begun,
+            outcome=ending.outcome,
+            reason=ending.reason,
+            fence=_fence_of(held),
+            error=error,
+            result=result,
+        )
+
+    def _emit(
+        self,
+        name: EventName,
+        trigger: Trigger,
+        job_key: str,
+        execution_id: str,
+        elapsed: float,
+        *,
+        outcome: ExecutionOutcome | None = None,
+        reason: str | None = None,
+        fence: int | None = None,
+        retry_in: float | None = None,
+        error: BaseException | None = None,
+        result: object = None,
+    ) -> None:
+        event = ExecutionEvent(
+            event=name,
+            job_key=job_key,
+            execution_id=execution_id,
+            pod=self._pod,
+            trigger=trigger,
+            elapsed=elapsed,
+            outcome=outcome,
+            reason=reason,
+            fence=fence,
+            retry_in=retry_in,
+            error=error,
+            result=result,
+        )
+        try:
+            self._observer.on_event(event)
+        except Exception:  # an observer's bug must not change the job's outcome
+            logger.exception("execution observer failed on %s", name)
+
+    def _lease_observer(
+        self, trigger: Trigger, job_key: str, execution_id: str
+    ) -> LeaseObserver | None:
+        """Return this execution's lease observer (telemetry), if there is a factory."""
+        if self._lease_observers is None:
+            return None
+        try:
+            return self._lease_observers(trigger, job_key, execution_id)
+        except Exception:  # telemetry's bug must not stop the execution
+            logger.exception("lease observer factory failed")
+            return None
+
+
+def _fence_of(held: HeldLease) -> int | None:
+    """Return the execution's fence, or ``None`` when it never acquired the lease."""
+    try:
+        return held.fence
+    except RuntimeError:
+        return None

@@ -1,0 +1,163 @@
+"""``ReportJob``, the class users subclass, and ``JobContext``, what ``run`` receives.
+
+A job says which topic triggers it, how long its lease lasts and how to find
+the job key (and the input version) in a trigger; ``run(ctx)`` does the work.
+The context is a thin, read-mostly view of the held lease: ``ctx.checkpoint()``
+is where a long job learns, at a moment of its choosing, that ownership became
+uncertain, and ``ctx.complete(result)`` records the result through the fenced
+completion store (see ``_completion``).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar, final
+
+from .._backoff import BusyPolicy
+from .._errors import ConfigError
+from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
+from .._store import CompletionResult
+from ._completion import Completer, default_input_version
+from ._trigger import Trigger, default_job_key
+
+
+class ReportJob(abc.ABC):
+    """A long job run once per trigger, only while its lease is certainly held.
+
+    ::
+
+        class MonthlyReport(ReportJob):
+            topic = "reports.requested"
+            lease_duration = 30          # seconds; renewed every lease_duration / 3
+            max_runtime = 1800           # stop even while the lease is healthy
+
+            async def run(self, ctx: JobContext) -> object:
+                for batch in plan(ctx.trigger.payload):
+                    await ctx.checkpoint()               # LeaseLost once ownership is uncertain
+                    await store.write(batch, fence=ctx.fence)
+                return {"rows": total}
+
+    ``job_key(trigger)`` defaults to the record key, else the payload's
+    ``jobId``; override it to derive keys such as ``report:{tenant}:{period}``
+    (raise :class:`~leaseworker.MalformedTrigger` for triggers that name no
+    job). The worker makes one instance and calls ``run`` concurrently for
+    different job keys, so keep per-run state in locals, not on ``self``.
+    """
+
+    topic: ClassVar[str] = ""
+    lease_duration: ClassVar[float] = 30.0
+    renewal_interval: ClassVar[float | None] = None
+    max_runtime: ClassVar[float | None] = None
+    busy_policy: ClassVar[BusyPolicy] = BusyPolicy()
+
+    def job_key(self, trigger: Trigger) -> str:
+        """Return the job key of ``trigger``: its record key, else payload ``jobId``."""
+        return default_job_key(trigger)
+
+    def input_version(self, trigger: Trigger) -> str:
+        """Return the version of the inputs ``trigger`` asks this job to report on.
+
+        With the job key it is the *completion identity*: a trigger whose
+        identity already completed is answered ``duplicate`` without running.
+        Default: the payload's string ``inputVersion``, else ``sha256:`` of the
+        canonical JSON payload (sorted keys, no whitespace), so a redelivered
+        record is a duplicate and a request with different inputs is a new
+        report. Override it when only some fields matter (drop a request id,
+        say) or the inputs carry their own version (a snapshot id).
+        """
+        return default_input_version(trigger)
+
+    @abc.abstractmethod
+    async def run(self, ctx: JobContext) -> object:
+        """Do the work for ``ctx.job_key``; the return value is the job's result."""
+
+    @classmethod
+    def lease_timing(cls, policy: DeadlinePolicy) -> LeaseTiming:
+        """Check the class's settings and return its lease timing (or raise ConfigError)."""
+        if not isinstance(cls.topic, str) or not cls.topic:
+            raise ConfigError(f"{cls.__qualname__}.topic must name a Kafka topic")
+        if not isinstance(cls.busy_policy, BusyPolicy):
+            raise ConfigError(f"{cls.__qualname__}.busy_policy must be a BusyPolicy")
+        return LeaseTiming.resolve(
+            ttl=cls.lease_duration,
+            renew_every=cls.renewal_interval,
+            max_runtime=cls.max_runtime,
+            policy=policy,
+        )
+
+
+@final
+class JobContext:
+    """What one execution of a job knows about itself, passed to ``ReportJob.run``.
+
+    ``fence`` goes with every write to a destination that rejects older
+    fences; ``owned``/``remaining()`` tell whether ownership is still certain;
+    ``await checkpoint()`` raises :class:`~leaseworker.LeaseLost` once it is
+    not (the job is also cancelled at its next await anyway). ``await
+    complete(result)`` records the result through the worker's completion store.
+    """
+
+    __slots__ = ("_completer", "_held", "execution_id", "job_key", "pod", "trigger")
+
+    def __init__(
+        self,
+        *,
+        held: HeldLease,
+        job_key: str,
+        execution_id: str,
+        pod: str,
+        trigger: Trigger,
+        completer: Completer | None = None,
+    ) -> None:
+        self._held = held
+        self._completer = completer
+        self.job_key = job_key
+        self.execution_id = execution_id
+        self.pod = pod
+        self.trigger = trigger
+
+    @property
+    def fence(self) -> int:
+        """Return the fencing token of this execution; strictly increasing per acquisition."""
+        return self._held.fence
+
+    @property
+    def owned(self) -> bool:
+        """Whether this execution still certainly owns the lease."""
+        return self._held.owned
+
+    def remaining(self) -> float:
+        """Seconds of certain ownership left (0 once uncertain)."""
+        return self._held.remaining()
+
+    async def checkpoint(self) -> None:
+        """Raise :class:`~leaseworker.LeaseLost` if ownership is uncertain, else yield."""
+        await self._held.checkpoint()
+
+    async def complete(self, result: object) -> CompletionResult:
+        """Record ``result`` (JSON-serialisable) as this execution's effect, fenced.
+
+        One transaction stores the completion identity (job key + input
+        version), this execution's fence and ``result``. The answer's
+        ``status`` is ``accepted``, ``duplicate`` (this identity completed
+        before: ``answer.result`` is the earlier result) or ``stale`` (a newer
+        fence completed this job key: this execution's work is superseded and
+        not retried). A loss the worker already detected raises
+        :class:`~leaseworker.LeaseLost` instead of writing; a loss it could not
+        see (a pause) is refused by the store as ``stale``. While the store is
+        unavailable the call is retried with backoff as long as the lease is
+        held. Call it once; a job that returns without calling it is completed
+        with ``run()``'s return value.
+        """
+        if self._completer is None:
+            raise RuntimeError(
+                "this JobContext has no completion store: complete() works in executions "
+                "the worker (or an Executor with a store) runs"
+            )
+        return await self._completer.complete(result)
+
+    def __repr__(self) -> str:
+        return (
+            f"JobContext(job_key={self.job_key!r}, execution_id={self.execution_id!r}, "
+            f"pod={self.pod!r}, fence={self.fence})"
+        )

@@ -1,0 +1,39 @@
+"""The lease: Redis ownership with a local deadline that stops the work in time.
+
+``_leases`` the ``Lease`` value, the ``LeaseStore`` protocol and ``RedisLeases``;
+``_scripts`` the owner-checked Lua scripts; ``_pipelining`` groups concurrent
+calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the
+local-deadline formula and its checks; ``_hold`` the held-lease scope that
+cancels its body on loss; ``_events`` the lease lifecycle events.
+Imports nothing of leaseworker above ``_errors`` (an import contract checks it).
+"""
+
+from ._events import LeaseEvent as LeaseEvent
+from ._events import LeaseObserver as LeaseObserver
+from ._hold import HeldLease as HeldLease
+from ._hold import Outcome as Outcome
+from ._hold import hold as hold
+from ._leases import Lease as Lease
+from ._leases import LeaseInfo as LeaseInfo
+from ._leases import LeaseStore as LeaseStore
+from ._leases import RedisLeases as RedisLeases
+from ._scripts import RELEASE as RELEASE
+from ._timing import DeadlinePolicy as DeadlinePolicy
+from ._timing import LeaseTiming as LeaseTiming
+from ._timing import now as now
+
+__all__ = [
+    "RELEASE",
+    "DeadlinePolicy",
+    "HeldLease",
+    "Lease",
+    "LeaseEvent",
+    "LeaseInfo",
+    "LeaseObserver",
+    "LeaseStore",
+    "LeaseTiming",
+    "Outcome",
+    "RedisLeases",
+    "hold",
+    "now",
+]

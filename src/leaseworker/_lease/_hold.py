@@ -1,0 +1,396 @@
+"""``hold()``: run a block of code only while its lease is certainly owned.
+
+The body runs inside a cancel scope whose deadline is the lease's local
+deadline (and ``max_runtime``); a renewal task runs beside it and pushes the
+deadline forward after each confirmed renewal. When a renewal is rejected,
+fails, times out or comes back late, the scope is cancelled for good, so the
+body stops at its next await, before Redis can expire the key and hand it to
+another worker.
+
+The renewal task is scoped to the ``async with`` block like a task group
+child: it starts when the first renewal is due (a body that ends sooner never
+pays for a task it would not use) and is cancelled and awaited before the
+release. It is a plain task owned by the block rather than an anyio task group:
+the group's enter, exit and checkpoint were a tenth of a short execution's
+cost, and the renewal task cannot fail the body anyway (any error in it is a
+lost lease, which the body's deadline enforces even if the task died).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from types import TracebackType
+from typing import Any, Literal, final
+
+import anyio
+
+from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
+from ._events import LeaseEvent, LeaseEventName, LeaseObserver
+from ._leases import Lease, LeaseStore
+from ._timing import LeaseTiming, now
+
+logger = logging.getLogger("leaseworker.lease")
+
+Outcome = Literal["completed", "lost", "timed_out", "failed", "cancelled", "busy"]
+
+
+def hold(
+    leases: LeaseStore,
+    key: str,
+    *,
+    ttl: float,
+    renew_every: float | None = None,
+    max_runtime: float | None = None,
+    release_timeout: float | None = None,
+    observer: LeaseObserver | None = None,
+) -> HeldLease:
+    """Hold the lease for ``key`` while the ``async with`` body runs.
+
+    ::
+
+        async with hold(leases, "report:acme:2026-11", ttl=30, max_runtime=600) as held:
+            for batch in batches:
+                await held.checkpoint()        # raises LeaseLost once ownership is uncertain
+                await write(batch, fence=held.fence)
+
+    Raises :class:`LeaseBusy` when another owner holds the lease,
+    :class:`LeaseLost` when ownership became uncertain (the body was cancelled
+    at its next await), :class:`LeaseTimeout` when the body outlived
+    ``max_runtime``. Settings that cannot keep the lease are rejected here, with
+    :class:`~leaseworker.ConfigError`, before anything touches Redis.
+    ``renew_every`` defaults to ``ttl / 3``; ``release_timeout`` to the store's
+    command timeout. ``observer`` receives a :class:`LeaseEvent` for every step
+    (acquired, renewed, lost, cancel requested, stopped, released).
+    """
+    timing = LeaseTiming.resolve(
+        ttl=ttl, renew_every=renew_every, max_runtime=max_runtime, policy=leases.policy
+    )
+    return HeldLease(
+        leases,
+        key,
+        timing=timing,
+        release_timeout=release_timeout or leases.policy.command_timeout,
+        observer=observer,
+    )
+
+
+@final
+class HeldLease:
+    """A lease held for the duration of an ``async with`` block; see :func:`hold`.
+
+    Inside the block it tells the body whether ownership is still certain
+    (``owned``, ``remaining()``, ``checkpoint()``) and carries the ``fence`` to
+    pass to destinations. After the block, ``outcome``, ``released`` and
+    ``release_error`` say how it ended; a failed release is reported there and
+    in the log, never instead of the body's own outcome.
+    """
+
+    def __init__(
+        self,
+        leases: LeaseStore,
+        key: str,
+        *,
+        timing: LeaseTiming,
+        release_timeout: float,
+        observer: LeaseObserver | None = None,
+    ) -> None:
+        self._leases = leases
+        self._observer = observer
+        self._key = key
+        self._timing = timing
+        self._release_timeout = release_timeout
+        self._lease: Lease | None = None
+        self._runtime_deadline = math.inf
+        self._scope: anyio.CancelScope  # the body's, from __aenter__ on
+        self._renewal_timer: asyncio.TimerHandle | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        self._loss: tuple[str, str, float] | None = None  # reason, detail, when
+        self._outcome: Outcome | None = None
+        self._released: bool | None = None
+        self._release_error: BaseException | None = None
+        self._renewals = 0
+        self._max_loop_lag = 0.0
+
+    @property
+    def key(self) -> str:
+        """The job key this lease guards."""
+        return self._key
+
+    @property
+    def lease(self) -> Lease:
+        """The current lease (replaced after every confirmed renewal)."""
+        if self._lease is None:
+            raise RuntimeError("the lease is not acquired yet; use `async with hold(...)`")
+        return self._lease
+
+    @property
+    def fence(self) -> int:
+        """The fencing token of this acquisition; destinations reject older ones."""
+        return self.lease.fence
+
+    @property
+    def owned(self) -> bool:
+        """Whether ownership is still certain right now."""
+        return self._lease is not None and self._loss is None and now() < self._lease.local_deadline
+
+    def remaining(self) -> float:
+        """Seconds until the local deadline, 0 once ownership is uncertain."""
+        return self.lease.remaining() if self.owned else 0.0
+
+    async def checkpoint(self) -> None:
+        """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
+        if not self.owned:
+            if self._loss is None:
+                # The deadline passed but its timer has not run: the loop was busy.
+                self._lose(
+                    "deadline",
+                    "checkpoint reached after the local deadline",
+                    at=self.lease.local_deadline,
+                )
+            raise self._lost_error(now())
+        await anyio.lowlevel.checkpoint()
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the block ended; ``None`` while it runs."""
+        return self._outcome
+
+    @property
+    def released(self) -> bool | None:
+        """Whether the release deleted this owner's key; ``None`` if it did not answer."""
+        return self._released
+
+    @property
+    def release_error(self) -> BaseException | None:
+        """Why the release failed, if it did (reported here, never raised)."""
+        return self._release_error
+
+    @property
+    def renewals(self) -> int:
+        """How many renewals were confirmed."""
+        return self._renewals
+
+    @property
+    def max_loop_lag(self) -> float:
+        """The largest event-loop lag the renewal task observed, in seconds."""
+        return self._max_loop_lag
+
+    async def __aenter__(self) -> HeldLease:
+        if self._lease is not None or self._outcome is not None:
+            raise RuntimeError("a HeldLease can be entered only once")
+        begun = now()
+        lease = await self._leases.acquire(self._key, self._timing.ttl)
+        if lease is None:
+            self._outcome = "busy"
+            raise LeaseBusy(self._key, retry_after=await self._holder_ttl())
+        self._lease = lease
+        self._emit("acquired", round_trip=now() - begun, remaining=lease.remaining())
+        if self._timing.max_runtime is not None:
+            self._runtime_deadline = now() + self._timing.max_runtime
+        self._scope = anyio.CancelScope(deadline=self._body_deadline())
+        self._scope.__enter__()
+        self._renewal_timer = asyncio.get_running_loop().call_at(
+            lease.sent_at + self._timing.renew_every, self._start_renewals
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        stopped_at = now()
+        try:
+            swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
+            # Judge before awaiting anything: the body has stopped, and a pending
+            # outer cancellation may interrupt the awaits below.
+            self._judge(stopped_at, None if swallowed else exc)
+            if self._outcome == "lost":
+                self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
+        finally:
+            try:
+                await self._stop_renewals()
+            finally:
+                await self._release()
+        if swallowed:
+            exc = None
+        if self._outcome == "lost" and not isinstance(exc, LeaseLost):
+            lost = self._lost_error(stopped_at)
+            if exc is None:
+                raise lost from None  # the cancellation that stopped the body is noise
+            exc.add_note(f"leaseworker: {lost}")  # the body's own exception stays on top
+        if self._outcome == "timed_out":
+            max_runtime = self._timing.max_runtime
+            assert max_runtime is not None
+            timeout = LeaseTimeout(self._key, fence=self.fence, max_runtime=max_runtime)
+            if exc is None:
+                raise timeout from None  # the cancellation that stopped the body is noise
+            # An outer cancellation (shutdown) or the body's own error while it was
+            # stopping: it goes on, as it would without the timeout.
+            exc.add_note(f"leaseworker: {timeout}")
+        return swallowed
+
+    def _judge(self, stopped_at: float, exc: BaseException | None) -> None:
+        """Decide the outcome once the body stopped and the renewal task ended."""
+        lease = self.lease
+        if self._loss is None and self._scope.cancel_called:
+            # Timed out only if the body also stopped in time: one that ran on past
+            # the local deadline (a long cleanup, a blocked loop) may have overlapped
+            # another holder, whatever cancelled it.
+            if self._runtime_deadline <= stopped_at < lease.local_deadline:
+                self._outcome = "timed_out"
+                return
+            self._lose(
+                "deadline",
+                "no renewal was confirmed before the local deadline",
+                at=lease.local_deadline,
+            )
+        elif self._loss is None and stopped_at >= lease.local_deadline:
+            # The body ran past the deadline without awaiting: the loop was blocked.
+            self._lose(
+                "loop_blocked",
+                "the body kept the event loop busy past the deadline",
+                at=lease.local_deadline,
+            )
+        if self._loss is not None:
+            self._outcome = "lost"
+        elif exc is None:
+            self._outcome = "completed"
+        elif isinstance(exc, anyio.get_cancelled_exc_class()):
+            self._outcome = "cancelled"
+        else:
+            self._outcome = "failed"
+
+    def _start_renewals(self) -> None:
+        """Start the renewal task (a loop callback, at the first renewal's due time).
+
+        The callback runs in a copy of the body's context, so the task sees the
+        same context variables (the trigger's trace) as the body.
+        """
+        self._renewal_timer = None
+        self._renewal = asyncio.get_running_loop().create_task(
+            self._renew_until_lost(), name=f"leaseworker renew {self._key}"
+        )
+
+    async def _stop_renewals(self) -> None:
+        """Cancel the pending first renewal or the renewal task, and wait for it to end."""
+        if self._renewal_timer is not None:
+            self._renewal_timer.cancel()  # never started: nothing to wait for
+            self._renewal_timer = None
+        task = self._renewal
+        if task is None:
+            return
+        task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait((task,))
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # A bug, not a lease event: the body was already bounded by its deadline.
+            logger.error("lease renewal task for %r failed", self._key, exc_info=error)
+
+    async def _renew_until_lost(self) -> None:
+        """Renew on schedule; on the first failed renewal, cancel the body for good."""
+        while True:
+            lease = self.lease
+            due = lease.sent_at + self._timing.renew_every
+            await anyio.sleep_until(due)
+            woke = now()
+            self._max_loop_lag = max(self._max_loop_lag, woke - due)
+            if woke >= lease.local_deadline:
+                self._lose(
+                    "loop_blocked",
+                    f"renewal ran {(woke - due) * 1000:.0f} ms late",
+                    at=lease.local_deadline,
+                )
+                return
+            try:
+                self._lease = await self._leases.renew(lease)
+                round_trip = now() - woke
+            except LeaseLost as exc:
+                self._lose(exc.reason, exc.detail, at=now())
+                return
+            except Exception as exc:  # a custom store's bug must still stop the body
+                self._lose("error", repr(exc), at=now())
+                return
+            self._renewals += 1
+            self._scope.deadline = self._body_deadline()
+            self._emit("renewed", round_trip=round_trip, remaining=self._lease.remaining())
+
+    def _body_deadline(self) -> float:
+        return min(self.lease.local_deadline, self._runtime_deadline)
+
+    def _lose(self, reason: str, detail: str, *, at: float) -> None:
+        """Mark ownership uncertain for good and cancel the body."""
+        if self._loss is not None:
+            return
+        self._loss = (reason, detail, at)
+        self._scope.cancel()
+        self._emit("lost", reason=reason, detail=detail)
+        self._emit("cancel_requested", reason=reason)
+        logger.warning(
+            "lease lost for %r (fence %d): %s",
+            self._key,
+            self.fence,
+            reason,
+            extra={
+                "event": "lease_lost",
+                "jobId": self._key,
+                "fence": self.fence,
+                "reason": reason,
+            },
+        )
+
+    def _lost_error(self, stopped_at: float) -> LeaseLost:
+        assert self._loss is not None
+        reason, detail, lost_at = self._loss
+        return LeaseLost(
+            self._key,
+            fence=self.fence,
+            reason=reason,
+            detail=detail,
+            stop_latency=max(0.0, stopped_at - lost_at),
+        )
+
+    async def _holder_ttl(self) -> float | None:
+        try:
+            return (await self._leases.inspect(self._key)).ttl
+        except LeaseUnavailable:
+            return None
+
+    async def _release(self) -> None:
+        """Release with its own timeout, shielded from the caller's cancellation."""
+        begun = now()
+        # One scope: shielded from the caller, cancelled by its own deadline.
+        with anyio.CancelScope(shield=True, deadline=begun + self._release_timeout) as scope:
+            try:
+                self._released = await self._leases.release(self.lease)
+            except Exception as exc:
+                self._release_error = exc
+        if scope.cancelled_caught:
+            self._release_error = TimeoutError(
+                f"release did not finish within {self._release_timeout}s"
+            )
+        round_trip = now() - begun
+        if self._release_error is None:
+            self._emit("released", round_trip=round_trip, deleted=self._released)
+        else:
+            self._emit("release_failed", round_trip=round_trip, error=self._release_error)
+            logger.warning(
+                "lease release failed for %r (fence %d): %s",
+                self._key,
+                self.fence,
+                self._release_error,
+                extra={"event": "lease_release_failed", "jobId": self._key, "fence": self.fence},
+            )
+
+    def _emit(self, name: LeaseEventName, **fields: Any) -> None:
+        """Tell the observer, if any; its failure is logged and never propagates."""
+        if self._observer is None:
+            return
+        event = LeaseEvent(name=name, key=self._key, fence=self.fence, at=now(), **fields)
+        try:
+            self._observer.on_lease_event(event)
+        except Exception:
+            logger.exception("lease observer failed on %s", name)

@@ -1,0 +1,319 @@
+"""Redis leases: acquire, renew and release with owner tokens and fences.
+
+A :class:`Lease` is a value; :class:`RedisLeases` is the adapter that talks to
+Redis through three atomic Lua scripts (see ``_scripts``). Every call is bounded
+by ``command_timeout``; redis-py errors and timeouts are translated here into
+leaseworker's exceptions. ``hold()`` builds the cancel-on-loss behaviour on top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, final
+
+import anyio
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, RedisError
+
+from .._errors import ConfigError, LeaseLost, LeaseUnavailable
+from . import _scripts
+from ._deadlines import DeadlineWheel
+from ._pipelining import ScriptPipeline
+from ._timing import DeadlinePolicy, now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """One acquisition of a job key's lease, as this worker knows it.
+
+    ``local_deadline`` is on the event loop's monotonic clock
+    (``anyio.current_time()`` on asyncio); past it, ownership is uncertain. ``sent_at`` is
+    when the acquire or last successful renew was sent.
+    """
+
+    key: str
+    owner: str
+    fence: int
+    ttl: float
+    sent_at: float
+    local_deadline: float
+
+    def remaining(self) -> float:
+        """Seconds of trusted ownership left (0 once the deadline passed)."""
+        return max(0.0, self.local_deadline - now())
+
+    def __repr__(self) -> str:
+        # The owner token authorises renew/release; keep it out of logs and reprs.
+        return f"Lease(key={self.key!r}, fence={self.fence}, ttl={self.ttl})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseInfo:
+    """What Redis holds for a job key, for operators (``leaseworker inspect``).
+
+    ``owner`` and ``ttl`` are ``None`` when nobody holds the lease; ``fence`` is
+    the last fence handed out, ``None`` when the key was never acquired (or
+    Redis lost its data).
+    """
+
+    key: str
+    owner: str | None
+    ttl: float | None
+    fence: int | None
+
+
+class LeaseStore(Protocol):
+    """What ``hold()`` and the worker need from a lease backend."""
+
+    @property
+    def policy(self) -> DeadlinePolicy:
+        """The deadline policy every lease from this store is computed with."""
+        ...
+
+    async def acquire(self, key: str, ttl: float) -> Lease | None:
+        """Take the lease for ``key`` or return ``None`` when someone holds it."""
+        ...
+
+    async def renew(self, lease: Lease) -> Lease:
+        """Extend ``lease`` or raise :class:`LeaseLost`."""
+        ...
+
+    async def release(self, lease: Lease) -> bool:
+        """Delete the lease if this owner still holds it; say whether it did."""
+        ...
+
+    async def inspect(self, key: str) -> LeaseInfo:
+        """Read the lease's owner, TTL and last fence."""
+        ...
+
+
+@final
+class RedisLeases:
+    """Leases stored in Redis, one lease key and one fence key per job key.
+
+    Keys are ``{namespace}:{<job key>}:lease`` and ``...:fence``; the braces are
+    a Redis Cluster hash tag, so both keys of a job live in one slot and the
+    scripts stay atomic on a cluster. Usage::
+
+        leases = RedisLeases(redis.asyncio.Redis.from_url(url))
+        lease = await leases.acquire("report:acme:2026-11", ttl=30)
+        if lease is not None:
+            lease = await leases.renew(lease)      # or LeaseLost
+            await leases.release(lease)
+
+    ``drift``, ``margin`` and ``command_timeout`` make up the
+    :class:`DeadlinePolicy`; ``owner_prefix`` (default ``hostname:pid``) starts
+    every owner token so operators can see which process holds a lease. With
+    ``pipelining`` (the default), calls made while another is in flight go to
+    Redis together, as one pipeline, once it is answered (see ``_pipelining``);
+    ``False`` sends each call on its own.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        namespace: str = "leaseworker",
+        drift: float = 0.01,
+        margin: float = 0.05,
+        command_timeout: float = 0.5,
+        owner_prefix: str | None = None,
+        pipelining: bool = True,
+    ) -> None:
+        if not namespace or "{" in namespace or "}" in namespace:
+            raise ConfigError(f"namespace must be non-empty and free of braces: {namespace!r}")
+        self._redis = redis
+        self._namespace = namespace
+        self._policy = DeadlinePolicy(drift=drift, margin=margin, command_timeout=command_timeout)
+        self._owner_prefix = owner_prefix or f"{socket.gethostname()}:{os.getpid()}"
+        self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
+        # Calls are cut off within command_timeout, never sooner than 31/32 of it.
+        self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
+        self._pipeline = (
+            ScriptPipeline(redis, {sha: src for src, sha in self._scripts.items()}, self._deadlines)
+            if pipelining
+            else None
+        )
+
+    @property
+    def policy(self) -> DeadlinePolicy:
+        """The deadline policy every lease from this store is computed with."""
+        return self._policy
+
+    @property
+    def pipelining(self) -> bool:
+        """Whether calls made while one is in flight go to Redis together, as one pipeline."""
+        return self._pipeline is not None
+
+    @property
+    def namespace(self) -> str:
+        """The prefix of every Redis key this store touches."""
+        return self._namespace
+
+    def lease_key(self, key: str) -> str:
+        """Return the Redis key holding ``key``'s owner token."""
+        return f"{self._namespace}:{{{_checked(key)}}}:lease"
+
+    def fence_key(self, key: str) -> str:
+        """Return the Redis key holding ``key``'s last fence."""
+        return f"{self._namespace}:{{{_checked(key)}}}:fence"
+
+    async def acquire(self, key: str, ttl: float) -> Lease | None:
+        """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+
+        Raises :class:`LeaseUnavailable` when Redis fails or does not answer in
+        time; the lease may then have been taken, so leaseworker releases it
+        with the same owner token on a best-effort basis.
+        """
+        _check_ttl(ttl)
+        owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
+        keys = [self.lease_key(key), self.fence_key(key)]
+        sent_at = now()
+        try:
+            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl)])
+        except (TimeoutError, RedisError, OSError) as exc:
+            await self._forget(key, owner)
+            raise LeaseUnavailable(key, _describe(exc)) from exc
+        except anyio.get_cancelled_exc_class():
+            await self._forget(key, owner)
+            raise
+        acquired, value = int(reply[0]), int(reply[1])
+        if not acquired:
+            return None
+        deadline = self._policy.local_deadline(sent_at, ttl)
+        return Lease(
+            key=key, owner=owner, fence=value, ttl=ttl, sent_at=sent_at, local_deadline=deadline
+        )
+
+    async def renew(self, lease: Lease) -> Lease:
+        """Extend ``lease`` by its TTL, measured from when this request is sent.
+
+        Raises :class:`LeaseLost` when the lease is no longer this owner's
+        (``rejected``), Redis errs (``error``) or does not answer within the
+        command timeout (``timeout``), or the answer arrives after the lease's
+        local deadline (``late``): a late success must not revive ownership
+        that already lapsed locally.
+        """
+        sent_at = now()
+        try:
+            renewed = await self._call(
+                _scripts.RENEW, [self.lease_key(lease.key)], [lease.owner, _ms(lease.ttl)]
+            )
+        except TimeoutError as exc:
+            raise _lost(lease, "timeout", "no answer within command_timeout") from exc
+        except (RedisError, OSError) as exc:
+            raise _lost(lease, "error", _describe(exc)) from exc
+        if not int(renewed):
+            raise _lost(lease, "rejected", "the lease key is gone or has another owner")
+        late_by = now() - lease.local_deadline
+        if late_by > 0:
+            raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
+        return replace(
+            lease, sent_at=sent_at, local_deadline=self._policy.local_deadline(sent_at, lease.ttl)
+        )
+
+    async def release(self, lease: Lease) -> bool:
+        """Delete the lease if this owner still holds it; return whether it did.
+
+        A stale owner's release returns ``False`` and leaves the newer owner's
+        lease alone. Raises :class:`LeaseUnavailable` when Redis fails or times out.
+        """
+        try:
+            deleted = await self._call(_scripts.RELEASE, [self.lease_key(lease.key)], [lease.owner])
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise LeaseUnavailable(lease.key, _describe(exc)) from exc
+        return bool(int(deleted))
+
+    async def inspect(self, key: str) -> LeaseInfo:
+        """Read the owner, remaining TTL and last fence of ``key`` in one round trip."""
+        lease_key = self.lease_key(key)
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.get(lease_key)
+                pipe.pttl(lease_key)
+                pipe.get(self.fence_key(key))
+                owner, pttl, fence = await self._deadlines.run(pipe.execute())
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise LeaseUnavailable(key, _describe(exc)) from exc
+        return LeaseInfo(
+            key=key,
+            owner=_text(owner),
+            ttl=int(pttl) / 1000 if owner is not None and int(pttl) >= 0 else None,
+            fence=None if fence is None else int(fence),
+        )
+
+    async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Run ``script`` within the command timeout (see ``_deadlines``)."""
+        if self._pipeline is not None:
+            call = self._pipeline.call(self._scripts[script], keys, args)
+            return await self._deadlines.run(call)
+        return await self._deadlines.run(self._evalsha(script, keys, args))
+
+    async def _evalsha(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Run ``script`` by SHA on its own, loading it once when Redis answers NOSCRIPT."""
+        sha = self._scripts[script]
+        try:
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._redis.script_load(script)
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+
+    async def _forget(self, key: str, owner: str) -> None:
+        """Best-effort release of an acquire whose reply never arrived (shielded)."""
+        probe = Lease(key=key, owner=owner, fence=0, ttl=0, sent_at=0, local_deadline=0)
+        with anyio.CancelScope(shield=True), contextlib.suppress(LeaseUnavailable):
+            # On failure the lease expires after its TTL; nobody else can hold it meanwhile.
+            await self.release(probe)
+
+
+_SCRIPTS = (_scripts.ACQUIRE, _scripts.RENEW, _scripts.RELEASE)
+
+
+def _checked(key: str) -> str:
+    # The key is the Redis Cluster hash tag ``{<key>}``, which ends at its first
+    # ``}``. An empty tag (an empty key, or one starting with ``}``) makes Redis
+    # hash the whole key: the lease and fence keys would land on different slots
+    # (CROSSSLOT on every call). Any other key gives both the same tag.
+    if not key:
+        raise ConfigError("job key must be a non-empty string")
+    if key.startswith("}"):
+        raise ConfigError("job key must not start with '}' (it is a Redis Cluster hash tag)")
+    return key
+
+
+def _check_ttl(ttl: float) -> None:
+    if ttl <= 0.001:
+        raise ConfigError(f"ttl must be more than 1 ms, got {ttl}s")
+
+
+def _ms(seconds: float) -> str:
+    """Return the TTL in whole milliseconds for ``PX``, never shorter than ``seconds``.
+
+    Rounded up: the local deadline is computed from ``seconds`` itself, so a
+    key that Redis expired sooner could be taken by another pod while this
+    one still counts itself the owner. (Rounded to a nanosecond first, so
+    that float noise such as 0.3 * 1000 = 300.00000000000006 is not a
+    millisecond more.)
+    """
+    return str(max(1, math.ceil(round(seconds * 1000, 6))))
+
+
+def _lost(lease: Lease, reason: str, detail: str) -> LeaseLost:
+    return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError) and not isinstance(exc, RedisError):
+        return "no answer within command_timeout"
+    return f"{type(exc).__name__}: {exc}"

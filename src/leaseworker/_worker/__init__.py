@@ -1,0 +1,20 @@
+"""The pod: the composition root that wires source, executor, leases and store.
+
+``_config`` ``WorkerConfig``; ``_worker`` the ``Worker`` and ``serve``;
+``_health`` the ``/healthz``, ``/readyz`` and ``/metrics`` server;
+``_looplag`` the event-loop lag monitor.
+"""
+
+from ._config import WorkerConfig as WorkerConfig
+from ._health import HealthServer as HealthServer
+from ._health import serve_with_health as serve_with_health
+from ._worker import Worker as Worker
+from ._worker import serve as serve
+
+__all__ = [
+    "HealthServer",
+    "Worker",
+    "WorkerConfig",
+    "serve",
+    "serve_with_health",
+]

@@ -1,0 +1,355 @@
+"""The worker pod: one job class, one trigger source, one lease store.
+
+The :class:`Worker` joins the pieces: it waits for Redis and opens the
+completion store (retrying with a log line, never crash-looping silently),
+builds the :class:`Executor` and the Kafka source, and serialises executions
+of one job key inside the pod (across pods the lease does it). :func:`serve`
+adds signal handling: the first SIGTERM/SIGINT stops fetching and drains, a
+second one exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import final
+
+import anyio
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from .._backoff import BusyPolicy
+from .._errors import StoreUnavailable
+from .._execution import (
+    ExecutionEvent,
+    ExecutionObserver,
+    Executor,
+    LeaseObservers,
+    LoggingObserver,
+    MultiObserver,
+    ReportJob,
+    Trigger,
+)
+from .._kafka import JobFailure, KafkaTriggerSource, SourceStats
+from .._lease import LeaseStore, RedisLeases
+from .._store import CompletionStore, open_store
+from .._telemetry import Telemetry
+from ._config import WorkerConfig
+
+logger = logging.getLogger("leaseworker.worker")
+
+
+@final
+class Worker:
+    """Run ``job`` for every trigger on ``job.topic`` until stopped.
+
+    ::
+
+        worker = Worker(MonthlyReport(), WorkerConfig(bootstrap_servers="kafka:9092",
+                                                      redis_url="redis://redis:6379/0"))
+        await serve(worker)          # or: await worker.run(), and worker.stop() to end
+
+    ``leases`` replaces the Redis lease store built from ``config.redis_url``
+    (tests pass one routed through a chaos proxy); ``observer`` receives every
+    execution lifecycle event (default: :class:`LoggingObserver`);
+    ``telemetry`` turns every lifecycle step into OpenTelemetry spans and
+    metrics on its injected providers (default: none). ``store`` replaces the
+    completion store the worker opens from ``config.store_url`` for the
+    duration of :meth:`run` (the caller then owns it). The job's lease settings
+    are checked here (:class:`~leaseworker.ConfigError`).
+    """
+
+    def __init__(
+        self,
+        job: ReportJob,
+        config: WorkerConfig,
+        *,
+        leases: LeaseStore | None = None,
+        observer: ExecutionObserver | None = None,
+        telemetry: Telemetry | None = None,
+        store: CompletionStore | None = None,
+    ) -> None:
+        self._job = job
+        self._config = config
+        self._store = store
+        self._redis: Redis | None = None
+        if leases is None:
+            # socket_timeout=None (redis-py's default is 5 s): RedisLeases bounds every
+            # lease call itself and the pings run under fail_after, while redis-py
+            # would add a timer per read and a whole task per write (wait_for).
+            self._redis = Redis.from_url(
+                config.redis_url,
+                socket_timeout=None,
+                socket_connect_timeout=config.redis_timeout,
+            )
+            leases = RedisLeases(
+                self._redis,
+                namespace=config.namespace,
+                command_timeout=config.redis_timeout,
+                pipelining=config.lease_pipelining,
+            )
+        self._leases = leases
+        telemetry = telemetry or Telemetry()
+        pod = telemetry.instrument(pod=config.pod, group=config.group)
+        observer = observer or LoggingObserver(log_job_errors=config.log_job_errors)
+        if telemetry.enabled:
+            self._failures = _FailureTypes(MultiObserver([observer, pod]))
+            self._lease_observers: LeaseObservers | None = pod.lease_observer
+        else:  # no providers: spare every trigger the no-op spans and their bookkeeping
+            self._failures = _FailureTypes(observer)
+            self._lease_observers = None
+        self._executor = self._make_executor(store)
+        self._source = KafkaTriggerSource(
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, telemetry=pod
+        )
+        self._keys: dict[str, tuple[anyio.Lock, int]] = {}
+
+    @property
+    def stats(self) -> SourceStats:
+        """The Kafka source's counters (assignments, commits, pauses, in-flight...)."""
+        return self._source.stats
+
+    def stop(self) -> None:
+        """Stop fetching; ``run()`` returns once in-flight work ended (bounded).
+
+        Call it on the worker's event loop (from another thread, through
+        ``anyio.from_thread.run_sync``): it wakes the loop's waiters.
+        """
+        self._source.stop()
+
+    async def ping_redis(self) -> None:
+        """PING the lease Redis once within ``redis_timeout`` (for readiness); raise if not.
+
+        A worker given its own ``leases`` has no client of its own: nothing to ping.
+        """
+        if self._redis is not None:
+            with anyio.fail_after(self._config.redis_timeout):
+                await self._redis.ping()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Wait for Redis, then consume triggers until :meth:`stop`.
+
+        ``task_status.started()`` is called once Kafka is connected, or when
+        the worker is stopped before it ever got there (``run`` then returns).
+        """
+        try:
+            if not await self._wait_for_redis():
+                task_status.started()  # stopped before Redis answered: nothing to wait for
+                return
+            if self._store is not None:
+                await self._source.run(task_status=task_status)
+                return
+            async with self._open_store() as store:
+                if store is None:
+                    task_status.started()  # stopped before the store opened
+                    return
+                self._executor = self._make_executor(store)
+                await self._source.run(task_status=task_status)
+        finally:
+            if self._redis is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    await self._redis.aclose()
+
+    def _make_executor(self, store: CompletionStore | None) -> Executor:
+        return Executor(
+            self._job,
+            self._leases,
+            pod=self._config.pod,
+            observer=self._failures,
+            lease_observers=self._lease_observers,
+            store=store,
+            store_namespace=self._config.namespace,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _open_store(self) -> AsyncIterator[CompletionStore | None]:
+        """Open ``config.store_url``, retrying with a log line while it is unavailable.
+
+        Yields ``None`` when the worker is stopped before the store opened.
+        """
+        config = self._config
+        backoff = BusyPolicy(initial=0.5, cap=config.startup_retry_cap)
+        attempt = 0
+        async with contextlib.AsyncExitStack() as stack:
+            while True:
+                try:
+                    opening = open_store(config.store_url, call_timeout=config.store_timeout)
+                    store = await stack.enter_async_context(opening)
+                except StoreUnavailable as exc:
+                    delay = backoff.delay(attempt)
+                    attempt += 1
+                    logger.warning(
+                        "%s; retrying in %.1fs (attempt %d)",
+                        exc,
+                        delay,
+                        attempt,
+                        extra={"event": "store_unavailable", "pod": config.pod},
+                    )
+                    if not await self._source.backoff(delay):
+                        yield None
+                        return
+                    continue
+                break
+            logger.info(
+                "completion store %s open",
+                config.redacted_store(),
+                extra={"event": "store_opened", "pod": config.pod},
+            )
+            yield store
+
+    async def _handle(self, trigger: Trigger, job_key: str) -> bool | JobFailure:
+        # One execution of a job key at a time in this pod, in arrival order; the
+        # lock lives while the key has users. fast_acquire: an uncontended key does
+        # not yield to the loop (the executor's first await does).
+        lock, users = self._keys.get(job_key) or (anyio.Lock(fast_acquire=True), 0)
+        self._keys[job_key] = (lock, users + 1)
+        try:
+            async with lock:
+                ending = await self._executor.run(trigger, job_key)
+        finally:
+            lock, users = self._keys[job_key]
+            if users == 1:
+                del self._keys[job_key]
+            else:
+                self._keys[job_key] = (lock, users - 1)
+            error_type = self._failures.pop(trigger)
+        if ending.outcome in ("failed", "timed_out"):
+            reason = f"job_{ending.outcome}"
+            return JobFailure(reason=reason, error_type=error_type, job_key=job_key)
+        return ending.terminal
+
+    async def _wait_for_redis(self) -> bool:
+        """PING Redis until it answers, logging each failure with the next retry time.
+
+        Returns ``False`` when the worker is stopped before Redis answered.
+        """
+        if self._redis is None:
+            return True
+        backoff = BusyPolicy(initial=0.5, cap=self._config.startup_retry_cap)
+        attempt = 0
+        while True:
+            try:
+                with anyio.fail_after(self._config.redis_timeout * 2):
+                    await self._redis.ping()
+            except (RedisError, OSError, TimeoutError) as exc:
+                delay = backoff.delay(attempt)
+                attempt += 1
+                logger.warning(
+                    "Redis at %s unavailable (%s); retrying in %.1fs (attempt %d)",
+                    self._config.redacted_redis(),
+                    type(exc).__name__,
+                    delay,
+                    attempt,
+                    extra={"event": "redis_unavailable", "pod": self._config.pod},
+                )
+                if not await self._source.backoff(delay):
+                    return False
+                continue
+            if attempt:
+                logger.info(
+                    "Redis at %s answered after %d attempt(s)",
+                    self._config.redacted_redis(),
+                    attempt + 1,
+                    extra={"event": "redis_connected", "pod": self._config.pod},
+                )
+            await self._warn_if_leases_can_be_evicted()
+            return True
+
+    async def _warn_if_leases_can_be_evicted(self) -> None:
+        """Log a warning when Redis may evict keys under memory pressure.
+
+        Lease keys carry a TTL, the first keys ``volatile-*`` policies evict,
+        and an evicted lease lets a second pod start early. A Redis that does
+        not allow ``CONFIG GET`` (many managed ones) is not checked.
+        """
+        assert self._redis is not None
+        try:
+            with anyio.fail_after(self._config.redis_timeout):
+                found = await self._redis.config_get("maxmemory*")
+        except (RedisError, OSError, TimeoutError):
+            return
+        config = {_text(name): _text(value) for name, value in found.items()}
+        policy = config.get("maxmemory-policy", "noeviction")
+        if config.get("maxmemory", "0") != "0" and policy != "noeviction":
+            logger.warning(
+                "Redis at %s may evict lease keys (maxmemory-policy %s): an evicted lease "
+                "lets another pod start early; use maxmemory-policy noeviction",
+                self._config.redacted_redis(),
+                policy,
+                extra={"event": "redis_eviction_policy", "pod": self._config.pod},
+            )
+
+
+@final
+class _FailureTypes:
+    """Pass events on to ``inner``; remember the exception type of failed executions.
+
+    The dead-letter record names the exception's class (never its message);
+    the executor reports it only through its observer, so the worker listens.
+    """
+
+    def __init__(self, inner: ExecutionObserver) -> None:
+        self._inner = inner
+        self._types: dict[tuple[str, int, int], str] = {}
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        """Note a failed/timed-out execution's exception type, then forward the event."""
+        if event.outcome in ("failed", "timed_out") and event.error is not None:
+            self._types[_position(event.trigger)] = type(event.error).__name__
+        self._inner.on_event(event)
+
+    def pop(self, trigger: Trigger) -> str:
+        """Forget and return the type noted for ``trigger`` (``unknown`` if none)."""
+        return self._types.pop(_position(trigger), "unknown")
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _position(trigger: Trigger) -> tuple[str, int, int]:
+    return (trigger.topic, trigger.partition, trigger.offset)
+
+
+async def serve(worker: Worker) -> None:
+    """Run ``worker`` until SIGTERM/SIGINT; a second signal exits the process at once.
+
+    The first signal stops fetching and lets in-flight jobs finish until the
+    shutdown timeout, then cancels them (their leases are released) and
+    commits what completed. The second one calls ``os._exit(128 + signal)``:
+    no cleanup; leases expire by TTL and uncommitted triggers are redelivered.
+    """
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, worker)
+        await worker.run()
+        tg.cancel_scope.cancel()
+
+
+async def _watch_signals(worker: Worker) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        received = 0
+        async for signum in signals:
+            received += 1
+            name = signal.Signals(signum).name
+            if received == 1:
+                logger.info(
+                    "%s received: draining (send it again to exit at once)",
+                    name,
+                    extra={"event": "signal", "signal": name},
+                )
+                worker.stop()
+                continue
+            logger.warning(
+                "second %s: exiting now without cleanup",
+                name,
+                extra={"event": "signal", "signal": name},
+            )
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(128 + signum)

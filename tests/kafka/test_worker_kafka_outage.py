@@ -1,0 +1,185 @@
+"""The worker pod when Kafka goes away: pauses after reassignment, a broker restart mid-run."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+
+from leaseworker import WorkerConfig
+from leaseworker._dev._services import LocalRedis
+from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._kafka._source import KafkaTriggerSource
+
+from ..jobs import GateJob, Recorder, on_topic
+from ..kafka_util import KafkaNames, committed, payload, produce
+from ..waiting import eventually
+from ..worker_util import make_worker, pod_config, running, until
+
+
+@pytest.fixture(scope="module")
+def own_kafka() -> Iterator[LocalKafka]:
+    """A broker of this module's own: the outage test restarts it."""
+    server = LocalKafka.start()
+    yield server
+    server.stop()
+
+
+async def test_aiokafka_forgets_pause_flags_when_partitions_are_reassigned(
+    kafka_server: LocalKafka, kafka_names: KafkaNames
+) -> None:
+    """The premise of re-pausing: after a rebalance a paused partition is no longer paused.
+
+    If a later aiokafka kept pause flags across assignments this would fail,
+    and the source's re-pausing in its assignment callback could go.
+    """
+    kafka_server.create_topics([kafka_names.topic], partitions=2)
+    first = _consumer(kafka_server, kafka_names)
+    second = _consumer(kafka_server, kafka_names)
+    with anyio.fail_after(40):
+        await first.start()
+        try:
+            await _poll_until(first, lambda: len(first.assignment()) == 2)
+            first.pause(*first.assignment())
+            assert set(first.paused()) == set(first.assignment())
+            await second.start()
+            try:
+                await _poll_until(
+                    first, lambda: len(first.assignment()) == 1, also=second
+                )  # the rebalance gave one partition to the second member
+                assert set(first.paused()) == set()
+            finally:
+                await second.stop()
+        finally:
+            await first.stop()
+
+
+class _ForgetfulConsumer:
+    """A stand-in consumer that, like aiokafka, drops pause flags on a new assignment (fake)."""
+
+    def __init__(self) -> None:
+        self.assigned: set[Any] = set()
+        self.paused_set: set[Any] = set()
+
+    def reassign(self, partitions: set[Any]) -> None:
+        self.assigned = set(partitions)
+        self.paused_set = set()
+
+    def assignment(self) -> set[Any]:
+        return self.assigned
+
+    def paused(self) -> set[Any]:
+        return self.paused_set
+
+    def pause(self, *partitions: Any) -> None:
+        self.paused_set |= set(partitions)
+
+    def resume(self, *partitions: Any) -> None:
+        self.paused_set -= set(partitions)
+
+
+@pytest.mark.fake
+@pytest.mark.parametrize("why", ["at the concurrency limit", "stopping"])
+async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_or_stopping(
+    why: str,
+) -> None:
+    """A pod at its limit (or draining) pauses newly assigned partitions in the callback.
+
+    Waiting for the next poll-loop turn would let the first fetch after the
+    rebalance hand out records the pod has no room for.
+    """
+
+    async def handle(trigger: object, key: str) -> bool:
+        return True
+
+    config = WorkerConfig(concurrency=2)
+    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
+    consumer = _ForgetfulConsumer()
+    source._consumer = consumer
+    if why == "stopping":
+        source.stop()
+    else:
+        source.stats.in_flight = config.concurrency
+    new = {TopicPartition("t", 0), TopicPartition("t", 1)}
+    consumer.reassign(new)
+    source._assign(new)
+    assert consumer.paused() == new
+    source.stats.in_flight = 0
+    if why != "stopping":
+        source._assign(new)
+        assert consumer.paused() == set()  # room again: the partitions are resumed
+
+
+async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finished_work(
+    own_kafka: LocalKafka, redis_server: LocalRedis, kafka_names: KafkaNames, namespace: str
+) -> None:
+    """Kafka stops and comes back on the same port while a pod runs.
+
+    The job that finishes during the outage is committed once Kafka is back;
+    the pod resumes and runs triggers produced afterwards; while an earlier
+    trigger is unfinished its offset and every later one stay uncommitted;
+    every trigger completes, and no key ever runs twice at once.
+    """
+    bootstrap = own_kafka.bootstrap_servers
+    own_kafka.create_topics([kafka_names.topic])
+    recorder = Recorder()
+    job = on_topic(GateJob, kafka_names.topic)(recorder)
+    config = pod_config(own_kafka, redis_server, kafka_names, namespace, commit_timeout=2.0)
+    await produce(bootstrap, kafka_names.topic, [(b"a", payload()), (b"b", payload(gate=True))])
+    async with running(make_worker(job, config)) as worker:
+        await recorder.until(lambda: recorder.done("a") == 1 and bool(recorder.runs_of("b")))
+        await eventually(_committed_is(own_kafka, kafka_names, {0: 1}), within=10)
+        old_broker = own_kafka.process
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                functools.partial(
+                    anyio.to_thread.run_sync, own_kafka.restart, abandon_on_cancel=True
+                ),
+            )
+            await until(lambda: old_broker.popen.poll() is not None, within=30)
+            recorder.gate("b").set()  # b finishes while the broker is down
+            await recorder.until(lambda: recorder.done("b") >= 1)
+        # The broker is back: b's offset gets committed, new triggers run.
+        await eventually(_committed_is(own_kafka, kafka_names, {0: 2}), within=40)
+        await produce(bootstrap, kafka_names.topic, [(b"c", payload(gate=True)), (b"d", payload())])
+        await recorder.until(lambda: recorder.done("d") >= 1, within=30)
+        # The committer has looked since d finished: a commit past c's gap would be made.
+        await until(lambda: worker.stats.commit_checked >= worker.stats.finished >= 3)
+        assert await committed(bootstrap, kafka_names.group, kafka_names.topic) == {0: 2}
+        recorder.gate("c").set()
+        await eventually(_committed_is(own_kafka, kafka_names, {0: 4}), within=20)
+    assert all(recorder.done(key) >= 1 for key in "abcd")
+    assert recorder.overlaps == 0
+
+
+def _committed_is(kafka: LocalKafka, names: KafkaNames, expected: dict[int, int]) -> Any:
+    async def check() -> bool:
+        try:
+            return await committed(kafka.bootstrap_servers, names.group, names.topic) == expected
+        except Exception:  # the admin client's own errors while the coordinator settles
+            return False
+
+    return check
+
+
+def _consumer(kafka: LocalKafka, names: KafkaNames) -> Any:
+    return AIOKafkaConsumer(
+        names.topic,
+        bootstrap_servers=kafka.bootstrap_servers,
+        group_id=names.group,
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+
+
+async def _poll_until(consumer: Any, check: Any, *, also: Any = None) -> None:
+    """Keep the group members polling (that is what drives a rebalance) until ``check()``."""
+    while not check():
+        await consumer.getmany(timeout_ms=100)
+        if also is not None:
+            await also.getmany(timeout_ms=100)

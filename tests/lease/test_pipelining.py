@@ -1,0 +1,238 @@
+"""Auto-pipelined lease calls against a real redis-server (and a ChaosProxy for faults).
+
+What a test can see from outside: how many connections the client opened
+(``CLIENT LIST``, by client name), which keys Redis holds, and what each call
+answered. A call is sent alone when nothing is in flight; calls made while one
+is in flight share one pipeline, so N concurrent calls need one connection
+and two round trips, where lone calls need N connections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Awaitable
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from leaseworker import Lease, LeaseUnavailable, RedisLeases
+from leaseworker._dev._services import LocalRedis
+from leaseworker._lease._deadlines import DeadlineWheel
+from leaseworker._lease._pipelining import ScriptPipeline
+from leaseworker._lease._scripts import ACQUIRE
+from leaseworker.testing import ChaosProxy
+
+from ..waiting import eventually
+
+
+async def _connections(redis: Redis, name: str) -> int:
+    clients = await redis.client_list()
+    return sum(1 for client in clients if client.get("name") == name)
+
+
+async def _acquire_all(leases: RedisLeases, keys: list[str]) -> dict[str, Lease | None]:
+    got: dict[str, Lease | None] = {}
+
+    async with anyio.create_task_group() as tg:
+        for key in keys:
+            tg.start_soon(_acquire_into, leases, key, got)
+    return got
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_concurrent_calls_share_a_pipeline_and_each_gets_its_own_answer(
+    redis_server: LocalRedis, redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """21 concurrent acquires over a slow link: one goes alone, 20 share the next trip.
+
+    Each answer is its own: every key gets the owner and fence Redis holds for
+    it. Pipelined, the calls use one connection and two round trips (sent one
+    by one they would take 21 trips of 0.1 s); sent alone, each takes a
+    connection of its own (the control: it shows the count can tell).
+    """
+    name = f"pipe-{uuid.uuid4().hex[:8]}"
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, client_name=name)
+        try:
+            leases = RedisLeases(
+                client, namespace=namespace, command_timeout=1.5, pipelining=pipelining
+            )
+            proxy.reply_delay = 0.1
+            keys = [f"k{i}" for i in range(21)]
+            began = anyio.current_time()
+            got = await _acquire_all(leases, keys)
+            elapsed = anyio.current_time() - began
+            proxy.reply_delay = 0.0
+            for key in keys:
+                lease = got[key]
+                assert lease is not None
+                # Each answer is its own key's: the fence and owner Redis holds for that key.
+                assert await redis.get(leases.fence_key(key)) == str(lease.fence).encode()
+                assert await redis.get(leases.lease_key(key)) == lease.owner.encode()
+            assert await _connections(redis, name) == (1 if pipelining else 21)
+            assert elapsed < 1.0  # two trips (or 21 side by side), not 21 in a row
+            assert all([await leases.release(lease) for lease in got.values() if lease])
+        finally:
+            await client.aclose()
+
+
+async def test_scripts_flushed_while_calls_queue_are_loaded_again_for_their_pipeline(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """SCRIPT FLUSH (a restarted Redis) between queueing and sending: every call still answers.
+
+    A lone acquire is held in flight (Redis ran it; its reply is slow), ten
+    more queue behind it, and then Redis forgets its scripts: the pipeline's
+    calls are answered NOSCRIPT, the script is loaded, and they are sent again.
+    """
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            leases = RedisLeases(client, namespace=namespace, command_timeout=2.0)
+            await leases.acquire("connect", ttl=5)
+            proxy.reply_delay = 0.3
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(leases.acquire, "first", 5.0)
+                await eventually(lambda: _exists(redis, leases.fence_key("first")))
+                got: dict[str, Lease | None] = {}
+                for i in range(10):
+                    tg.start_soon(_acquire_into, leases, f"k{i}", got)
+                await anyio.wait_all_tasks_blocked()  # all ten wait behind "first"
+                await redis.script_flush()
+            proxy.reply_delay = 0.0
+        finally:
+            await client.aclose()
+    assert len(got) == 10
+    assert all(lease is not None for lease in got.values())
+    assert await redis.script_exists(_sha(ACQUIRE)) == [True]
+
+
+async def _exists(redis: Redis, key: str) -> bool:
+    return bool(await redis.exists(key))
+
+
+async def _acquire_into(leases: RedisLeases, key: str, got: dict[str, Lease | None]) -> None:
+    got[key] = await leases.acquire(key, ttl=5)
+
+
+def _sha(script: str) -> str:
+    return hashlib.sha1(script.encode()).hexdigest()
+
+
+async def test_a_call_cancelled_while_queued_never_reaches_redis(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """A caller that gives up before its pipeline is sent is left out of it.
+
+    The first acquire is held in flight by a slow link; a second one queues
+    behind it and is cancelled there. Redis never runs it: its job key never
+    got a fence.
+    """
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            leases = RedisLeases(client, namespace=namespace, command_timeout=2.0)
+            await leases.acquire("connect", ttl=5)  # the connection exists before the delay
+            proxy.reply_delay = 0.3
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(leases.acquire, "first", 5.0)
+                await anyio.wait_all_tasks_blocked()  # "first" is in flight
+                queued = anyio.CancelScope()
+                tg.start_soon(_in_scope, queued, leases.acquire, "second")
+                await anyio.wait_all_tasks_blocked()  # "second" waits behind it
+                queued.cancel()
+            proxy.reply_delay = 0.0
+            # A barrier: a call sent after any batch that could hold "second". Replies
+            # come in order on the connection, so once it is answered, "second" would
+            # have run in Redis already if it had been sent.
+            await leases.acquire("barrier", 5.0)
+        finally:
+            await client.aclose()
+    assert await redis.exists(leases.fence_key("first")) == 1
+    assert await redis.exists(leases.fence_key("barrier")) == 1
+    assert await redis.exists(leases.fence_key("second")) == 0
+
+
+async def _in_scope(scope: anyio.CancelScope, acquire: object, key: str) -> None:
+    with scope:
+        await acquire(key, 5.0)  # type: ignore[operator]
+
+
+async def test_a_partition_fails_the_lone_call_and_the_queued_ones_then_recovers(
+    redis_server: LocalRedis, namespace: str
+) -> None:
+    """Redis unreachable: every call, sent or queued, fails within its timeout; then all works.
+
+    A pipeline that never got an answer must not leave later calls queued
+    behind it forever.
+    """
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            leases = RedisLeases(client, namespace=namespace, command_timeout=0.2)
+            await leases.acquire("connect", ttl=5)
+            proxy.blackhole = True
+            failures: list[BaseException] = []
+
+            async def one(key: str) -> None:
+                try:
+                    await leases.acquire(key, ttl=5)
+                except LeaseUnavailable as exc:
+                    failures.append(exc)
+
+            with anyio.fail_after(2):  # each call is bounded by 0.2 s
+                async with anyio.create_task_group() as tg:
+                    for i in range(6):
+                        tg.start_soon(one, f"k{i}")
+            assert len(failures) == 6
+            proxy.blackhole = False
+            with anyio.fail_after(2):
+                got = await _acquire_all(leases, [f"after{i}" for i in range(6)])
+            assert all(lease is not None for lease in got.values())
+        finally:
+            await client.aclose()
+
+
+async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """A stalled pipeline is dropped once its last caller stops waiting, not at its own timeout.
+
+    The pipeline's own bound here is 5 s; its callers wait at most 0.2 and
+    0.4 s. Once both gave up, a call made after the partition heals must
+    not wait behind the stalled pipeline.
+    """
+    sha = _sha(ACQUIRE)
+    await redis.script_load(ACQUIRE)
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            pipeline = ScriptPipeline(client, {sha: ACQUIRE}, DeadlineWheel(5.0))
+
+            async def acquire(key: str, patience: float) -> object:
+                with anyio.fail_after(patience):
+                    return await pipeline.call(
+                        sha, [f"{namespace}:{key}", f"{namespace}:f"], ["o", "5000"]
+                    )
+
+            await acquire("connect", 2.0)
+            proxy.blackhole = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_times_out, acquire("lone", 0.2))
+                await anyio.wait_all_tasks_blocked()  # sent alone, into the partition
+                tg.start_soon(_times_out, acquire("queued", 0.4))  # sent after "lone" gives up
+            proxy.blackhole = False
+            reply = await acquire("after", 0.5)
+            assert isinstance(reply, list)
+            assert reply[0] == 1  # acquired
+        finally:
+            await client.aclose()
+
+
+async def _times_out(call: Awaitable[object]) -> None:
+    with pytest.raises(TimeoutError):
+        await call

@@ -1,0 +1,270 @@
+"""PodTelemetry's hooks driven directly with fake Kafka records: what each span starts with.
+
+Pure unit tests (fake records and topic-partitions, no broker or Redis): the
+hooks are called in the order the worker calls them, spans go to the SDK's
+in-memory exporter, and a span processor notes each span's attributes at the
+moment it starts. The span contract says the identity and messaging
+attributes are there from the start, not added later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import anyio
+import pytest
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import StatusCode
+
+from leaseworker import ExecutionEvent
+from leaseworker._execution._trigger import Trigger
+from leaseworker._lease._events import LeaseEvent
+from leaseworker._telemetry import PodTelemetry, Telemetry
+from leaseworker._telemetry._pod import MAX_ACQUIRE_EVENTS
+from leaseworker._telemetry._trace import CURRENT
+
+COMMON = (
+    "messaging.system",
+    "messaging.operation.name",
+    "messaging.operation.type",
+    "messaging.destination.name",
+    "messaging.destination.partition.id",
+    "messaging.kafka.offset",
+    "messaging.kafka.message.key",
+    "messaging.consumer.group.name",
+    "leaseworker.pod",
+)
+IDENTITY = ("leaseworker.job.key", "leaseworker.execution.id")
+
+pytestmark = pytest.mark.fake  # fake Kafka records: no broker, no Redis
+
+
+class FakeRecord(NamedTuple):
+    """The fields of an aiokafka ``ConsumerRecord`` the hooks read."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+class FakeTopicPartition(NamedTuple):
+    """aiokafka's ``TopicPartition``."""
+
+    topic: str
+    partition: int
+
+
+class AtStart(SpanProcessor):
+    """Notes every span's attributes when it starts."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, dict[str, Any]] = {}
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Copy the attributes the span was started with."""
+        context = span.get_span_context()
+        self.started[context.span_id] = dict(span.attributes or {})
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[PodTelemetry, InMemorySpanExporter, AtStart]]:
+    """A pod's hooks on an SDK provider, its exporter, and the at-start notes."""
+    exporter, at_start = InMemorySpanExporter(), AtStart()
+    provider = TracerProvider()
+    provider.add_span_processor(at_start)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    pod = Telemetry(tracer_provider=provider).instrument(pod="pod-a", group="g")
+    yield pod, exporter, at_start
+    provider.shutdown()
+
+
+def _trigger(offset: int) -> tuple[FakeRecord, Trigger]:
+    record = FakeRecord("reports", 0, offset, b"report:1", b"{}", ())
+    trigger = Trigger(
+        topic="reports",
+        partition=0,
+        offset=offset,
+        key="report:1",
+        headers=(),
+        timestamp=None,
+        payload={},
+    )
+    return record, trigger
+
+
+def _event(trigger: Trigger, event: Any, execution_id: str, **fields: Any) -> ExecutionEvent:
+    return ExecutionEvent(
+        event=event,
+        job_key="report:1",
+        execution_id=execution_id,
+        pod="pod-a",
+        trigger=trigger,
+        **fields,
+    )
+
+
+def _lease(name: Any, fence: int, **fields: Any) -> LeaseEvent:
+    return LeaseEvent(name=name, key="report:1", fence=fence, at=anyio.current_time(), **fields)
+
+
+def _by_name(exporter: InMemorySpanExporter) -> dict[str, list[ReadableSpan]]:
+    named: dict[str, list[ReadableSpan]] = {}
+    for span in exporter.get_finished_spans():
+        named.setdefault(span.name, []).append(span)
+    return named
+
+
+async def test_busy_then_acquired_every_span_starts_with_identity_and_kafka_attributes(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """Busy once, then acquired, run, completion, release, commit: all attributes at start.
+
+    ``lease acquire`` is one span over both tries, with the busy event and
+    the acquiring execution's id and fence; ``job run`` covers the run.
+    """
+    pod, exporter, at_start = spans
+    record, trigger = _trigger(41)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        pod.lease_observer(trigger, "report:1", "e1")
+        pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
+        pod.on_event(_event(trigger, "retry", "e1", retry_in=0.01))
+        lease = pod.lease_observer(trigger, "report:1", "e2")
+        lease.on_lease_event(_lease("acquired", 7, round_trip=0.001, remaining=9.0))
+        pod.on_event(_event(trigger, "started", "e2", fence=7))
+        lease.on_lease_event(_lease("renewed", 7, round_trip=0.001, remaining=9.0))
+        pod.on_event(_event(trigger, "completion", "e2", fence=7, reason="accepted"))
+        lease.on_lease_event(_lease("released", 7, round_trip=0.001, deleted=True))
+        pod.on_event(_event(trigger, "finished", "e2", fence=7, outcome="completed"))
+    pod.committed({FakeTopicPartition("reports", 0): 42}, anyio.current_time())
+    named = _by_name(exporter)
+    assert sorted(named) == sorted(
+        [
+            "process reports",
+            "trigger received",
+            "lease acquire",
+            "job run",
+            "lease renew",
+            "completion",
+            "lease release",
+            "commit reports",
+        ]
+    )
+    for name, [span] in named.items():
+        assert span.context is not None
+        started = at_start.started[span.context.span_id]
+        assert started["messaging.kafka.offset"] == 41, name
+        for key in COMMON:
+            assert key in started, (name, key)
+        if name != "process reports":  # the job key is decoded after the record arrives
+            for key in IDENTITY:
+                assert key in started, (name, key)
+        if name not in ("process reports", "trigger received"):
+            assert started["leaseworker.fence"] == 7, name
+    [acquire] = named["lease acquire"]
+    attributes = dict(acquire.attributes or {})
+    assert attributes["leaseworker.execution.id"] == "e2"
+    assert attributes["leaseworker.outcome"] == "acquired"
+    assert attributes["leaseworker.lease.busy_retries"] == 1
+    assert [e.name for e in acquire.events] == ["busy", "retry"]
+    [run] = named["job run"]
+    assert dict(run.attributes or {})["leaseworker.outcome"] == "completed"
+    assert (run.start_time or 0) <= (run.end_time or 0)
+    [process] = named["process reports"]
+    assert dict(process.attributes or {})["leaseworker.job.key"] == "report:1"
+    assert dict(process.attributes or {})["leaseworker.outcome"] == "completed"
+
+
+async def test_processing_ending_while_the_lease_is_busy_still_ends_the_acquire_span(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """Processing ends while the lease is busy: ``lease acquire`` ends with the last answer."""
+    pod, exporter, _ = spans
+    record, trigger = _trigger(5)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        pod.lease_observer(trigger, "report:1", "e1")
+        pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
+    named = _by_name(exporter)
+    [acquire] = named["lease acquire"]
+    attributes = dict(acquire.attributes or {})
+    assert attributes["leaseworker.outcome"] == "busy"
+    assert attributes["leaseworker.lease.busy_retries"] == 1
+    assert attributes["leaseworker.execution.id"] == "e1"
+    assert "job run" not in named
+
+
+async def test_lost_lease_spans_carry_their_reason_and_error_status(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """A rejected renewal: error ``lease renew``, ``ownership lost``, cancel, stop, lost run."""
+    pod, exporter, _ = spans
+    record, trigger = _trigger(9)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        lease = pod.lease_observer(trigger, "report:1", "e1")
+        lease.on_lease_event(_lease("acquired", 3, round_trip=0.001, remaining=2.0))
+        pod.on_event(_event(trigger, "started", "e1", fence=3))
+        lease.on_lease_event(_lease("lost", 3, reason="rejected"))
+        lease.on_lease_event(_lease("cancel_requested", 3, reason="rejected"))
+        lease.on_lease_event(_lease("stopped", 3, stop_latency=0.002))
+        lease.on_lease_event(_lease("released", 3, round_trip=0.001, deleted=False))
+        pod.on_event(_event(trigger, "finished", "e1", fence=3, outcome="lost"))
+    named = _by_name(exporter)
+    [renew] = named["lease renew"]
+    assert renew.status.status_code == StatusCode.ERROR
+    assert dict(renew.attributes or {})["leaseworker.renewal.outcome"] == "rejected"
+    [lost] = named["ownership lost"]
+    assert lost.status.status_code == StatusCode.ERROR
+    assert dict(lost.attributes or {})["leaseworker.loss.reason"] == "rejected"
+    [stopped] = named["job stopped"]
+    assert dict(stopped.attributes or {})["leaseworker.stop_latency_ms"] == 2.0
+    assert (stopped.end_time or 0) - (stopped.start_time or 0) == pytest.approx(2e6, abs=1e4)
+    [run] = named["job run"]
+    assert run.status.status_code == StatusCode.ERROR
+    assert dict(run.attributes or {})["leaseworker.outcome"] == "lost"
+
+
+async def test_a_long_busy_wait_keeps_a_bounded_number_of_acquire_events(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """A key busy for a thousand tries: every try is counted, the first 64 are span events.
+
+    The events of the ``lease acquire`` span are kept until it ends; a trigger
+    waiting for hours used to keep every busy and retry event in memory.
+    """
+    pod, exporter, _ = spans
+    record, trigger = _trigger(9)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        for attempt in range(1000):
+            pod.lease_observer(trigger, "report:1", f"e{attempt}")
+            pod.on_event(_event(trigger, "finished", f"e{attempt}", outcome="busy"))
+            pod.on_event(_event(trigger, "retry", f"e{attempt}", retry_in=0.01))
+    [acquire] = _by_name(exporter)["lease acquire"]
+    assert dict(acquire.attributes or {})["leaseworker.lease.busy_retries"] == 1000
+    assert len(acquire.events) == MAX_ACQUIRE_EVENTS
+
+
+async def test_a_sampled_out_busy_wait_keeps_no_acquire_events() -> None:
+    """A trace that is not recorded makes no acquire span: its events are not kept either."""
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    pod = Telemetry(tracer_provider=provider).instrument(pod="pod-a", group="g")
+    record, trigger = _trigger(10)
+    with pod.processing(record):
+        pod.received(trigger, "report:1")
+        pod.lease_observer(trigger, "report:1", "e1")
+        for attempt in range(10):
+            pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
+            pod.on_event(_event(trigger, "retry", "e1", retry_in=0.01))
+            trace = CURRENT.get()
+            assert trace is not None
+            assert trace.acquire_events == [], attempt

@@ -1,0 +1,237 @@
+"""Worker pods as separate ``leaseworker run`` processes: scale-out, SIGKILL, SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from leaseworker import RedisLeases
+from leaseworker._dev._services import LocalRedis
+from leaseworker._dev._services._kafka import LocalKafka
+
+from ..kafka_util import KafkaNames, committed, payload, produce
+from ..pods import Pod, intervals, overlapping, read_marks, spawn_pod
+from ..waiting import eventually
+
+SESSION_TIMEOUT = 6.0
+LEASE = 3.0
+BUSY_RETRY_CAP = 5.0  # ReportJob.busy_policy default cap
+REBALANCE_ALLOWANCE = 3.0  # heartbeat + JoinGroup/SyncGroup + offset fetch + first poll
+
+
+@pytest.fixture
+def markers(tmp_path: Path) -> Path:
+    """The file every pod of this test appends its start/stop markers to."""
+    return tmp_path / "markers.txt"
+
+
+@pytest.fixture
+def pods(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    markers: Path,
+    tmp_path: Path,
+) -> Iterator[Callable[..., Pod]]:
+    """Start pods of this test's group; every pod still running at the end is SIGKILLed."""
+    started: list[Pod] = []
+    env = {
+        "LEASEWORKER_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
+        "LEASEWORKER_REDIS_URL": redis_server.url,
+        "LEASEWORKER_GROUP": kafka_names.group,
+        "LEASEWORKER_NAMESPACE": namespace,
+        "LEASEWORKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT),
+        "LW_TEST_TOPIC": kafka_names.topic,
+        "LW_TEST_MARKERS": str(markers),
+        "LW_TEST_LEASE": str(LEASE),
+    }
+
+    def start(name: str, *extra: str, **more_env: str) -> Pod:
+        pod = spawn_pod(name, tmp_path, {**env, **more_env}, *extra)
+        started.append(pod)
+        return pod
+
+    yield start
+    for pod in started:
+        pod.kill()
+
+
+async def _assigned(pod: Pod, pattern: str = r"partitions assigned: \S") -> bool:
+    return re.search(pattern, pod.log_text()) is not None
+
+
+async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
+    kafka_server: LocalKafka,
+    kafka_names: KafkaNames,
+    markers: Path,
+    pods: Callable[..., Pod],
+) -> None:
+    """Every key completes, no two executions of a key overlap (one clock), all 200 committed.
+
+    Exact duplicates are answered from the completion store without running.
+    """
+    kafka_server.create_topics([kafka_names.topic], partitions=4)
+    first, second = pods("pod-a", "--concurrency", "4"), pods("pod-b", "--concurrency", "4")
+    await eventually(lambda: _assigned(first), within=30)
+    await eventually(lambda: _assigned(second), within=30)
+    keys = [f"report:{i % 50}" for i in range(200)]
+    # Two report versions per key (i // 100), each sent twice: 100 distinct requests,
+    # 100 exact duplicates that the completion store answers without running.
+    await produce(
+        kafka_server.bootstrap_servers,
+        kafka_names.topic,
+        [(key.encode(), payload(seconds=0.05, version=i // 100)) for i, key in enumerate(keys)],
+    )
+
+    async def all_committed() -> bool:
+        found = await committed(
+            kafka_server.bootstrap_servers, kafka_names.group, kafka_names.topic
+        )
+        return sum(found.values()) == len(keys)
+
+    await eventually(all_committed, within=90)
+    marks = read_marks(markers)
+    completed = {m.key for m in marks if m.what == "stop" and m.how == "completed"}
+    assert completed == set(keys)
+    assert overlapping(intervals(marks)) == []
+    assert sum(1 for m in marks if m.how == "completed") >= 100  # every distinct request ran
+    assert {m.pod for m in marks} == {"pod-a", "pod-b"}  # both pods did work
+    for pod in (first, second):
+        assert "Traceback" not in pod.log_text()
+
+
+async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expiry(
+    kafka_server: LocalKafka,
+    kafka_names: KafkaNames,
+    markers: Path,
+    pods: Callable[..., Pod],
+    redis: Redis,
+    namespace: str,
+) -> None:
+    """After SIGKILL mid-job, the other pod completes every trigger within the takeover bound.
+
+    Bound: max(lease_duration, session_timeout) + one busy-retry interval + a
+    rebalance allowance. No trigger is lost, no execution overlaps the killed
+    one's, and none starts before the dead pod's lease key expired in Redis.
+    The lease here outlives the session timeout, so the new owner of the
+    partition does meet the old leases and must wait them out.
+    """
+    lease = SESSION_TIMEOUT + 4.0
+    kafka_server.create_topics([kafka_names.topic], partitions=1)
+    a = pods("pod-a", LW_TEST_SLOW_POD="pod-a", LW_TEST_LEASE=str(lease))
+    await eventually(lambda: _assigned(a, r"partitions assigned: triggers"), within=30)
+    b = pods("pod-b", LW_TEST_SLOW_POD="pod-a", LW_TEST_LEASE=str(lease))
+    await eventually(lambda: _assigned(b, r"partitions assigned: none"), within=30)
+    keys = ["k1", "k2", "k3"]
+    await produce(
+        kafka_server.bootstrap_servers,
+        kafka_names.topic,
+        [(key.encode(), payload(seconds=60)) for key in keys],
+    )
+
+    async def all_started_on_a() -> bool:
+        return {m.key for m in read_marks(markers) if m.what == "start"} == set(keys)
+
+    await eventually(all_started_on_a, within=20)
+    killed_at = time.monotonic()
+    a.kill()
+    leases = RedisLeases(redis, namespace=namespace)
+    expires = {}  # when each dead lease key expires, on this host's monotonic clock
+    for key in keys:
+        read_at = time.monotonic()
+        expires[key] = read_at + await redis.pttl(leases.lease_key(key)) / 1000
+        assert expires[key] > killed_at + SESSION_TIMEOUT - 2  # the leases outlive the session
+
+    async def all_completed() -> bool:
+        marks = read_marks(markers)
+        return {m.key for m in marks if m.how == "completed"} == set(keys)
+
+    await eventually(all_completed, within=40)
+
+    async def committed_all() -> bool:
+        found = await committed(
+            kafka_server.bootstrap_servers, kafka_names.group, kafka_names.topic
+        )
+        return found == {0: len(keys)}
+
+    await eventually(committed_all, within=10)
+    marks = read_marks(markers)
+    takeovers = {m.key: m.at for m in marks if m.pod == "pod-b" and m.what == "start"}
+    assert takeovers.keys() == set(keys)
+    bound = max(lease, SESSION_TIMEOUT) + BUSY_RETRY_CAP + REBALANCE_ALLOWANCE
+    late = max(takeovers.values()) - killed_at
+    print(f"takeover after SIGKILL: {late:.2f}s (bound {bound:.1f}s)")
+    assert late <= bound
+    for key, started in takeovers.items():  # nobody started while the dead pod's lease was valid
+        assert started >= expires[key] - 0.05, key
+    assert overlapping(intervals(marks, killed_at={"pod-a": killed_at})) == []
+
+
+async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
+    kafka_server: LocalKafka,
+    redis: Redis,
+    namespace: str,
+    kafka_names: KafkaNames,
+    markers: Path,
+    pods: Callable[..., Pod],
+) -> None:
+    """SIGTERM: the short job finishes and is committed, the long one is cancelled.
+
+    The long one is cancelled at the shutdown timeout, its lease released and
+    its trigger left uncommitted; the exit code is 0.
+    """
+    kafka_server.create_topics([kafka_names.topic], partitions=1)
+    pod = pods("pod-a", "--shutdown-timeout", "2", "--concurrency", "2", LW_TEST_LEASE="10")
+    await eventually(lambda: _assigned(pod), within=30)
+    await produce(
+        kafka_server.bootstrap_servers,
+        kafka_names.topic,
+        [(b"short", payload(seconds=1)), (b"long", payload(seconds=60))],
+    )
+
+    async def both_started() -> bool:
+        return len([m for m in read_marks(markers) if m.what == "start"]) == 2
+
+    await eventually(both_started, within=20)
+    signalled = time.monotonic()
+    pod.signal(signal.SIGTERM)
+    assert await pod.wait_exit(within=10) == 0
+    exited = time.monotonic() - signalled
+    stops = {m.key: m.how for m in read_marks(markers) if m.what == "stop"}
+    assert stops == {"short": "completed", "long": "cancelled"}
+    assert 2 <= exited < 2 + 3  # drained for the timeout, then released, committed, left
+    info = await RedisLeases(redis, namespace=namespace).inspect("long")
+    assert info.owner is None  # released, not left to expire (its TTL was 10 s)
+    found = await committed(kafka_server.bootstrap_servers, kafka_names.group, kafka_names.topic)
+    assert found == {0: 1}  # "short" only: "long" reached no terminal outcome
+
+
+async def test_a_second_sigterm_exits_at_once(
+    kafka_server: LocalKafka,
+    kafka_names: KafkaNames,
+    markers: Path,
+    pods: Callable[..., Pod],
+) -> None:
+    """The second SIGTERM does not wait for the shutdown timeout: exit 143 right away."""
+    kafka_server.create_topics([kafka_names.topic], partitions=1)
+    pod = pods("pod-a", "--shutdown-timeout", "30")
+    await eventually(lambda: _assigned(pod), within=30)
+    await produce(kafka_server.bootstrap_servers, kafka_names.topic, [(b"k", payload(seconds=60))])
+
+    async def started() -> bool:
+        return any(m.what == "start" for m in read_marks(markers))
+
+    await eventually(started, within=20)
+    pod.signal(signal.SIGTERM)
+    await eventually(lambda: _assigned(pod, "draining"), within=5)
+    signalled = time.monotonic()
+    pod.signal(signal.SIGTERM)
+    assert await pod.wait_exit(within=5) == 128 + signal.SIGTERM
+    assert time.monotonic() - signalled < 2

@@ -1,0 +1,106 @@
+"""Settings are checked when built: WorkerConfig, ReportJob lease settings, BusyPolicy."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from leaseworker import (
+    BusyPolicy,
+    ConfigError,
+    JobContext,
+    RedisLeases,
+    ReportJob,
+    Worker,
+    WorkerConfig,
+)
+from leaseworker._lease._timing import DeadlinePolicy
+
+pytestmark = pytest.mark.fake
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"concurrency": 0},
+        {"shutdown_timeout": 0},
+        {"session_timeout": 6, "heartbeat_interval": 6},
+        {"redis_url": "http://x"},
+        {"group": ""},
+        {"dead_letter_topic": ""},
+        {"kafka_timeout": 5, "revoke_timeout": 10},
+        {"max_poll_interval": 0.3, "poll_timeout": 0.2},
+        {"shutdown_timeout": float("inf")},  # a drain that never ends
+        {"store_timeout": float("nan")},
+        {"heartbeat_interval": 0},  # a heartbeat every millisecond
+        {"heartbeat_interval": -1},
+        {"redis_url": "redis://:pw@127.0.0.1:notaport/0"},  # redis-py's ValueError, at start
+    ],
+)
+def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:
+    """Each bad setting fails at construction with ConfigError, not at the first trigger."""
+    with pytest.raises(ConfigError):
+        WorkerConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_the_rebalance_timeout_covers_the_revoke_callback() -> None:
+    """The group waits long enough for revoke_timeout, lease releases and a commit."""
+    config = WorkerConfig(revoke_timeout=4, redis_timeout=0.5, commit_timeout=3)
+    assert config.rebalance_timeout == pytest.approx(4 + 1 + 3 + 1)
+    assert config.kafka_timeout > config.rebalance_timeout
+    assert config.heartbeat == config.session_timeout / 5
+
+
+def test_logs_show_redis_host_and_port_never_the_password() -> None:
+    """redacted_redis() drops credentials from the URL."""
+    config = WorkerConfig(redis_url="redis://user:hunter2@redis.internal:6380/0")
+    assert config.redacted_redis() == "redis.internal:6380"
+
+
+class _Job(ReportJob):
+    topic = "t"
+
+    async def run(self, ctx: JobContext) -> object:
+        return None
+
+
+def test_job_lease_settings_are_resolved_with_the_default_renewal_interval() -> None:
+    """renewal_interval defaults to lease_duration / 3."""
+    timing = _Job.lease_timing(DeadlinePolicy())
+    assert timing.renew_every == pytest.approx(_Job.lease_duration / 3)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"topic": ""}, {"lease_duration": 0.5, "renewal_interval": 0.45}, {"max_runtime": -1}],
+)
+def test_job_settings_that_cannot_keep_the_lease_are_config_errors(
+    settings: dict[str, object],
+) -> None:
+    """A job class with an impossible lease is rejected before it touches Redis or Kafka."""
+    job_class: type[_Job] = type("Bad", (_Job,), settings)
+    with pytest.raises(ConfigError):
+        job_class.lease_timing(DeadlinePolicy())
+
+
+def test_busy_backoff_grows_is_capped_jittered_and_honours_the_holders_ttl() -> None:
+    """Delays double up to the cap, never exceed it, vary with jitter, and follow the hint."""
+    policy = BusyPolicy(initial=0.25, cap=2.0, jitter=0.5, rng=random.Random(7))
+    delays = [policy.delay(n) for n in range(10)]
+    assert all(0.125 <= d <= 2.0 for d in delays)
+    assert max(delays[5:]) > 1.0  # reached the cap region
+    assert len(set(delays)) == len(delays)  # jittered
+    assert policy.delay(9, hint=0.4) <= 0.4  # the holder's lease ends soon: retry then
+    with pytest.raises(ConfigError):
+        BusyPolicy(initial=1, cap=0.5)
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+async def test_lease_pipelining_reaches_the_workers_redis_leases(pipelining: bool) -> None:
+    """``lease_pipelining`` decides how the worker's own lease store sends calls (no I/O)."""
+    config = WorkerConfig(lease_pipelining=pipelining, store_url="memory://")
+    worker = Worker(_Job(), config)
+    leases = worker._leases  # the store the worker built for itself
+    assert isinstance(leases, RedisLeases)
+    assert leases.pipelining is pipelining
