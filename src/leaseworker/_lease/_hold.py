@@ -33,6 +33,9 @@ from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")
 
+_RECANCEL_EVERY = 0.05
+"""How often a renewal task that has not stopped yet is cancelled again, in seconds."""
+
 Outcome = Literal["completed", "lost", "timed_out", "failed", "cancelled", "busy"]
 
 
@@ -106,6 +109,7 @@ class HeldLease:
         self._scope: anyio.CancelScope  # the body's, from __aenter__ on
         self._renewal_timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Task[None] | None = None
+        self._stopping = False  # the block is ending: the renewal task must not go on
         self._loss: tuple[str, str, float] | None = None  # reason, detail, when
         self._outcome: Outcome | None = None
         self._released: bool | None = None
@@ -276,23 +280,43 @@ class HeldLease:
         )
 
     async def _stop_renewals(self) -> None:
-        """Cancel the pending first renewal or the renewal task, and wait for it to end."""
+        """Stop the pending first renewal or the renewal task, waiting a bounded time.
+
+        A cancellation can be swallowed on its way through a client (redis-py's
+        ``asyncio.wait_for`` on Python 3.11 drops one that races a reply), so the
+        task also stops at its next turn once ``_stopping`` is set, the
+        cancellation is sent again on every ``_RECANCEL_EVERY``, and after
+        ``release_timeout`` the task is abandoned (reported) rather than awaited.
+        """
+        self._stopping = True
         if self._renewal_timer is not None:
             self._renewal_timer.cancel()  # never started: nothing to wait for
             self._renewal_timer = None
         task = self._renewal
         if task is None:
             return
-        task.cancel()
+        give_up = now() + self._release_timeout
         with anyio.CancelScope(shield=True):
-            await asyncio.wait((task,))
+            while not task.done() and (left := give_up - now()) > 0:
+                task.cancel()
+                await asyncio.wait((task,), timeout=min(left, _RECANCEL_EVERY))
+        if not task.done():
+            # Owner-checked scripts keep the abandoned call harmless: once the
+            # release deleted the key, a renewal arriving later changes nothing.
+            logger.warning(
+                "lease renewal for %r did not stop within %.1fs of the body; abandoned",
+                self._key,
+                self._release_timeout,
+                extra={"event": "renewal_abandoned", "jobId": self._key, "fence": self.fence},
+            )
+            return
         if not task.cancelled() and (error := task.exception()) is not None:
             # A bug, not a lease event: the body was already bounded by its deadline.
             logger.error("lease renewal task for %r failed", self._key, exc_info=error)
 
     async def _renew_until_lost(self) -> None:
         """Renew on schedule; on the first failed renewal, cancel the body for good."""
-        while True:
+        while not self._stopping:
             lease = self.lease
             due = lease.sent_at + self._timing.renew_every
             await anyio.sleep_until(due)
@@ -306,7 +330,7 @@ class HeldLease:
                 )
                 return
             try:
-                self._lease = await self._leases.renew(lease)
+                renewed = await self._leases.renew(lease)
                 round_trip = now() - woke
             except LeaseLost as exc:
                 self._lose(exc.reason, exc.detail, at=now())
@@ -314,6 +338,9 @@ class HeldLease:
             except Exception as exc:  # a custom store's bug must still stop the body
                 self._lose("error", repr(exc), at=now())
                 return
+            if self._stopping:  # the block ended meanwhile (its cancellation was swallowed)
+                return
+            self._lease = renewed
             self._renewals += 1
             self._scope.deadline = self._body_deadline()
             self._emit("renewed", round_trip=round_trip, remaining=self._lease.remaining())
@@ -323,7 +350,7 @@ class HeldLease:
 
     def _lose(self, reason: str, detail: str, *, at: float) -> None:
         """Mark ownership uncertain for good and cancel the body."""
-        if self._loss is not None:
+        if self._loss is not None or self._stopping:
             return
         self._loss = (reason, detail, at)
         self._scope.cancel()

@@ -1,0 +1,96 @@
+"""hold()'s exit is bounded whatever the lease client does with a cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from leaseworker import Lease, LeaseInfo, RedisLeases, hold
+from leaseworker._lease._timing import DeadlinePolicy
+
+
+class _SwallowingRenew:
+    """Real leases whose renew swallows cancellations, as a client's ``wait_for`` can.
+
+    On Python 3.11, redis-py sends each command inside ``asyncio.wait_for`` when
+    the client has a ``socket_timeout``; a cancellation that races the send's
+    completion is dropped there. That race is too narrow to hit on purpose with
+    a real socket, so this double drops the cancellation deterministically.
+
+    ``renew`` signals ``started``, then waits for ``reply``; each cancellation
+    meanwhile is dropped (counted in ``swallowed``). With ``hang`` it never
+    answers until ``reply`` is set; otherwise the first cancellation lets the
+    real renewal go through, the way a reply racing the cancel does.
+    """
+
+    def __init__(self, inner: RedisLeases, *, hang: bool) -> None:
+        self.inner = inner
+        self.hang = hang
+        self.started = anyio.Event()
+        self.reply = asyncio.Event()
+        self.renews = 0
+        self.swallowed = 0
+
+    @property
+    def policy(self) -> DeadlinePolicy:
+        return self.inner.policy
+
+    async def acquire(self, key: str, ttl: float) -> Lease | None:
+        return await self.inner.acquire(key, ttl)
+
+    async def renew(self, lease: Lease) -> Lease:
+        self.renews += 1
+        self.started.set()
+        while not self.reply.is_set():
+            try:
+                await self.reply.wait()
+            except asyncio.CancelledError:
+                self.swallowed += 1
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                if not self.hang:
+                    break
+        return await self.inner.renew(lease)
+
+    async def release(self, lease: Lease) -> bool:
+        return await self.inner.release(lease)
+
+    async def inspect(self, key: str) -> LeaseInfo:
+        return await self.inner.inspect(key)
+
+
+@pytest.mark.fake  # a renew that swallows its cancellation, around real Redis
+@pytest.mark.timeout(20)  # without the fix this test hangs: the timeout is its failure
+async def test_a_swallowed_cancellation_does_not_keep_the_lease_renewing(
+    leases: RedisLeases,
+) -> None:
+    """The renewal in flight at exit answers anyway: no further renewal, exit, release."""
+    swallowing = _SwallowingRenew(leases, hang=False)
+    async with hold(swallowing, "k", ttl=0.6, renew_every=0.1) as held:
+        await swallowing.started.wait()
+    assert swallowing.swallowed == 1
+    assert swallowing.renews == 1
+    assert held.outcome == "completed"
+    assert held.released is True
+    assert (await leases.inspect("k")).owner is None
+
+
+@pytest.mark.fake  # a renew that swallows every cancellation, around real Redis
+@pytest.mark.timeout(20)  # without the fix this test hangs: the timeout is its failure
+async def test_a_renewal_that_never_stops_is_abandoned_after_the_release_timeout(
+    leases: RedisLeases, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Exit waits at most ``release_timeout`` for the renewal, then releases and says so."""
+    swallowing = _SwallowingRenew(leases, hang=True)
+    try:
+        with anyio.fail_after(10):
+            async with hold(swallowing, "k", ttl=0.6, renew_every=0.1, release_timeout=0.3) as held:
+                await swallowing.started.wait()
+        assert held.outcome == "completed"
+        assert held.released is True
+        assert swallowing.swallowed >= 2  # the cancellation was sent again
+        assert [r for r in caplog.records if getattr(r, "event", None) == "renewal_abandoned"]
+        assert (await leases.inspect("k")).owner is None
+    finally:
+        swallowing.reply.set()  # let the abandoned renewal end: nothing left running
