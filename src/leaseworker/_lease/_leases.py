@@ -16,16 +16,16 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, final
+from typing import Protocol, final
 
 import anyio
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from .._errors import ConfigError, LeaseLost, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
-from ._pipelining import ScriptPipeline
+from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
 from ._timing import DeadlinePolicy, now
 
 
@@ -114,6 +114,16 @@ class RedisLeases:
     ``pipelining`` (the default), calls made while another is in flight go to
     Redis together, as one pipeline, once it is answered (see ``_pipelining``);
     ``False`` sends each call on its own.
+
+    On replicated Redis (Sentinel, Cluster, a managed service with replicas),
+    ``replicas=N`` makes an acquire or renewal count only once ``WAIT`` on the
+    same connection reports N replicas have it within ``replica_timeout``
+    (default: half the command timeout): an acquire short of that is released
+    and raises :class:`LeaseUnavailable`, a renewal short of it loses the lease
+    (``reason="unreplicated"``). So a failover cannot promote a replica that
+    never saw the lease, nor an isolated master keep renewing it. ``WAIT`` is
+    not consistency: a replica that acknowledged can still lose the write in a
+    later failover; fences cover that (see docs/operations.md).
     """
 
     def __init__(
@@ -126,9 +136,12 @@ class RedisLeases:
         command_timeout: float = 0.5,
         owner_prefix: str | None = None,
         pipelining: bool = True,
+        replicas: int = 0,
+        replica_timeout: float | None = None,
     ) -> None:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ConfigError(f"namespace must be non-empty and free of braces: {namespace!r}")
+        self._wait = _replica_wait(replicas, replica_timeout, command_timeout)
         self._redis = redis
         self._namespace = namespace
         self._policy = DeadlinePolicy(drift=drift, margin=margin, command_timeout=command_timeout)
@@ -137,7 +150,12 @@ class RedisLeases:
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
         self._pipeline = (
-            ScriptPipeline(redis, {sha: src for src, sha in self._scripts.items()}, self._deadlines)
+            ScriptPipeline(
+                redis,
+                {sha: src for src, sha in self._scripts.items()},
+                self._deadlines,
+                wait=self._wait,
+            )
             if pipelining
             else None
         )
@@ -151,6 +169,11 @@ class RedisLeases:
     def pipelining(self) -> bool:
         """Whether calls made while one is in flight go to Redis together, as one pipeline."""
         return self._pipeline is not None
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas must acknowledge an acquire or renewal (0: none asked)."""
+        return 0 if self._wait is None else self._wait.replicas
 
     @property
     def namespace(self) -> str:
@@ -184,9 +207,12 @@ class RedisLeases:
         except anyio.get_cancelled_exc_class():
             await self._forget(key, owner)
             raise
-        acquired, value = int(reply[0]), int(reply[1])
+        acquired, value = int(reply.value[0]), int(reply.value[1])
         if not acquired:
             return None
+        if not self._replicated(reply):
+            await self._forget(key, owner)
+            raise LeaseUnavailable(key, self._unreplicated(reply))
         deadline = self._policy.local_deadline(sent_at, ttl)
         return Lease(
             key=key, owner=owner, fence=value, ttl=ttl, sent_at=sent_at, local_deadline=deadline
@@ -210,8 +236,10 @@ class RedisLeases:
             raise _lost(lease, "timeout", "no answer within command_timeout") from exc
         except (RedisError, OSError) as exc:
             raise _lost(lease, "error", _describe(exc)) from exc
-        if not int(renewed):
+        if not int(renewed.value):
             raise _lost(lease, "rejected", "the lease key is gone or has another owner")
+        if not self._replicated(renewed):
+            raise _lost(lease, "unreplicated", self._unreplicated(renewed))
         late_by = now() - lease.local_deadline
         if late_by > 0:
             raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
@@ -229,7 +257,7 @@ class RedisLeases:
             deleted = await self._call(_scripts.RELEASE, [self.lease_key(lease.key)], [lease.owner])
         except (TimeoutError, RedisError, OSError) as exc:
             raise LeaseUnavailable(lease.key, _describe(exc)) from exc
-        return bool(int(deleted))
+        return bool(int(deleted.value))
 
     async def inspect(self, key: str) -> LeaseInfo:
         """Read the owner, remaining TTL and last fence of ``key`` in one round trip."""
@@ -249,21 +277,25 @@ class RedisLeases:
             fence=None if fence is None else int(fence),
         )
 
-    async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+    async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
         """Run ``script`` within the command timeout (see ``_deadlines``)."""
-        if self._pipeline is not None:
-            call = self._pipeline.call(self._scripts[script], keys, args)
-            return await self._deadlines.run(call)
-        return await self._deadlines.run(self._evalsha(script, keys, args))
-
-    async def _evalsha(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        """Run ``script`` by SHA on its own, loading it once when Redis answers NOSCRIPT."""
         sha = self._scripts[script]
-        try:
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self._redis.script_load(script)
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        if self._pipeline is not None:
+            return await self._deadlines.run(self._pipeline.call(sha, keys, args))
+        return await self._deadlines.run(
+            run_script(self._redis, sha, script, keys, args, self._wait)
+        )
+
+    def _replicated(self, reply: Replied) -> bool:
+        """Whether enough replicas acknowledged the write behind ``reply``."""
+        return self._wait is None or (reply.acked or 0) >= self._wait.replicas
+
+    def _unreplicated(self, reply: Replied) -> str:
+        assert self._wait is not None
+        return (
+            f"{reply.acked or 0} of {self._wait.replicas} replicas acknowledged "
+            f"within {self._wait.timeout_ms} ms"
+        )
 
     async def _forget(self, key: str, owner: str) -> None:
         """Best-effort release of an acquire whose reply never arrived (shielded)."""
@@ -286,6 +318,23 @@ def _checked(key: str) -> str:
     if key.startswith("}"):
         raise ConfigError("job key must not start with '}' (it is a Redis Cluster hash tag)")
     return key
+
+
+def _replica_wait(
+    replicas: int, replica_timeout: float | None, command_timeout: float
+) -> ReplicaWait | None:
+    """Build the ``WAIT`` sent after acquires and renewals, checked against the call budget."""
+    if replicas < 0:
+        raise ConfigError(f"replicas must be >= 0, got {replicas}")
+    if replicas == 0:
+        return None
+    timeout = command_timeout / 2 if replica_timeout is None else replica_timeout
+    if not 0 < timeout < command_timeout:
+        raise ConfigError(
+            f"replica_timeout={timeout}s must be > 0 and shorter than "
+            f"command_timeout={command_timeout}s (the wait is part of each call's budget)"
+        )
+    return ReplicaWait(replicas=replicas, timeout_ms=max(1, math.floor(timeout * 1000)))
 
 
 def _check_ttl(ttl: float) -> None:

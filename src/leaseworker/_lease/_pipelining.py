@@ -45,12 +45,32 @@ from redis.exceptions import NoScriptError
 from ._deadlines import DeadlineWheel
 
 
+@dataclass(frozen=True, slots=True)
+class Replied:
+    """A script's reply, with how many replicas acknowledged the writes before it.
+
+    ``acked`` is ``WAIT``'s answer from the same connection, sent right after
+    the script (``None`` when no replica acknowledgement was asked for).
+    """
+
+    value: Any
+    acked: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """Ask for ``replicas`` acknowledgements within ``timeout_ms`` after each pipeline."""
+
+    replicas: int
+    timeout_ms: int
+
+
 @dataclass(slots=True)
 class _Call:
     sha: str
     keys: Sequence[str]
     args: Sequence[str]
-    answer: asyncio.Future[Any]
+    answer: asyncio.Future[Replied]
 
 
 @final
@@ -59,8 +79,9 @@ class ScriptPipeline:
 
     ``scripts`` maps each SHA to its source, loaded once when Redis answers
     NOSCRIPT (after a restart or ``SCRIPT FLUSH``). ``max_batch`` bounds one
-    pipeline. A pipeline belongs to one event loop at a time; used on a new
-    loop, it starts over.
+    pipeline. With ``wait``, every trip (a lone call too) ends with one
+    ``WAIT``, so each reply says how many replicas have its writes. A pipeline
+    belongs to one event loop at a time; used on a new loop, it starts over.
     """
 
     def __init__(
@@ -70,8 +91,10 @@ class ScriptPipeline:
         deadlines: DeadlineWheel,
         *,
         max_batch: int = 128,
+        wait: ReplicaWait | None = None,
     ) -> None:
         self._redis = redis
+        self._wait = wait
         self._scripts = dict(scripts)
         self._deadlines = deadlines
         self._max_batch = max_batch
@@ -80,7 +103,7 @@ class ScriptPipeline:
         self._queued: list[_Call] = []
         self._senders: set[asyncio.Task[None]] = set()  # strong references while they run
 
-    async def call(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+    async def call(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
         """Run the script ``sha`` with ``keys`` and ``args``; return its reply.
 
         Raises what redis-py raises for a lone call (``RedisError``,
@@ -90,15 +113,12 @@ class ScriptPipeline:
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
             self._loop, self._busy, self._queued = loop, False, []
         if self._busy:
-            answer: asyncio.Future[Any] = loop.create_future()
+            answer: asyncio.Future[Replied] = loop.create_future()
             self._queued.append(_Call(sha, keys, args, answer))
             return await answer  # cancelled with the caller: left out, or its answer dropped
         self._busy = True  # sent alone, on redis-py's plain path
         try:
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self._redis.script_load(self._scripts[sha])
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+            return await run_script(self._redis, sha, self._scripts[sha], keys, args, self._wait)
         finally:
             if self._queued:
                 self._next()
@@ -155,28 +175,75 @@ class ScriptPipeline:
         for call, reply in zip(batch, replies, strict=True):
             if call.answer.done():
                 continue
-            if isinstance(reply, Exception):
-                call.answer.set_exception(reply)
+            if isinstance(reply.value, Exception):
+                call.answer.set_exception(reply.value)
             else:
                 call.answer.set_result(reply)
 
-    async def _execute(self, batch: list[_Call]) -> list[Any]:
+    async def _execute(self, batch: list[_Call]) -> list[Replied]:
         """Send ``batch``; calls answered NOSCRIPT are sent again once their script is loaded."""
-        replies = await self._pipeline(batch)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        replies = await _pipeline(self._redis, [(c.sha, c.keys, c.args) for c in batch], self._wait)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply.value, NoScriptError)]
         if missing:
             for sha in {batch[i].sha for i in missing}:
                 await self._redis.script_load(self._scripts[sha])
-            again = await self._pipeline([batch[i] for i in missing])
+            again = await _pipeline(
+                self._redis,
+                [(batch[i].sha, batch[i].keys, batch[i].args) for i in missing],
+                self._wait,
+            )
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
 
-    async def _pipeline(self, batch: list[_Call]) -> list[Any]:
-        pipe = self._redis.pipeline(transaction=False)
-        for call in batch:
-            pipe.evalsha(call.sha, len(call.keys), *call.keys, *call.args)
-        return list(await pipe.execute(raise_on_error=False))
+
+async def run_script(
+    redis: Redis,
+    sha: str,
+    source: str,
+    keys: Sequence[str],
+    args: Sequence[str],
+    wait: ReplicaWait | None,
+) -> Replied:
+    """Run one script by SHA, loading it once on NOSCRIPT; ``WAIT`` after it when asked.
+
+    Without ``wait`` this is redis-py's plain path (one command); with it, the
+    script and its ``WAIT`` go as one pipeline, so both use the same connection
+    (``WAIT`` counts the acknowledgements of that connection's writes).
+    """
+    if wait is None:
+        try:
+            return Replied(await redis.evalsha(sha, len(keys), *keys, *args), None)
+        except NoScriptError:
+            await redis.script_load(source)
+            return Replied(await redis.evalsha(sha, len(keys), *keys, *args), None)
+    [reply] = await _pipeline(redis, [(sha, keys, args)], wait)
+    if isinstance(reply.value, NoScriptError):
+        await redis.script_load(source)
+        [reply] = await _pipeline(redis, [(sha, keys, args)], wait)
+    if isinstance(reply.value, Exception):
+        raise reply.value
+    return reply
+
+
+async def _pipeline(
+    redis: Redis,
+    calls: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+    wait: ReplicaWait | None,
+) -> list[Replied]:
+    """Send ``calls`` as one pipeline, then ``WAIT`` when asked; errors come back as values."""
+    pipe = redis.pipeline(transaction=False)
+    for sha, keys, args in calls:
+        pipe.evalsha(sha, len(keys), *keys, *args)
+    if wait is not None:
+        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+    replies = list(await pipe.execute(raise_on_error=False))
+    if wait is None:
+        return [Replied(reply, None) for reply in replies]
+    acked = replies.pop()
+    if isinstance(acked, Exception):
+        raise acked
+    return [Replied(reply, int(acked)) for reply in replies]
 
 
 def _stopped() -> RedisConnectionError:

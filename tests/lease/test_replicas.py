@@ -1,0 +1,129 @@
+"""Replica-acknowledged leases: ``WAIT`` decides whether an acquire or renewal counts.
+
+Real Redis: a master with one real replica (``REPLICAOF``), frozen with SIGSTOP
+to hold replication back, and a master with no replica at all.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from leaseworker import ConfigError, LeaseEvent, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker._dev._services import LocalRedis
+
+
+@pytest.fixture
+def replica(redis_server: LocalRedis, tmp_path: Path) -> Iterator[LocalRedis]:
+    """A second redis-server, made a replica of the session's server by the test."""
+    server = LocalRedis.start(workdir=tmp_path)
+    try:
+        yield server
+    finally:
+        server.process.popen.send_signal(signal.SIGCONT)  # in case a test left it frozen
+        server.stop()
+
+
+@pytest.fixture
+async def replicated(
+    redis_server: LocalRedis, replica: LocalRedis, redis: Redis
+) -> AsyncIterator[LocalRedis]:
+    """The replica, attached and in sync; detached again afterwards."""
+    client = Redis.from_url(replica.url)
+    try:
+        await redis.config_set("repl-diskless-sync-delay", 0)  # sync at once, not after 5 s
+        await client.replicaof("127.0.0.1", redis_server.port)
+        with anyio.fail_after(15):
+            while await redis.wait(1, 100) < 1:
+                await redis.set("leaseworker-test:sync", "1")  # WAIT needs a write to count
+        yield replica
+    finally:
+        replica.process.popen.send_signal(signal.SIGCONT)
+        await client.replicaof("NO", "ONE")
+        await client.aclose()
+
+
+class _Observer:
+    """A lease observer that hands every event to a function."""
+
+    def __init__(self, handle: Callable[[LeaseEvent], None]) -> None:
+        self.on_lease_event = handle
+
+
+def test_replica_timeout_must_fit_in_the_command_timeout(redis: Redis) -> None:
+    """The wait is part of every call's budget: one that cannot fit is refused."""
+    with pytest.raises(ConfigError, match="replica_timeout"):
+        RedisLeases(redis, replicas=1, command_timeout=0.5, replica_timeout=0.5)
+    with pytest.raises(ConfigError, match="replicas"):
+        RedisLeases(redis, replicas=-1)
+    assert RedisLeases(redis).replicas == 0
+    assert RedisLeases(redis, replicas=2).replicas == 2
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_an_acquire_no_replica_acknowledged_is_released_and_unavailable(
+    redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """A master without replicas: the acquire is undone, the body never starts."""
+    leases = RedisLeases(
+        redis,
+        namespace=namespace,
+        command_timeout=0.5,
+        replicas=1,
+        replica_timeout=0.1,
+        pipelining=pipelining,
+    )
+    started = False
+    with pytest.raises(LeaseUnavailable, match="0 of 1 replicas"):
+        async with hold(leases, "k", ttl=2):
+            started = True
+    assert not started
+    assert (await leases.inspect("k")).owner is None  # released with its owner token
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_replicated_acquire_and_renewals_keep_the_body_running(
+    replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """With the replica in sync, every acquire and renewal counts."""
+    leases = RedisLeases(
+        redis, namespace=namespace, command_timeout=0.5, replicas=1, pipelining=pipelining
+    )
+    three = anyio.Event()
+
+    def observe(event: LeaseEvent) -> None:
+        if event.name == "renewed" and held.renewals >= 3:
+            three.set()
+
+    async with hold(leases, "k", ttl=0.9, renew_every=0.2, observer=_Observer(observe)) as held:
+        with anyio.fail_after(5):
+            await three.wait()
+        await held.checkpoint()
+    assert held.outcome == "completed"
+    assert held.renewals >= 3
+
+
+async def test_a_renewal_the_replica_did_not_get_stops_the_body_for_good(
+    replicated: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """Replication held back (replica frozen): the next renewal loses the lease.
+
+    The master alone still answers the renewal with success; only ``WAIT``
+    says that a failover now could promote a replica with an older expiry.
+    """
+    leases = RedisLeases(
+        redis, namespace=namespace, command_timeout=0.5, replicas=1, replica_timeout=0.1
+    )
+    with pytest.raises(LeaseLost) as lost:
+        async with hold(leases, "k", ttl=1.5, renew_every=0.3) as held:
+            replicated.process.popen.send_signal(signal.SIGSTOP)
+            await anyio.sleep_forever()
+    assert lost.value.reason == "unreplicated"
+    assert "0 of 1 replicas" in lost.value.detail
+    assert held.outcome == "lost"
+    assert held.renewals == 0
