@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from leaseworker import Lease, LeaseUnavailable, RedisLeases
 from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._deadlines import DeadlineWheel
-from leaseworker._lease._pipelining import ScriptPipeline
+from leaseworker._lease._pipelining import Replied, ScriptPipeline
 from leaseworker._lease._scripts import ACQUIRE
 from leaseworker.testing import ChaosProxy
 
@@ -227,8 +227,9 @@ async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
                 tg.start_soon(_times_out, acquire("queued", 0.4))  # sent after "lone" gives up
             proxy.blackhole = False
             reply = await acquire("after", 0.5)
-            assert isinstance(reply, list)
-            assert reply[0] == 1  # acquired
+            assert isinstance(reply, Replied)
+            assert reply.value[0] == 1  # acquired
+            assert reply.acked is None  # no replica acknowledgement was asked for
         finally:
             await client.aclose()
 
