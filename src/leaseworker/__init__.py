@@ -1,16 +1,17 @@
 """leaseworker: run long jobs safely across many worker pods.
 
-Package layout: the public API is re-exported here from private modules, one
-concept each. ``_lease`` holds the Redis adapter (owner tokens, fences, the
-atomic scripts from ``_scripts``); ``_timing`` the local-deadline formula and
-its checks; ``_hold`` the held-lease scope that cancels the body on loss;
-``_errors`` the exception tree. The Kafka-driven worker: ``_job`` (ReportJob,
-JobContext), ``_trigger`` (decoding and validating triggers), ``_execution``
-(one trigger's executions under its lease, no Kafka), ``_observer`` (lifecycle
-events), ``_offsets`` (the committable prefix), ``_kafka_source`` (the
-consumer-group member), ``_worker`` and ``_config`` (the pod). ``_store`` is
-the fenced completion store (PostgreSQL or SQLite, picked by URL). ``_local``
-starts real services as local processes for the demo and the tests.
+Package layout (one subpackage per box; docs/design.md draws them), the public
+API re-exported here:
+``_lease``: Redis leases with a local deadline, and ``hold()``;
+``_execution``: one trigger's executions under its lease (job, trigger, completion);
+``_store``: the fenced, durable completion store;
+``_kafka``: the consumer-group member, the only aiokafka importer;
+``_telemetry``: spans, metrics and JSON logs;
+``_worker``: the pod, wiring source, executor, leases and store;
+``_cli``: the ``leaseworker`` command, one module per subcommand;
+``_dev``: local services and demos, not the library;
+``testing``: test helpers (``ChaosProxy``);
+``_errors``, ``_backoff``, ``_version``: shared bottom modules.
 """
 
 from ._backoff import BusyPolicy as BusyPolicy

@@ -1,25 +1,9 @@
 """``leaseworker demo``: three worker pods on a local stack, a Redis stall, and the proof.
 
-What it does, in order:
-
-1. starts a private Redis and Kafka broker (and Jaeger when it is already
-   built) on free loopback ports and creates the topics;
-2. starts three ``leaseworker run demo_report:DemoMonthlyReport`` pods as
-   separate processes (``examples/report_job``), each reaching Redis through
-   its own :class:`~leaseworker.testing.ChaosProxy` owned by this process;
-3. sends one slow report (it outlives its 3 s lease by renewing it), then a
-   stream of monthly reports with duplicates;
-4. black-holes the Redis traffic of the pod running the slow report: its
-   renewals go unanswered, so the job is stopped at its local deadline
-   (``lost``) before the key can expire; playing the orchestrator whose
-   health check now fails, the demo sends that pod SIGTERM, and another pod
-   takes the report over once the old lease expired;
-5. waits until every trigger completed and was committed, stops everything,
-   and prints the summary: completed, duplicates, lost-and-stopped, overlap
-   (from per-execution start/stop markers on one clock) and takeover time.
-
-The exit code is 1 when two executions of one report overlapped, a trigger
-was not completed, or the stall did not play out as described.
+Starts Redis and Kafka (and Jaeger when built), three pods behind chaos proxies,
+sends reports, black-holes the Redis of the pod running the slow one, and prints
+the summary; exits 1 on overlap, an incomplete trigger or a stall that did not
+play out. The steps: see docs/design.md#the-stack-demo.
 """
 
 from __future__ import annotations

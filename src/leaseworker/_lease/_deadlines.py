@@ -1,17 +1,8 @@
 """Per-call timeouts for hot paths, at one loop timer per tick instead of one per call.
 
-Every Redis call leaseworker makes is bounded. ``asyncio.timeout`` bounds a
-call by scheduling a timer for it and cancelling that timer afterwards; at
-thousands of calls a second that bookkeeping costs as much as a tenth of a
-lease cycle. :class:`DeadlineWheel` files each call under a time slot instead:
-one timer per slot cancels whatever is still waiting when the slot comes due,
-and a call that finishes first only leaves its slot's set.
-
-Slots round *down*: a call is cut off no later than its timeout and no earlier
-than one tick before it. The cancellation protocol is ``asyncio.timeout``'s
-(``Task.cancel`` then ``Task.uncancel``), so an outer cancellation that arrives
-meanwhile (an anyio cancel scope, a task group) is never mistaken for a
-timeout, and vice versa.
+:class:`DeadlineWheel` files each call under a time slot that rounds down, so a
+call is cut off within its timeout and never more than one tick sooner, with
+``asyncio.timeout``'s cancellation protocol. See docs/design.md#deadline-wheel.
 """
 
 from __future__ import annotations

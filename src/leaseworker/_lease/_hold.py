@@ -1,19 +1,9 @@
 """``hold()``: run a block of code only while its lease is certainly owned.
 
-The body runs inside a cancel scope whose deadline is the lease's local
-deadline (and ``max_runtime``); a renewal task runs beside it and pushes the
-deadline forward after each confirmed renewal. When a renewal is rejected,
-fails, times out or comes back late, the scope is cancelled for good, so the
-body stops at its next await, before Redis can expire the key and hand it to
-another worker.
-
-The renewal task is scoped to the ``async with`` block like a task group
-child: it starts when the first renewal is due (a body that ends sooner never
-pays for a task it would not use) and is cancelled and awaited before the
-release. It is a plain task owned by the block rather than an anyio task group:
-the group's enter, exit and checkpoint were a tenth of a short execution's
-cost, and the renewal task cannot fail the body anyway (any error in it is a
-lost lease, which the body's deadline enforces even if the task died).
+The body runs in a cancel scope whose deadline is the lease's local deadline
+(and ``max_runtime``); a renewal task beside it pushes the deadline forward, and
+any doubt about ownership cancels the scope for good. Why the renewal task is
+owned by the block, not a task group: see docs/design.md#the-held-lease.
 """
 
 from __future__ import annotations

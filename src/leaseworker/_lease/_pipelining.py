@@ -1,34 +1,9 @@
 """Auto-pipelining: lease script calls that queue behind one in flight share the next trip.
 
-Why: a pod with many short jobs makes two or more lease calls per trigger,
-and redis-py spends about 150 µs of CPU on each call it sends alone
-(connection checkout, retry wrapper, one write and one parse per command),
-against about 40 µs per command sent in a pipeline of sixteen. The event loop
-is the pod's bottleneck, so this is throughput, and it is also fewer packets
-and syscalls on the Redis server.
-
-How (Nagle's rule, without its timer): a call made while nothing is in flight
-is sent at once, alone, by its caller, so a lone call costs what it cost
-before. Calls made while one is in flight queue; when it is answered they go
-as one pipeline (``transaction=False``: independent commands, one write,
-answers in order), sent by a short-lived sender task, and calls queued
-meanwhile go in the pipeline after. A queued call therefore waits at most for
-the round trip ahead of it.
-
-What does not change: each call is still bounded by its caller's deadline
-(the deadline wheel), and a pipeline as a whole by the same timeout; once
-all its callers have given up it is abandoned, so it never holds up the calls
-behind it for longer than its own callers waited. A caller that stops waiting
-before its call is sent is left out; after that, as with a lone call, Redis
-may have acted on it, and the caller handles that as before (an abandoned
-acquire is released with its owner token). Lease timing stays conservative: a
-caller reads its send time before it queues, so the command reaches Redis no
-earlier than the moment its deadline is counted from.
-
-The price of one flight at a time: calls made while it stalls wait for it,
-where lone calls would have taken other pooled connections (to the same
-server), and a call can take two round trips. ``RedisLeases(...,
-pipelining=False)`` opts out.
+A call made while nothing is in flight goes alone; calls made meanwhile go
+together as one pipeline when it is answered, each still bounded by its own
+deadline. Why (the event loop's CPU per call) and what it costs: see
+docs/design.md#pipelining.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Lease timing: the local deadline formula and the settings checks that protect it.
 
-The local deadline is the moment after which this worker can no longer be sure
-it owns a lease::
-
-    local_deadline = t_sent + ttl * (1 - drift) - margin
-
-``t_sent`` is read from the event loop's monotonic clock just before the
-acquire/renew request is written, so Redis (which starts the TTL when it runs
-the command, later) cannot expire the key before ``t_sent + ttl``. ``drift``
-absorbs a Redis clock that runs fast; ``margin`` absorbs the time a cancelled
-body needs to reach its next await.
+``local_deadline = t_sent + ttl * (1 - drift) - margin``, with ``t_sent`` read
+from the loop's monotonic clock before the request is written, so Redis cannot
+expire the key before it. See docs/design.md#local-deadline.
 """
 
 from __future__ import annotations

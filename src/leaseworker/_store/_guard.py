@@ -1,20 +1,8 @@
 """The fence guard, for jobs that write effects outside the completion store.
 
-A job that writes to its own tables (a report row, a summary) must make those
-writes fenced too, or a paused worker that wakes up after losing its lease can
-overwrite a newer execution's effect. The pattern is one upsert whose update
-only happens while the stored fence is not newer than the writer's::
-
-    INSERT INTO report AS cur (tenant, period, total, fence)
-    VALUES (:tenant, :period, :total, :fence)
-    ON CONFLICT (tenant, period) DO UPDATE
-    SET total = EXCLUDED.total, fence = EXCLUDED.fence
-    WHERE cur.fence <= EXCLUDED.fence
-
-It is atomic in one statement on PostgreSQL (the conflicting row is locked
-before the ``WHERE`` is evaluated against its latest version) and on SQLite
-(>= 3.24). The affected row count tells the outcome: 1 written, 0 stale.
-:func:`fenced_upsert` builds that statement for a table.
+:func:`fenced_upsert` builds one upsert that only replaces a row whose stored
+fence is not newer than the writer's, so a paused worker cannot overwrite a
+newer execution's effect; 1 row written, 0 stale. See docs/design.md#fence-guard.
 """
 
 from __future__ import annotations

@@ -1,50 +1,9 @@
 """The PostgreSQL completion store: psycopg 3, async, over a connection pool.
 
-Why ``complete()`` is race-free. Every completion attempt is one call of the
-``leaseworker_complete()`` function (schema version 2), one round trip, run
-in its own READ COMMITTED transaction (set explicitly, see ``_SessionSetup``).
-The function first takes that job key's *head row* lock, then reads, then
-writes:
-
-1. ``INSERT INTO leaseworker_jobs ... ON CONFLICT (job_key) DO UPDATE ...
-   RETURNING fence`` creates the head row or locks the existing one, in one
-   statement. Two attempts racing to create the first row for a new job key do
-   not both insert and do not fail: the unique index makes the second wait for
-   the first to commit, then take the ``DO UPDATE`` branch, which locks the
-   (now committed) row and returns its latest version. A new row carries the
-   sentinel fence ``-1``; it never becomes visible as such, because the same
-   transaction overwrites it or rolls back.
-2. Only then, in *new* statements, the identity ``(job_key, input_version)``
-   and the winning completion are read. READ COMMITTED takes a fresh snapshot
-   per statement, so these reads see everything committed by earlier holders
-   of the lock; reading in the same statement as the lock would use a snapshot
-   from before the wait and could miss them. That read-after-lock order is
-   what makes "read, decide, write" safe here.
-3. If the rule of :func:`~._model.decide` says ``accepted``, the head row gets
-   the new fence and the completion row (result included) is inserted; both
-   commit together or not at all. ``duplicate`` and ``stale`` write nothing.
-
-Why one function rather than statements sent one by one: psycopg spends
-100-250 µs of the pod's CPU on every round trip, and the transaction took six
-(``BEGIN``, lock, read, two writes, ``COMMIT``).
-
-No deadlocks: a transaction locks exactly one head row, first, and every row
-it touches afterwards belongs to the same job key, so it is only ever
-contended by transactions already queued on that same lock.
-
-Bounds: each call has one deadline covering the pool checkout and every
-statement. When it passes mid-statement, the connection's socket is shut
-down, which wakes psycopg at once with an error (cancelling the coroutine
-instead would send PostgreSQL a cancel request, which an unreachable server
-never answers). The server side has ``statement_timeout`` and
-``idle_in_transaction_session_timeout`` set to the same bound, so a client
-that vanishes mid-transaction cannot hold a job key's lock for long. A pooled
-connection found dead (the server restarted, the link was reset) is replaced
-and the call retried within the same deadline; an error on a live connection
-(a statement timeout, say) is final. A lookup or state
-read is safe to repeat; so is ``complete()``, because its identity makes it
-idempotent: if the lost attempt did commit, the retry finds this execution's
-own completion (same execution id and fence) and reports it ``accepted``.
+Each completion is one call of the ``leaseworker_complete()`` server function,
+which locks the job key's head row, then reads and writes in its own
+transaction; every call has one deadline. Why that order is race-free, and the
+bounds: see docs/design.md#the-postgresql-store.
 """
 
 from __future__ import annotations

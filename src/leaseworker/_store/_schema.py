@@ -1,17 +1,8 @@
 """The store's schema as an ordered list of versioned migrations, one per dialect.
 
-Each adapter applies :data:`MIGRATIONS` at start, inside one transaction that
-first takes a lock only one starter can hold (PostgreSQL: a transaction-scoped
-advisory lock; SQLite: ``BEGIN IMMEDIATE``), reads the highest applied version
-from ``leaseworker_schema_version``, applies what is missing in order and
-records each version. Two pods starting at once therefore migrate once; the
-second finds the work done. Migrations must stay additive, so a pod running
-an older leaseworker keeps working against a newer schema during a rollout.
-
-Tables: ``leaseworker_completions`` holds one row per completion identity
-``(job_key, input_version)`` with its fence and result; ``leaseworker_jobs``
-holds one row per job key with the highest accepted fence (the *head*) and
-the input version that won with it. The head row is also what writers lock.
+Each adapter applies :data:`MIGRATIONS` at start under a lock only one starter
+can hold, so pods starting at once migrate once; migrations stay additive for
+rolling upgrades. Tables and locking: see docs/design.md#schema-and-migrations.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """A lean tracer provider for the spans leaseworker makes itself.
 
-Why: a worker makes about seven spans per trigger. The SDK's spans cost about
-70 µs each on a busy 2-core machine (a lock, attribute validation into a
-bounded mapping, a second ``ReadableSpan`` copy at the end), which halved a
-pod's throughput with no-op jobs. :class:`LeanTracerProvider` keeps what the
-SDK decides (sampler, id generator, resource, span limits, the span
-processors and exporters, so every ``OTEL_*`` variable means what it means to
-the SDK) and replaces only the span object: one plain object that records
-and is handed to the processors as its own read-only view.
-
-The attributes are checked cheaply: values of the four scalar types pass as
-they are; anything else (sequences, wrong types, too many, too long) goes
-through the SDK's own ``BoundedAttributes``, so the result is what the SDK
-would have kept. It is meant for a provider leaseworker owns (``leaseworker
-run``), not as a general SDK replacement: there is no per-span lock, so one
-span must not be changed from two threads at once (leaseworker's spans live
-on the event loop).
+It keeps what the SDK decides (sampler, ids, resource, limits, processors,
+exporters) and replaces only the span object, whose CPU cost dominates a pod
+with short jobs. For a provider leaseworker owns: spans live on the event loop
+and have no per-span lock. See docs/design.md#lean-tracer-provider.
 """
 
 from __future__ import annotations

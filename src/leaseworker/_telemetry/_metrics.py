@@ -29,11 +29,11 @@ _SECONDS_LONG = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.
 class Tally:
     """A sum per attribute set, kept here and reported when a reader collects.
 
-    Why: the SDK's synchronous ``Counter.add`` costs 10-15 µs on a busy
-    2-core machine (attribute set hashing, a lock, the aggregation), and a
-    trigger makes five of them. Summing into a dict costs well under a
-    microsecond; the observable instrument built on :meth:`observe` reports
-    the same cumulative sums, so exporters and Prometheus see the same series.
+    Why: the SDK's synchronous ``Counter.add`` does attribute-set hashing, a
+    lock and the aggregation on every call, and a trigger makes five of them;
+    summing into a dict costs a small fraction of that (docs/design.md#pod-telemetry-and-sampling).
+    The observable instrument built on :meth:`observe` reports the same
+    cumulative sums, so exporters and Prometheus see the same series.
     ``add`` runs on the event loop, ``observe`` in a reader's thread: it
     copies the dict in one step (no Python code runs during the copy).
     """

@@ -1,24 +1,9 @@
 """OTLP/HTTP JSON encoding of finished spans, and the span exporter that sends it.
 
-Why: the SDK's OTLP exporter builds one protobuf message object per span,
-attribute and value in Python, about 100 µs per leaseworker span on a busy
-2-core machine, in the BatchSpanProcessor's thread, which holds the GIL the
-event loop needs. Writing the JSON text directly, from pieces remembered
-between spans (only values not seen before go through the C ``json``
-encoder), does the same job four to five times cheaper.
-
-The encoding follows the OTLP specification's JSON mapping of
-``ExportTraceServiceRequest`` (protobuf JSON with OTLP's exceptions): trace and
-span ids as lowercase hex, lowerCamelCase field names, 64-bit integers
-(timestamps, ``intValue``) as decimal strings, enums (span kind, status code) as
-integers, bytes as base64, non-finite doubles as ``"NaN"``/``"Infinity"``.
-
-:class:`OtlpJsonSpanExporter` changes only the body and its ``Content-Type``:
-it sends through the SDK's own OTLP/HTTP exporter's client, so the endpoint,
-headers, timeout, compression, TLS files and retries come from the same
-``OTEL_EXPORTER_OTLP_*`` variables, read the same way, as with the standard
-exporter. Nothing is logged about a batch but its size (spans never hold
-payloads or credentials; headers are never logged).
+The JSON text is written directly instead of building protobuf objects in
+Python in the export thread, which competes with the event loop for the GIL;
+it goes through the SDK exporter's own client and settings. The encoding rules
+and the exporter: see docs/design.md#otlpjson-export.
 """
 
 from __future__ import annotations

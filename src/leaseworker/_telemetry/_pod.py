@@ -1,18 +1,9 @@
 """One pod's telemetry: execution events, lease events and Kafka source hooks as spans.
 
-:class:`PodTelemetry` is what a :class:`~leaseworker.Worker` wires in: an
-:class:`~leaseworker.ExecutionObserver`, a factory of per-execution lease
-observers for the executor, and the hooks the Kafka source calls (record
-received, decoded, malformed, dead-lettered, committed). Each trigger's trace
-is a CONSUMER span ``process {topic}``, parented on (and linked to) the
-producer's ``traceparent``, with a child span per lifecycle step. A hook that
-fails is logged and ignored: telemetry never changes what the worker does.
-
-A trigger's trace is sampled as a whole: when the sampler drops the process
-span, its lifecycle spans are not made either (what the default ``ParentBased``
-sampler would decide for each of them, without the cost of asking seven
-times; a sampler that keeps children of a dropped parent would only make
-orphans). Metrics and logs do not depend on sampling.
+:class:`PodTelemetry` is the observer, lease-observer factory and source hooks
+a :class:`~leaseworker.Worker` wires in: one CONSUMER ``process {topic}`` trace
+per trigger, sampled as a whole; a failing hook is logged, never changes the
+worker. See docs/design.md#pod-telemetry-and-sampling.
 """
 
 from __future__ import annotations

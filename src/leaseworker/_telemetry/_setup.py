@@ -1,19 +1,9 @@
 """Telemetry for ``leaseworker run`` and ``trigger``, configured from OTEL_* and flags.
 
-The standard variables apply: ``OTEL_SERVICE_NAME`` (default ``leaseworker``),
-``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
-``--otlp-endpoint``, which wins; OTLP over HTTP, port 4318),
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TIMEOUT``,
-``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` (spans go as ``http/json`` unless it
-says ``http/protobuf``: JSON costs the export thread a fifth of the CPU;
-metrics stay protobuf),
-``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_BSP_*``, ``OTEL_METRIC_EXPORT_INTERVAL``,
-``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` (``none`` turns a signal's
-OTLP export off) and ``OTEL_SDK_DISABLED``. Without an endpoint nothing is
-exported and nothing fails. ``--metrics-port`` serves a Prometheus scrape
-endpoint. The SDK and exporters are imported here, lazily, never by the
-library layers. :meth:`ConfiguredTelemetry.aclose` flushes and shuts down in a
-worker thread with a deadline, so pod exit never blocks the event loop.
+The only place the SDK and exporters are imported, lazily; without an endpoint
+nothing is exported and nothing fails, and shutdown flushes in a thread with a
+deadline. The variables and flags: docs/telemetry.md#turning-it-on; the design:
+docs/design.md#set-up.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A ``SpanContext``'s fields, read without a property call per field.
 
-Why: the API's ``SpanContext`` is a tuple whose fields are properties. The
-lean tracer reads five of them for each span it starts, the JSON encoder
-five for each span it writes: about 100 Python calls per trigger. The tuple
-is copied in C when its layout is the one checked at import (trace id, span
-id, is remote, trace flags, trace state, is valid: the API's since 1.0); with
-any other layout it is read field by field. Callers look ``fields`` up on this
-module at each call, so a test can swap in :func:`by_property`.
+The lean tracer and the JSON encoder read several fields of every span's
+context; the API's ``SpanContext`` is a tuple, copied in C when its layout is
+the one checked at import, else read field by field. Callers look ``fields`` up
+on this module at each call, so a test can swap in :func:`by_property`.
 """
 
 from __future__ import annotations

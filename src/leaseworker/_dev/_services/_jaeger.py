@@ -1,14 +1,8 @@
 """A private Jaeger v2 on free loopback ports, with in-memory trace storage.
 
-Jaeger is built from source with the Go toolchain, pinned by the tiny Go module
-in ``deploy/local/jaeger`` (``go get -tool``), so the version is reviewed like any
-other dependency and no prebuilt binary is downloaded. The binary is cached under
-:func:`~leaseworker._dev._services.cache_dir`, outside the clone, and rebuilt only when it
-is missing.
-
-The module proxy's copy of Jaeger carries no web-UI assets, so the built binary
-serves a placeholder page at the UI routes; the JSON query APIs, which
-:meth:`LocalJaeger.find_traces` uses, are complete.
+Built from source with the Go toolchain, pinned by the Go module in
+``deploy/local/jaeger`` and cached outside the clone; its JSON query API is
+complete, its web UI is a placeholder. See docs/design.md#local-jaeger.
 """
 
 from __future__ import annotations

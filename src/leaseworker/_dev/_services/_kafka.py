@@ -1,48 +1,9 @@
 """A private single-node Apache Kafka broker (KRaft) on free loopback ports.
 
-There is no Docker and no Kafka download site here, only Maven Central, so the
-broker comes as plain jars: ``deploy/local/kafka/pom.xml`` lists ``kafka_2.13``
-(the ``kafka.Kafka`` main class, which pulls in kafka-server, kafka-metadata,
-kafka-raft, kafka-storage, the coordinators and kafka-clients) plus a log4j 2
-binding, and :meth:`LocalKafka.ensure_installed` runs ``mvn
-dependency:copy-dependencies`` once into ``cache_dir("kafka-<version>")/libs``,
-outside the clone. The version is read from that pom (``kafka.version``), the only
-place it is written down.
-
-Version: Apache Kafka 4.4.0, the newest 4.x release Maven Central serves here.
-The installed aiokafka (0.14.0) was checked against it: admin ``create_topics``,
-idempotent produce, consume in a group with manual ``commit()`` and
-``committed()`` all work. Kafka 4.0 removed old protocol versions (KIP-896);
-aiokafka 0.14 negotiates versions the broker still serves, so no 3.9 pin is
-needed. Older aiokafka releases were not tried.
-
-:meth:`LocalKafka.start` runs the broker in KRaft combined mode (``node.id=1`` is
-both broker and controller), formats its storage with a random cluster id as a
-single-node dynamic quorum (``kafka-storage format --standalone``, the way Kafka
-4.x documents for new clusters), and returns once the broker answers real Kafka
-requests: metadata lists the broker and the group coordinator is available,
-which also means ``__consumer_offsets`` exists, so the first consumer group in a
-test does not spend seconds on ``GroupCoordinatorNotAvailable`` retries.
-
-Broker settings (:data:`BROKER_SETTINGS`) suit a throwaway single-node broker;
-``auto.create.topics.enable`` is **false**, as in most production clusters: a
-producer or consumer that names a missing topic (a typo, or a forgotten
-``create_topics``) fails or waits visibly instead of getting a silently created
-one-partition topic, and every test states its partition count, which the
-group-rebalance tests depend on.
-
-Start-up takes a few seconds once the jars are cached (two JVM launches: format,
-then the broker). The JVMs run with C1 only and the serial collector, which on a
-small machine halves the broker's start-up compared with the JVM defaults, at a
-throughput cost irrelevant to tests. They also share an AppCDS class-data archive
-(:func:`_cds_archive`) that the first broker records when it exits (that one stop
-takes several seconds longer); later JVMs map the already parsed classes instead
-of loading them from the jars, which saves another second or two. A JVM that
-cannot use the archive (another JDK build, other jars) warns once in the log and
-starts normally.
-
-aiokafka (a runtime dependency) ships no type information (no ``py.typed``),
-hence the ``type: ignore[import-untyped]`` on its imports.
+The broker comes as jars from Maven Central (``deploy/local/kafka/pom.xml``,
+cached outside the clone), runs in combined mode, and :meth:`LocalKafka.start`
+returns once the group coordinator answers; topics are never auto-created.
+Version, start-up and JVM choices: see docs/design.md#local-kafka.
 """
 
 from __future__ import annotations

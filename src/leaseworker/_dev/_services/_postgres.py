@@ -1,24 +1,8 @@
 """A private PostgreSQL cluster on a free loopback port, for tests and the demo.
 
-Each :class:`LocalPostgres` runs ``initdb`` on a fresh directory and starts the
-``postgres`` server binary directly (never ``pg_ctlcluster`` or the Debian
-service), so clusters are independent of each other and of any system instance.
-
-Authentication: initdb creates the superuser ``postgres`` with a random password.
-TCP on ``127.0.0.1`` requires that password (``scram-sha-256``), so other local
-users cannot become database superuser (and through ``COPY ... TO PROGRAM`` run
-commands as the server's OS user) just by finding the port. The Unix socket
-trusts its peer, but it lives in the cluster's ``0700`` work directory, which only
-the server's OS user (and root) can enter. The password is part of :attr:`url`.
-
-PostgreSQL refuses to run as root. When this process is root (CI, containers),
-``initdb`` and ``postgres`` run as the ``postgres`` system user that Debian's
-package creates: the work directory is chowned to it and the children drop
-privileges between fork and exec (``subprocess.Popen(user=..., group=...,
-extra_groups=[])``). Otherwise both run as the current user.
-
-``psycopg`` (a dev dependency) is imported only inside the functions that talk to
-the server, so importing this module does not require it.
+Each :class:`LocalPostgres` runs ``initdb`` and the ``postgres`` binary directly,
+with a random superuser password on TCP, and drops to the ``postgres`` user when
+run as root. See docs/design.md#local-postgresql.
 """
 
 from __future__ import annotations

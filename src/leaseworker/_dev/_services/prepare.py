@@ -1,11 +1,8 @@
 """Fetch and build every local service binary once.
 
-Run as ``python -m leaseworker._dev._services.prepare``.
-
-``scripts/bootstrap.sh`` runs this so the first test run or demo does not
-pay for the Kafka download or the Jaeger build (about 12 minutes on 2 cores
-the first time, instant once cached). Redis and PostgreSQL come from Debian
-packages and need nothing here.
+Run as ``python -m leaseworker._dev._services.prepare`` (``scripts/bootstrap.sh``
+does), so the first test run or demo does not pay for the Kafka download or the
+Jaeger build. Redis and PostgreSQL come from Debian packages.
 """
 
 from __future__ import annotations
