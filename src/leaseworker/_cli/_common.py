@@ -1,13 +1,15 @@
-"""Helpers every subcommand shares: ``LEASEWORKER_*`` defaults and flag types.
+"""Helpers every subcommand shares: ``LEASEWORKER_*`` defaults, flag rows and flag types.
 
 A flag ``--redis-url`` can also come from ``LEASEWORKER_REDIS_URL``
-(:func:`env_default`); a :class:`Setting` or :class:`Switch` is one row of a
-command's flag table; argparse ``type`` functions give one-line errors.
+(:func:`env_default`) and defaults to WorkerConfig's own default
+(:func:`config_default`); a :class:`Setting` or :class:`Switch` is one row of
+a command's flag table; argparse ``type`` functions give one-line errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigError
+from .._worker import WorkerConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -125,6 +128,18 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
     return value
+
+
+def config_default(name: str) -> str | None:
+    """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
+    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
+    if found.default_factory is not dataclasses.MISSING:
+        default = found.default_factory()
+    else:
+        default = found.default
+    if default is None:
+        return None
+    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
 def env_switch(flag: str) -> bool:

@@ -10,7 +10,6 @@ one-line reason.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import gc
 import importlib
@@ -27,26 +26,23 @@ from .._execution import ReportJob
 from .._telemetry import ConfiguredTelemetry
 from .._version import __version__
 from .._worker import HealthServer, Worker, WorkerConfig, serve, serve_with_health
-from ._common import LOG_FORMATS, Setting, Switch, dest, port, positive_int, positive_seconds
+from ._common import (
+    LOG_FORMATS,
+    Setting,
+    Switch,
+    config_default,
+    dest,
+    port,
+    positive_int,
+    positive_seconds,
+)
 from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
-
-
-def _config_default(name: str) -> str | None:
-    """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
-    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
-    if found.default_factory is not dataclasses.MISSING:
-        default = found.default_factory()
-    else:
-        default = found.default
-    if default is None:
-        return None
-    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
 def _field(flag: str, help: str, kind: Callable[[str], Any] = str) -> Setting:
     """Make the row of a flag that sets the WorkerConfig field of its name (and its default)."""
     name = dest(flag)
-    return Setting(flag=flag, help=help, default=_config_default(name), kind=kind, field=name)
+    return Setting(flag=flag, help=help, default=config_default(name), kind=kind, field=name)
 
 
 RUN_SETTINGS: tuple[Setting | Switch, ...] = (
