@@ -61,8 +61,8 @@ class CompletionRequest:
 
     - ``job_key`` and ``input_version``: the completion identity.
     - ``fence``: the fence of the lease the execution held (an int in
-      ``[0, 2**63 - 1]``); the store refuses it as ``stale`` below the highest
-      fence it accepted for the job key.
+      ``[0, 2**63 - 1]``); below the highest fence accepted for the job key,
+      the answer is ``stale`` (unless this identity completed: ``duplicate``).
     - ``result``: the job's result row, any JSON value; left out of the repr
       (it may carry personal data).
     - ``execution_id`` and ``pod``: which execution, in which pod, produced it.
