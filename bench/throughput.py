@@ -45,6 +45,7 @@ from redis.asyncio import Redis
 
 from leaseworker import (
     Completion,
+    CompletionRequest,
     CompletionResult,
     CompletionStore,
     ExecutionEvent,
@@ -83,32 +84,23 @@ class NullStore:
         """Nothing ever completed."""
         return None
 
-    async def complete(
-        self,
-        job_key: str,
-        *,
-        input_version: str,
-        fence: int,
-        result: object,
-        execution_id: str,
-        pod: str,
-    ) -> CompletionResult:
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Accept every completion without recording it."""
         done = Completion(
-            job_key=job_key,
-            input_version=input_version,
-            fence=fence,
+            job_key=request.job_key,
+            input_version=request.input_version,
+            fence=request.fence,
             result=None,
-            execution_id=execution_id,
-            pod=pod,
+            execution_id=request.execution_id,
+            pod=request.pod,
             completed_at=datetime.now(UTC),
         )
         return CompletionResult(
             status="accepted",
-            job_key=job_key,
-            input_version=input_version,
-            fence=fence,
-            winning_fence=fence,
+            job_key=request.job_key,
+            input_version=request.input_version,
+            fence=request.fence,
+            winning_fence=request.fence,
             completion=done,
         )
 

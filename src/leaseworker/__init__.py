@@ -43,6 +43,7 @@ from ._lease import Outcome as Outcome
 from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
 from ._store import Completion as Completion
+from ._store import CompletionRequest as CompletionRequest
 from ._store import CompletionResult as CompletionResult
 from ._store import CompletionStore as CompletionStore
 from ._store import fenced_upsert as fenced_upsert
@@ -56,6 +57,7 @@ from ._worker import serve as serve
 __all__ = [
     "BusyPolicy",
     "Completion",
+    "CompletionRequest",
     "CompletionResult",
     "CompletionStore",
     "ConfigError",

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker import open_store
+from leaseworker import CompletionRequest, open_store
 from leaseworker._cli._main import main
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker._execution._completion import completion_key
@@ -31,12 +31,14 @@ def test_inspect_shows_the_winning_completion_and_the_result_only_on_request(
         async with open_store(store_url) as store:
             for fence, version in ((10, "v1"), (20, "v2")):
                 await store.complete(
-                    completion_key(namespace, key),
-                    input_version=version,
-                    fence=fence,
-                    result={"total": fence},
-                    execution_id=f"e{fence}",
-                    pod="pod-b",
+                    CompletionRequest(
+                        job_key=completion_key(namespace, key),
+                        input_version=version,
+                        fence=fence,
+                        result={"total": fence},
+                        execution_id=f"e{fence}",
+                        pod="pod-b",
+                    )
                 )
 
     anyio.run(record)

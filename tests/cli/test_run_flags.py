@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from typing import Any
 
 import pytest
 
+from leaseworker import WorkerConfig
 from leaseworker._cli._common import env_name
 from leaseworker._cli._main import build_parser, main
-from leaseworker._cli._run import build_config
+from leaseworker._cli._run import RUN_SETTINGS, build_config
 
 from ..pods import LEASEWORKER, REPO
 
@@ -76,6 +78,32 @@ def test_a_switch_flips_its_field_from_the_flag_or_its_env_var(
         monkeypatch.setenv(env_name(flag), text)
         assert getattr(_config([]), field) is (default is not switched)
     assert getattr(_config([flag]), field) is not default  # the flag wins over "off"
+
+
+# WorkerConfig fields without a flag of their own, and why
+NOT_FLAGS = {
+    "kafka_security": "built from the --kafka-* flags",
+    "poll_timeout": "an internal cadence, not an operator's setting",
+    "startup_retry_cap": "an internal cadence, not an operator's setting",
+}
+
+
+def test_every_worker_config_field_has_a_run_flag_or_a_stated_reason() -> None:
+    """A field added to WorkerConfig without a row in RUN_SETTINGS (or a reason) fails here."""
+    flagged = [row.field for row in RUN_SETTINGS if row.field is not None]
+    assert len(flagged) == len(set(flagged))
+    fields = {f.name for f in dataclasses.fields(WorkerConfig)}
+    assert set(flagged) | set(NOT_FLAGS) == fields
+    assert not set(flagged) & set(NOT_FLAGS)
+
+
+def test_run_without_flags_or_env_vars_builds_worker_configs_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The defaults ``run --help`` shows are WorkerConfig's own: none is repeated by hand."""
+    for name in [n for n in os.environ if n.startswith("LEASEWORKER_")]:
+        monkeypatch.delenv(name)
+    assert _config([]) == WorkerConfig()
 
 
 def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from leaseworker import (
     Completion,
+    CompletionRequest,
     CompletionResult,
     CompletionStore,
     ConfigError,
@@ -58,12 +59,14 @@ async def complete(
 ) -> CompletionResult:
     """Complete ``key`` with a result naming the fence, unless one is given."""
     return await store.complete(
-        key,
-        input_version=version,
-        fence=fence,
-        result={"fence": fence} if result is None else result,
-        execution_id=f"exec-{fence}",
-        pod="pod-a",
+        CompletionRequest(
+            job_key=key,
+            input_version=version,
+            fence=fence,
+            result={"fence": fence} if result is None else result,
+            execution_id=f"exec-{fence}",
+            pod="pod-a",
+        )
     )
 
 
@@ -215,7 +218,14 @@ async def test_redelivered_identity_is_duplicate_and_rewrites_nothing(
     """
     first = await complete(any_store, "k", "v1", 5, {"total": 1})
     again = await any_store.complete(
-        "k", input_version="v1", fence=9, result={"total": 999}, execution_id="e2", pod="pod-b"
+        CompletionRequest(
+            job_key="k",
+            input_version="v1",
+            fence=9,
+            result={"total": 999},
+            execution_id="e2",
+            pod="pod-b",
+        )
     )
     assert first.status == "accepted"
     assert again.status == "duplicate"
@@ -452,7 +462,7 @@ async def test_text_no_store_could_keep_is_refused_before_any_io(
         "pod": "p",
     }
     call[field] = value
-    bad = any_store.complete(**call)  # type: ignore[arg-type]
+    bad = any_store.complete(CompletionRequest(**call))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=field.replace("_", " ")):
         await bad
     if field in ("job_key", "input_version"):
@@ -482,7 +492,9 @@ async def test_unusual_but_valid_text_is_kept_as_it_is(any_store: CompletionStor
     """Emoji (joined ones too), non-breaking and ideographic spaces, an empty version: kept."""
     key, version = "report\u3000acme\u00a0👩\u200d💻", ""
     accepted = await any_store.complete(
-        key, input_version=version, fence=1, result={"n": 1}, execution_id="e", pod="p"
+        CompletionRequest(
+            job_key=key, input_version=version, fence=1, result={"n": 1}, execution_id="e", pod="p"
+        )
     )
     assert accepted.status == "accepted"
     found = await any_store.lookup(key, version)

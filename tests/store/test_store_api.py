@@ -6,7 +6,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseworker import Completion, ConfigError, StoreUnavailable, fenced_upsert, open_store
+from leaseworker import (
+    Completion,
+    CompletionRequest,
+    ConfigError,
+    StoreUnavailable,
+    fenced_upsert,
+    open_store,
+)
 from leaseworker._store._schema import MIGRATIONS, pending
 from leaseworker._store._url import parse_store_url, redact
 
@@ -79,18 +86,20 @@ async def test_bad_arguments_are_refused_before_any_io(url: str) -> None:
             await store.lookup("", "v")
         with pytest.raises(TypeError, match="not JSON-serialisable") as failed:
             await store.complete(
-                "k",
-                input_version="v",
-                fence=1,
-                result={"nan": float("nan")},
-                execution_id="e",
-                pod="p",
+                CompletionRequest(
+                    job_key="k",
+                    input_version="v",
+                    fence=1,
+                    result={"nan": float("nan")},
+                    execution_id="e",
+                    pod="p",
+                )
             )
         assert "nan" not in str(failed.value).replace("JSON", "")
         assert await store.state("k") is None
 
 
-def test_completion_repr_leaves_out_the_result() -> None:
+def test_completion_and_request_reprs_leave_out_the_result() -> None:
     """Results may carry personal data; reprs end up in logs."""
     completion = Completion(
         job_key="k",
@@ -102,6 +111,15 @@ def test_completion_repr_leaves_out_the_result() -> None:
         completed_at=datetime(2026, 11, 1, tzinfo=UTC),
     )
     assert "someone" not in repr(completion)
+    request = CompletionRequest(
+        job_key="k",
+        input_version="v",
+        fence=1,
+        result={"email": "someone@example.com"},
+        execution_id="e",
+        pod="p",
+    )
+    assert "someone" not in repr(request)
 
 
 def test_migrations_must_be_numbered_without_gaps() -> None:
@@ -135,7 +153,11 @@ async def test_memory_store_says_it_is_not_durable_and_refuses_calls_once_closed
 ) -> None:
     """``memory://`` warns at open that nothing outlives the process; closed, it fails calls."""
     async with open_store("memory://") as store:
-        await store.complete("k", input_version="v", fence=1, result=[1], execution_id="e", pod="p")
+        await store.complete(
+            CompletionRequest(
+                job_key="k", input_version="v", fence=1, result=[1], execution_id="e", pod="p"
+            )
+        )
         found = await store.lookup("k", "v")
         assert found is not None
         found.result.append(2)  # the caller's copy: the store's record is unchanged

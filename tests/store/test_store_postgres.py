@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from leaseworker import CompletionStore, StoreUnavailable, open_store
+from leaseworker import CompletionRequest, CompletionStore, StoreUnavailable, open_store
 from leaseworker._dev._services import LocalPostgres, free_port
 from leaseworker.testing import ChaosProxy
 
@@ -53,7 +53,14 @@ async def proxied(
 async def complete(store: CompletionStore, version: str, fence: int) -> str:
     """Complete job key ``k``; return the status."""
     result = await store.complete(
-        "k", input_version=version, fence=fence, result={"n": fence}, execution_id="e", pod="p"
+        CompletionRequest(
+            job_key="k",
+            input_version=version,
+            fence=fence,
+            result={"n": fence},
+            execution_id="e",
+            pod="p",
+        )
     )
     return result.status
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker import StoreUnavailable, open_store
+from leaseworker import CompletionRequest, StoreUnavailable, open_store
 from leaseworker._store import DEFAULT_URL
 from leaseworker._store._sqlite import SqliteStore
 
@@ -30,14 +30,23 @@ async def test_write_lock_held_by_another_process_bounds_the_call(tmp_path: Path
             started = time.monotonic()
             with pytest.raises(StoreUnavailable) as failed:
                 await store.complete(
-                    "k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+                    CompletionRequest(
+                        job_key="k",
+                        input_version="v1",
+                        fence=1,
+                        result={},
+                        execution_id="e",
+                        pod="p",
+                    )
                 )
             assert time.monotonic() - started < TIMEOUT + SLACK
             assert failed.value.key == "k"
             other.execute("ROLLBACK")
         assert await store.lookup("k", "v1") is None
         outcome = await store.complete(
-            "k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+            CompletionRequest(
+                job_key="k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+            )
         )
         assert outcome.status == "accepted"
 
@@ -64,14 +73,22 @@ async def test_no_url_means_the_embedded_file_in_the_working_directory(
     """``open_store()`` without a URL uses the SQLite default, a file in the working directory."""
     monkeypatch.chdir(tmp_path)
     async with open_store() as store:
-        await store.complete("k", input_version="v", fence=1, result=[1], execution_id="e", pod="p")
+        await store.complete(
+            CompletionRequest(
+                job_key="k", input_version="v", fence=1, result=[1], execution_id="e", pod="p"
+            )
+        )
     assert (tmp_path / DEFAULT_URL.removeprefix("sqlite:///")).is_file()
 
 
 async def test_memory_databases_are_private_to_their_store() -> None:
     """``sqlite:///:memory:`` gives each store its own empty database (handy in tests)."""
     async with open_store("sqlite:///:memory:") as one, open_store("sqlite:///:memory:") as two:
-        await one.complete("k", input_version="v", fence=1, result=1, execution_id="e", pod="p")
+        await one.complete(
+            CompletionRequest(
+                job_key="k", input_version="v", fence=1, result=1, execution_id="e", pod="p"
+            )
+        )
         assert await one.lookup("k", "v") is not None
         assert await two.lookup("k", "v") is None
 
@@ -109,7 +126,9 @@ async def test_a_statement_still_running_at_the_deadline_is_cut_off(
         assert TIMEOUT <= time.monotonic() - started < TIMEOUT + SLACK
         assert failed.value.key == "k"
         outcome = await store.complete(
-            "k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+            CompletionRequest(
+                job_key="k", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+            )
         )
         assert outcome.status == "accepted"
 
@@ -131,7 +150,9 @@ async def test_concurrent_completions_share_transactions_on_a_file(tmp_path: Pat
 
         async def complete(i: int) -> None:
             answers[i] = await store.complete(
-                f"k{i}", input_version="v", fence=i, result=i, execution_id="e", pod="p"
+                CompletionRequest(
+                    job_key=f"k{i}", input_version="v", fence=i, result=i, execution_id="e", pod="p"
+                )
             )
 
         async with anyio.create_task_group() as tg:
@@ -160,7 +181,14 @@ async def test_a_failed_batch_fails_each_of_its_calls_and_writes_nothing(tmp_pat
             async def complete(i: int) -> None:
                 with pytest.raises(StoreUnavailable) as failed:
                     await store.complete(
-                        f"k{i}", input_version="v", fence=1, result=i, execution_id="e", pod="p"
+                        CompletionRequest(
+                            job_key=f"k{i}",
+                            input_version="v",
+                            fence=1,
+                            result=i,
+                            execution_id="e",
+                            pod="p",
+                        )
                     )
                 failures.append(failed.value)
 
@@ -174,6 +202,8 @@ async def test_a_failed_batch_fails_each_of_its_calls_and_writes_nothing(tmp_pat
         for i in range(10):
             assert await store.lookup(f"k{i}", "v") is None
             outcome = await store.complete(
-                f"k{i}", input_version="v", fence=1, result=i, execution_id="e", pod="p"
+                CompletionRequest(
+                    job_key=f"k{i}", input_version="v", fence=1, result=i, execution_id="e", pod="p"
+                )
             )
             assert outcome.status == "accepted"

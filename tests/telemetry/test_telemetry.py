@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 from redis.asyncio import Redis
 
-from leaseworker import ExecutionEvent, RedisLeases, Worker, open_store
+from leaseworker import CompletionRequest, ExecutionEvent, RedisLeases, Worker, open_store
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
@@ -463,12 +463,14 @@ async def test_a_stale_completion_ends_the_trigger_with_its_commit_span_and_coun
     store_url = f"sqlite:///{tmp_path / 'completions.sqlite3'}"
     async with open_store(store_url) as store:  # another pod, with a far newer fence
         await store.complete(
-            completion_key(namespace, key),
-            input_version="newer-inputs",
-            fence=2**62,
-            result={"total": 2},
-            execution_id="e-other",
-            pod="pod-b",
+            CompletionRequest(
+                job_key=completion_key(namespace, key),
+                input_version="newer-inputs",
+                fence=2**62,
+                result={"total": 2},
+                execution_id="e-other",
+                pod="pod-b",
+            )
         )
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace, store_url=store_url)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import random
 
 import pytest
@@ -16,6 +19,7 @@ from leaseworker import (
     WorkerConfig,
 )
 from leaseworker._lease._timing import DeadlinePolicy
+from leaseworker._worker import _config
 
 pytestmark = pytest.mark.fake
 
@@ -56,6 +60,49 @@ def test_logs_show_redis_host_and_port_never_the_password() -> None:
     """redacted_redis() drops credentials from the URL."""
     config = WorkerConfig(redis_url="redis://user:hunter2@redis.internal:6380/0")
     assert config.redacted_redis() == "redis.internal:6380"
+
+
+def test_every_setting_is_documented_where_it_is_declared() -> None:
+    """Each WorkerConfig field is followed by its own docstring (no paragraph to update)."""
+    module = ast.parse(inspect.getsource(_config))
+    [node] = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "WorkerConfig"]
+    documented = {
+        statement.target.id
+        for statement, following in zip(node.body, node.body[1:], strict=False)
+        if isinstance(statement, ast.AnnAssign)
+        and isinstance(statement.target, ast.Name)
+        and isinstance(following, ast.Expr)
+        and isinstance(following.value, ast.Constant)
+        and isinstance(following.value.value, str)
+    }
+    assert documented == {f.name for f in dataclasses.fields(WorkerConfig)}
+
+
+def test_views_by_concern_read_the_flat_fields_and_hide_the_urls() -> None:
+    """Each view's field holds the WorkerConfig attribute of its name; URLs stay out of reprs."""
+    config = WorkerConfig(
+        redis_url="redis://:hunter2@redis:6379/0",
+        store_url="postgresql://lw:hunter2@db/reports",
+        revoke_timeout=4,
+        session_timeout=20,
+        dead_letter_topic="dead",
+    )
+    views: list[
+        _config.KafkaSettings
+        | _config.GroupTiming
+        | _config.Timeouts
+        | _config.LeaseSettings
+        | _config.StoreSettings
+    ] = [config.kafka, config.group_timing, config.timeouts, config.leases, config.store]
+    for view in views:
+        for field in dataclasses.fields(view):
+            assert getattr(view, field.name) == getattr(config, field.name), field.name
+        assert "hunter2" not in repr(view)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(view, dataclasses.fields(view)[0].name, None)
+    assert config.group_timing.heartbeat == 4.0
+    assert config.group_timing.rebalance_timeout == config.rebalance_timeout
+    assert config.leases.redis_url == "redis://:hunter2@redis:6379/0"
 
 
 class _Job(ReportJob):

@@ -1,17 +1,23 @@
-"""Helpers every subcommand shares: ``LEASEWORKER_*`` defaults and flag types.
+"""Helpers every subcommand shares: ``LEASEWORKER_*`` defaults, flag rows and flag types.
 
 A flag ``--redis-url`` can also come from ``LEASEWORKER_REDIS_URL``
-(:func:`env_default`); argparse ``type`` functions give one-line errors.
+(:func:`env_default`) and defaults to WorkerConfig's own default
+(:func:`config_default`); a :class:`Setting` or :class:`Switch` is one row of
+a command's flag table; argparse ``type`` functions give one-line errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigError
+from .._worker import WorkerConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -24,7 +30,12 @@ def env_default(flag: str, default: str | None = None) -> str | None:
 
 def env_name(flag: str) -> str:
     """Return the environment variable that backs ``flag``."""
-    return "LEASEWORKER_" + flag.lstrip("-").replace("-", "_").upper()
+    return "LEASEWORKER_" + dest(flag).upper()
+
+
+def dest(flag: str) -> str:
+    """Return the attribute argparse stores ``flag`` under (``--redis-url``: ``redis_url``)."""
+    return flag.lstrip("-").replace("-", "_")
 
 
 def positive_seconds(text: str) -> float:
@@ -38,21 +49,66 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def flag(
-    parser: argparse.ArgumentParser,
-    flag: str,
-    default: str | None,
-    text: str,
-    kind: Any = str,
-) -> None:
-    """Add ``flag`` with its env-var default and the default shown in its help."""
-    shown = "none" if default is None else default
-    parser.add_argument(
-        flag,
-        default=env_default(flag, default),
-        type=kind,
-        help=f"{text} (env {env_name(flag)}; default {shown})",
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """One flag that takes a value, backed by ``LEASEWORKER_<FLAG>``; its help names both.
+
+    ``default`` is flag text, parsed by ``kind`` like a value given on the
+    command line (argparse does that for string defaults), so a bad
+    environment variable fails the way a bad flag does. ``field`` names the
+    :class:`~leaseworker.WorkerConfig` field the value goes to, if any; an
+    empty value of a setting that defaults to none means none.
+    """
+
+    flag: str
+    help: str
+    default: str | None = None
+    kind: Callable[[str], Any] = str
+    choices: tuple[str, ...] | None = None
+    field: str | None = None
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add the flag with its env-var default and the default shown in its help."""
+        shown = "none" if self.default is None else self.default
+        parser.add_argument(
+            self.flag,
+            default=env_default(self.flag, self.default),
+            type=self.kind,
+            choices=self.choices,
+            help=f"{self.help} (env {env_name(self.flag)}; default {shown})",
+        )
+
+    def value(self, args: argparse.Namespace) -> Any:
+        """Return the parsed value (``None`` for an empty value of a setting without default)."""
+        value = getattr(args, dest(self.flag))
+        return None if value == "" and self.default is None else value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switch:
+    """One flag without a value that sets ``field`` to ``sets``; ``LEASEWORKER_<FLAG>=1`` too.
+
+    ``shown`` is how the help states the field's value without the switch.
+    """
+
+    flag: str
+    help: str
+    field: str
+    sets: bool
+    shown: str
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add the switch; its help names the variable that turns it on."""
+        parser.add_argument(
+            self.flag,
+            action="store_true",
+            help=f"{self.help} (env {env_name(self.flag)}=1; {self.shown})",
+        )
+
+    def value(self, args: argparse.Namespace) -> bool:
+        """Return ``sets`` if the flag or its variable is on, otherwise the opposite."""
+        on = getattr(args, dest(self.flag)) or env_switch(self.flag)
+        return self.sets if on else not self.sets
 
 
 def positive_int(text: str) -> int:
@@ -72,6 +128,18 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
     return value
+
+
+def config_default(name: str) -> str | None:
+    """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
+    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
+    if found.default_factory is not dataclasses.MISSING:
+        default = found.default_factory()
+    else:
+        default = found.default
+    if default is None:
+        return None
+    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
 def env_switch(flag: str) -> bool:

@@ -22,7 +22,7 @@ from .._errors import ConfigError, LeaseError, StoreUnavailable
 from .._execution import completion_key
 from .._lease import RedisLeases
 from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
-from ._common import env_default
+from ._common import config_default, env_default
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,12 +34,12 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("key", help="the job key, e.g. report:acme:2026-11")
     parser.add_argument(
         "--redis-url",
-        default=env_default("--redis-url", "redis://127.0.0.1:6379/0"),
+        default=env_default("--redis-url", config_default("redis_url")),
         help="Redis URL (env LEASEWORKER_REDIS_URL)",
     )
     parser.add_argument(
         "--namespace",
-        default=env_default("--namespace", "leaseworker"),
+        default=env_default("--namespace", config_default("namespace")),
         help="lease key prefix (env LEASEWORKER_NAMESPACE)",
     )
     parser.add_argument(

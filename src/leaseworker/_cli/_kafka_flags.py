@@ -5,21 +5,26 @@ from __future__ import annotations
 import argparse
 
 from .._kafka import KafkaSecurity
-from ._common import flag
+from ._common import Setting
+
+KAFKA_SECURITY_SETTINGS = (
+    Setting(
+        flag="--kafka-security-protocol",
+        default="PLAINTEXT",
+        help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    ),
+    Setting(flag="--kafka-sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    Setting(flag="--kafka-sasl-username", help="SASL username"),
+    Setting(flag="--kafka-sasl-password", help="SASL password; prefer the env var"),
+    Setting(flag="--kafka-ssl-cafile", help="CA bundle for the brokers; unset: system CAs"),
+)
+"""The Kafka SASL/TLS flags, passed through to aiokafka (see KafkaSecurity)."""
 
 
 def add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the Kafka SASL/TLS flags, passed through to aiokafka (see KafkaSecurity)."""
-    flag(
-        parser,
-        "--kafka-security-protocol",
-        "PLAINTEXT",
-        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-    )
-    flag(parser, "--kafka-sasl-mechanism", None, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-    flag(parser, "--kafka-sasl-username", None, "SASL username")
-    flag(parser, "--kafka-sasl-password", None, "SASL password; prefer the env var")
-    flag(parser, "--kafka-ssl-cafile", None, "CA bundle for the brokers; unset: system CAs")
+    """Add the flags of :data:`KAFKA_SECURITY_SETTINGS`."""
+    for setting in KAFKA_SECURITY_SETTINGS:
+        setting.add_to(parser)
 
 
 def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:

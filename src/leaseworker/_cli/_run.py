@@ -1,20 +1,20 @@
 """``leaseworker run pkg.module:JobClass``: run a worker pod for one job class.
 
-Flags map onto :class:`WorkerConfig`; each can also come from its
-``LEASEWORKER_*`` environment variable. A bad flag, an unimportable job class
-or settings that cannot keep the lease exit 2 with a one-line reason.
+Every flag is one row of :data:`RUN_SETTINGS` (flag, help, type, and the
+:class:`WorkerConfig` field it sets, whose default it shows); each can also
+come from its ``LEASEWORKER_*`` environment variable. A bad flag, an
+unimportable job class or settings that cannot keep the lease exit 2 with a
+one-line reason.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import gc
 import importlib
 import inspect
 import os
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,19 +28,119 @@ from .._version import __version__
 from .._worker import HealthServer, Worker, WorkerConfig, serve, serve_with_health
 from ._common import (
     LOG_FORMATS,
-    env_default,
-    env_name,
-    env_switch,
-    flag,
+    Setting,
+    Switch,
+    config_default,
+    dest,
     port,
     positive_int,
     positive_seconds,
 )
-from ._kafka_flags import add_kafka_security_flags, kafka_security_from
+from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
+
+
+def _field(flag: str, help: str, kind: Callable[[str], Any] = str) -> Setting:
+    """Make the row of a flag that sets the WorkerConfig field of its name (and its default)."""
+    name = dest(flag)
+    return Setting(flag=flag, help=help, default=config_default(name), kind=kind, field=name)
+
+
+RUN_SETTINGS: tuple[Setting | Switch, ...] = (
+    _field("--bootstrap-servers", "Kafka bootstrap servers, host:port[,...]"),
+    _field("--redis-url", "Redis URL for the leases"),
+    _field("--group", "Kafka consumer group id"),
+    _field("--pod", "this pod's name in logs and lease owners"),
+    _field("--namespace", "lease key prefix in Redis"),
+    _field("--concurrency", "executions running at once in this pod", positive_int),
+    _field("--shutdown-timeout", "seconds in-flight jobs get after SIGTERM", positive_seconds),
+    _field(
+        "--dead-letter-topic",
+        "topic for malformed, failed and timed-out triggers; unset: log and skip them",
+    ),
+    _field("--session-timeout", "seconds before the group drops a silent pod", positive_seconds),
+    # The fenced completion store (docs/completion.md).
+    _field(
+        "--store-url",
+        "completion store: postgresql://user:pw@host/db or sqlite:///path; the default is "
+        "an embedded SQLite file in the working directory (one per host: share a "
+        "PostgreSQL database between pods)",
+    ),
+    _field("--store-timeout", "seconds a completion store call may take", positive_seconds),
+    # Kafka timing, call timeouts, the payload bound, lease pipelining.
+    _field(
+        "--heartbeat-interval",
+        "seconds between group heartbeats; unset: session timeout / 5",
+        positive_seconds,
+    ),
+    _field(
+        "--max-poll-interval",
+        "seconds one poll-loop turn may take before the pod is evicted",
+        positive_seconds,
+    ),
+    _field(
+        "--revoke-timeout",
+        "seconds revoked partitions' executions get in a rebalance",
+        positive_seconds,
+    ),
+    _field("--commit-timeout", "seconds an offset commit may take", positive_seconds),
+    _field("--kafka-timeout", "seconds any other Kafka request may take", positive_seconds),
+    _field("--redis-timeout", "seconds a Redis command may take", positive_seconds),
+    _field(
+        "--max-payload-bytes",
+        "larger trigger payloads are dead-lettered as too_large",
+        positive_int,
+    ),
+    Switch(
+        flag="--no-lease-pipelining",
+        help="send every lease call to Redis on its own instead of queueing the calls made "
+        "while one is in flight into one pipeline",
+        field="lease_pipelining",
+        sets=False,
+        shown="default: pipelined",
+    ),
+    *KAFKA_SECURITY_SETTINGS,  # into WorkerConfig.kafka_security (kafka_security_from)
+    # The /healthz and /readyz endpoints, off unless a port is given.
+    Setting(flag="--health-port", help="serve /healthz and /readyz on this port", kind=port),
+    Setting(flag="--health-host", default="0.0.0.0", help="address the health endpoints listen on"),
+    Setting(
+        flag="--stall-threshold",
+        default="10",
+        help="seconds of event-loop lag after which /healthz answers 503",
+        kind=positive_seconds,
+    ),
+    # OTLP export, the Prometheus endpoint and the logs (docs/telemetry.md).
+    Setting(
+        flag="--otlp-endpoint",
+        help="OTLP/HTTP endpoint for traces and metrics, e.g. http://collector:4318 "
+        "(also $OTEL_EXPORTER_OTLP_ENDPOINT); unset: nothing is exported",
+    ),
+    Setting(flag="--metrics-port", help="serve Prometheus metrics on this port", kind=port),
+    Setting(
+        flag="--log-format",
+        default="text",
+        help="log line format",
+        kind=str.lower,
+        choices=LOG_FORMATS,
+    ),
+    Switch(
+        flag="--log-job-errors",
+        help="also log a failed job's exception message and traceback, which may quote "
+        "payload data",
+        field="log_job_errors",
+        sets=True,
+        shown="default off",
+    ),
+)
+"""Every ``run`` flag in ``--help`` order: its env var, help text, default and target.
+
+A row with a ``field`` sets that :class:`WorkerConfig` field (:func:`build_config`)
+and takes its default from it; the others are read by :func:`_run`. A new
+setting is one row here (and its field).
+"""
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register the ``run`` subcommand."""
+    """Register the ``run`` subcommand with the flags of :data:`RUN_SETTINGS`."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "run",
         help="run a worker pod for a ReportJob class",
@@ -49,137 +149,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
     parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
-    flag(
-        parser, "--bootstrap-servers", "127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]"
-    )
-    flag(parser, "--redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the leases")
-    flag(parser, "--group", "leaseworker", "Kafka consumer group id")
-    flag(parser, "--pod", socket.gethostname(), "this pod's name in logs and lease owners")
-    flag(parser, "--namespace", "leaseworker", "lease key prefix in Redis")
-    flag(parser, "--concurrency", "4", "executions running at once in this pod", positive_int)
-    flag(
-        parser,
-        "--shutdown-timeout",
-        "30",
-        "seconds in-flight jobs get after SIGTERM",
-        positive_seconds,
-    )
-    flag(
-        parser,
-        "--dead-letter-topic",
-        None,
-        "topic for malformed, failed and timed-out triggers; unset: log and skip them",
-    )
-    flag(
-        parser,
-        "--session-timeout",
-        "10",
-        "seconds before the group drops a silent pod",
-        positive_seconds,
-    )
-    _add_store_flags(parser)
-    _add_tuning_flags(parser)
-    add_kafka_security_flags(parser)
-    _add_health_flags(parser)
-    _add_telemetry_flags(parser)
+    for setting in RUN_SETTINGS:
+        setting.add_to(parser)
     parser.set_defaults(handler=_run)
-
-
-def _add_store_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the fenced completion store flags (docs/completion.md)."""
-    flag(
-        parser,
-        "--store-url",
-        _config_default("--store-url"),
-        "completion store: postgresql://user:pw@host/db or sqlite:///path; the default is "
-        "an embedded SQLite file in the working directory (one per host: share a "
-        "PostgreSQL database between pods)",
-    )
-    flag(
-        parser,
-        "--store-timeout",
-        _config_default("--store-timeout"),
-        "seconds a completion store call may take",
-        positive_seconds,
-    )
-
-
-def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
-    """Kafka timing, payload bound and call timeouts (defaults: WorkerConfig's)."""
-    flag(
-        parser,
-        "--heartbeat-interval",
-        None,
-        "seconds between group heartbeats; unset: session timeout / 5",
-        positive_seconds,
-    )
-    for name, text in (
-        ("--max-poll-interval", "seconds one poll-loop turn may take before the pod is evicted"),
-        ("--revoke-timeout", "seconds revoked partitions' executions get in a rebalance"),
-        ("--commit-timeout", "seconds an offset commit may take"),
-        ("--kafka-timeout", "seconds any other Kafka request may take"),
-        ("--redis-timeout", "seconds a Redis command may take"),
-    ):
-        flag(parser, name, _config_default(name), text, positive_seconds)
-    flag(
-        parser,
-        "--max-payload-bytes",
-        _config_default("--max-payload-bytes"),
-        "larger trigger payloads are dead-lettered as too_large",
-        positive_int,
-    )
-    parser.add_argument(
-        "--no-lease-pipelining",
-        action="store_true",
-        help="send every lease call to Redis on its own instead of queueing the calls made "
-        "while one is in flight into one pipeline "
-        f"(env {env_name('--no-lease-pipelining')}=1; default: pipelined)",
-    )
-
-
-def _add_health_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the /healthz and /readyz endpoint flags (off unless a port is given)."""
-    flag(parser, "--health-port", None, "serve /healthz and /readyz on this port", port)
-    flag(parser, "--health-host", "0.0.0.0", "address the health endpoints listen on")
-    flag(
-        parser,
-        "--stall-threshold",
-        "10",
-        "seconds of event-loop lag after which /healthz answers 503",
-        positive_seconds,
-    )
-
-
-def _add_telemetry_flags(parser: argparse.ArgumentParser) -> None:
-    """Add OTLP export, the Prometheus endpoint and the log format (docs/telemetry.md)."""
-    flag(
-        parser,
-        "--otlp-endpoint",
-        None,
-        "OTLP/HTTP endpoint for traces and metrics, e.g. http://collector:4318 "
-        "(also $OTEL_EXPORTER_OTLP_ENDPOINT); unset: nothing is exported",
-    )
-    flag(parser, "--metrics-port", None, "serve Prometheus metrics on this port", port)
-    parser.add_argument(
-        "--log-format",
-        default=env_default("--log-format", "text"),
-        type=str.lower,
-        choices=LOG_FORMATS,
-        help=f"log line format (env {env_name('--log-format')}; default text)",
-    )
-    parser.add_argument(
-        "--log-job-errors",
-        action="store_true",
-        help="also log a failed job's exception message and traceback, which may quote "
-        f"payload data (env {env_name('--log-job-errors')}=1; default off)",
-    )
-
-
-def _config_default(flag: str) -> str:
-    """WorkerConfig's default for the field behind ``flag``, as flag text."""
-    name = flag.lstrip("-").replace("-", "_")
-    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
-    return str(found.default)
 
 
 def load_job_class(spec: str) -> type[ReportJob]:
@@ -208,29 +180,10 @@ def load_job_class(spec: str) -> type[ReportJob]:
 
 def build_config(args: argparse.Namespace) -> WorkerConfig:
     """Map the parsed ``run`` flags onto a :class:`WorkerConfig` (raises ConfigError)."""
-    return WorkerConfig(
-        bootstrap_servers=args.bootstrap_servers,
-        redis_url=args.redis_url,
-        group=args.group,
-        pod=args.pod,
-        namespace=args.namespace,
-        concurrency=args.concurrency,
-        shutdown_timeout=args.shutdown_timeout,
-        dead_letter_topic=args.dead_letter_topic or None,
-        session_timeout=args.session_timeout,
-        heartbeat_interval=args.heartbeat_interval,
-        max_poll_interval=args.max_poll_interval,
-        revoke_timeout=args.revoke_timeout,
-        commit_timeout=args.commit_timeout,
-        kafka_timeout=args.kafka_timeout,
-        redis_timeout=args.redis_timeout,
-        store_url=args.store_url,
-        store_timeout=args.store_timeout,
-        max_payload_bytes=args.max_payload_bytes,
-        kafka_security=kafka_security_from(args),
-        log_job_errors=args.log_job_errors or env_switch("--log-job-errors"),
-        lease_pipelining=not (args.no_lease_pipelining or env_switch("--no-lease-pipelining")),
-    )
+    fields: dict[str, Any] = {
+        row.field: row.value(args) for row in RUN_SETTINGS if row.field is not None
+    }
+    return WorkerConfig(**fields, kafka_security=kafka_security_from(args))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from .._errors import ConfigError
 from .._kafka import KafkaError, send_trigger
 from .._telemetry import traced_send
 from .._version import __version__
-from ._common import env_default, env_name, positive_seconds
+from ._common import config_default, env_default, env_name, positive_seconds
 from ._kafka_flags import add_kafka_security_flags, kafka_security_from
 
 
@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--bootstrap-servers",
-        default=env_default("--bootstrap-servers", "127.0.0.1:9092"),
+        default=env_default("--bootstrap-servers", config_default("bootstrap_servers")),
         help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
     )
     parser.add_argument(

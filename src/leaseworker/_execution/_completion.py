@@ -29,7 +29,7 @@ import anyio
 from .._backoff import BusyPolicy
 from .._errors import StoreUnavailable
 from .._lease import HeldLease, now
-from .._store import CompletionResult, CompletionStore
+from .._store import CompletionRequest, CompletionResult, CompletionStore
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.completion")
@@ -108,12 +108,14 @@ class Completer:
             try:
                 with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
                     answer = await self._store.complete(
-                        self.key,
-                        input_version=self.input_version,
-                        fence=fence,
-                        result=result,
-                        execution_id=self._execution_id,
-                        pod=self._pod,
+                        CompletionRequest(
+                            job_key=self.key,
+                            input_version=self.input_version,
+                            fence=fence,
+                            result=result,
+                            execution_id=self._execution_id,
+                            pod=self._pod,
+                        )
                     )
             except StoreUnavailable as exc:
                 delay = self._retry.delay(attempt)

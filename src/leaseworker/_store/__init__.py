@@ -10,6 +10,7 @@ when a ``postgresql://`` URL is opened.
 
 from ._guard import fenced_upsert as fenced_upsert
 from ._model import Completion as Completion
+from ._model import CompletionRequest as CompletionRequest
 from ._model import CompletionResult as CompletionResult
 from ._model import Status as Status
 from ._model import check_text as check_text
@@ -23,6 +24,7 @@ from ._url import redact as redact
 __all__ = [
     "DEFAULT_URL",
     "Completion",
+    "CompletionRequest",
     "CompletionResult",
     "CompletionStore",
     "Status",

@@ -22,9 +22,10 @@ from typing import final
 from .._errors import StoreUnavailable
 from ._model import (
     Completion,
+    CompletionRequest,
     CompletionResult,
     Head,
-    JsonValue,
+    answer_to,
     check_call,
     completion_params,
     decide,
@@ -62,49 +63,32 @@ class MemoryStore:
         self._heads: dict[str, Head] = {}
         self._closed = False
 
-    async def complete(
-        self,
-        job_key: str,
-        *,
-        input_version: str,
-        fence: int,
-        result: JsonValue,
-        execution_id: str,
-        pod: str,
-    ) -> CompletionResult:
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        params = completion_params(
-            job_key,
-            input_version=input_version,
-            fence=fence,
-            result=result,
-            execution_id=execution_id,
-            pod=pod,
-        )
-        self._check_open(job_key)
-        identity = (job_key, input_version)
-        existing = self._rows.get(identity)
-        head = self._heads.get(job_key)
-        standing = None if existing is None else existing.completion(job_key, input_version)
-        status = decide(standing, head, fence)
+        params = completion_params(request)
+        key, version = request.job_key, request.input_version
+        self._check_open(key)
+        existing = self._rows.get((key, version))
+        head = self._heads.get(key)
+        standing = None if existing is None else existing.completion(key, version)
+        status = decide(standing, head, request.fence)
         if status == "accepted":
-            row = _Row(fence, str(params["result"]), execution_id, pod, datetime.now(UTC))
-            self._rows[identity] = row
-            head = self._heads[job_key] = Head(fence=fence, input_version=input_version)
-            winner = row.completion(job_key, input_version)
+            row = _Row(
+                request.fence,
+                str(params["result"]),
+                request.execution_id,
+                request.pod,
+                datetime.now(UTC),
+            )
+            self._rows[(key, version)] = row
+            head = self._heads[key] = Head(fence=request.fence, input_version=version)
+            winner = row.completion(key, version)
         else:
             assert head is not None  # a duplicate or stale answer implies an accepted one
-            winner = standing or self._rows[(job_key, head.input_version)].completion(
-                job_key, head.input_version
+            winner = standing or self._rows[(key, head.input_version)].completion(
+                key, head.input_version
             )  # duplicate: this identity's completion; stale: the one that won
-        return CompletionResult(
-            status=status,
-            job_key=job_key,
-            input_version=input_version,
-            fence=fence,
-            winning_fence=head.fence,
-            completion=winner,
-        )
+        return answer_to(request, status, winning_fence=head.fence, completion=winner)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""

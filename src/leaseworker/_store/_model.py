@@ -50,6 +50,37 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionRequest:
+    """What one :meth:`CompletionStore.complete` call asks the store to record.
+
+    ::
+
+        answer = await store.complete(CompletionRequest(
+            job_key=key, input_version=version, fence=fence,
+            result=row, execution_id=eid, pod=pod))
+
+    - ``job_key`` and ``input_version``: the completion identity.
+    - ``fence``: the fence of the lease the execution held (an int in
+      ``[0, 2**63 - 1]``); below the highest fence accepted for the job key,
+      the answer is ``stale`` (unless this identity completed: ``duplicate``).
+    - ``result``: the job's result row, any JSON value; left out of the repr
+      (it may carry personal data).
+    - ``execution_id`` and ``pod``: which execution, in which pod, produced it.
+
+    Built by the caller, checked by the store when it is completed: text no
+    store could keep raises :class:`ConfigError`, a result that is not strict
+    JSON ``TypeError`` or ``ValueError``, before any I/O.
+    """
+
+    job_key: str
+    input_version: str
+    fence: int
+    result: JsonValue = field(repr=False)
+    execution_id: str
+    pod: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompletionResult:
     """The answer to one :meth:`CompletionStore.complete` call.
 
@@ -73,6 +104,20 @@ class CompletionResult:
     def result(self) -> JsonValue:
         """The result row the store holds for this call (see ``completion``)."""
         return self.completion.result
+
+
+def answer_to(
+    request: CompletionRequest, status: Status, *, winning_fence: int, completion: Completion
+) -> CompletionResult:
+    """Build the :class:`CompletionResult` that answers ``request`` (its identity and fence)."""
+    return CompletionResult(
+        status=status,
+        job_key=request.job_key,
+        input_version=request.input_version,
+        fence=request.fence,
+        winning_fence=winning_fence,
+        completion=completion,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,24 +211,16 @@ def _unstorable_text(value: object) -> bool:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def completion_params(
-    job_key: str,
-    *,
-    input_version: str,
-    fence: int,
-    result: JsonValue,
-    execution_id: str,
-    pod: str,
-) -> dict[str, object]:
-    """Check a ``complete()`` call and return its named SQL parameters (result as JSON)."""
-    check_call(job_key, fence, input_version)
-    check_text("execution id", execution_id)
-    check_text("pod", pod)
+def completion_params(request: CompletionRequest) -> dict[str, object]:
+    """Check a ``complete()`` request and return its named SQL parameters (result as JSON)."""
+    check_call(request.job_key, request.fence, request.input_version)
+    check_text("execution id", request.execution_id)
+    check_text("pod", request.pod)
     return {
-        "job_key": job_key,
-        "input_version": input_version,
-        "fence": fence,
-        "result": encode_result(job_key, result),
-        "execution_id": execution_id,
-        "pod": pod,
+        "job_key": request.job_key,
+        "input_version": request.input_version,
+        "fence": request.fence,
+        "result": encode_result(request.job_key, request.result),
+        "execution_id": request.execution_id,
+        "pod": request.pod,
     }

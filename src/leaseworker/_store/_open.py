@@ -25,8 +25,9 @@ async def open_store(
         async with open_store("postgresql://lw:secret@db:5432/reports") as store:
             if await store.lookup(job_key, version) is None:
                 ...  # run the job under its lease, then:
-                outcome = await store.complete(job_key, input_version=version, fence=fence,
-                                               result=row, execution_id=eid, pod=pod)
+                outcome = await store.complete(CompletionRequest(
+                    job_key=job_key, input_version=version, fence=fence,
+                    result=row, execution_id=eid, pod=pod))
 
     ``postgresql://...`` (psycopg 3 with a pool of up to ``max_connections``)
     for production; ``sqlite:///path`` for the embedded store, which is also

@@ -27,8 +27,9 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from .._errors import StoreUnavailable
 from ._model import (
     Completion,
+    CompletionRequest,
     CompletionResult,
-    JsonValue,
+    answer_to,
     check_call,
     completion_params,
 )
@@ -120,43 +121,25 @@ class PostgresStore:
             raise
         return store
 
-    async def complete(
-        self,
-        job_key: str,
-        *,
-        input_version: str,
-        fence: int,
-        result: JsonValue,
-        execution_id: str,
-        pod: str,
-    ) -> CompletionResult:
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        params = completion_params(
-            job_key,
-            input_version=input_version,
-            fence=fence,
-            result=result,
-            execution_id=execution_id,
-            pod=pod,
-        )
+        params = completion_params(request)
 
         async def attempt_once(conn: _Conn, attempt: _Attempt) -> CompletionResult:
             row = await (await conn.execute(_COMPLETE, params)).fetchone()
             assert row is not None  # the function returns one row on every path
             status, winning, *standing = row
-            answer = CompletionResult(
-                status=status,
-                job_key=job_key,
-                input_version=input_version,
-                fence=fence,
+            answer = answer_to(
+                request,
+                status,
                 winning_fence=winning,
-                completion=_completion(job_key, tuple(standing)),
+                completion=_completion(request.job_key, tuple(standing)),
             )
-            if attempt.retry and _own_landed(answer, execution_id):
+            if attempt.retry and _own_landed(answer, request.execution_id):
                 return dataclasses.replace(answer, status="accepted")
             return answer
 
-        return await self._run(job_key, attempt_once)
+        return await self._run(request.job_key, attempt_once)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ._model import Completion, CompletionResult, JsonValue
+from ._model import Completion, CompletionRequest, CompletionResult
 
 
 class CompletionStore(Protocol):
@@ -15,20 +15,11 @@ class CompletionStore(Protocol):
     the database fails or does not answer in time.
     """
 
-    async def complete(
-        self,
-        job_key: str,
-        *,
-        input_version: str,
-        fence: int,
-        result: JsonValue,
-        execution_id: str,
-        pod: str,
-    ) -> CompletionResult:
-        """Record a completion and its result in one transaction, if the fence allows.
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
+        """Record ``request``'s completion and result in one transaction, if the fence allows.
 
-        ``accepted`` when ``fence`` is at least the highest fence accepted for
-        ``job_key`` and this identity had not completed; ``duplicate`` (with the
+        ``accepted`` when its fence is at least the highest fence accepted for
+        its job key and its identity had not completed; ``duplicate`` (with the
         earlier result) when ``(job_key, input_version)`` had completed already;
         ``stale`` when a higher fence already completed the job key. Only
         ``accepted`` writes anything.

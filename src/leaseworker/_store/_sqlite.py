@@ -45,9 +45,10 @@ from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
 from ._model import (
     Completion,
+    CompletionRequest,
     CompletionResult,
-    JsonValue,
     Status,
+    answer_to,
     check_call,
     completion_params,
 )
@@ -155,26 +156,12 @@ class SqliteStore:
             raise
         return store
 
-    async def complete(
-        self,
-        job_key: str,
-        *,
-        input_version: str,
-        fence: int,
-        result: JsonValue,
-        execution_id: str,
-        pod: str,
-    ) -> CompletionResult:
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        params = completion_params(
-            job_key,
-            input_version=input_version,
-            fence=fence,
-            result=result,
-            execution_id=execution_id,
-            pod=pod,
+        params = completion_params(request)
+        return await self._run(
+            request.job_key, lambda conn: _complete(conn, request, params), writes=True
         )
-        return await self._run(job_key, lambda conn: _complete(conn, params), writes=True)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
@@ -314,43 +301,31 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def _complete(conn: sqlite3.Connection, params: dict[str, Any]) -> CompletionResult:
+def _complete(
+    conn: sqlite3.Connection, request: CompletionRequest, params: dict[str, Any]
+) -> CompletionResult:
     """Record the completion if the fence allows; run inside the batch's write transaction."""
-    job_key, input_version, fence = params["job_key"], params["input_version"], params["fence"]
     params["now"] = now = time.time_ns() // 1000
     if conn.execute(_RECORD_IF_CURRENT, params).rowcount == 1:
         conn.execute(_MOVE_HEAD, params)
-        return CompletionResult(
-            status="accepted",
-            job_key=job_key,
-            input_version=input_version,
-            fence=fence,
-            winning_fence=fence,
-            completion=Completion(
-                job_key=job_key,
-                input_version=input_version,
-                fence=fence,
-                result=json.loads(params["result"]),
-                execution_id=params["execution_id"],
-                pod=params["pod"],
-                completed_at=_EPOCH + timedelta(microseconds=now),
-            ),
+        recorded = Completion(
+            job_key=request.job_key,
+            input_version=request.input_version,
+            fence=request.fence,
+            result=json.loads(params["result"]),
+            execution_id=request.execution_id,
+            pod=request.pod,
+            completed_at=_EPOCH + timedelta(microseconds=now),
         )
+        return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
     # Nothing was written: the identity completed already, or a higher fence won.
-    head_fence, head_version = conn.execute(_HEAD, (job_key,)).fetchone()
+    head_fence, head_version = conn.execute(_HEAD, (request.job_key,)).fetchone()
     status: Status = "duplicate"
-    winner = _find(conn, job_key, input_version)
+    winner = _find(conn, request.job_key, request.input_version)
     if winner is None:
-        status, winner = "stale", _find(conn, job_key, head_version)
+        status, winner = "stale", _find(conn, request.job_key, head_version)
     assert winner is not None  # the head always points at a recorded completion
-    return CompletionResult(
-        status=status,
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        winning_fence=head_fence,
-        completion=winner,
-    )
+    return answer_to(request, status, winning_fence=head_fence, completion=winner)
 
 
 def _find(conn: sqlite3.Connection, job_key: str, input_version: str) -> Completion | None:

@@ -1,6 +1,8 @@
 """``WorkerConfig``: every setting of a worker pod, checked when it is built.
 
-Plain keyword-only frozen dataclass; the CLI maps flags and ``LEASEWORKER_*``
+Plain keyword-only frozen dataclass, one documented field per setting, with
+read-only views by concern (``KafkaSettings``, ``GroupTiming``, ``Timeouts``,
+``LeaseSettings``, ``StoreSettings``); the CLI maps flags and ``LEASEWORKER_*``
 environment variables onto it. Settings that could not keep leaseworker's
 guarantees raise :class:`~leaseworker.ConfigError` at construction, not at
 the first trigger.
@@ -8,9 +10,11 @@ the first trigger.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from redis.connection import parse_url
@@ -31,51 +35,122 @@ class WorkerConfig:
                               group="reports", concurrency=8, shutdown_timeout=60,
                               dead_letter_topic="reports.dead-letter")
 
-    Kafka timing: ``session_timeout`` is how long the group waits for a silent
-    (crashed) member before rebalancing; ``heartbeat_interval`` defaults to a
-    fifth of it. ``max_poll_interval`` only needs to cover one poll-loop turn,
-    because the loop keeps polling while jobs run. ``revoke_timeout`` bounds
-    how long in-flight executions of revoked partitions may keep running in a
-    rebalance before they are cancelled; the group's rebalance timeout is sized
-    from it (:attr:`rebalance_timeout`). Every Kafka request is bounded by
-    ``kafka_timeout``, every commit by ``commit_timeout``, every Redis command
-    by ``redis_timeout``. ``kafka_security`` (SASL/TLS) goes to every Kafka
-    client; ``redis_url`` carries Redis AUTH/TLS (``rediss://user:pw@host``) and
-    is left out of the repr. ``store_url`` selects the fenced completion store
-    (``postgresql://...`` or ``sqlite:///path``; default: the embedded SQLite
-    file ``leaseworker-completions.sqlite3`` in the working directory), every
-    store call bounded by ``store_timeout``; it is left out of the repr too.
-    ``log_job_errors`` makes the default logging observer log a failed job's
-    exception message and traceback, which it otherwise leaves out (they may
-    quote payload data). ``lease_pipelining`` (default on) lets lease calls made
-    while another is in flight go to Redis together, as one pipeline; a call can
-    then wait for the one in flight, so ``redis_timeout`` should be at least six
-    round trips (``False`` sends every call on its own; see docs/operations.md).
+    Every setting is a keyword with a default, documented where it is declared
+    below; durations are in seconds. The flat fields are the one place each
+    setting is kept (the constructor, the repr, ``dataclasses.replace`` and the
+    ``run`` flags all use them). The same settings can also be read by concern,
+    as small frozen views whose fields have the same names:
+
+    - :attr:`kafka`: bootstrap servers, group, SASL/TLS, dead letters, payload bound.
+    - :attr:`group_timing`: session, heartbeat, poll and rebalance timing.
+    - :attr:`timeouts`: the bound of every call and wait.
+    - :attr:`leases`: the lease Redis, key namespace, timeout and pipelining.
+    - :attr:`store`: the completion store's URL and timeout.
     """
 
+    # -- connections: where the pod's Kafka and Redis are, and who it is
+
     bootstrap_servers: str = "127.0.0.1:9092"
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)  # may hold a password
+    """Kafka bootstrap servers, ``host:port[,...]``."""
+
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    """The lease Redis: ``redis://``, ``rediss://`` (TLS) or ``unix://``.
+
+    It carries Redis AUTH (``rediss://user:pw@host``), so it is left out of the repr.
+    """
+
     group: str = "leaseworker"
+    """The Kafka consumer group id; the pods of one job share it."""
+
     pod: str = field(default_factory=socket.gethostname)
+    """This pod's name in logs, spans and lease owners (default: the host name)."""
+
     namespace: str = "leaseworker"
+    """Prefix of the lease and fence keys in Redis and of the job keys in the store."""
+
+    # -- capacity and stopping
+
     concurrency: int = 4
+    """Executions running at once in this pod (also the most records one poll returns)."""
+
     shutdown_timeout: float = 30.0
+    """How long in-flight executions may finish after a stop before they are cancelled."""
+
     dead_letter_topic: str | None = None
+    """Where malformed, failed and timed-out triggers go; ``None``: log and skip them."""
+
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    """Larger trigger payloads are dead-lettered as ``too_large``, not decoded."""
+
+    # -- Kafka group timing: how the pod stays a member of its consumer group
+
     session_timeout: float = 10.0
+    """How long the group waits for a silent (crashed) member before rebalancing."""
+
     heartbeat_interval: float | None = None
+    """Time between group heartbeats; ``None``: ``session_timeout / 5`` (:attr:`heartbeat`)."""
+
     max_poll_interval: float = 60.0
+    """How long one poll-loop turn may take before the group evicts the pod.
+
+    It only needs to cover one turn, because the loop keeps polling while jobs run.
+    """
+
     revoke_timeout: float = 5.0
+    """How long revoked partitions' in-flight executions may run on in a rebalance.
+
+    Then they are cancelled; the group's rebalance timeout is sized from it
+    (:attr:`rebalance_timeout`).
+    """
+
     poll_timeout: float = 0.2
+    """How long one poll waits for records (well under ``max_poll_interval``)."""
+
+    # -- call bounds: every Kafka and Redis call ends in time
+
     commit_timeout: float = 5.0
+    """The bound of one offset commit, its retries included."""
+
     kafka_timeout: float = 30.0
+    """The bound of every other Kafka request; above :attr:`rebalance_timeout` (JoinGroup)."""
+
     redis_timeout: float = 0.5
-    store_url: str = field(default=DEFAULT_URL, repr=False)  # may hold a password
+    """The bound of every Redis command (with ``lease_pipelining``: six round trips or more)."""
+
+    # -- the completion store
+
+    store_url: str = field(default=DEFAULT_URL, repr=False)
+    """The fenced completion store: ``postgresql://...`` or ``sqlite:///path``.
+
+    The default is the embedded SQLite file ``leaseworker-completions.sqlite3``
+    in the working directory (one per host: pods share a PostgreSQL database).
+    It may hold a password, so it is left out of the repr.
+    """
+
     store_timeout: float = 5.0
+    """The bound of every completion store call."""
+
+    # -- start-up, Kafka security and behaviour
+
     startup_retry_cap: float = 10.0
+    """The longest wait between retries while Redis, Kafka or the store cannot be reached."""
+
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    """SASL/TLS settings, given to every Kafka client."""
+
     log_job_errors: bool = False
+    """Whether the default logging observer logs a failed job's exception and traceback.
+
+    Off by default: they may quote payload data.
+    """
+
     lease_pipelining: bool = True
+    """Whether lease calls made while another is in flight go to Redis as one pipeline.
+
+    A call can then wait for the one in flight, so ``redis_timeout`` should be
+    at least six round trips; ``False`` sends every call on its own (see
+    docs/operations.md).
+    """
 
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
@@ -152,6 +227,31 @@ class WorkerConfig:
         """
         return self.revoke_timeout + 2 * self.redis_timeout + self.commit_timeout + 1.0
 
+    @property
+    def kafka(self) -> KafkaSettings:
+        """Where and as which consumer group the pod consumes, and where dead letters go."""
+        return _view(self, KafkaSettings)
+
+    @property
+    def group_timing(self) -> GroupTiming:
+        """How the pod stays a member of its consumer group."""
+        return _view(self, GroupTiming)
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The bound of every call and wait."""
+        return _view(self, Timeouts)
+
+    @property
+    def leases(self) -> LeaseSettings:
+        """The lease Redis and how lease calls reach it."""
+        return _view(self, LeaseSettings)
+
+    @property
+    def store(self) -> StoreSettings:
+        """The fenced completion store."""
+        return _view(self, StoreSettings)
+
     def redacted_redis(self) -> str:
         """``host:port`` of the Redis URL, for log lines (never the password)."""
         return _redact(self.redis_url)
@@ -159,6 +259,86 @@ class WorkerConfig:
     def redacted_store(self) -> str:
         """Return the store URL with any password replaced by ``***``, for log lines."""
         return redact(self.store_url)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaSettings:
+    """Where and as which group the pod consumes (:attr:`WorkerConfig.kafka`).
+
+    Each field is the :class:`WorkerConfig` field of the same name.
+    """
+
+    bootstrap_servers: str
+    group: str
+    kafka_security: KafkaSecurity
+    dead_letter_topic: str | None
+    max_payload_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupTiming:
+    """Consumer group membership timing, in seconds (:attr:`WorkerConfig.group_timing`).
+
+    Each field is the :class:`WorkerConfig` field or property of the same
+    name: ``heartbeat`` is the interval in effect, ``rebalance_timeout`` the
+    one sized from ``revoke_timeout``.
+    """
+
+    session_timeout: float
+    heartbeat: float
+    max_poll_interval: float
+    poll_timeout: float
+    revoke_timeout: float
+    rebalance_timeout: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timeouts:
+    """Every call and wait bound, in seconds (:attr:`WorkerConfig.timeouts`).
+
+    Each field is the :class:`WorkerConfig` field of the same name.
+    """
+
+    shutdown_timeout: float
+    commit_timeout: float
+    kafka_timeout: float
+    redis_timeout: float
+    store_timeout: float
+    startup_retry_cap: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSettings:
+    """The lease Redis and how lease calls reach it (:attr:`WorkerConfig.leases`).
+
+    Each field is the :class:`WorkerConfig` field of the same name; the URL
+    (which may carry a password) is left out of the repr.
+    """
+
+    redis_url: str = field(repr=False)
+    namespace: str
+    redis_timeout: float
+    lease_pipelining: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSettings:
+    """The fenced completion store (:attr:`WorkerConfig.store`).
+
+    Each field is the :class:`WorkerConfig` field of the same name; the URL
+    (which may carry a password) is left out of the repr.
+    """
+
+    store_url: str = field(repr=False)
+    store_timeout: float
+
+
+_View = TypeVar("_View", KafkaSettings, GroupTiming, Timeouts, LeaseSettings, StoreSettings)
+
+
+def _view(config: WorkerConfig, kind: type[_View]) -> _View:
+    """Build the ``kind`` view of ``config``: each of its fields read from ``config``."""
+    return kind(**{f.name: getattr(config, f.name) for f in dataclasses.fields(kind)})
 
 
 _REDIS_SCHEMES = {"redis", "rediss", "unix"}
