@@ -13,7 +13,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from leaseworker import WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._kafka._rebalance import Rebalance
 from leaseworker._kafka._source import KafkaTriggerSource
+from leaseworker._telemetry import Telemetry
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
@@ -105,12 +107,19 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     else:
         source.stats.in_flight = config.concurrency
     new = {TopicPartition("t", 0), TopicPartition("t", 1)}
+    listener = Rebalance(
+        source._state,
+        config,
+        Telemetry().instrument(pod="p"),
+        source._commits,
+        apply_pauses=source._apply_pauses,
+    )
     consumer.reassign(new)
-    source._assign(new)
+    await listener.on_partitions_assigned(new)
     assert consumer.paused() == new
     source.stats.in_flight = 0
     if why != "stopping":
-        source._assign(new)
+        await listener.on_partitions_assigned(new)
         assert consumer.paused() == set()  # room again: the partitions are resumed
 
 

@@ -10,7 +10,7 @@ import pytest
 from leaseworker import RedisLeases
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka._source import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
+from leaseworker._kafka import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic

@@ -10,7 +10,7 @@ import anyio
 from leaseworker import JobContext, ReportJob, WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka._source import (
+from leaseworker._kafka import (
     DEAD_LETTER_FAILURE_HEADERS,
     DEAD_LETTER_HEADERS,
     SourceStats,
