@@ -29,7 +29,7 @@ from ..testing import ChaosProxy
 from ._services import LocalJaeger, LocalRedis
 from ._services._kafka import LocalKafka
 
-EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "report_job"
+EXAMPLE_DIR = Path(__file__).resolve().parents[3] / "examples" / "report_job"
 """Where ``demo_report.py`` lives; pods run with it as their working directory."""
 
 

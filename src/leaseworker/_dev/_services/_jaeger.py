@@ -85,7 +85,7 @@ def deploy_dir() -> Path:
     It is found relative to this source file (``src/leaseworker/_local/``), so it
     exists only in a clone or an editable install, not in an installed wheel.
     """
-    path = Path(__file__).resolve().parents[3] / "deploy" / "local" / "jaeger"
+    path = Path(__file__).resolve().parents[4] / "deploy" / "local" / "jaeger"
     if not (path / "go.mod").is_file():
         raise RuntimeError(
             f"Jaeger's Go module was not found at {path}: LocalJaeger builds Jaeger from "

@@ -76,7 +76,7 @@ from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, run_captured, w
 
 _T = TypeVar("_T")
 
-POM_PATH = Path(__file__).resolve().parents[3] / "deploy" / "local" / "kafka" / "pom.xml"
+POM_PATH = Path(__file__).resolve().parents[4] / "deploy" / "local" / "kafka" / "pom.xml"
 """The Maven pom that lists the broker's jars; present in a clone, not in a wheel."""
 
 NODE_ID = 1
