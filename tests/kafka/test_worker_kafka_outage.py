@@ -13,9 +13,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from leaseworker import WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._kafka import NO_HOOKS
 from leaseworker._kafka._rebalance import Rebalance
 from leaseworker._kafka._source import KafkaTriggerSource
-from leaseworker._telemetry import Telemetry
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
@@ -110,7 +110,7 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     listener = Rebalance(
         source._state,
         config,
-        Telemetry().instrument(pod="p"),
+        NO_HOOKS,
         source._commits,
         apply_pauses=source._apply_pauses,
     )

@@ -20,10 +20,9 @@ from redis.asyncio import Redis
 from leaseworker import ExecutionEvent, WorkerConfig
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka import SourceStats
+from leaseworker._kafka import NO_HOOKS, SourceStats
 from leaseworker._kafka._commits import Commits
 from leaseworker._kafka._state import Partition, SourceState
-from leaseworker._telemetry import Telemetry
 from leaseworker.testing import ChaosProxy
 
 from ..chaos import proxied_leases
@@ -240,8 +239,7 @@ class _OnEvent:
 def _committer(consumer: Any, config: WorkerConfig | None = None) -> tuple[Commits, SourceStats]:
     """A source's committer, committing through ``consumer`` (a stand-in: fake tests only)."""
     state = SourceState()
-    hooks = Telemetry().instrument(pod="pod-1")
-    return Commits(state, config or WorkerConfig(), hooks, consumer.commit), state.stats
+    return Commits(state, config or WorkerConfig(), NO_HOOKS, consumer.commit), state.stats
 
 
 def _finished_partition(partition: int) -> Partition:

@@ -1,6 +1,7 @@
 """The Kafka side: the consumer-group member that turns records into executions.
 
 ``_source`` the ``KafkaTriggerSource`` (the poll loop and dispatch);
+``_hooks`` what it tells an observer (``SourceHooks``);
 ``_state`` what its parts share (partitions, ``SourceStats``, progress);
 ``_commits`` committing the finished prefix; ``_offsets`` that prefix per
 partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
@@ -15,6 +16,8 @@ development services in ``_dev`` use it too).
 from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
+from ._hooks import NO_HOOKS as NO_HOOKS
+from ._hooks import SourceHooks as SourceHooks
 from ._producer import KafkaError as KafkaError
 from ._producer import send_trigger as send_trigger
 from ._security import KafkaSecurity as KafkaSecurity
@@ -27,10 +30,12 @@ __all__ = [
     "DEAD_LETTER_FAILURE_HEADERS",
     "DEAD_LETTER_HEADERS",
     "DEAD_LETTER_OMITTED",
+    "NO_HOOKS",
     "JobFailure",
     "KafkaError",
     "KafkaSecurity",
     "KafkaTriggerSource",
+    "SourceHooks",
     "SourceStats",
     "send_trigger",
 ]

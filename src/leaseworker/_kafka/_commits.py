@@ -18,7 +18,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     KafkaError,
 )
 
-from .._telemetry import PodTelemetry
+from ._hooks import SourceHooks
 from ._logs import describe, logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState
@@ -32,7 +32,7 @@ class Commits:
     """Commit the partitions of ``state`` through ``send``, as their prefixes complete."""
 
     def __init__(
-        self, state: SourceState, settings: SourceSettings, hooks: PodTelemetry, send: SendCommit
+        self, state: SourceState, settings: SourceSettings, hooks: SourceHooks, send: SendCommit
     ) -> None:
         self._state = state
         self._stats = state.stats

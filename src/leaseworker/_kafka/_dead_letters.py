@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError  # type: ignore
 
 from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
-from .._telemetry import PodTelemetry
+from ._hooks import SourceHooks
 from ._logs import describe, logger
 from ._settings import SourceSettings
 from ._state import SourceStats
@@ -55,7 +55,7 @@ class DeadLetters:
     def __init__(
         self,
         settings: SourceSettings,
-        hooks: PodTelemetry,
+        hooks: SourceHooks,
         stats: SourceStats,
         send: SendDeadLetter,
         *,

@@ -15,8 +15,8 @@ from typing import Any, final
 import anyio
 from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
 
-from .._telemetry import PodTelemetry
 from ._commits import Commits
+from ._hooks import SourceHooks
 from ._logs import logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, release_grace
@@ -34,7 +34,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self,
         state: SourceState,
         settings: SourceSettings,
-        hooks: PodTelemetry,
+        hooks: SourceHooks,
         commits: Commits,
         *,
         apply_pauses: Callable[[], None],

@@ -20,10 +20,10 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
 from .._execution import Trigger, check_job_key, decode_trigger
-from .._telemetry import PodTelemetry, Telemetry
 from . import _clients
 from ._commits import Commits
 from ._dead_letters import DeadLetters, Headers
+from ._hooks import NO_HOOKS, SourceHooks
 from ._logs import describe, logger
 from ._rebalance import Rebalance
 from ._settings import SourceSettings
@@ -60,7 +60,8 @@ class KafkaTriggerSource:
     job, and triggers whose job ended ``failed`` or ``timed_out``, go to
     ``config.dead_letter_topic`` (when set), are logged and committed.
     ``run()`` returns after :meth:`stop` once in-flight work has finished or
-    was cancelled at ``config.shutdown_timeout``.
+    was cancelled at ``config.shutdown_timeout``. ``hooks`` hear of every
+    record's steps (the pod's telemetry; default: nothing).
     """
 
     def __init__(
@@ -70,13 +71,13 @@ class KafkaTriggerSource:
         topic: str,
         resolve_key: ResolveKey,
         handle: Handle,
-        telemetry: PodTelemetry | None = None,
+        hooks: SourceHooks = NO_HOOKS,
     ) -> None:
         self._config = config
         self._topic = topic
         self._resolve_key = resolve_key
         self._handle = handle
-        self._hooks = telemetry or Telemetry().instrument(pod=config.pod, group=config.group)
+        self._hooks = hooks
         self._state = SourceState()
         self.stats = self._state.stats
         self._consumer: Any = None

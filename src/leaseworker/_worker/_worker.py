@@ -104,7 +104,7 @@ class Worker:
             self._lease_observers = None
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
-            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, telemetry=pod
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=pod
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
