@@ -13,10 +13,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from leaseworker import WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka import NO_HOOKS
-from leaseworker._kafka._rebalance import Rebalance
 from leaseworker._kafka._source import KafkaTriggerSource
 
+from ..fake_kafka import FakeConsumer
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
@@ -60,30 +59,6 @@ async def test_aiokafka_forgets_pause_flags_when_partitions_are_reassigned(
             await first.stop()
 
 
-class _ForgetfulConsumer:
-    """A stand-in consumer that, like aiokafka, drops pause flags on a new assignment (fake)."""
-
-    def __init__(self) -> None:
-        self.assigned: set[Any] = set()
-        self.paused_set: set[Any] = set()
-
-    def reassign(self, partitions: set[Any]) -> None:
-        self.assigned = set(partitions)
-        self.paused_set = set()
-
-    def assignment(self) -> set[Any]:
-        return self.assigned
-
-    def paused(self) -> set[Any]:
-        return self.paused_set
-
-    def pause(self, *partitions: Any) -> None:
-        self.paused_set |= set(partitions)
-
-    def resume(self, *partitions: Any) -> None:
-        self.paused_set -= set(partitions)
-
-
 @pytest.mark.fake
 @pytest.mark.parametrize("why", ["at the concurrency limit", "stopping"])
 async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_or_stopping(
@@ -94,33 +69,39 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     Waiting for the next poll-loop turn would let the first fetch after the
     rebalance hand out records the pod has no room for.
     """
+    release = anyio.Event()
 
     async def handle(trigger: object, key: str) -> bool:
+        await release.wait()
         return True
 
     config = WorkerConfig(concurrency=2)
-    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
-    consumer = _ForgetfulConsumer()
-    source._consumer = consumer
-    if why == "stopping":
-        source.stop()
-    else:
-        source.stats.in_flight = config.concurrency
-    new = {TopicPartition("t", 0), TopicPartition("t", 1)}
-    listener = Rebalance(
-        source._state,
+    consumer = FakeConsumer()
+    source = KafkaTriggerSource(
         config,
-        NO_HOOKS,
-        source._commits,
-        apply_pauses=source._apply_pauses,
+        topic="t",
+        resolve_key=lambda t: "k",
+        handle=handle,
+        consumer_factory=consumer.factory,
     )
-    consumer.reassign(new)
-    await listener.on_partitions_assigned(new)
-    assert consumer.paused() == new
-    source.stats.in_flight = 0
-    if why != "stopping":
-        await listener.on_partitions_assigned(new)
-        assert consumer.paused() == set()  # room again: the partitions are resumed
+    first, new = TopicPartition("t", 0), {TopicPartition("t", 0), TopicPartition("t", 1)}
+    busy = 1 if why == "stopping" else config.concurrency
+    consumer.add(first, busy)
+    async with anyio.create_task_group() as tg:
+        await tg.start(source.run)
+        await consumer.assign({first})
+        await until(lambda: source.stats.in_flight == busy)
+        if why == "stopping":
+            source.stop()
+        await consumer.assign(new)
+        assert consumer.paused() == new
+        release.set()
+        if why != "stopping":
+            await until(lambda: source.stats.in_flight == 0)
+            await consumer.assign(new)
+            assert consumer.paused() == set()  # room again: the partitions are resumed
+            source.stop()
+    assert consumer.commits[-1] == {first: busy}
 
 
 async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finished_work(

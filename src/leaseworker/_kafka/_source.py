@@ -21,6 +21,7 @@ from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
 from .._execution import Trigger, check_job_key, decode_trigger
 from . import _clients
+from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
 from ._commits import Commits
 from ._dead_letters import DeadLetters, Headers
 from ._hooks import NO_HOOKS, SourceHooks
@@ -62,6 +63,9 @@ class KafkaTriggerSource:
     ``run()`` returns after :meth:`stop` once in-flight work has finished or
     was cancelled at ``config.shutdown_timeout``. ``hooks`` hear of every
     record's steps (the pod's telemetry; default: nothing).
+    ``consumer_factory`` and ``producer_factory`` build its aiokafka clients
+    (a test passes stand-ins); the consumer is subscribed with the source's
+    rebalance listener before it starts.
     """
 
     def __init__(
@@ -72,12 +76,16 @@ class KafkaTriggerSource:
         resolve_key: ResolveKey,
         handle: Handle,
         hooks: SourceHooks = NO_HOOKS,
+        consumer_factory: ConsumerFactory = new_consumer,
+        producer_factory: ProducerFactory = new_producer,
     ) -> None:
         self._config = config
         self._topic = topic
         self._resolve_key = resolve_key
         self._handle = handle
         self._hooks = hooks
+        self._consumer_factory = consumer_factory
+        self._producer_factory = producer_factory
         self._state = SourceState()
         self.stats = self._state.stats
         self._consumer: Any = None
@@ -299,7 +307,7 @@ class KafkaTriggerSource:
 
     def _subscribed_consumer(self) -> Any:
         """Build a consumer subscribed with the rebalance listener (before it starts)."""
-        client = _clients.new_consumer(self._config, self._topic)
+        client = self._consumer_factory(self._config, self._topic)
         # The first assignment can arrive before start() returns, and its
         # callback pauses partitions on this very consumer.
         self._consumer = client
@@ -311,7 +319,7 @@ class KafkaTriggerSource:
         return client
 
     def _new_producer(self) -> Any:
-        return _clients.new_producer(self._config)
+        return self._producer_factory(self._config)
 
     async def _start(self, what: str, make: Callable[[], Any]) -> Any:
         return await _clients.start(
