@@ -9,7 +9,8 @@ source stops.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-u
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from .._backoff import BusyPolicy
+from .._retry import Retries, Sleep
 from ._logs import describe, logger
 from ._settings import SourceSettings
 
@@ -64,7 +66,7 @@ async def start(
     settings: SourceSettings,
     *,
     policy: BusyPolicy,
-    backoff: Callable[[float], Awaitable[bool]],
+    backoff: Sleep,
 ) -> Any:
     """Start a client from ``make()``, retrying with capped backoff and a log line per failure.
 
@@ -72,7 +74,7 @@ async def start(
     waits before the next try and answers ``False`` when the source stops
     meanwhile: then this returns ``None``.
     """
-    attempt = 0
+    retries = Retries(policy, sleep=backoff)
     while True:
         client = make()
         try:
@@ -81,28 +83,31 @@ async def start(
         except (KafkaError, OSError, TimeoutError) as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
                 await client.stop()
-            delay = policy.delay(attempt)
-            attempt += 1
-            logger.warning(
-                "Kafka at %s unavailable for the %s (%s); retrying in %.1fs (attempt %d)",
-                settings.bootstrap_servers,
-                what,
-                describe(exc),
-                delay,
-                attempt,
-                extra={"event": "kafka_unavailable", "pod": settings.pod},
-            )
-            if not await backoff(delay):
+            if not await retries.wait(functools.partial(_unavailable, settings, what, exc)):
                 return None
             continue
-        if attempt:
+        if retries.count:
             logger.info(
                 "Kafka %s connected after %d attempt(s)",
                 what,
-                attempt + 1,
+                retries.count + 1,
                 extra={"event": "kafka_connected", "pod": settings.pod},
             )
         return client
+
+
+def _unavailable(
+    settings: SourceSettings, what: str, exc: BaseException, delay: float, attempt: int
+) -> None:
+    logger.warning(
+        "Kafka at %s unavailable for the %s (%s); retrying in %.1fs (attempt %d)",
+        settings.bootstrap_servers,
+        what,
+        describe(exc),
+        delay,
+        attempt,
+        extra={"event": "kafka_unavailable", "pod": settings.pod},
+    )
 
 
 def _ms(seconds: float) -> int:

@@ -9,6 +9,7 @@ payload, then without its own headers: the original stays in its topic.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, final
@@ -18,6 +19,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError  # type: ignore
 
 from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
+from .._retry import Retries
 from ._hooks import SourceHooks
 from ._logs import describe, logger
 from ._settings import SourceSettings
@@ -106,7 +108,7 @@ class DeadLetters:
         # out (the record itself stays in its topic, at the coordinates above).
         copies = _copies(record, [(name, value.encode()) for name, value in added])
         value, headers, _ = next(copies)
-        attempt = 0
+        retries = Retries(self._backoff)
         while True:
             try:
                 with anyio.fail_after(self._settings.kafka_timeout):
@@ -117,12 +119,10 @@ class DeadLetters:
                     value, headers, omitted = smaller
                     self._trimmed(record, err, omitted)
                     continue
-                await self._retry(record, err, attempt)
-                attempt += 1
+                await retries.wait(functools.partial(self._failed, record, err))
                 continue
             except (KafkaError, TimeoutError) as err:
-                await self._retry(record, err, attempt)
-                attempt += 1
+                await retries.wait(functools.partial(self._failed, record, err))
                 continue
             self._sent(record, reason)
             return
@@ -150,14 +150,13 @@ class DeadLetters:
             extra={"event": "dead_letter_trimmed", "pod": self._settings.pod},
         )
 
-    async def _retry(self, record: Any, err: BaseException, attempt: int) -> None:
-        """Log a failed dead-letter send and wait before the next try.
+    def _failed(self, record: Any, err: BaseException, delay: float, attempt: int) -> None:
+        """Log a failed dead-letter send, retried in ``delay`` seconds.
 
         A retriable error (the broker is away, a leader moves) is a warning; one
         that only an operator can fix (authorisation, a missing or invalid
         topic) is an error, and is retried too, so the record is never dropped.
         """
-        delay = self._backoff.delay(attempt)
         retriable = isinstance(err, TimeoutError) or getattr(err, "retriable", False)
         logger.log(
             logging.WARNING if retriable else logging.ERROR,
@@ -169,7 +168,6 @@ class DeadLetters:
             delay,
             extra={"event": "dead_letter_failed", "pod": self._settings.pod},
         )
-        await anyio.sleep(delay)
 
 
 _Copy = tuple[bytes | None, Headers, str]

@@ -9,6 +9,7 @@ limit it pauses every assigned partition instead. Its collaborators:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, final
@@ -17,9 +18,9 @@ import anyio
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
-from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
 from .._execution import Trigger, check_job_key, decode_trigger
+from .._retry import Retries, startup
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
 from ._commits import Commits
@@ -92,7 +93,7 @@ class KafkaTriggerSource:
         self._producer: Any = None
         self._stop_deadline = 0.0
         self._cancelled_all = False
-        self._startup = BusyPolicy(initial=0.5, cap=config.startup_retry_cap)
+        self._startup = startup(config.startup_retry_cap)
         self._commits = Commits(self._state, config, self._hooks, self._send_commit)
         self._dead_letters = DeadLetters(
             config, self._hooks, self.stats, self._send_dead_letter, backoff=self._startup
@@ -154,7 +155,7 @@ class KafkaTriggerSource:
 
     async def _poll(self, tg: anyio.abc.TaskGroup) -> None:
         """Poll, dispatch and commit until stopped and drained (or drain time is up)."""
-        retry = 0
+        retries = Retries(self._startup)
         while not self._drained():
             if self._all_paused():
                 # getmany() would idle for the whole poll timeout: wake up as soon as an
@@ -170,20 +171,20 @@ class KafkaTriggerSource:
                         timeout_ms=int(wait * 1000), max_records=max(1, free)
                     )
             except (KafkaError, TimeoutError) as exc:
-                delay = self._startup.delay(retry)
-                retry += 1
-                logger.warning(
-                    "polling Kafka failed (%s); retrying in %.1fs",
-                    describe(exc),
-                    delay,
-                    extra={"event": "poll_failed", "pod": self._config.pod},
-                )
-                await anyio.sleep(delay)
+                await retries.wait(functools.partial(self._poll_failed, exc))
                 continue
-            retry = 0
+            retries.reset()
             self.stats.polls += 1
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
+
+    def _poll_failed(self, exc: BaseException, delay: float, attempt: int) -> None:
+        logger.warning(
+            "polling Kafka failed (%s); retrying in %.1fs",
+            describe(exc),
+            delay,
+            extra={"event": "poll_failed", "pod": self._config.pod},
+        )
 
     def _all_paused(self) -> bool:
         """Whether every partition is paused: at the concurrency limit, or stopping."""
