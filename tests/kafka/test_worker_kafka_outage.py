@@ -90,14 +90,14 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     async with anyio.create_task_group() as tg:
         await tg.start(source.run)
         await consumer.assign({first})
-        await until(lambda: source.stats.in_flight == busy)
+        await source.wait_until(lambda: source.stats.in_flight == busy, timeout=5)
         if why == "stopping":
             source.stop()
         await consumer.assign(new)
         assert consumer.paused() == new
         release.set()
         if why != "stopping":
-            await until(lambda: source.stats.in_flight == 0)
+            await source.wait_until(lambda: source.stats.in_flight == 0, timeout=5)
             await consumer.assign(new)
             assert consumer.paused() == set()  # room again: the partitions are resumed
             source.stop()
@@ -138,7 +138,9 @@ async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finish
         await produce(bootstrap, kafka_names.topic, [(b"c", payload(gate=True)), (b"d", payload())])
         await recorder.until(lambda: recorder.done("d") >= 1, within=30)
         # The committer has looked since d finished: a commit past c's gap would be made.
-        await until(lambda: worker.stats.commit_checked >= worker.stats.finished >= 3)
+        await worker.wait_until(
+            lambda: worker.stats.commit_checked >= worker.stats.finished >= 3, timeout=20
+        )
         assert await committed(bootstrap, kafka_names.group, kafka_names.topic) == {0: 2}
         recorder.gate("c").set()
         await eventually(_committed_is(own_kafka, kafka_names, {0: 4}), within=20)
@@ -173,3 +175,35 @@ async def _poll_until(consumer: Any, check: Any, *, also: Any = None) -> None:
         await consumer.getmany(timeout_ms=100)
         if also is not None:
             await also.getmany(timeout_ms=100)
+
+
+@pytest.mark.fake
+async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None:
+    """A waiter on the stats returns once the source moved there, and times out otherwise."""
+    release = anyio.Event()
+
+    async def handle(trigger: object, key: str) -> bool:
+        await release.wait()
+        return True
+
+    consumer = FakeConsumer()
+    source = KafkaTriggerSource(
+        WorkerConfig(),
+        topic="t",
+        resolve_key=lambda t: "k",
+        handle=handle,
+        consumer_factory=consumer.factory,
+    )
+    partition = TopicPartition("t", 0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(source.run)
+        await consumer.assign({partition})
+        consumer.add(partition, 1)
+        await source.wait_until(lambda: source.stats.in_flight == 1, timeout=5)
+        with pytest.raises(TimeoutError):
+            await source.wait_until(lambda: source.stats.finished == 1, timeout=0.05)
+        release.set()
+        await source.wait_until(lambda: source.stats.finished == 1, timeout=5)
+        await source.wait_until(lambda: source.stats.commits == 1, timeout=5)
+        source.stop()
+    assert consumer.commits == [{partition: 1}]

@@ -53,7 +53,7 @@ async def test_a_job_longer_than_max_poll_interval_keeps_the_pod_in_the_group(
     await produce(kafka_server.bootstrap_servers, kafka_names.topic, records)
     async with running(make_worker(job, config)) as worker:
         await recorder.until(lambda: bool(recorder.runs_of("long")))
-        await until(lambda: worker.stats.paused)
+        await worker.wait_until(lambda: worker.stats.paused, timeout=20)
         assert recorder.runs_of("next") == []  # at the limit: the second trigger waits
         await recorder.until(lambda: recorder.done("next") == 1, within=15)
         await eventually(_committed_is(kafka_server, kafka_names, {0: 2}), within=10)

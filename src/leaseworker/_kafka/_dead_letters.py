@@ -23,7 +23,7 @@ from .._retry import Retries
 from ._hooks import SourceHooks
 from ._logs import describe, logger
 from ._settings import SourceSettings
-from ._state import SourceStats
+from ._state import SourceState
 
 DEAD_LETTER_HEADERS = (
     "leaseworker.error",
@@ -58,20 +58,22 @@ class DeadLetters:
         self,
         settings: SourceSettings,
         hooks: SourceHooks,
-        stats: SourceStats,
+        state: SourceState,
         send: SendDeadLetter,
         *,
         backoff: BusyPolicy,
     ) -> None:
         self._settings = settings
         self._hooks = hooks
-        self._stats = stats
+        self._state = state
+        self._stats = state.stats
         self._send = send
         self._backoff = backoff
 
     def malformed(self, record: Any, exc: MalformedTrigger) -> None:
         """Log a malformed record: reason and position, never its contents."""
         self._stats.malformed += 1
+        self._state.notify()
         logger.warning(
             "malformed trigger %s[%d]@%d: %s",
             record.topic,
@@ -129,6 +131,7 @@ class DeadLetters:
 
     def _sent(self, record: Any, reason: str) -> None:
         self._stats.dead_letters += 1
+        self._state.notify()
         self._hooks.dead_lettered(record, reason)
         logger.info(
             "dead-lettered %s[%d]@%d: %s",

@@ -96,7 +96,7 @@ class KafkaTriggerSource:
         self._startup = startup(config.startup_retry_cap)
         self._commits = Commits(self._state, config, self._hooks, self._send_commit)
         self._dead_letters = DeadLetters(
-            config, self._hooks, self.stats, self._send_dead_letter, backoff=self._startup
+            config, self._hooks, self._state, self._send_dead_letter, backoff=self._startup
         )
 
     def stop(self) -> None:
@@ -122,6 +122,16 @@ class KafkaTriggerSource:
         with anyio.move_on_after(seconds):
             await self._state.wait(lambda: self._state.stopping)
         return not self._state.stopping
+
+    async def wait_until(self, predicate: Callable[[], bool], *, timeout: float) -> None:  # noqa: ASYNC109 - a bound is required: a test's wait must not hang
+        """Return once ``predicate()`` holds; raise ``TimeoutError`` after ``timeout`` seconds.
+
+        ``predicate`` is re-checked whenever the source's state moves (a poll,
+        a record's end, a pause, a commit, a rebalance, a stop), never on a
+        timer: for tests and tools that wait for :attr:`stats` to reach a value.
+        """
+        with anyio.fail_after(timeout):
+            await self._state.wait(predicate)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -177,6 +187,7 @@ class KafkaTriggerSource:
             self.stats.polls += 1
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
+            self._state.notify()
 
     def _poll_failed(self, exc: BaseException, delay: float, attempt: int) -> None:
         logger.warning(
@@ -272,6 +283,7 @@ class KafkaTriggerSource:
         result = await self._handle(trigger, job_key)
         if isinstance(result, JobFailure):
             self.stats.job_failures += 1
+            self._state.notify()
             detail = f"the job raised {result.error_type}"
             await self._dead_letters.send(
                 record, result.reason, detail, failure=(result.error_type, result.job_key)
@@ -293,6 +305,7 @@ class KafkaTriggerSource:
         """Pause every assigned partition while full or stopping; resume otherwise."""
         if self._consumer is None:
             return
+        before = (self.stats.pauses, self.stats.paused)
         assigned = set(self._consumer.assignment())
         full = self._all_paused()
         want = assigned if full else set()
@@ -303,6 +316,8 @@ class KafkaTriggerSource:
         if paused - want:
             self._consumer.resume(*(paused - want))
         self.stats.paused = bool(want)
+        if (self.stats.pauses, self.stats.paused) != before:
+            self._state.notify()
 
     # -- clients -------------------------------------------------------------------
 
@@ -313,6 +328,7 @@ class KafkaTriggerSource:
         # callback pauses partitions on this very consumer.
         self._consumer = client
         self.stats.membership = "joining"
+        self._state.notify()
         listener = Rebalance(
             self._state, self._config, self._hooks, self._commits, apply_pauses=self._apply_pauses
         )

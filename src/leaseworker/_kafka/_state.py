@@ -83,7 +83,11 @@ class SourceState:
         self._progress = anyio.Event()
 
     def notify(self) -> None:
-        """Wake every :meth:`wait`: something it may be waiting for changed."""
+        """Wake every :meth:`wait`: something it may be waiting for changed.
+
+        Called after each change of the partitions, the stop flag or a counter
+        of :class:`SourceStats` (``last_poll_at`` with ``polls``).
+        """
         self._progress.set()
         self._progress = anyio.Event()
 

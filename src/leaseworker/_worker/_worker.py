@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import final
 
 import anyio
@@ -113,6 +113,10 @@ class Worker:
     def stats(self) -> SourceStats:
         """The Kafka source's counters (assignments, commits, pauses, in-flight...)."""
         return self._source.stats
+
+    async def wait_until(self, predicate: Callable[[], bool], *, timeout: float) -> None:  # noqa: ASYNC109 - a bound is required: a test's wait must not hang
+        """Return once ``predicate()`` holds (re-checked as the source moves); see the source's."""
+        await self._source.wait_until(predicate, timeout=timeout)
 
     def stop(self) -> None:
         """Stop fetching; ``run()`` returns once in-flight work ended (bounded).
