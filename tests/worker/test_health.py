@@ -145,7 +145,7 @@ async def test_healthz_reports_a_stall_while_a_job_blocks_the_loop_and_recovers(
     }
     health_pods(
         "pod-a",
-        "tests.test_health:LoopBlockingJob",
+        "tests.worker.test_health:LoopBlockingJob",
         env,
         "--health-port",
         str(port),
