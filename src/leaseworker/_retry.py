@@ -1,16 +1,11 @@
-"""Retrying "not now": the named backoff policies and :class:`Retries`, used by every loop.
+"""Retrying "not now": the named backoff policies, and :class:`Retries`, which every loop uses.
 
-Why our own ~50 lines and not ``stamina`` or ``tenacity``: both retry on an
-exception raised inside their loop, sleep with their own ``asyncio``/``trio``
-sleep, and are tested through a global switch (``stamina.set_testing``). Our
-loops need a sleep the caller injects (a stop ends start-up waits at once, a
-lease loss cancels a completion retry, tests pass a fake), a per-try ``hint``
-(a busy lease's remaining TTL), retries driven by a result as well as by an
-exception (``busy``/``lost``), and each site's own log line, word for word.
-``tenacity.AsyncRetrying(sleep=..., wait=..., before_sleep=...)`` could be bent
-to that, at the price of a dependency and a state object per call; a counter
-and :meth:`BusyPolicy.delay` are shorter. Cancellation needs nothing: the
-only await is the sleep, and nothing is held across it.
+Our own 40 lines, not a library. Our loops need an injected sleep that may
+say stop (a stop ends start-up waits; tests pass a fake), a per-try ``hint``
+(a busy lease's TTL), retries on a result (``busy``, ``lost``) and each site's
+own log line. ``stamina`` retries on exceptions, sleeps itself and is tested
+by a global switch; ``tenacity.AsyncRetrying`` takes a sleep, but a stop, the
+hint and the log lines would each need a ``retry_state`` adapter, for a dependency.
 """
 
 from __future__ import annotations
