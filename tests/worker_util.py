@@ -57,9 +57,14 @@ async def _run(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> No
 
 
 async def until(check: Callable[[], bool], *, within: float = 20) -> None:
-    """Wait until in-process state the worker updates (its stats) satisfies ``check``."""
+    """Wait until in-process state without an event of its own satisfies ``check``.
+
+    Log records, observer events, an exporter's spans. For the source's stats
+    use ``Worker.wait_until``/``KafkaTriggerSource.wait_until``: they wake on
+    the source's progress instead of polling.
+    """
     with anyio.fail_after(within):
-        while not check():  # noqa: ASYNC110 - the stats are plain counters, not events
+        while not check():  # noqa: ASYNC110 - such state has no event to wait on
             await anyio.sleep(0.02)
 
 

@@ -23,8 +23,8 @@ from leaseworker._cli._run import build_config
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._proc import free_port
+from leaseworker._kafka._clients import new_consumer, new_producer
 from leaseworker._kafka._security import KafkaSecurity
-from leaseworker._kafka._source import KafkaTriggerSource
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames
@@ -54,8 +54,7 @@ async def test_sasl_ssl_settings_reach_the_consumer_and_producer() -> None:
         ssl_cafile=_ca_file(),
     )
     config = WorkerConfig(kafka_security=security, dead_letter_topic="dead")
-    source = KafkaTriggerSource(config, topic="t", resolve_key=str, handle=_never)
-    for client in (source._new_consumer(), source._new_producer()):
+    for client in (new_consumer(config, "t"), new_producer(config)):
         inner = getattr(client, "_client", None) or client.client
         await client.stop()  # never started: closes what the constructor opened
         assert inner._security_protocol == "SASL_SSL"
@@ -63,10 +62,6 @@ async def test_sasl_ssl_settings_reach_the_consumer_and_producer() -> None:
         assert inner._sasl_plain_username == "reports"
         assert inner._sasl_plain_password == KAFKA_PASSWORD
         assert isinstance(inner._ssl_context, ssl.SSLContext)
-
-
-async def _never(*_: object) -> bool:
-    raise AssertionError("not called")
 
 
 def test_kafka_flags_and_env_vars_build_the_security_settings(

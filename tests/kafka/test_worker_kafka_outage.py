@@ -15,6 +15,7 @@ from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka._source import KafkaTriggerSource
 
+from ..fake_kafka import FakeConsumer
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
@@ -58,30 +59,6 @@ async def test_aiokafka_forgets_pause_flags_when_partitions_are_reassigned(
             await first.stop()
 
 
-class _ForgetfulConsumer:
-    """A stand-in consumer that, like aiokafka, drops pause flags on a new assignment (fake)."""
-
-    def __init__(self) -> None:
-        self.assigned: set[Any] = set()
-        self.paused_set: set[Any] = set()
-
-    def reassign(self, partitions: set[Any]) -> None:
-        self.assigned = set(partitions)
-        self.paused_set = set()
-
-    def assignment(self) -> set[Any]:
-        return self.assigned
-
-    def paused(self) -> set[Any]:
-        return self.paused_set
-
-    def pause(self, *partitions: Any) -> None:
-        self.paused_set |= set(partitions)
-
-    def resume(self, *partitions: Any) -> None:
-        self.paused_set -= set(partitions)
-
-
 @pytest.mark.fake
 @pytest.mark.parametrize("why", ["at the concurrency limit", "stopping"])
 async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_or_stopping(
@@ -92,26 +69,39 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     Waiting for the next poll-loop turn would let the first fetch after the
     rebalance hand out records the pod has no room for.
     """
+    release = anyio.Event()
 
     async def handle(trigger: object, key: str) -> bool:
+        await release.wait()
         return True
 
     config = WorkerConfig(concurrency=2)
-    source = KafkaTriggerSource(config, topic="t", resolve_key=lambda t: "k", handle=handle)
-    consumer = _ForgetfulConsumer()
-    source._consumer = consumer
-    if why == "stopping":
-        source.stop()
-    else:
-        source.stats.in_flight = config.concurrency
-    new = {TopicPartition("t", 0), TopicPartition("t", 1)}
-    consumer.reassign(new)
-    source._assign(new)
-    assert consumer.paused() == new
-    source.stats.in_flight = 0
-    if why != "stopping":
-        source._assign(new)
-        assert consumer.paused() == set()  # room again: the partitions are resumed
+    consumer = FakeConsumer()
+    source = KafkaTriggerSource(
+        config,
+        topic="t",
+        resolve_key=lambda t: "k",
+        handle=handle,
+        consumer_factory=consumer.factory,
+    )
+    first, new = TopicPartition("t", 0), {TopicPartition("t", 0), TopicPartition("t", 1)}
+    busy = 1 if why == "stopping" else config.concurrency
+    consumer.add(first, busy)
+    async with anyio.create_task_group() as tg:
+        await tg.start(source.run)
+        await consumer.assign({first})
+        await source.wait_until(lambda: source.stats.in_flight == busy, timeout=5)
+        if why == "stopping":
+            source.stop()
+        await consumer.assign(new)
+        assert consumer.paused() == new
+        release.set()
+        if why != "stopping":
+            await source.wait_until(lambda: source.stats.in_flight == 0, timeout=5)
+            await consumer.assign(new)
+            assert consumer.paused() == set()  # room again: the partitions are resumed
+            source.stop()
+    assert consumer.commits[-1] == {first: busy}
 
 
 async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finished_work(
@@ -148,7 +138,9 @@ async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finish
         await produce(bootstrap, kafka_names.topic, [(b"c", payload(gate=True)), (b"d", payload())])
         await recorder.until(lambda: recorder.done("d") >= 1, within=30)
         # The committer has looked since d finished: a commit past c's gap would be made.
-        await until(lambda: worker.stats.commit_checked >= worker.stats.finished >= 3)
+        await worker.wait_until(
+            lambda: worker.stats.commit_checked >= worker.stats.finished >= 3, timeout=20
+        )
         assert await committed(bootstrap, kafka_names.group, kafka_names.topic) == {0: 2}
         recorder.gate("c").set()
         await eventually(_committed_is(own_kafka, kafka_names, {0: 4}), within=20)
@@ -183,3 +175,35 @@ async def _poll_until(consumer: Any, check: Any, *, also: Any = None) -> None:
         await consumer.getmany(timeout_ms=100)
         if also is not None:
             await also.getmany(timeout_ms=100)
+
+
+@pytest.mark.fake
+async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None:
+    """A waiter on the stats returns once the source moved there, and times out otherwise."""
+    release = anyio.Event()
+
+    async def handle(trigger: object, key: str) -> bool:
+        await release.wait()
+        return True
+
+    consumer = FakeConsumer()
+    source = KafkaTriggerSource(
+        WorkerConfig(),
+        topic="t",
+        resolve_key=lambda t: "k",
+        handle=handle,
+        consumer_factory=consumer.factory,
+    )
+    partition = TopicPartition("t", 0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(source.run)
+        await consumer.assign({partition})
+        consumer.add(partition, 1)
+        await source.wait_until(lambda: source.stats.in_flight == 1, timeout=5)
+        with pytest.raises(TimeoutError):
+            await source.wait_until(lambda: source.stats.finished == 1, timeout=0.05)
+        release.set()
+        await source.wait_until(lambda: source.stats.finished == 1, timeout=5)
+        await source.wait_until(lambda: source.stats.commits == 1, timeout=5)
+        source.stop()
+    assert consumer.commits == [{partition: 1}]

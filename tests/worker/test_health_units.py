@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from leaseworker import ConfigError
-from leaseworker._kafka._source import SourceStats
+from leaseworker._kafka import SourceStats
 from leaseworker._worker._health import HealthServer, PodHealth, RedisProbe, json_response
 from leaseworker._worker._looplag import LoopLagMonitor
 

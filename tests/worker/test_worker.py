@@ -10,12 +10,12 @@ import pytest
 from leaseworker import RedisLeases
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka._source import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
+from leaseworker._kafka import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running, until
+from ..worker_util import make_worker, pod_config, running
 
 
 async def test_offsets_are_committed_only_for_the_contiguous_completed_prefix(
@@ -37,7 +37,7 @@ async def test_offsets_are_committed_only_for_the_contiguous_completed_prefix(
             recorder.gate(key).set()
             await recorder.until(lambda key=key: recorder.done(key) == 1)  # type: ignore[misc]
         # The committer has looked since c and b finished: a commit past a's gap would be made.
-        await until(lambda: worker.stats.commit_checked >= 2)
+        await worker.wait_until(lambda: worker.stats.commit_checked >= 2, timeout=20)
         assert worker.stats.commits == 0
         assert await committed(bootstrap, kafka_names.group, topic) == {}
         recorder.gate("a").set()

@@ -10,7 +10,7 @@ import anyio
 from leaseworker import JobContext, ReportJob, WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka._source import (
+from leaseworker._kafka import (
     DEAD_LETTER_FAILURE_HEADERS,
     DEAD_LETTER_HEADERS,
     SourceStats,
@@ -18,7 +18,7 @@ from leaseworker._kafka._source import (
 
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running, until
+from ..worker_util import make_worker, pod_config, running
 
 SECRET = "s3cr3t-payload-marker"
 
@@ -122,7 +122,7 @@ async def test_without_a_dead_letter_topic_a_failed_trigger_is_still_committed(
             return await committed(bootstrap, kafka_names.group, topic) == {0: 2}
 
         await eventually(all_committed, within=20)
-        await until(lambda: worker.stats.job_failures == 1)
+        await worker.wait_until(lambda: worker.stats.job_failures == 1, timeout=20)
         assert worker.stats.dead_letters == 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -19,7 +20,9 @@ from redis.asyncio import Redis
 from leaseworker import ExecutionEvent, WorkerConfig
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka._source import KafkaTriggerSource, _Partition
+from leaseworker._kafka import NO_HOOKS, SourceStats
+from leaseworker._kafka._commits import Commits
+from leaseworker._kafka._state import Partition, SourceState
 from leaseworker.testing import ChaosProxy
 
 from ..chaos import proxied_leases
@@ -50,7 +53,7 @@ async def test_a_job_longer_than_max_poll_interval_keeps_the_pod_in_the_group(
     await produce(kafka_server.bootstrap_servers, kafka_names.topic, records)
     async with running(make_worker(job, config)) as worker:
         await recorder.until(lambda: bool(recorder.runs_of("long")))
-        await until(lambda: worker.stats.paused)
+        await worker.wait_until(lambda: worker.stats.paused, timeout=20)
         assert recorder.runs_of("next") == []  # at the limit: the second trigger waits
         await recorder.until(lambda: recorder.done("next") == 1, within=15)
         await eventually(_committed_is(kafka_server, kafka_names, {0: 2}), within=10)
@@ -233,22 +236,15 @@ class _OnEvent:
             self.handle(event)
 
 
-def _fake_source(consumer: object, config: WorkerConfig | None = None) -> KafkaTriggerSource:
-    """A source whose Kafka consumer is ``consumer`` (a stand-in: fake tests only)."""
-
-    async def handle(trigger: object, key: str) -> bool:
-        return True
-
-    source = KafkaTriggerSource(
-        config or WorkerConfig(), topic="t", resolve_key=lambda t: "k", handle=handle
-    )
-    source._consumer = consumer
-    return source
+def _committer(consumer: Any, config: WorkerConfig | None = None) -> tuple[Commits, SourceStats]:
+    """A source's committer, committing through ``consumer`` (a stand-in: fake tests only)."""
+    state = SourceState()
+    return Commits(state, config or WorkerConfig(), NO_HOOKS, consumer.commit), state.stats
 
 
-def _finished_partition(partition: int) -> _Partition:
+def _finished_partition(partition: int) -> Partition:
     """Partition ``partition`` of topic ``t`` with offset 0 finished: offset 1 is committable."""
-    part = _Partition(TopicPartition("t", partition))
+    part = Partition(TopicPartition("t", partition))
     part.tracker.add(0)
     part.tracker.done(0)
     return part
@@ -270,12 +266,12 @@ async def test_a_rejected_commit_is_recorded_as_lost_ownership_not_a_crash(
     error: Exception,
 ) -> None:
     """CommitFailedError/IllegalStateError: counted, partition marked gone, no exception."""
-    source = _fake_source(_RejectingConsumer(error))
+    commits, stats = _committer(_RejectingConsumer(error))
     part = _finished_partition(0)
-    await source._commit([part])
-    assert source.stats.ownership_losses == 1
+    await commits.commit([part])
+    assert stats.ownership_losses == 1
     assert part.gone
-    assert source.stats.commits == 0
+    assert stats.commits == 0
 
 
 class _FlakyConsumer:
@@ -298,11 +294,11 @@ async def test_the_last_commit_of_a_partition_is_retried_within_commit_timeout()
     coordinator moving at that moment sent the finished work to be run again.
     """
     consumer = _FlakyConsumer()
-    source = _fake_source(consumer, WorkerConfig(poll_timeout=0.05, commit_timeout=2.0))
+    commits, stats = _committer(consumer, WorkerConfig(poll_timeout=0.05, commit_timeout=2.0))
     part = _finished_partition(0)
-    await source._commit_last([part])
+    await commits.last([part])
     assert consumer.calls == 2
-    assert (source.stats.commit_errors, source.stats.commits) == (1, 1)
+    assert (stats.commit_errors, stats.commits) == (1, 1)
     assert part.tracker.committable() is None
 
 
@@ -327,16 +323,17 @@ async def test_waiting_for_a_commit_in_flight_counts_against_commit_timeout() ->
     """
     consumer = _HangingConsumer()
     commit_timeout = 0.5
-    source = _fake_source(consumer, WorkerConfig(poll_timeout=0.05, commit_timeout=commit_timeout))
+    config = WorkerConfig(poll_timeout=0.05, commit_timeout=commit_timeout)
+    commits, stats = _committer(consumer, config)
     background, revoked = _finished_partition(0), _finished_partition(1)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(source._commit, [background])  # holds the lock until it times out
+        tg.start_soon(commits.commit, [background])  # holds the lock until it times out
         await consumer.committing.wait()
         began = anyio.current_time()
-        await source._commit_last([revoked])
+        await commits.last([revoked])
         took = anyio.current_time() - began
     assert took < commit_timeout + 0.3  # not two commit timeouts
-    assert source.stats.commits == 0
+    assert stats.commits == 0
 
 
 @pytest.mark.parametrize(("policy", "warned"), [("volatile-lru", True), ("noeviction", False)])

@@ -19,6 +19,7 @@ done.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -29,13 +30,11 @@ import anyio
 from .._backoff import BusyPolicy
 from .._errors import StoreUnavailable
 from .._lease import HeldLease, now
+from .._retry import STORE, Retries
 from .._store import CompletionRequest, CompletionResult, CompletionStore
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.completion")
-
-COMPLETE_RETRY = BusyPolicy(initial=0.2, cap=2.0)
-"""Backoff between completion attempts while the store is unavailable (lease held)."""
 
 
 def default_input_version(trigger: Trigger) -> str:
@@ -79,7 +78,7 @@ class Completer:
         input_version: str,
         execution_id: str,
         pod: str,
-        retry: BusyPolicy = COMPLETE_RETRY,
+        retry: BusyPolicy = STORE,
     ) -> None:
         self._store = store
         self._held = held
@@ -103,7 +102,7 @@ class Completer:
         await anyio.lowlevel.checkpoint_if_cancelled()  # a known loss refuses here
         fence = self._held.fence
         begun = now()
-        attempt = 0
+        retries = Retries(self._retry)  # its sleep is cancelled if the lease is lost meanwhile
         while True:
             try:
                 with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
@@ -118,22 +117,22 @@ class Completer:
                         )
                     )
             except StoreUnavailable as exc:
-                delay = self._retry.delay(attempt)
-                attempt += 1
-                logger.warning(
-                    "completion of %r (fence %d) failed: %s; retrying in %.2fs (lease held)",
-                    self._held.key,
-                    fence,
-                    exc.detail,
-                    delay,
-                    extra={"event": "completion_retry", "jobId": self._held.key, "fence": fence},
-                )
-                await anyio.sleep(delay)  # cancelled if the lease is lost meanwhile
+                await retries.wait(functools.partial(self._failed, fence, exc))
                 await self._held.checkpoint()  # LeaseLost once ownership is uncertain
                 continue
             self.elapsed = now() - begun
             self.result = answer
             return answer
+
+    def _failed(self, fence: int, exc: StoreUnavailable, delay: float, attempt: int) -> None:
+        logger.warning(
+            "completion of %r (fence %d) failed: %s; retrying in %.2fs (lease held)",
+            self._held.key,
+            fence,
+            exc.detail,
+            delay,
+            extra={"event": "completion_retry", "jobId": self._held.key, "fence": fence},
+        )
 
     def own(self, answer: CompletionResult) -> bool:
         """Whether ``answer`` is this execution's own completion (a retried commit that landed)."""

@@ -23,6 +23,7 @@ reason ``stale``, final (a newer fence's completion is durable).
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ import anyio
 from .._backoff import BusyPolicy
 from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
 from .._lease import HeldLease, LeaseObserver, LeaseStore, Outcome, now
+from .._retry import LOST, Retries
 from .._store import CompletionResult, CompletionStore, check_text
 from ._completion import Completer, completion_key
 from ._events import EventName, ExecutionEvent, ExecutionObserver, ExecutionOutcome
@@ -41,9 +43,6 @@ from ._job import JobContext, ReportJob
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.execution")
-
-LOST_RETRY = BusyPolicy(initial=0.5, cap=5.0)
-"""Backoff after an execution could not confirm its lease (Redis slow or down)."""
 
 LeaseObservers = Callable[[Trigger, str, str], LeaseObserver]
 """Return the lease observer of one execution, given (trigger, job key, execution id)."""
@@ -83,7 +82,7 @@ class Executor:
         *,
         pod: str,
         observer: ExecutionObserver,
-        lost_retry: BusyPolicy = LOST_RETRY,
+        lost_retry: BusyPolicy = LOST,
         lease_observers: LeaseObservers | None = None,
         store: CompletionStore | None = None,
         store_namespace: str = "leaseworker",
@@ -100,7 +99,7 @@ class Executor:
 
     async def run(self, trigger: Trigger, job_key: str) -> Ending:
         """Run executions of ``job_key`` until one reaches a terminal outcome; return it."""
-        retries = {"busy": 0, "lost": 0}
+        retries = {"busy": Retries(self._job.busy_policy), "lost": Retries(self._lost_retry)}
         try:
             version = self._input_version(trigger)
         except Exception as exc:  # a job's bug: the trigger fails (and is dead-lettered)
@@ -113,12 +112,14 @@ class Executor:
             ending, hint = await self._attempt(trigger, job_key, version, execution_id)
             if ending.terminal:
                 return ending
-            policy = self._job.busy_policy if ending.outcome == "busy" else self._lost_retry
             kind = "busy" if ending.outcome == "busy" else "lost"
-            delay = policy.delay(retries[kind], hint)
-            retries[kind] += 1
-            self._emit("retry", trigger, job_key, execution_id, 0.0, retry_in=delay)
-            await anyio.sleep(delay)
+            emit = functools.partial(self._emit_retry, trigger, job_key, execution_id)
+            await retries[kind].wait(emit, hint=hint)
+
+    def _emit_retry(
+        self, trigger: Trigger, job_key: str, execution_id: str, delay: float, attempt: int
+    ) -> None:
+        self._emit("retry", trigger, job_key, execution_id, 0.0, retry_in=delay)
 
     def _input_version(self, trigger: Trigger) -> str:
         """Return the trigger's input version; raise if no completion store could keep it.

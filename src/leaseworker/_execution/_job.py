@@ -16,6 +16,7 @@ from typing import ClassVar, final
 from .._backoff import BusyPolicy
 from .._errors import ConfigError
 from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
+from .._retry import BUSY
 from .._store import CompletionResult
 from ._completion import Completer, default_input_version
 from ._trigger import Trigger, default_job_key
@@ -48,7 +49,7 @@ class ReportJob(abc.ABC):
     lease_duration: ClassVar[float] = 30.0
     renewal_interval: ClassVar[float | None] = None
     max_runtime: ClassVar[float | None] = None
-    busy_policy: ClassVar[BusyPolicy] = BusyPolicy()
+    busy_policy: ClassVar[BusyPolicy] = BUSY
 
     def job_key(self, trigger: Trigger) -> str:
         """Return the job key of ``trigger``: its record key, else payload ``jobId``."""

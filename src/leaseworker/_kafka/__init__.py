@@ -1,26 +1,41 @@
 """The Kafka side: the consumer-group member that turns records into executions.
 
-``_source`` the ``KafkaTriggerSource`` (poll, dispatch, commits, rebalances,
-dead letters); ``_offsets`` the committable prefix of a partition;
-``_security`` SASL/TLS settings for every Kafka client; ``_settings`` the
-settings the source reads; ``_producer`` sends one trigger (``leaseworker
-trigger``). The only part of the library that imports aiokafka (an import
-contract checks it; the development services in ``_dev`` use it too).
+``_source`` the ``KafkaTriggerSource`` (the poll loop and dispatch);
+``_hooks`` what it tells an observer (``SourceHooks``);
+``_state`` what its parts share (partitions, ``SourceStats``, progress);
+``_commits`` committing the finished prefix; ``_offsets`` that prefix per
+partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
+failed triggers; ``_clients`` building and starting the aiokafka clients;
+``_logs`` how log lines name partitions and errors; ``_security`` SASL/TLS
+settings for every Kafka client; ``_settings`` the settings the source reads;
+``_producer`` sends one trigger (``leaseworker trigger``). The only part of
+the library that imports aiokafka (an import contract checks it; the
+development services in ``_dev`` use it too).
 """
 
+from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
+from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
+from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
+from ._hooks import NO_HOOKS as NO_HOOKS
+from ._hooks import SourceHooks as SourceHooks
 from ._producer import KafkaError as KafkaError
 from ._producer import send_trigger as send_trigger
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
 from ._source import JobFailure as JobFailure
 from ._source import KafkaTriggerSource as KafkaTriggerSource
-from ._source import SourceStats as SourceStats
+from ._state import SourceStats as SourceStats
 
 __all__ = [
+    "DEAD_LETTER_FAILURE_HEADERS",
+    "DEAD_LETTER_HEADERS",
+    "DEAD_LETTER_OMITTED",
+    "NO_HOOKS",
     "JobFailure",
     "KafkaError",
     "KafkaSecurity",
     "KafkaTriggerSource",
+    "SourceHooks",
     "SourceStats",
     "send_trigger",
 ]

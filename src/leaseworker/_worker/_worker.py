@@ -11,18 +11,18 @@ second one exits at once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import final
 
 import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .._backoff import BusyPolicy
 from .._errors import StoreUnavailable
 from .._execution import (
     ExecutionEvent,
@@ -36,6 +36,7 @@ from .._execution import (
 )
 from .._kafka import JobFailure, KafkaTriggerSource, SourceStats
 from .._lease import LeaseStore, RedisLeases
+from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
 from ._config import WorkerConfig
@@ -104,7 +105,7 @@ class Worker:
             self._lease_observers = None
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
-            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, telemetry=pod
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=pod
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
@@ -112,6 +113,10 @@ class Worker:
     def stats(self) -> SourceStats:
         """The Kafka source's counters (assignments, commits, pauses, in-flight...)."""
         return self._source.stats
+
+    async def wait_until(self, predicate: Callable[[], bool], *, timeout: float) -> None:  # noqa: ASYNC109 - a bound is required: a test's wait must not hang
+        """Return once ``predicate()`` holds (re-checked as the source moves); see the source's."""
+        await self._source.wait_until(predicate, timeout=timeout)
 
     def stop(self) -> None:
         """Stop fetching; ``run()`` returns once in-flight work ended (bounded).
@@ -174,24 +179,14 @@ class Worker:
         Yields ``None`` when the worker is stopped before the store opened.
         """
         config = self._config
-        backoff = BusyPolicy(initial=0.5, cap=config.startup_retry_cap)
-        attempt = 0
+        retries = Retries(startup(config.startup_retry_cap), sleep=self._source.backoff)
         async with contextlib.AsyncExitStack() as stack:
             while True:
                 try:
                     opening = open_store(config.store_url, call_timeout=config.store_timeout)
                     store = await stack.enter_async_context(opening)
                 except StoreUnavailable as exc:
-                    delay = backoff.delay(attempt)
-                    attempt += 1
-                    logger.warning(
-                        "%s; retrying in %.1fs (attempt %d)",
-                        exc,
-                        delay,
-                        attempt,
-                        extra={"event": "store_unavailable", "pod": config.pod},
-                    )
-                    if not await self._source.backoff(delay):
+                    if not await retries.wait(functools.partial(_store_unavailable, config, exc)):
                         yield None
                         return
                     continue
@@ -231,31 +226,20 @@ class Worker:
         """
         if self._redis is None:
             return True
-        backoff = BusyPolicy(initial=0.5, cap=self._config.startup_retry_cap)
-        attempt = 0
+        retries = Retries(startup(self._config.startup_retry_cap), sleep=self._source.backoff)
         while True:
             try:
                 with anyio.fail_after(self._config.redis_timeout * 2):
                     await self._redis.ping()
             except (RedisError, OSError, TimeoutError) as exc:
-                delay = backoff.delay(attempt)
-                attempt += 1
-                logger.warning(
-                    "Redis at %s unavailable (%s); retrying in %.1fs (attempt %d)",
-                    self._config.redacted_redis(),
-                    type(exc).__name__,
-                    delay,
-                    attempt,
-                    extra={"event": "redis_unavailable", "pod": self._config.pod},
-                )
-                if not await self._source.backoff(delay):
+                if not await retries.wait(functools.partial(_redis_unavailable, self._config, exc)):
                     return False
                 continue
-            if attempt:
+            if retries.count:
                 logger.info(
                     "Redis at %s answered after %d attempt(s)",
                     self._config.redacted_redis(),
-                    attempt + 1,
+                    retries.count + 1,
                     extra={"event": "redis_connected", "pod": self._config.pod},
                 )
             await self._warn_if_leases_can_be_evicted()
@@ -307,6 +291,31 @@ class _FailureTypes:
     def pop(self, trigger: Trigger) -> str:
         """Forget and return the type noted for ``trigger`` (``unknown`` if none)."""
         return self._types.pop(_position(trigger), "unknown")
+
+
+def _store_unavailable(
+    config: WorkerConfig, exc: BaseException, delay: float, attempt: int
+) -> None:
+    logger.warning(
+        "%s; retrying in %.1fs (attempt %d)",
+        exc,
+        delay,
+        attempt,
+        extra={"event": "store_unavailable", "pod": config.pod},
+    )
+
+
+def _redis_unavailable(
+    config: WorkerConfig, exc: BaseException, delay: float, attempt: int
+) -> None:
+    logger.warning(
+        "Redis at %s unavailable (%s); retrying in %.1fs (attempt %d)",
+        config.redacted_redis(),
+        type(exc).__name__,
+        delay,
+        attempt,
+        extra={"event": "redis_unavailable", "pod": config.pod},
+    )
 
 
 def _text(value: bytes | str | None) -> str:

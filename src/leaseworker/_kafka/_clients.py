@@ -1,0 +1,114 @@
+"""The source's Kafka clients: how they are built, and started while Kafka is away.
+
+:func:`new_consumer` and :func:`new_producer` are the default factories (one
+group member with manual commits; an ``acks=all`` dead-letter producer), both
+with the pod's SASL/TLS settings. :func:`start` retries a client's start-up
+with capped backoff and a log line per failure until it answers or the
+source stops.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+
+from .._backoff import BusyPolicy
+from .._retry import Retries, Sleep
+from ._logs import describe, logger
+from ._settings import SourceSettings
+
+ConsumerFactory = Callable[[SourceSettings, str], Any]
+"""Build the (unstarted) consumer of a topic; :func:`new_consumer` by default."""
+
+ProducerFactory = Callable[[SourceSettings], Any]
+"""Build the (unstarted) dead-letter producer; :func:`new_producer` by default."""
+
+
+def new_consumer(settings: SourceSettings, topic: str) -> Any:
+    """Build an aiokafka consumer of ``topic`` in the pod's group: manual commits, bounded calls."""
+    return AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=settings.group,
+        client_id=f"leaseworker-{settings.pod}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=_ms(settings.session_timeout),
+        heartbeat_interval_ms=_ms(settings.heartbeat),
+        max_poll_interval_ms=_ms(settings.max_poll_interval),
+        rebalance_timeout_ms=_ms(settings.rebalance_timeout),
+        request_timeout_ms=_ms(settings.kafka_timeout),
+        max_poll_records=settings.concurrency,
+        retry_backoff_ms=200,
+        **settings.kafka_security.client_kwargs(),
+    )
+
+
+def new_producer(settings: SourceSettings) -> Any:
+    """Build an aiokafka producer for dead letters: ``acks=all``, bounded calls."""
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=f"leaseworker-{settings.pod}-dead-letters",
+        acks="all",
+        request_timeout_ms=_ms(settings.kafka_timeout),
+        **settings.kafka_security.client_kwargs(),
+    )
+
+
+async def start(
+    what: str,
+    make: Callable[[], Any],
+    settings: SourceSettings,
+    *,
+    policy: BusyPolicy,
+    backoff: Sleep,
+) -> Any:
+    """Start a client from ``make()``, retrying with capped backoff and a log line per failure.
+
+    Each try gets a new client; a failed one is stopped. ``backoff(delay)``
+    waits before the next try and answers ``False`` when the source stops
+    meanwhile: then this returns ``None``.
+    """
+    retries = Retries(policy, sleep=backoff)
+    while True:
+        client = make()
+        try:
+            with anyio.fail_after(settings.kafka_timeout):
+                await client.start()
+        except (KafkaError, OSError, TimeoutError) as exc:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
+                await client.stop()
+            if not await retries.wait(functools.partial(_unavailable, settings, what, exc)):
+                return None
+            continue
+        if retries.count:
+            logger.info(
+                "Kafka %s connected after %d attempt(s)",
+                what,
+                retries.count + 1,
+                extra={"event": "kafka_connected", "pod": settings.pod},
+            )
+        return client
+
+
+def _unavailable(
+    settings: SourceSettings, what: str, exc: BaseException, delay: float, attempt: int
+) -> None:
+    logger.warning(
+        "Kafka at %s unavailable for the %s (%s); retrying in %.1fs (attempt %d)",
+        settings.bootstrap_servers,
+        what,
+        describe(exc),
+        delay,
+        attempt,
+        extra={"event": "kafka_unavailable", "pod": settings.pod},
+    )
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
