@@ -42,6 +42,7 @@ from ._lease import LeaseTiming as LeaseTiming
 from ._lease import Outcome as Outcome
 from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
+from ._lease import redis_from_url as redis_from_url
 from ._store import Completion as Completion
 from ._store import CompletionRequest as CompletionRequest
 from ._store import CompletionResult as CompletionResult
@@ -93,6 +94,7 @@ __all__ = [
     "fenced_upsert",
     "hold",
     "open_store",
+    "redis_from_url",
     "serve",
 ]
 

@@ -111,6 +111,17 @@ class Switch:
         return self.sets if on else not self.sets
 
 
+def non_negative_int(text: str) -> int:
+    """Parse a flag value as an integer >= 0 (an argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """Parse a flag value as an integer >= 1 (an argparse ``type``)."""
     try:

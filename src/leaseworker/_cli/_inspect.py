@@ -15,12 +15,10 @@ import sys
 from typing import Any
 
 import anyio
-from redis.asyncio import Redis
-from redis.connection import parse_url
 
 from .._errors import ConfigError, LeaseError, StoreUnavailable
 from .._execution import completion_key
-from .._lease import RedisLeases
+from .._lease import RedisLeases, parse_redis_url, redis_from_url
 from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
 from ._common import config_default, env_default
 
@@ -57,9 +55,9 @@ def add_parser(subparsers: Any) -> None:
 
 def _inspect(args: argparse.Namespace) -> int:
     try:
-        parse_url(args.redis_url)  # type: ignore[no-untyped-call]  # what from_url refuses
-    except ValueError:  # not redis-py's message: it may quote the URL, password included
-        print("leaseworker inspect: error: --redis-url is not a valid Redis URL", file=sys.stderr)
+        parse_redis_url(args.redis_url)  # its message never quotes the URL (or its password)
+    except ConfigError as exc:
+        print(f"leaseworker inspect: error: --redis-url: {exc}", file=sys.stderr)
         return 2
     try:
         shown = anyio.run(_read, args)
@@ -71,7 +69,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 async def _read(args: argparse.Namespace) -> dict[str, object]:
-    client = Redis.from_url(args.redis_url)
+    client = redis_from_url(args.redis_url)
     try:
         info = await RedisLeases(client, namespace=args.namespace).inspect(args.key)
     finally:

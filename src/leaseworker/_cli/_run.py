@@ -32,6 +32,7 @@ from ._common import (
     Switch,
     config_default,
     dest,
+    non_negative_int,
     port,
     positive_int,
     positive_seconds,
@@ -89,6 +90,13 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         "--max-payload-bytes",
         "larger trigger payloads are dead-lettered as too_large",
         positive_int,
+    ),
+    Setting(
+        flag="--lease-replicas",
+        help="replicas that must acknowledge every lease acquire and renewal (Redis WAIT); "
+        "unset: 1 on redis+sentinel:// and redis+cluster:// URLs, 0 on one node",
+        kind=non_negative_int,
+        field="lease_replicas",
     ),
     Switch(
         flag="--no-lease-pipelining",

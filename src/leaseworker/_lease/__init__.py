@@ -1,6 +1,7 @@
 """The lease: Redis ownership with a local deadline that stops the work in time.
 
-``_leases`` the ``Lease`` value, the ``LeaseStore`` protocol and ``RedisLeases``;
+``_clients`` one Redis URL for every topology, and its client; ``_leases``
+the ``Lease`` value, the ``LeaseStore`` protocol and ``RedisLeases``;
 ``_scripts`` the owner-checked Lua scripts; ``_pipelining`` groups concurrent
 calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the
 local-deadline formula and its checks; ``_hold`` the held-lease scope that
@@ -8,6 +9,9 @@ cancels its body on loss; ``_events`` the lease lifecycle events.
 Imports nothing of leaseworker above ``_errors`` (an import contract checks it).
 """
 
+from ._clients import RedisTarget as RedisTarget
+from ._clients import parse_redis_url as parse_redis_url
+from ._clients import redis_from_url as redis_from_url
 from ._events import LeaseEvent as LeaseEvent
 from ._events import LeaseObserver as LeaseObserver
 from ._hold import HeldLease as HeldLease
@@ -34,6 +38,9 @@ __all__ = [
     "LeaseTiming",
     "Outcome",
     "RedisLeases",
+    "RedisTarget",
     "hold",
     "now",
+    "parse_redis_url",
+    "redis_from_url",
 ]

@@ -19,13 +19,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol, final
 
 import anyio
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from .._errors import ConfigError, LeaseLost, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
+from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
 
 
@@ -128,7 +129,7 @@ class RedisLeases:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | RedisCluster,
         *,
         namespace: str = "leaseworker",
         drift: float = 0.01,
@@ -142,23 +143,25 @@ class RedisLeases:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ConfigError(f"namespace must be non-empty and free of braces: {namespace!r}")
         self._wait = _replica_wait(replicas, replica_timeout, command_timeout)
-        self._redis = redis
         self._namespace = namespace
         self._policy = DeadlinePolicy(drift=drift, margin=margin, command_timeout=command_timeout)
         self._owner_prefix = owner_prefix or f"{socket.gethostname()}:{os.getpid()}"
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
-        self._pipeline = (
-            ScriptPipeline(
-                redis,
-                {sha: src for src, sha in self._scripts.items()},
-                self._deadlines,
-                wait=self._wait,
+        scripts = {sha: src for src, sha in self._scripts.items()}
+        self._router: ClusterRouter | None = None
+        self._pipeline: ScriptPipeline | None = None
+        self._pipelining = pipelining
+        self._node: Redis | None = None  # the one node, unless it is a cluster
+        if isinstance(redis, RedisCluster):
+            self._router = ClusterRouter(
+                redis, scripts, self._deadlines, pipelining=pipelining, wait=self._wait
             )
-            if pipelining
-            else None
-        )
+        else:
+            self._node = redis
+            if pipelining:
+                self._pipeline = ScriptPipeline(redis, scripts, self._deadlines, wait=self._wait)
 
     @property
     def policy(self) -> DeadlinePolicy:
@@ -168,7 +171,7 @@ class RedisLeases:
     @property
     def pipelining(self) -> bool:
         """Whether calls made while one is in flight go to Redis together, as one pipeline."""
-        return self._pipeline is not None
+        return self._pipelining
 
     @property
     def replicas(self) -> int:
@@ -201,7 +204,7 @@ class RedisLeases:
         sent_at = now()
         try:
             reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl)])
-        except (TimeoutError, RedisError, OSError) as exc:
+        except (TimeoutError, *_CLIENT_ERRORS) as exc:
             await self._forget(key, owner)
             raise LeaseUnavailable(key, _describe(exc)) from exc
         except anyio.get_cancelled_exc_class():
@@ -234,7 +237,7 @@ class RedisLeases:
             )
         except TimeoutError as exc:
             raise _lost(lease, "timeout", "no answer within command_timeout") from exc
-        except (RedisError, OSError) as exc:
+        except _CLIENT_ERRORS as exc:
             raise _lost(lease, "error", _describe(exc)) from exc
         if not int(renewed.value):
             raise _lost(lease, "rejected", "the lease key is gone or has another owner")
@@ -255,7 +258,7 @@ class RedisLeases:
         """
         try:
             deleted = await self._call(_scripts.RELEASE, [self.lease_key(lease.key)], [lease.owner])
-        except (TimeoutError, RedisError, OSError) as exc:
+        except (TimeoutError, *_CLIENT_ERRORS) as exc:
             raise LeaseUnavailable(lease.key, _describe(exc)) from exc
         return bool(int(deleted.value))
 
@@ -263,12 +266,13 @@ class RedisLeases:
         """Read the owner, remaining TTL and last fence of ``key`` in one round trip."""
         lease_key = self.lease_key(key)
         try:
-            async with self._redis.pipeline(transaction=True) as pipe:
+            client = self._node or await self._router_client(key)
+            async with client.pipeline(transaction=True) as pipe:
                 pipe.get(lease_key)
                 pipe.pttl(lease_key)
                 pipe.get(self.fence_key(key))
                 owner, pttl, fence = await self._deadlines.run(pipe.execute())
-        except (TimeoutError, RedisError, OSError) as exc:
+        except (TimeoutError, *_CLIENT_ERRORS) as exc:
             raise LeaseUnavailable(key, _describe(exc)) from exc
         return LeaseInfo(
             key=key,
@@ -280,10 +284,13 @@ class RedisLeases:
     async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
         """Run ``script`` within the command timeout (see ``_deadlines``)."""
         sha = self._scripts[script]
+        if self._router is not None:
+            return await self._deadlines.run(self._router.call(sha, keys, args))
         if self._pipeline is not None:
             return await self._deadlines.run(self._pipeline.call(sha, keys, args))
+        assert self._node is not None
         return await self._deadlines.run(
-            run_script(self._redis, sha, script, keys, args, self._wait)
+            run_script(self._node, sha, script, keys, args, self._wait)
         )
 
     def _replicated(self, reply: Replied) -> bool:
@@ -297,6 +304,15 @@ class RedisLeases:
             f"within {self._wait.timeout_ms} ms"
         )
 
+    async def _router_client(self, key: str) -> Redis:
+        assert self._router is not None
+        return await self._router.client_for(key)
+
+    async def aclose(self) -> None:
+        """Close the per-node clients a cluster needs; the client passed in stays the caller's."""
+        if self._router is not None:
+            await self._router.aclose()
+
     async def _forget(self, key: str, owner: str) -> None:
         """Best-effort release of an acquire whose reply never arrived (shielded)."""
         probe = Lease(key=key, owner=owner, fence=0, ttl=0, sent_at=0, local_deadline=0)
@@ -306,6 +322,8 @@ class RedisLeases:
 
 
 _SCRIPTS = (_scripts.ACQUIRE, _scripts.RENEW, _scripts.RELEASE)
+_CLIENT_ERRORS = (RedisError, RedisClusterException, OSError)
+"""What any Redis client can raise: translated here, never passed to the job."""
 
 
 def _checked(key: str) -> str:

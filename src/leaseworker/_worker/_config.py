@@ -15,13 +15,11 @@ import math
 import socket
 from dataclasses import dataclass, field
 from typing import TypeVar
-from urllib.parse import urlsplit
-
-from redis.connection import parse_url
 
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import KafkaSecurity
+from .._lease import parse_redis_url
 from .._store import DEFAULT_URL, parse_store_url, redact
 
 
@@ -54,9 +52,12 @@ class WorkerConfig:
     """Kafka bootstrap servers, ``host:port[,...]``."""
 
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
-    """The lease Redis: ``redis://``, ``rediss://`` (TLS) or ``unix://``.
+    """The lease Redis, any topology (see :func:`~leaseworker.redis_from_url`).
 
-    It carries Redis AUTH (``rediss://user:pw@host``), so it is left out of the repr.
+    ``redis://``, ``rediss://`` (TLS), ``unix://``,
+    ``redis+sentinel://host:port[,host:port...]/<service>[/db]`` or
+    ``redis+cluster://host:port[,host:port...]`` (``rediss+...`` for TLS). It
+    carries Redis AUTH (``rediss://user:pw@host``), so it is left out of the repr.
     """
 
     group: str = "leaseworker"
@@ -152,19 +153,20 @@ class WorkerConfig:
     docs/operations.md).
     """
 
+    lease_replicas: int | None = None
+    """Replicas that must acknowledge every lease acquire and renewal (``WAIT``).
+
+    ``None``: 1 on Sentinel and Cluster URLs, 0 on a single node. 0 turns the
+    wait off on replicated Redis, at the price docs/operations.md measures.
+    """
+
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
+        parse_redis_url(self.redis_url)  # ConfigError for a malformed URL, before any I/O
         _require(
-            urlsplit(self.redis_url).scheme in _REDIS_SCHEMES,
-            "redis_url must be redis://, rediss:// or unix://",
+            self.lease_replicas is None or self.lease_replicas >= 0,
+            f"lease_replicas must be >= 0, got {self.lease_replicas}",
         )
-        try:
-            parse_url(self.redis_url)  # type: ignore[no-untyped-call]  # what from_url refuses
-        except ValueError:
-            # Not redis-py's message: it may quote the URL, password included.
-            raise ConfigError(
-                "redis_url is not a valid Redis URL (check its port and database)"
-            ) from None
         parse_store_url(self.store_url)  # ConfigError for a malformed URL, before any I/O
         _require(bool(self.group), "group must not be empty")
         _require(bool(self.pod) and self.pod.isprintable(), "pod must be a printable name")
@@ -252,9 +254,16 @@ class WorkerConfig:
         """The fenced completion store."""
         return _view(self, StoreSettings)
 
+    @property
+    def replicas(self) -> int:
+        """The replicas a lease waits for: ``lease_replicas``, or the URL's default."""
+        if self.lease_replicas is not None:
+            return self.lease_replicas
+        return parse_redis_url(self.redis_url).default_replicas
+
     def redacted_redis(self) -> str:
-        """``host:port`` of the Redis URL, for log lines (never the password)."""
-        return _redact(self.redis_url)
+        """Where the lease Redis is, for log lines (never the password)."""
+        return parse_redis_url(self.redis_url).redacted()
 
     def redacted_store(self) -> str:
         """Return the store URL with any password replaced by ``***``, for log lines."""
@@ -319,6 +328,7 @@ class LeaseSettings:
     namespace: str
     redis_timeout: float
     lease_pipelining: bool
+    lease_replicas: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,16 +351,6 @@ def _view(config: WorkerConfig, kind: type[_View]) -> _View:
     return kind(**{f.name: getattr(config, f.name) for f in dataclasses.fields(kind)})
 
 
-_REDIS_SCHEMES = {"redis", "rediss", "unix"}
-
-
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix:{parts.path}"
-    return f"{parts.hostname or '?'}:{parts.port or 6379}"

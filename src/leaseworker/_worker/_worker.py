@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import final
 
 import anyio
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from .._errors import StoreUnavailable
@@ -35,7 +35,7 @@ from .._execution import (
     Trigger,
 )
 from .._kafka import JobFailure, KafkaTriggerSource, SourceStats
-from .._lease import LeaseStore, RedisLeases
+from .._lease import LeaseStore, RedisLeases, redis_from_url
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
@@ -77,21 +77,16 @@ class Worker:
         self._job = job
         self._config = config
         self._store = store
-        self._redis: Redis | None = None
+        self._redis: Redis | RedisCluster | None = None
+        self._own_leases: RedisLeases | None = None  # built here from the URL: closed here
         if leases is None:
-            # socket_timeout=None (redis-py's default is 5 s): RedisLeases bounds every
-            # lease call itself and the pings run under fail_after, while redis-py
-            # would add a timer per read and a whole task per write (wait_for).
-            self._redis = Redis.from_url(
-                config.redis_url,
-                socket_timeout=None,
-                socket_connect_timeout=config.redis_timeout,
-            )
-            leases = RedisLeases(
+            self._redis = redis_from_url(config.redis_url, connect_timeout=config.redis_timeout)
+            leases = self._own_leases = RedisLeases(
                 self._redis,
                 namespace=config.namespace,
                 command_timeout=config.redis_timeout,
                 pipelining=config.lease_pipelining,
+                replicas=config.replicas,
             )
         self._leases = leases
         telemetry = telemetry or Telemetry()
@@ -159,6 +154,8 @@ class Worker:
         finally:
             if self._redis is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    if self._own_leases is not None:
+                        await self._own_leases.aclose()
                     await self._redis.aclose()
 
     def _make_executor(self, store: CompletionStore | None) -> Executor:
@@ -258,6 +255,8 @@ class Worker:
                 found = await self._redis.config_get("maxmemory*")
         except (RedisError, OSError, TimeoutError):
             return
+        if not all(isinstance(value, bytes | str) for value in found.values()):
+            return  # a cluster answers per node: not checked here
         config = {_text(name): _text(value) for name, value in found.items()}
         policy = config.get("maxmemory-policy", "noeviction")
         if config.get("maxmemory", "0") != "0" and policy != "noeviction":
