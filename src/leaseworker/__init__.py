@@ -39,9 +39,11 @@ from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
 from ._lease import LeaseTiming as LeaseTiming
-from ._lease import Outcome as Outcome
 from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
+from ._outcome import DeadLetterReason as DeadLetterReason
+from ._outcome import LeaseLostReason as LeaseLostReason
+from ._outcome import Outcome as Outcome
 from ._store import Completion as Completion
 from ._store import CompletionRequest as CompletionRequest
 from ._store import CompletionResult as CompletionResult
@@ -61,6 +63,7 @@ __all__ = [
     "CompletionResult",
     "CompletionStore",
     "ConfigError",
+    "DeadLetterReason",
     "DeadlinePolicy",
     "ExecutionEvent",
     "ExecutionObserver",
@@ -73,6 +76,7 @@ __all__ = [
     "LeaseEvent",
     "LeaseInfo",
     "LeaseLost",
+    "LeaseLostReason",
     "LeaseObserver",
     "LeaseStore",
     "LeaseTimeout",
