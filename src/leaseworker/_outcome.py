@@ -4,9 +4,9 @@ How an execution ends (:data:`Outcome`), which endings finish a trigger
 (:data:`TERMINAL`, :func:`ends_trigger`), which of those are dead-lettered
 (:data:`JOB_FAILURES`), and the stable codes behind a lost lease or a dead
 letter. The values are the strings logs, spans, metrics and dead-letter headers
-carry; ``docs/workers.md`` tabulates what each outcome does to its trigger. The
-bottom of the package: it imports nothing of leaseworker, so the lease layer and
-``_errors`` can use it.
+carry. The bottom of the package: it imports nothing of leaseworker, so the
+lease layer and ``_errors`` can use it. See ``docs/design.md`` (outcomes and
+reason codes) and ``docs/workers.md`` (what each outcome does to its trigger).
 """
 
 from __future__ import annotations
