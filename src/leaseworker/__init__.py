@@ -11,7 +11,7 @@ API re-exported here:
 ``_cli``: the ``leaseworker`` command, one module per subcommand;
 ``_dev``: local services and demos, not the library;
 ``testing``: test helpers (``ChaosProxy``);
-``_errors``, ``_backoff``, ``_version``: shared bottom modules.
+``_errors``, ``_backoff``, ``_version``, ``_outcome``: shared bottom modules.
 """
 
 from ._backoff import BusyPolicy as BusyPolicy
@@ -39,10 +39,12 @@ from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
 from ._lease import LeaseTiming as LeaseTiming
-from ._lease import Outcome as Outcome
 from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
 from ._lease import redis_from_url as redis_from_url
+from ._outcome import DeadLetterReason as DeadLetterReason
+from ._outcome import LeaseLostReason as LeaseLostReason
+from ._outcome import Outcome as Outcome
 from ._store import Completion as Completion
 from ._store import CompletionRequest as CompletionRequest
 from ._store import CompletionResult as CompletionResult
@@ -62,6 +64,7 @@ __all__ = [
     "CompletionResult",
     "CompletionStore",
     "ConfigError",
+    "DeadLetterReason",
     "DeadlinePolicy",
     "ExecutionEvent",
     "ExecutionObserver",
@@ -74,6 +77,7 @@ __all__ = [
     "LeaseEvent",
     "LeaseInfo",
     "LeaseLost",
+    "LeaseLostReason",
     "LeaseObserver",
     "LeaseStore",
     "LeaseTimeout",

@@ -18,6 +18,8 @@ Lower-level errors (redis-py's, psycopg's, sqlite3's, timeouts) are translated a
 
 from __future__ import annotations
 
+from ._outcome import LeaseLostReason, MalformedReason
+
 
 class LeaseworkerError(Exception):
     """Root of every error leaseworker raises on purpose."""
@@ -36,13 +38,14 @@ class MalformedTrigger(LeaseworkerError, ValueError):
 
     The worker sends such records to the dead-letter topic and commits them, so
     one bad record cannot block its partition. ``reason`` is a stable code for
-    dashboards and the dead-letter headers: ``too_large``, ``not_json``,
+    dashboards and the dead-letter headers (one of the
+    :data:`~leaseworker.DeadLetterReason` codes): ``too_large``, ``not_json``,
     ``not_object``, ``bad_key``, ``no_job_key``, ``bad_job_key`` or
-    ``job_key_error``. The message never quotes the payload: payloads may
-    carry personal data.
+    ``job_key_error``. The message never quotes the payload: payloads may carry
+    personal data.
     """
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: MalformedReason, detail: str) -> None:
         super().__init__(f"malformed trigger ({reason}): {detail}")
         self.reason = reason
         self.detail = detail
@@ -99,10 +102,12 @@ class LeaseUnavailable(LeaseError):
 class LeaseLost(LeaseError):
     """Raised when ownership of a held lease became uncertain and the work stopped.
 
-    ``reason`` says why: ``rejected`` (another owner, or the key is gone),
-    ``timeout`` or ``error`` (the renewal got no answer), ``late`` (the answer
-    came after the local deadline), ``deadline`` (no renewal confirmed in time),
-    ``loop_blocked`` (the event loop was stalled past the deadline).
+    ``reason`` says why, a :data:`~leaseworker.LeaseLostReason`: ``rejected``
+    (another owner, or the key is gone), ``timeout`` or ``error`` (the renewal
+    got no answer), ``late`` (the answer came after the local deadline),
+    ``unreplicated`` (fewer replicas than required acknowledged the renewal),
+    ``deadline`` (no renewal confirmed in time), ``loop_blocked`` (the event
+    loop was stalled past the deadline).
     ``stop_latency`` is how long the body took to actually stop after the loss
     (seconds; ``None`` when raised from ``renew()`` outside ``hold()``).
     """
@@ -112,7 +117,7 @@ class LeaseLost(LeaseError):
         key: str,
         *,
         fence: int,
-        reason: str,
+        reason: LeaseLostReason,
         stop_latency: float | None = None,
         detail: str = "",
     ) -> None:

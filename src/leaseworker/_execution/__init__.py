@@ -12,6 +12,7 @@ from ._events import ExecutionEvent as ExecutionEvent
 from ._events import ExecutionObserver as ExecutionObserver
 from ._events import LoggingObserver as LoggingObserver
 from ._events import MultiObserver as MultiObserver
+from ._executor import Ending as Ending
 from ._executor import Executor as Executor
 from ._executor import LeaseObservers as LeaseObservers
 from ._job import JobContext as JobContext
@@ -23,6 +24,7 @@ from ._trigger import decode_trigger as decode_trigger
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "Ending",
     "ExecutionEvent",
     "ExecutionObserver",
     "Executor",

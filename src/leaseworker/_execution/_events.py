@@ -16,24 +16,10 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, final
 
 from .._errors import LeaseworkerError
-from .._lease import Outcome
+from .._outcome import Outcome, ends_trigger
 from ._trigger import Trigger
 
 EventName = Literal["started", "completion", "finished", "retry"]
-
-ExecutionOutcome = Literal[Outcome, "duplicate"]
-"""How an execution ended: a :data:`Outcome` of its hold, or ``duplicate`` (its
-completion identity had completed already: answered from the store)."""
-
-TERMINAL: frozenset[ExecutionOutcome] = frozenset({"completed", "duplicate", "failed", "timed_out"})
-"""Outcomes after which a trigger is done and its offset may be committed.
-
-``lost``, ``busy`` and ``cancelled`` are not terminal: the job did not reach an
-end, so the trigger is retried (or, after shutdown or a rebalance, redelivered).
-One exception: ``lost`` with reason ``stale`` (the store refused the completion
-because a newer fence completed the job key) is final, since the newer
-completion is durable; see :meth:`ExecutionEvent.terminal`.
-"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,7 +45,7 @@ class ExecutionEvent:
     pod: str
     trigger: Trigger
     elapsed: float = 0.0
-    outcome: ExecutionOutcome | None = None
+    outcome: Outcome | None = None
     reason: str | None = None
     fence: int | None = None
     retry_in: float | None = None
@@ -69,7 +55,7 @@ class ExecutionEvent:
     @property
     def terminal(self) -> bool:
         """Whether this ``finished`` event ends the trigger (its offset may be committed)."""
-        return self.outcome in TERMINAL or (self.outcome == "lost" and self.reason == "stale")
+        return self.outcome is not None and ends_trigger(self.outcome, self.reason)
 
 
 class ExecutionObserver(Protocol):

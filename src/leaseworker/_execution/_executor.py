@@ -34,11 +34,12 @@ import anyio
 
 from .._backoff import BusyPolicy
 from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
-from .._lease import HeldLease, LeaseObserver, LeaseStore, Outcome, now
+from .._lease import HeldLease, LeaseObserver, LeaseStore, now
+from .._outcome import JOB_FAILURES, EndingReason, Outcome, ends_trigger
 from .._retry import LOST, Retries
 from .._store import CompletionResult, CompletionStore, check_text
 from ._completion import Completer, completion_key
-from ._events import EventName, ExecutionEvent, ExecutionObserver, ExecutionOutcome
+from ._events import EventName, ExecutionEvent, ExecutionObserver
 from ._job import JobContext, ReportJob
 from ._trigger import Trigger
 
@@ -50,11 +51,26 @@ LeaseObservers = Callable[[Trigger, str, str], LeaseObserver]
 
 @dataclass(frozen=True, slots=True)
 class Ending:
-    """How a trigger's last execution ended: its outcome, why, and whether the trigger is done."""
+    """How a trigger's last execution ended: its outcome, why, and whether the trigger is done.
 
-    outcome: ExecutionOutcome
-    reason: str | None = None
-    terminal: bool = False
+    ``error_type`` is the class name of the exception that made a ``failed`` or
+    ``timed_out`` execution end (``None`` otherwise): the dead letter names it.
+    Never its message, which may quote payload data.
+    """
+
+    outcome: Outcome
+    reason: EndingReason | None = None
+    error_type: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the trigger is done (its offset may be committed); see :func:`ends_trigger`."""
+        return ends_trigger(self.outcome, self.reason)
+
+    @classmethod
+    def of_error(cls, outcome: Outcome, error: BaseException) -> Ending:
+        """Return the ending of an execution stopped by ``error`` (a failure keeps its type)."""
+        return cls(outcome, error_type=type(error).__name__ if outcome in JOB_FAILURES else None)
 
 
 @final
@@ -106,7 +122,7 @@ class Executor:
             self._emit(
                 "finished", trigger, job_key, uuid.uuid4().hex, 0.0, outcome="failed", error=exc
             )
-            return Ending("failed", terminal=True)
+            return Ending.of_error("failed", exc)
         while True:
             execution_id = uuid.uuid4().hex
             ending, hint = await self._attempt(trigger, job_key, version, execution_id)
@@ -157,7 +173,7 @@ class Executor:
             if earlier is not None:
                 elapsed = now() - begun
                 self._emit("finished", trigger, job_key, execution_id, elapsed, outcome="duplicate")
-                return Ending("duplicate", terminal=True), None
+                return Ending("duplicate"), None
         return await self._execute(trigger, job_key, version, execution_id)
 
     def _key(self, job_key: str) -> str:
@@ -214,10 +230,10 @@ class Executor:
                 ending = self._judged(trigger, job_key, execution_id, completer, completer.result)
                 self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
                 return ending, None
-            outcome = held.outcome or "failed"
-            self._finished(trigger, job_key, execution_id, begun, held, outcome, error=exc)
-            return Ending(outcome, terminal=outcome in ("failed", "timed_out")), None
-        ending = Ending("completed", terminal=True)
+            ending = Ending.of_error(held.outcome or "failed", exc)
+            self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
+            return ending, None
+        ending = Ending("completed")
         if completer is not None and completer.result is not None:
             ending = self._judged(trigger, job_key, execution_id, completer, completer.result)
         self._finished(trigger, job_key, execution_id, begun, held, ending, result=result)
@@ -256,9 +272,9 @@ class Executor:
             reason=answer.status,
         )
         if completer.own(answer):
-            return Ending("completed", terminal=True)
+            return Ending("completed")
         if answer.status == "duplicate":
-            return Ending("duplicate", terminal=True)
+            return Ending("duplicate")
         logger.warning(
             "completion of %r refused as stale: fence %d < winning fence %d; not retried",
             job_key,
@@ -273,7 +289,7 @@ class Executor:
                 "winningFence": answer.winning_fence,
             },
         )
-        return Ending("lost", reason="stale", terminal=True)
+        return Ending("lost", reason="stale")
 
     def _finished(
         self,
@@ -309,7 +325,7 @@ class Executor:
         execution_id: str,
         elapsed: float,
         *,
-        outcome: ExecutionOutcome | None = None,
+        outcome: Outcome | None = None,
         reason: str | None = None,
         fence: int | None = None,
         retry_in: float | None = None,

@@ -9,13 +9,13 @@ cancels its body on loss; ``_events`` the lease lifecycle events.
 Imports nothing of leaseworker above ``_errors`` (an import contract checks it).
 """
 
+from .._outcome import Outcome as Outcome
 from ._clients import RedisTarget as RedisTarget
 from ._clients import parse_redis_url as parse_redis_url
 from ._clients import redis_from_url as redis_from_url
 from ._events import LeaseEvent as LeaseEvent
 from ._events import LeaseObserver as LeaseObserver
 from ._hold import HeldLease as HeldLease
-from ._hold import Outcome as Outcome
 from ._hold import hold as hold
 from ._leases import Lease as Lease
 from ._leases import LeaseInfo as LeaseInfo

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from .._outcome import LeaseLostReason
+
 LeaseEventName = Literal[
     "acquired", "renewed", "lost", "cancel_requested", "stopped", "released", "release_failed"
 ]
@@ -34,7 +36,7 @@ class LeaseEvent:
     at: float
     round_trip: float | None = None
     remaining: float | None = None
-    reason: str | None = None
+    reason: LeaseLostReason | None = None
     detail: str | None = None
     stop_latency: float | None = None
     deleted: bool | None = None

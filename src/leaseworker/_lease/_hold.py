@@ -12,11 +12,12 @@ import asyncio
 import logging
 import math
 from types import TracebackType
-from typing import Any, Literal, final
+from typing import Any, final
 
 import anyio
 
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
+from .._outcome import LeaseLostReason, Outcome
 from ._events import LeaseEvent, LeaseEventName, LeaseObserver
 from ._leases import Lease, LeaseStore
 from ._timing import LeaseTiming, now
@@ -25,8 +26,6 @@ logger = logging.getLogger("leaseworker.lease")
 
 _RECANCEL_EVERY = 0.05
 """How often a renewal task that has not stopped yet is cancelled again, in seconds."""
-
-Outcome = Literal["completed", "lost", "timed_out", "failed", "cancelled", "busy"]
 
 
 def hold(
@@ -100,7 +99,7 @@ class HeldLease:
         self._renewal_timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._stopping = False  # the block is ending: the renewal task must not go on
-        self._loss: tuple[str, str, float] | None = None  # reason, detail, when
+        self._loss: tuple[LeaseLostReason, str, float] | None = None  # reason, detail, when
         self._outcome: Outcome | None = None
         self._released: bool | None = None
         self._release_error: BaseException | None = None
@@ -338,7 +337,7 @@ class HeldLease:
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)
 
-    def _lose(self, reason: str, detail: str, *, at: float) -> None:
+    def _lose(self, reason: LeaseLostReason, detail: str, *, at: float) -> None:
         """Mark ownership uncertain for good and cancel the body."""
         if self._loss is not None or self._stopping:
             return

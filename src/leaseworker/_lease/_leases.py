@@ -23,6 +23,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from .._errors import ConfigError, LeaseLost, LeaseUnavailable
+from .._outcome import LeaseLostReason
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
@@ -372,7 +373,7 @@ def _ms(seconds: float) -> str:
     return str(max(1, math.ceil(round(seconds * 1000, 6))))
 
 
-def _lost(lease: Lease, reason: str, detail: str) -> LeaseLost:
+def _lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:
     return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, final
 from opentelemetry.trace import Status, StatusCode, Tracer
 
 from .._lease import LeaseEvent
+from .._outcome import JOB_FAILURES, LeaseLostReason
 from . import _names as n
 from ._trace import Attributes, TriggerTrace, ms, wall_ns
 
@@ -24,11 +25,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("leaseworker.lease")
 
-RENEWAL_LOSSES = frozenset({"rejected", "timeout", "error", "late"})
+RENEWAL_LOSSES: frozenset[LeaseLostReason] = frozenset({"rejected", "timeout", "error", "late"})
 """Loss reasons that are the answer (or silence) of a renewal call."""
 
-ERROR_OUTCOMES = frozenset({"failed", "timed_out", "lost", "malformed"})
-"""Outcomes that make a ``job run`` (or an unfinished ``lease acquire``) span an error."""
+ERROR_OUTCOMES: frozenset[str] = frozenset({*JOB_FAILURES, "lost", "malformed"})
+"""Outcomes that make a ``job run`` (or an unfinished ``lease acquire``) span an error.
+
+The dead-lettered failures, a loss, and a trigger's ``malformed`` (not an
+execution's outcome: the record never became a job).
+"""
 
 _RELEASE_FAILED = Status(StatusCode.ERROR, "release failed")
 

@@ -25,7 +25,6 @@ from redis.exceptions import RedisError
 
 from .._errors import StoreUnavailable
 from .._execution import (
-    ExecutionEvent,
     ExecutionObserver,
     Executor,
     LeaseObservers,
@@ -36,6 +35,7 @@ from .._execution import (
 )
 from .._kafka import JobFailure, KafkaTriggerSource, SourceStats
 from .._lease import LeaseStore, RedisLeases, redis_from_url
+from .._outcome import JOB_FAILURES
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
@@ -93,10 +93,10 @@ class Worker:
         pod = telemetry.instrument(pod=config.pod, group=config.group)
         observer = observer or LoggingObserver(log_job_errors=config.log_job_errors)
         if telemetry.enabled:
-            self._failures = _FailureTypes(MultiObserver([observer, pod]))
+            self._observer: ExecutionObserver = MultiObserver([observer, pod])
             self._lease_observers: LeaseObservers | None = pod.lease_observer
         else:  # no providers: spare every trigger the no-op spans and their bookkeeping
-            self._failures = _FailureTypes(observer)
+            self._observer = observer
             self._lease_observers = None
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
@@ -163,7 +163,7 @@ class Worker:
             self._job,
             self._leases,
             pod=self._config.pod,
-            observer=self._failures,
+            observer=self._observer,
             lease_observers=self._lease_observers,
             store=store,
             store_namespace=self._config.namespace,
@@ -210,9 +210,9 @@ class Worker:
                 del self._keys[job_key]
             else:
                 self._keys[job_key] = (lock, users - 1)
-            error_type = self._failures.pop(trigger)
-        if ending.outcome in ("failed", "timed_out"):
-            reason = f"job_{ending.outcome}"
+        reason = JOB_FAILURES.get(ending.outcome)
+        if reason is not None:  # terminal, and dead-lettered naming the exception's type
+            error_type = ending.error_type or "unknown"
             return JobFailure(reason=reason, error_type=error_type, job_key=job_key)
         return ending.terminal
 
@@ -269,29 +269,6 @@ class Worker:
             )
 
 
-@final
-class _FailureTypes:
-    """Pass events on to ``inner``; remember the exception type of failed executions.
-
-    The dead-letter record names the exception's class (never its message);
-    the executor reports it only through its observer, so the worker listens.
-    """
-
-    def __init__(self, inner: ExecutionObserver) -> None:
-        self._inner = inner
-        self._types: dict[tuple[str, int, int], str] = {}
-
-    def on_event(self, event: ExecutionEvent) -> None:
-        """Note a failed/timed-out execution's exception type, then forward the event."""
-        if event.outcome in ("failed", "timed_out") and event.error is not None:
-            self._types[_position(event.trigger)] = type(event.error).__name__
-        self._inner.on_event(event)
-
-    def pop(self, trigger: Trigger) -> str:
-        """Forget and return the type noted for ``trigger`` (``unknown`` if none)."""
-        return self._types.pop(_position(trigger), "unknown")
-
-
 def _store_unavailable(
     config: WorkerConfig, exc: BaseException, delay: float, attempt: int
 ) -> None:
@@ -319,10 +296,6 @@ def _redis_unavailable(
 
 def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _position(trigger: Trigger) -> tuple[str, int, int]:
-    return (trigger.topic, trigger.partition, trigger.offset)
 
 
 async def serve(worker: Worker) -> None:

@@ -1,0 +1,107 @@
+"""The executor's ending carries the outcome, whether it ends the trigger, and a failure's type.
+
+The dead letter of a failed or timed-out trigger names the exception's class;
+it comes from the ending itself, so no observer has to listen for it.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from leaseworker import ExecutionEvent, JobContext, RedisLeases, ReportJob, Trigger
+from leaseworker._execution import Ending, Executor, decode_trigger
+
+
+class _Events:
+    """An execution observer that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[ExecutionEvent] = []
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        self.events.append(event)
+
+
+class _Raises(ReportJob):
+    topic = "t"
+
+    async def run(self, ctx: JobContext) -> object:
+        raise ValueError("bad row for customer-4711")  # its message must not travel
+
+
+class _Overruns(ReportJob):
+    topic = "t"
+    max_runtime = 0.05
+
+    async def run(self, ctx: JobContext) -> object:
+        await anyio.sleep_forever()
+        return None  # never reached: max_runtime cancels the sleep
+
+
+class _Completes(ReportJob):
+    topic = "t"
+
+    async def run(self, ctx: JobContext) -> object:
+        return {"rows": 1}
+
+
+class _BadVersion(_Completes):
+    def input_version(self, trigger: Trigger) -> str:
+        return 42  # type: ignore[return-value]  # the job's bug under test
+
+
+def _trigger() -> Trigger:
+    return decode_trigger(topic="t", partition=0, offset=3, key=b"report:acme", value=b"{}")
+
+
+async def _run(job: ReportJob, leases: RedisLeases) -> tuple[Ending, list[ExecutionEvent]]:
+    events = _Events()
+    executor = Executor(job, leases, pod="pod-a", observer=events)
+    ending = await executor.run(_trigger(), "report:acme")
+    return ending, events.events
+
+
+@pytest.mark.parametrize(
+    ("job", "outcome", "error_type"),
+    [
+        (_Raises(), "failed", "ValueError"),
+        (_Overruns(), "timed_out", "LeaseTimeout"),
+        (_BadVersion(), "failed", "TypeError"),
+    ],
+)
+async def test_a_failure_ends_the_trigger_and_names_its_exception_type(
+    leases: RedisLeases, job: ReportJob, outcome: str, error_type: str
+) -> None:
+    """Failed and timed-out endings are terminal and carry the class name, never the message."""
+    ending, events = await _run(job, leases)
+    assert ending == Ending(outcome, error_type=error_type)  # type: ignore[arg-type]
+    assert ending.terminal
+    finished = [e for e in events if e.event == "finished"]
+    assert [type(e.error).__name__ for e in finished] == [error_type]
+
+
+async def test_a_completed_ending_carries_no_error_type(leases: RedisLeases) -> None:
+    """Only a failure names an exception: a completed trigger is just completed."""
+    ending, _ = await _run(_Completes(), leases)
+    assert ending == Ending("completed")
+    assert ending.terminal
+
+
+@pytest.mark.fake
+def test_an_endings_terminal_flag_follows_the_one_definition() -> None:
+    """``Ending.terminal`` is derived, so it cannot disagree with ``ends_trigger``."""
+    assert Ending("duplicate").terminal
+    assert Ending("lost", reason="stale").terminal
+    assert not Ending("lost", reason="store_unavailable").terminal
+    assert not Ending("busy").terminal
+    assert not Ending("cancelled").terminal
+
+
+@pytest.mark.fake
+def test_only_a_failure_keeps_the_type_of_the_error_that_ended_it() -> None:
+    """A loss or a cancellation is not dead-lettered, so it names no exception type."""
+    assert Ending.of_error("failed", KeyError("x")).error_type == "KeyError"
+    assert Ending.of_error("timed_out", TimeoutError()).error_type == "TimeoutError"
+    assert Ending.of_error("lost", RuntimeError()).error_type is None
+    assert Ending.of_error("cancelled", RuntimeError()).error_type is None
