@@ -44,6 +44,7 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from redis.asyncio import Redis
 
 from leaseworker import (
+    ClaimResult,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -83,6 +84,16 @@ class NullStore:
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Nothing ever completed."""
         return None
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Every claim stands: nothing is kept."""
+        return ClaimResult(
+            status="claimed",
+            job_key=job_key,
+            input_version=input_version,
+            fence=fence,
+            highest_fence=fence,
+        )
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Accept every completion without recording it."""

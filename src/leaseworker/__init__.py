@@ -42,6 +42,7 @@ from ._lease import LeaseTiming as LeaseTiming
 from ._lease import Outcome as Outcome
 from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
+from ._store import ClaimResult as ClaimResult
 from ._store import Completion as Completion
 from ._store import CompletionRequest as CompletionRequest
 from ._store import CompletionResult as CompletionResult
@@ -56,6 +57,7 @@ from ._worker import serve as serve
 
 __all__ = [
     "BusyPolicy",
+    "ClaimResult",
     "Completion",
     "CompletionRequest",
     "CompletionResult",
