@@ -1,7 +1,8 @@
 """``memory://``: the completion store in this process's memory, for tests and demos.
 
-It applies the same fencing and identity rule as the durable backends, by
-calling :func:`~leaseworker._store._model.decide` directly, and answers the
+It applies the same fencing, claim and identity rules as the durable
+backends, by calling :func:`~leaseworker._store._model.decide` and
+:func:`~leaseworker._store._model.decide_claim` directly, and answers the
 same way (results come back as fresh JSON-decoded copies). It is not durable
 and not shared: a pod restart forgets every completion, and two pods never
 see each other's, so a redelivered trigger may run again. What it is for:
