@@ -6,7 +6,9 @@ so no renewal, no cancellation) and the test SIGSTOPs the whole process past
 its lease. Pod B takes the job key over with a newer request (a higher fence)
 and completes it. A is SIGCONTed and, without awaiting anything first,
 completes: nothing on A's side has noticed the loss yet, so only the
-destination can refuse the late write, and it does: ``stale``.
+destination can refuse the late write, and it does: ``stale``. The later
+tests (issue 22) wake A while B has claimed the job key and not completed,
+or after B crashed having claimed it: the claim alone makes A ``stale``.
 
 Each pod consumes its own topic (and group), so the test decides which pod
 gets which trigger; they share the Redis namespace (one lease and fence per
