@@ -10,8 +10,9 @@ redis-server, and both commit every offset:
 - **leaseworker**: an in-process :class:`~leaseworker.Worker` running a job
   whose ``run`` returns at once: lease acquire (fence) and release, the
   executor, per-key serialisation, offset tracking, pauses, commits, and
-  the completion store (a lookup before the lease, a fenced completion after
-  the job), once per store named in ``--stores`` (see :data:`STORES`). Its
+  the completion store (a lookup before the lease, a claim of the fence
+  between the acquire and the job, a fenced completion after the job), once
+  per store named in ``--stores`` (see :data:`STORES`). Its
   lease calls are auto-pipelined (calls that queue behind one in flight share
   the next round trip), except on the ``memory-lone`` side.
 
@@ -44,6 +45,7 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from redis.asyncio import Redis
 
 from leaseworker import (
+    ClaimResult,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -77,12 +79,22 @@ class NullStore:
 
     Not something a pod can be configured with (a pod without a durable record
     could recompute redelivered triggers); the ``none`` side uses it to show how
-    much of the gap to the bare loop the two store calls per trigger account for.
+    much of the gap to the bare loop the three store calls per trigger account for.
     """
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Nothing ever completed."""
         return None
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Every claim stands: nothing is kept."""
+        return ClaimResult(
+            status="claimed",
+            job_key=job_key,
+            input_version=input_version,
+            fence=fence,
+            highest_fence=fence,
+        )
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Accept every completion without recording it."""
@@ -252,8 +264,8 @@ STORES = ("memory", "memory-lone", "sqlite-memory", "sqlite", "postgresql", "non
 """Completion stores a pod side can use (``--stores``).
 
 ``memory`` (``memory://``, the in-process store) is the issue-3 comparison:
-the pod still looks the identity up and records a fenced completion per
-trigger (two store calls), but no database is involved, so what remains is
+the pod still looks the identity up, claims its fence and records a fenced
+completion per trigger (three store calls), but no database is involved, so what remains is
 leaseworker's own cost. ``sqlite-memory`` is SQLite without a disk
 (``sqlite:///:memory:``): the cost of the SQL alone. ``sqlite`` is the default
 embedded store (a file, WAL, ``synchronous=FULL``, group commit: one fsync per

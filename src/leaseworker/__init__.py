@@ -45,6 +45,7 @@ from ._lease import redis_from_url as redis_from_url
 from ._outcome import DeadLetterReason as DeadLetterReason
 from ._outcome import LeaseLostReason as LeaseLostReason
 from ._outcome import Outcome as Outcome
+from ._store import ClaimResult as ClaimResult
 from ._store import Completion as Completion
 from ._store import CompletionRequest as CompletionRequest
 from ._store import CompletionResult as CompletionResult
@@ -59,6 +60,7 @@ from ._worker import serve as serve
 
 __all__ = [
     "BusyPolicy",
+    "ClaimResult",
     "Completion",
     "CompletionRequest",
     "CompletionResult",

@@ -104,6 +104,7 @@ async def test_fifty_concurrent_completions_leave_the_highest_fence(
         stored = await store.lookup("report:acme:2026-11", f"v{i}")
         if outcome.status == "stale":
             assert outcome.winning_fence > fences[i]
+            assert outcome.completion is not None
             assert outcome.completion.fence == outcome.winning_fence
             assert stored is None  # a stale attempt writes nothing
         else:
@@ -166,6 +167,7 @@ async def test_every_answer_matches_the_reference_rule(
         head = heads[key]
         assert answer.winning_fence == head.fence
         winner = (key, version) if expected == "duplicate" else (key, head.input_version)
+        assert answer.completion is not None
         assert (answer.completion.input_version, answer.completion.fence) == (
             winner[1],
             done[winner],

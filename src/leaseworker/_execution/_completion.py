@@ -137,5 +137,7 @@ class Completer:
     def own(self, answer: CompletionResult) -> bool:
         """Whether ``answer`` is this execution's own completion (a retried commit that landed)."""
         return answer.status == "accepted" or (
-            answer.status == "duplicate" and answer.completion.execution_id == self._execution_id
+            answer.status == "duplicate"
+            and answer.completion is not None
+            and answer.completion.execution_id == self._execution_id
         )

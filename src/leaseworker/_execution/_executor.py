@@ -18,7 +18,16 @@ the job's result is recorded, still under the lease, through ``ctx.complete``
 or, when ``run`` returns without calling it, by the executor with ``run``'s
 return value. The store's answer decides the outcome: ``accepted`` is
 ``completed``; ``duplicate`` is ``duplicate``; ``stale`` is ``lost`` with
-reason ``stale``, final (a newer fence's completion is durable).
+reason ``stale``, final (a newer fence took the job key over).
+
+Between the acquire and ``run``, the execution *claims* the job key with its
+fence (:meth:`_claim`): from then on the store answers ``stale`` to every
+lower fence, so a former holder paused past its lease cannot win by writing
+first. The claim also looks the identity up again, closing the gap between
+the first lookup and the acquire. Only ``claimed`` lets the job run: an
+identity completed meanwhile is ``duplicate``, a higher fence already seen
+is ``lost`` (``stale``, final), and a claim that fails (store down) is
+``lost`` (``store_unavailable``), retried: a job never runs unfenced.
 """
 
 from __future__ import annotations
@@ -71,6 +80,14 @@ class Ending:
     def of_error(cls, outcome: Outcome, error: BaseException) -> Ending:
         """Return the ending of an execution stopped by ``error`` (a failure keeps its type)."""
         return cls(outcome, error_type=type(error).__name__ if outcome in JOB_FAILURES else None)
+
+
+class _Unclaimed(Exception):
+    """Raised inside the hold when the claim says the job must not run; carries the ending."""
+
+    def __init__(self, ending: Ending) -> None:
+        super().__init__(ending.reason or ending.outcome)
+        self.ending = ending
 
 
 @final
@@ -203,6 +220,7 @@ class Executor:
                     now() - begun,
                     fence=held.fence,
                 )
+                await self._claim(job_key, version, execution_id, held.fence)
                 ctx = JobContext(
                     held=held,
                     job_key=job_key,
@@ -224,6 +242,9 @@ class Executor:
         except anyio.get_cancelled_exc_class():
             self._finished(trigger, job_key, execution_id, begun, held, "cancelled")
             raise
+        except _Unclaimed as exc:  # the job did not run
+            self._finished(trigger, job_key, execution_id, begun, held, exc.ending)
+            return exc.ending, None
         except Exception as exc:
             if completer is not None and completer.result is not None:
                 # The store answered: its durable answer decides, whatever happened after.
@@ -238,6 +259,44 @@ class Executor:
             ending = self._judged(trigger, job_key, execution_id, completer, completer.result)
         self._finished(trigger, job_key, execution_id, begun, held, ending, result=result)
         return ending, None
+
+    async def _claim(self, job_key: str, version: str, execution_id: str, fence: int) -> None:
+        """Show this execution's fence to the store before the job runs; raise if it must not.
+
+        Until the store has seen the new fence, a former holder paused past its
+        lease could still complete, and win. The claim makes every lower fence
+        ``stale`` from now on, whether or not this execution ever completes.
+        """
+        if self._store is None:
+            return
+        try:
+            answer = await self._store.claim(self._key(job_key), version, fence)
+        except StoreUnavailable as exc:
+            logger.warning(
+                "%s; job %r does not start unfenced, retried",
+                exc,
+                job_key,
+                extra={"event": "claim_unavailable", "jobId": job_key, "pod": self._pod},
+            )
+            raise _Unclaimed(Ending("lost", reason="store_unavailable")) from exc
+        if answer.status == "duplicate":
+            raise _Unclaimed(Ending("duplicate"))
+        if answer.status == "stale":
+            logger.warning(
+                "claim of %r refused as stale: fence %d < highest fence %d; not retried",
+                job_key,
+                fence,
+                answer.highest_fence,
+                extra={
+                    "event": "claim_stale",
+                    "jobId": job_key,
+                    "executionId": execution_id,
+                    "pod": self._pod,
+                    "fence": fence,
+                    "winningFence": answer.highest_fence,
+                },
+            )
+            raise _Unclaimed(Ending("lost", reason="stale"))
 
     def _completer(
         self, held: HeldLease, job_key: str, version: str, execution_id: str

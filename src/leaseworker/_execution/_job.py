@@ -92,7 +92,9 @@ class JobContext:
     """What one execution of a job knows about itself, passed to ``ReportJob.run``.
 
     ``fence`` goes with every write to a destination that rejects older
-    fences; ``owned``/``remaining()`` tell whether ownership is still certain;
+    fences (one that records the highest fence it has *seen*, and is shown
+    this one before the job's first effect; see docs/completion.md);
+    ``owned``/``remaining()`` tell whether ownership is still certain;
     ``await checkpoint()`` raises :class:`~leaseworker.LeaseLost` once it is
     not (the job is also cancelled at its next await anyway). ``await
     complete(result)`` records the result through the worker's completion store.
@@ -119,7 +121,13 @@ class JobContext:
 
     @property
     def fence(self) -> int:
-        """Return the fencing token of this execution; strictly increasing per acquisition."""
+        """Return the fencing token of this execution; strictly increasing per acquisition.
+
+        The completion store has seen it before ``run`` starts (the claim): from
+        then on it refuses lower fences. A destination of the job's own must do
+        the same: record the highest fence it has seen, from a claim at the
+        start as well as from writes, and refuse writes below it.
+        """
         return self._held.fence
 
     @property

@@ -9,6 +9,7 @@ when a ``postgresql://`` URL is opened.
 """
 
 from ._guard import fenced_upsert as fenced_upsert
+from ._model import ClaimResult as ClaimResult
 from ._model import Completion as Completion
 from ._model import CompletionRequest as CompletionRequest
 from ._model import CompletionResult as CompletionResult
@@ -23,6 +24,7 @@ from ._url import redact as redact
 
 __all__ = [
     "DEFAULT_URL",
+    "ClaimResult",
     "Completion",
     "CompletionRequest",
     "CompletionResult",

@@ -2,7 +2,13 @@
 
 :func:`fenced_upsert` builds one upsert that only replaces a row whose stored
 fence is not newer than the writer's, so a paused worker cannot overwrite a
-newer execution's effect; 1 row written, 0 stale. See docs/design.md#fence-guard.
+newer execution's effect; 1 row written, 0 stale. That alone only refuses a
+fence lower than one that already *wrote* the row: a former holder that wakes
+up while the new one runs and has not written yet still gets through. The
+destination must record the highest fence it has *seen*, claims included
+(the new holder shows its fence before its first effect), as the completion
+store does; docs/completion.md#effects-outside-the-store shows a table doing
+it. See docs/design.md#fence-guard.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ def fenced_upsert(
         cur = await conn.execute(sql, {"tenant": t, "period": p, "total": 42, "fence": fence})
         if cur.rowcount == 0:
             ...  # a newer fence already wrote this row: this execution is stale
+
+    Run it in the transaction that first checks the job key's claimed fence
+    (``SELECT ... FOR UPDATE`` on the row your claim raised) and refuses when
+    it is above this execution's fence.
     """
     keys, values = list(key), list(columns)
     if not keys:

@@ -1,7 +1,8 @@
 """``memory://``: the completion store in this process's memory, for tests and demos.
 
-It applies the same fencing and identity rule as the durable backends, by
-calling :func:`~leaseworker._store._model.decide` directly, and answers the
+It applies the same fencing, claim and identity rules as the durable
+backends, by calling :func:`~leaseworker._store._model.decide` and
+:func:`~leaseworker._store._model.decide_claim` directly, and answers the
 same way (results come back as fresh JSON-decoded copies). It is not durable
 and not shared: a pod restart forgets every completion, and two pods never
 see each other's, so a redelivered trigger may run again. What it is for:
@@ -21,6 +22,8 @@ from typing import final
 
 from .._errors import StoreUnavailable
 from ._model import (
+    NO_FENCE,
+    ClaimResult,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -29,6 +32,8 @@ from ._model import (
     check_call,
     completion_params,
     decide,
+    decide_claim,
+    highest,
 )
 
 
@@ -61,6 +66,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str], _Row] = {}
         self._heads: dict[str, Head] = {}
+        self._claims: dict[str, int] = {}  # job key -> highest claimed fence
         self._closed = False
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
@@ -68,34 +74,55 @@ class MemoryStore:
         params = completion_params(request)
         key, version = request.job_key, request.input_version
         self._check_open(key)
-        existing = self._rows.get((key, version))
+        standing = self._find(key, version)
         head = self._heads.get(key)
-        standing = None if existing is None else existing.completion(key, version)
-        status = decide(standing, head, request.fence)
-        if status == "accepted":
-            row = _Row(
-                request.fence,
-                str(params["result"]),
-                request.execution_id,
-                request.pod,
-                datetime.now(UTC),
+        claimed = self._claims.get(key, NO_FENCE)
+        status = decide(standing, head, request.fence, claimed=claimed)
+        if status != "accepted":
+            # duplicate: this identity's completion; stale: the one that won, if any
+            winner = standing or (None if head is None else self._find(key, head.input_version))
+            return answer_to(
+                request, status, winning_fence=highest(head, claimed), completion=winner
             )
-            self._rows[(key, version)] = row
-            head = self._heads[key] = Head(fence=request.fence, input_version=version)
-            winner = row.completion(key, version)
-        else:
-            assert head is not None  # a duplicate or stale answer implies an accepted one
-            winner = standing or self._rows[(key, head.input_version)].completion(
-                key, head.input_version
-            )  # duplicate: this identity's completion; stale: the one that won
-        return answer_to(request, status, winning_fence=head.fence, completion=winner)
+        row = _Row(
+            request.fence,
+            str(params["result"]),
+            request.execution_id,
+            request.pod,
+            datetime.now(UTC),
+        )
+        self._rows[(key, version)] = row
+        self._heads[key] = Head(fence=request.fence, input_version=version)
+        return answer_to(
+            request,
+            status,
+            winning_fence=request.fence,
+            completion=row.completion(key, version),
+        )
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``."""
+        check_call(job_key, fence, input_version)
+        self._check_open(job_key)
+        standing = self._find(job_key, input_version)
+        head = self._heads.get(job_key)
+        claimed = self._claims.get(job_key, NO_FENCE)
+        status = decide_claim(standing, head, fence, claimed=claimed)
+        self._claims[job_key] = max(claimed, fence)
+        return ClaimResult(
+            status=status,
+            job_key=job_key,
+            input_version=input_version,
+            fence=fence,
+            highest_fence=highest(head, self._claims[job_key]),
+            completion=standing,
+        )
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
         check_call(job_key, 0, input_version)
         self._check_open(job_key)
-        row = self._rows.get((job_key, input_version))
-        return None if row is None else row.completion(job_key, input_version)
+        return self._find(job_key, input_version)
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
@@ -111,6 +138,11 @@ class MemoryStore:
         self._closed = True
         self._rows.clear()
         self._heads.clear()
+        self._claims.clear()
+
+    def _find(self, job_key: str, input_version: str) -> Completion | None:
+        row = self._rows.get((job_key, input_version))
+        return None if row is None else row.completion(job_key, input_version)
 
     def _check_open(self, job_key: str) -> None:
         if self._closed:

@@ -3,11 +3,14 @@
 A *completion identity* is ``(job key, input version)``: the job key names the
 logical report, the input version (declared by the job, e.g. a hash of the
 trigger's inputs) tells a redelivered trigger apart from an intentional new
-report with different inputs. :func:`decide` is the fencing rule itself.
-The durable backends state it in SQL, next to the rows, under the job key's
-lock: PostgreSQL in its ``leaseworker_complete()`` function, SQLite as two
-conditional writes; ``memory://`` calls it. The shared store tests check every
-answer of all three against :func:`decide`.
+report with different inputs. :func:`decide` is the fencing rule itself, and
+:func:`decide_claim` its counterpart for a claim: the fence an execution
+records before its job runs, so that from then on every lower fence is
+``stale`` whether or not the claimer ever completes. The durable backends
+state both in SQL, next to the rows, under the job key's lock: PostgreSQL in
+its ``leaseworker_complete()`` and ``leaseworker_claim()`` functions, SQLite as
+conditional writes; ``memory://`` calls them. The shared store tests check
+every answer of all three against these functions.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from .._errors import ConfigError
 
 Status = Literal["accepted", "duplicate", "stale"]
 """How a completion attempt ended; see :class:`CompletionResult`."""
+
+ClaimStatus = Literal["claimed", "duplicate", "stale"]
+"""How a claim ended; see :class:`ClaimResult`."""
+
+NO_FENCE = -1
+"""What the store holds as a job key's accepted or claimed fence before it has one."""
 
 JsonValue = Any
 """A decoded JSON value (dict, list, str, int, float, bool or None)."""
@@ -61,8 +70,9 @@ class CompletionRequest:
 
     - ``job_key`` and ``input_version``: the completion identity.
     - ``fence``: the fence of the lease the execution held (an int in
-      ``[0, 2**63 - 1]``); below the highest fence accepted for the job key,
-      the answer is ``stale`` (unless this identity completed: ``duplicate``).
+      ``[0, 2**63 - 1]``); below the highest fence the store has seen for the
+      job key, accepted or claimed, the answer is ``stale`` (unless this
+      identity completed: ``duplicate``).
     - ``result``: the job's result row, any JSON value; left out of the repr
       (it may carry personal data).
     - ``execution_id`` and ``pod``: which execution, in which pod, produced it.
@@ -86,11 +96,14 @@ class CompletionResult:
 
     ``status`` is ``accepted`` (this call's completion was recorded),
     ``duplicate`` (this identity had completed already; nothing was written) or
-    ``stale`` (a higher fence already completed this job key; nothing was
-    written). ``completion`` is what the store holds for the caller to use: the
-    completion just recorded, the earlier one of this identity, or the newer one
-    that won. ``fence`` is the caller's fence, ``winning_fence`` the highest
-    fence accepted for the job key after this call.
+    ``stale`` (the store has seen a higher fence for this job key: a newer
+    execution completed it or claimed it; nothing was written).
+    ``completion`` is what the store holds for the caller to use: the
+    completion just recorded, the earlier one of this identity, or the job
+    key's winning one; ``None`` only when ``stale`` and the job key has no
+    completion yet (a newer fence claimed it and has not completed).
+    ``fence`` is the caller's fence, ``winning_fence`` the highest fence the
+    store has seen for the job key after this call, accepted or claimed.
     """
 
     status: Status
@@ -98,16 +111,41 @@ class CompletionResult:
     input_version: str
     fence: int
     winning_fence: int
-    completion: Completion
+    completion: Completion | None
 
     @property
     def result(self) -> JsonValue:
-        """The result row the store holds for this call (see ``completion``)."""
-        return self.completion.result
+        """The result row the store holds for this call (see ``completion``), or ``None``."""
+        return None if self.completion is None else self.completion.result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimResult:
+    """The answer to one :meth:`CompletionStore.claim` call.
+
+    ``status`` is ``claimed`` (nothing stands above the caller's fence: the job
+    may run), ``duplicate`` (this identity completed already: ``completion``
+    is that completion, the job need not run) or ``stale`` (the store has
+    seen a higher fence for the job key: the caller's lease was taken over
+    before it could claim). Whatever the answer, the job key's claimed fence
+    is now at least ``fence``. ``highest_fence`` is the highest fence the
+    store has seen for the job key after this call, accepted or claimed.
+    """
+
+    status: ClaimStatus
+    job_key: str
+    input_version: str
+    fence: int
+    highest_fence: int
+    completion: Completion | None = None
 
 
 def answer_to(
-    request: CompletionRequest, status: Status, *, winning_fence: int, completion: Completion
+    request: CompletionRequest,
+    status: Status,
+    *,
+    winning_fence: int,
+    completion: Completion | None,
 ) -> CompletionResult:
     """Build the :class:`CompletionResult` that answers ``request`` (its identity and fence)."""
     return CompletionResult(
@@ -128,18 +166,39 @@ class Head:
     input_version: str
 
 
-def decide(existing: Completion | None, head: Head | None, fence: int) -> Status:
+def decide(
+    existing: Completion | None, head: Head | None, fence: int, *, claimed: int = NO_FENCE
+) -> Status:
     """Apply the fencing rule to what stands under the job key's lock.
 
     An identity that already completed is a ``duplicate`` whatever the fence (a
     redelivered trigger must not recompute or rewrite); otherwise a fence below
-    the highest accepted one is ``stale``; equal or higher is ``accepted``.
+    the highest one seen for the job key (accepted, or ``claimed`` by an
+    execution that may still be running) is ``stale``; equal or higher is
+    ``accepted``.
     """
     if existing is not None:
         return "duplicate"
-    if head is not None and fence < head.fence:
+    if fence < highest(head, claimed):
         return "stale"
     return "accepted"
+
+
+def decide_claim(
+    existing: Completion | None, head: Head | None, fence: int, *, claimed: int = NO_FENCE
+) -> ClaimStatus:
+    """Apply the claim rule: :func:`decide`'s order, ``claimed`` where it says ``accepted``.
+
+    ``claimed`` is the job key's claimed fence before this claim. The claim is
+    recorded whatever the answer (claims only ever rise: ``max``).
+    """
+    status = decide(existing, head, fence, claimed=claimed)
+    return "claimed" if status == "accepted" else status
+
+
+def highest(head: Head | None, claimed: int) -> int:
+    """Return the highest fence seen for a job key: its accepted head or its claim."""
+    return max(NO_FENCE if head is None else head.fence, claimed)
 
 
 def check_call(job_key: str, fence: int, input_version: str | None = None) -> None:

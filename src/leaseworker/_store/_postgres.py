@@ -1,9 +1,10 @@
 """The PostgreSQL completion store: psycopg 3, async, over a connection pool.
 
 Each completion is one call of the ``leaseworker_complete()`` server function,
-which locks the job key's head row, then reads and writes in its own
-transaction; every call has one deadline. Why that order is race-free, and the
-bounds: see docs/design.md#the-postgresql-store.
+and each claim one of ``leaseworker_claim()``: both lock the job key's head
+row, then read and write in their own transaction; every call has one
+deadline. Why that order is race-free, and the bounds: see
+docs/design.md#the-postgresql-store.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
 from ._model import (
+    ClaimResult,
     Completion,
     CompletionRequest,
     CompletionResult,
@@ -46,6 +48,9 @@ _COMPLETE = """
         %(job_key)s, %(input_version)s, %(fence)s::bigint, %(result)s::jsonb,
         %(execution_id)s, %(pod)s
     )
+"""
+_CLAIM = """
+    SELECT * FROM leaseworker_claim(%(job_key)s, %(input_version)s, %(fence)s::bigint)
 """
 _FIND = """
     SELECT input_version, fence, result, execution_id, pod, completed_at
@@ -133,13 +138,37 @@ class PostgresStore:
                 request,
                 status,
                 winning_fence=winning,
-                completion=_completion(request.job_key, tuple(standing)),
+                completion=_maybe_completion(request.job_key, tuple(standing)),
             )
             if attempt.retry and _own_landed(answer, request.execution_id):
                 return dataclasses.replace(answer, status="accepted")
             return answer
 
         return await self._run(request.job_key, attempt_once)
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``.
+
+        Retrying after a dead connection is safe: a claim that landed twice
+        is one claim (``greatest``), and the answer reads what stands.
+        """
+        check_call(job_key, fence, input_version)
+        params = {"job_key": job_key, "input_version": input_version, "fence": fence}
+
+        async def attempt_once(conn: _Conn, attempt: _Attempt) -> ClaimResult:
+            row = await (await conn.execute(_CLAIM, params)).fetchone()
+            assert row is not None  # the function returns one row on every path
+            status, highest, *standing = row
+            return ClaimResult(
+                status=status,
+                job_key=job_key,
+                input_version=input_version,
+                fence=fence,
+                highest_fence=highest,
+                completion=_maybe_completion(job_key, tuple(standing)),
+            )
+
+        return await self._run(job_key, attempt_once)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
@@ -268,6 +297,7 @@ def _own_landed(answer: CompletionResult, execution_id: str) -> bool:
     """Whether ``answer`` (to a retry) shows the earlier, lost attempt of this call committed."""
     return (
         answer.status == "duplicate"
+        and answer.completion is not None
         and answer.completion.execution_id == execution_id
         and answer.completion.fence == answer.fence
     )
@@ -276,6 +306,11 @@ def _own_landed(answer: CompletionResult, execution_id: str) -> bool:
 async def _find(conn: _Conn, job_key: str, input_version: str) -> Completion | None:
     row = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
     return None if row is None else _completion(job_key, row)
+
+
+def _maybe_completion(job_key: str, row: TupleRow) -> Completion | None:
+    """Return the completion in ``row``, or ``None`` where an outer join found none."""
+    return None if row[-1] is None else _completion(job_key, row)
 
 
 def _completion(job_key: str, row: TupleRow) -> Completion:

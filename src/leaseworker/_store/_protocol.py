@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ._model import Completion, CompletionRequest, CompletionResult
+from ._model import ClaimResult, Completion, CompletionRequest, CompletionResult
 
 
 class CompletionStore(Protocol):
@@ -18,15 +18,31 @@ class CompletionStore(Protocol):
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record ``request``'s completion and result in one transaction, if the fence allows.
 
-        ``accepted`` when its fence is at least the highest fence accepted for
-        its job key and its identity had not completed; ``duplicate`` (with the
-        earlier result) when ``(job_key, input_version)`` had completed already;
-        ``stale`` when a higher fence already completed the job key. Only
-        ``accepted`` writes anything.
+        ``accepted`` when its fence is at least the highest fence the store has
+        seen for its job key (accepted or claimed) and its identity had not
+        completed; ``duplicate`` (with the earlier result) when
+        ``(job_key, input_version)`` had completed already; ``stale`` when a
+        higher fence completed or claimed the job key, whether or not that
+        claimer ever completes. Only ``accepted`` writes anything.
 
         On :class:`StoreUnavailable` the transaction was rolled back, unless the
         connection broke while committing; then the outcome is unknown, and
         calling again with the same identity answers ``duplicate`` if it did commit.
+        """
+        ...
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Record ``fence`` as the job key's claimed fence and look the identity up, atomically.
+
+        The worker calls it after acquiring the lease and before the job runs:
+        from then on every completion of the job key with a lower fence is
+        ``stale``, so a paused former holder that wakes up cannot win even
+        before this execution completes. Claims only rise (a lower claim
+        leaves a higher one as it is) and are durable like completions.
+        The answer says whether the job may run (``claimed``), need not
+        (``duplicate``: the identity completed, perhaps since the lookup) or
+        must not (``stale``: a higher fence stands). On
+        :class:`StoreUnavailable` nothing is known: the job must not run.
         """
         ...
 

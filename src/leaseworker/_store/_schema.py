@@ -135,6 +135,106 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         sqlite=(),  # SQLite states the rule in the store's own statements
     ),
+    Migration(
+        version=3,
+        description="claimed fence per job key: a takeover makes lower fences stale at once",
+        postgresql=(
+            # -1 (NO_FENCE): no claim yet. A claim-only head row holds fence -1
+            # and input version '' until a completion moves it.
+            "ALTER TABLE leaseworker_jobs ADD COLUMN claimed_fence bigint NOT NULL DEFAULT -1",
+            # Version 2's function with one change: stale below the highest
+            # fence seen, accepted or claimed; a stale answer may find no
+            # completion to show (LEFT JOIN: still one row).
+            """
+            CREATE OR REPLACE FUNCTION leaseworker_complete(
+                p_job_key text, p_input_version text, p_fence bigint, p_result jsonb,
+                p_execution_id text, p_pod text
+            ) RETURNS TABLE (
+                o_status text, o_winning_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            DECLARE
+                head_fence bigint;
+                head_version text;
+                seen bigint;
+            BEGIN
+                INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
+                VALUES (p_job_key, -1, '', now())
+                ON CONFLICT (job_key) DO UPDATE SET job_key = j.job_key
+                RETURNING j.fence, j.input_version, greatest(j.fence, j.claimed_fence)
+                INTO head_fence, head_version, seen;
+                RETURN QUERY
+                    SELECT 'duplicate'::text, seen, c.input_version, c.fence,
+                           c.result, c.execution_id, c.pod, c.completed_at
+                    FROM leaseworker_completions c
+                    WHERE c.job_key = p_job_key AND c.input_version = p_input_version;
+                IF FOUND THEN
+                    RETURN;
+                END IF;
+                IF p_fence < seen THEN
+                    RETURN QUERY
+                        SELECT 'stale'::text, seen, c.input_version, c.fence,
+                               c.result, c.execution_id, c.pod, c.completed_at
+                        FROM (SELECT 1) AS one
+                        LEFT JOIN leaseworker_completions c
+                          ON c.job_key = p_job_key AND c.input_version = head_version
+                         AND head_fence >= 0;
+                    RETURN;
+                END IF;
+                UPDATE leaseworker_jobs
+                SET fence = p_fence, input_version = p_input_version, updated_at = now()
+                WHERE job_key = p_job_key;
+                RETURN QUERY
+                    INSERT INTO leaseworker_completions AS c
+                        (job_key, input_version, fence, result, execution_id, pod,
+                         completed_at)
+                    VALUES (p_job_key, p_input_version, p_fence, p_result,
+                            p_execution_id, p_pod, now())
+                    RETURNING 'accepted'::text, p_fence, c.input_version, c.fence,
+                              c.result, c.execution_id, c.pod, c.completed_at;
+            END
+            $fn$
+            """,
+            # The claim: raise the claimed fence under the head row's lock,
+            # then look the identity up in a statement of its own (a fresh
+            # READ COMMITTED snapshot, so it sees what the lock's earlier
+            # holders committed). Always one row.
+            """
+            CREATE OR REPLACE FUNCTION leaseworker_claim(
+                p_job_key text, p_input_version text, p_fence bigint
+            ) RETURNS TABLE (
+                o_status text, o_highest_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            DECLARE
+                seen bigint;
+            BEGIN
+                -- p_fence < max(head, old claim) iff p_fence < max(head, new claim)
+                INSERT INTO leaseworker_jobs AS j
+                    (job_key, fence, input_version, updated_at, claimed_fence)
+                VALUES (p_job_key, -1, '', now(), p_fence)
+                ON CONFLICT (job_key) DO UPDATE
+                SET claimed_fence = greatest(j.claimed_fence, EXCLUDED.claimed_fence)
+                RETURNING greatest(j.fence, j.claimed_fence) INTO seen;
+                RETURN QUERY
+                    SELECT CASE WHEN c.job_key IS NOT NULL THEN 'duplicate'
+                                WHEN p_fence < seen THEN 'stale'
+                                ELSE 'claimed' END,
+                           seen, c.input_version, c.fence, c.result,
+                           c.execution_id, c.pod, c.completed_at
+                    FROM (SELECT 1) AS one
+                    LEFT JOIN leaseworker_completions c
+                      ON c.job_key = p_job_key AND c.input_version = p_input_version;
+            END
+            $fn$
+            """,
+        ),
+        sqlite=(
+            "ALTER TABLE leaseworker_jobs ADD COLUMN claimed_fence INTEGER NOT NULL DEFAULT -1",
+        ),
+    ),
 )
 
 

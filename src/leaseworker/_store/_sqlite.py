@@ -18,9 +18,11 @@ Why ``complete()`` is race-free: the write lock (``BEGIN IMMEDIATE``) is taken
 before the first statement, so no other writer, whether another process on
 the same file or a task of this one, can interleave. The fencing rule
 (:func:`~._model.decide`) is two writes: the completion row is inserted only
-if its identity is new and no higher fence holds the job key; then the head
-moves to it. A refused attempt writes nothing and reads what stands
-(``duplicate``: this identity's completion; ``stale``: the head's).
+if its identity is new and no higher fence holds the job key (accepted or
+claimed); then the head moves to it. A refused attempt writes nothing and
+reads what stands (``duplicate``: this identity's completion; ``stale``: the
+head's, if any). A claim is one upsert that raises the claimed fence, then
+reads the head and the identity, in the same write transaction.
 
 Bounds: a call that a batch starts after its deadline is answered at once;
 ``busy_timeout`` bounds waiting for another process's lock, and a progress
@@ -44,13 +46,18 @@ import anyio
 from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
 from ._model import (
+    NO_FENCE,
+    ClaimResult,
     Completion,
     CompletionRequest,
     CompletionResult,
+    Head,
     Status,
     answer_to,
     check_call,
     completion_params,
+    decide_claim,
+    highest,
 )
 from ._schema import MIGRATIONS, Migration, pending
 from ._url import StoreURL
@@ -62,20 +69,22 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PROGRESS_EVERY = 1000  # SQLite VM instructions between deadline checks
 MAX_BATCH = 64  # calls per trip to the database
 
-_HEAD = "SELECT fence, input_version FROM leaseworker_jobs WHERE job_key = ?"
+_HEAD = "SELECT fence, input_version, claimed_fence FROM leaseworker_jobs WHERE job_key = ?"
 _FIND = """
     SELECT input_version, fence, result, execution_id, pod, completed_at
     FROM leaseworker_completions WHERE job_key = ? AND input_version = ?
 """
 # Both bind :job_key, :input_version, :fence, :result, :execution_id, :pod and
 # :now. The first inserts nothing when the identity completed already or a
-# higher fence holds the job key (an equal one may complete a new identity).
+# higher fence holds the job key, accepted or claimed (an equal one may
+# complete a new identity).
 _RECORD_IF_CURRENT = """
     INSERT INTO leaseworker_completions
         (job_key, input_version, fence, result, execution_id, pod, completed_at)
     SELECT :job_key, :input_version, :fence, :result, :execution_id, :pod, :now
     WHERE NOT EXISTS (
-        SELECT 1 FROM leaseworker_jobs WHERE job_key = :job_key AND fence > :fence
+        SELECT 1 FROM leaseworker_jobs
+        WHERE job_key = :job_key AND max(fence, claimed_fence) > :fence
     )
     ON CONFLICT (job_key, input_version) DO NOTHING
 """
@@ -86,6 +95,13 @@ _MOVE_HEAD = """
         fence = excluded.fence,
         input_version = excluded.input_version,
         updated_at = excluded.updated_at
+"""
+# A claim-only head row holds fence -1 and input version '' (no completion).
+_CLAIM = """
+    INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at, claimed_fence)
+    VALUES (:job_key, -1, '', :now, :fence)
+    ON CONFLICT (job_key) DO UPDATE SET
+        claimed_fence = max(claimed_fence, excluded.claimed_fence)
 """
 _STATE = """
     SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
@@ -161,6 +177,13 @@ class SqliteStore:
         params = completion_params(request)
         return await self._run(
             request.job_key, lambda conn: _complete(conn, request, params), writes=True
+        )
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``."""
+        check_call(job_key, fence, input_version)
+        return await self._run(
+            job_key, lambda conn: _claim(conn, job_key, input_version, fence), writes=True
         )
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
@@ -318,14 +341,32 @@ def _complete(
             completed_at=_EPOCH + timedelta(microseconds=now),
         )
         return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
-    # Nothing was written: the identity completed already, or a higher fence won.
-    head_fence, head_version = conn.execute(_HEAD, (request.job_key,)).fetchone()
+    # Nothing was written: the identity completed already, or a higher fence stands.
+    head_fence, head_version, claimed = conn.execute(_HEAD, (request.job_key,)).fetchone()
     status: Status = "duplicate"
     winner = _find(conn, request.job_key, request.input_version)
-    if winner is None:
+    if winner is None:  # stale: the head's completion, none if only a claim stands
         status, winner = "stale", _find(conn, request.job_key, head_version)
-    assert winner is not None  # the head always points at a recorded completion
-    return answer_to(request, status, winning_fence=head_fence, completion=winner)
+    seen = max(head_fence, claimed)
+    return answer_to(request, status, winning_fence=seen, completion=winner)
+
+
+def _claim(conn: sqlite3.Connection, job_key: str, input_version: str, fence: int) -> ClaimResult:
+    """Record the claim and read what stands; run inside the batch's write transaction."""
+    row = conn.execute(_HEAD, (job_key,)).fetchone()
+    head = None if row is None or row[0] == NO_FENCE else Head(row[0], row[1])
+    claimed = NO_FENCE if row is None else row[2]
+    params = {"job_key": job_key, "fence": fence, "now": time.time_ns() // 1000}
+    conn.execute(_CLAIM, params)
+    standing = _find(conn, job_key, input_version)
+    return ClaimResult(
+        status=decide_claim(standing, head, fence, claimed=claimed),
+        job_key=job_key,
+        input_version=input_version,
+        fence=fence,
+        highest_fence=highest(head, max(claimed, fence)),
+        completion=standing,
+    )
 
 
 def _find(conn: sqlite3.Connection, job_key: str, input_version: str) -> Completion | None:
