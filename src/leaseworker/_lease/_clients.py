@@ -4,7 +4,7 @@
 ``redis+sentinel://`` (a Sentinel-monitored master) and ``redis+cluster://``
 (a Redis Cluster), each also with TLS as ``rediss+...``. The CLI, the health
 probe and embedding code all build their client here, with leaseworker's
-socket settings. See docs/operations.md#redis-topologies.
+socket settings. See docs/operations.md#redis-topology.
 """
 
 from __future__ import annotations

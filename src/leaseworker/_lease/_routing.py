@@ -5,7 +5,7 @@ connection that wrote. So the router keeps one plain client per primary (with
 the cluster's connection settings) and, with pipelining, one
 :class:`ScriptPipeline` per node: the calls queued for a node go as one trip.
 A ``MOVED`` (failover, resharding) refreshes the slot map and is sent once
-more; see docs/operations.md#redis-topologies.
+more; see docs/operations.md#redis-topology.
 """
 
 from __future__ import annotations
