@@ -132,6 +132,34 @@ async def test_paused_replicas_hold_replication_back_until_resumed(
             assert await client.get(name) == b"v"
 
 
+async def test_a_write_after_cut_off_is_lost_when_the_master_dies(
+    settled: LocalSentinelGroup,
+) -> None:
+    """Redis's documented failure: the master dies before replicating, a replica is promoted.
+
+    A paused replica alone would still apply the write on resume (it waits in
+    the socket buffer); cut off, the write is gone from the promoted replica.
+    """
+    master = await settled.master()
+    replicas = [node for node in settled.servers if node is not master]
+    kept, lost = key(), key()
+    async with direct(master) as client:
+        await client.set(kept, "v")
+        assert await replicas_acknowledging(client, len(replicas), 5000) == len(replicas)
+        for node in replicas:
+            await settled.cut_off(node)
+        await client.set(lost, "v")
+        assert await replicas_acknowledging(client, 1, 100) == 0
+    settled.kill(master)
+    for node in replicas:
+        settled.resume(node)
+    new = await settled.wait_for_new_master(master)
+    assert new in replicas
+    async with direct(new) as client:
+        assert await client.get(kept) == b"v"
+        assert await client.get(lost) is None
+
+
 async def test_stop_leaves_no_process_and_no_work_dir() -> None:
     """A group with one replica starts, serves, and after stop() no PID and no directory remains."""
     group = LocalSentinelGroup.start(replicas=1)

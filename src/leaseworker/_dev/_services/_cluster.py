@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self, final
@@ -33,13 +35,25 @@ from typing import Self, final
 from redis.asyncio.cluster import ClusterNode
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from ._nodes import RedisNode, distinct_free_ports, fields, in_thread, wait_until, write_config
+from ._nodes import (
+    RedisNode,
+    cut_off,
+    distinct_free_ports,
+    fields,
+    in_thread,
+    wait_until,
+    write_config,
+)
 from ._proc import LOOPBACK, run_captured
 
 SHARDS = 3
 NODES = SHARDS * 2
 
 _ALL_SLOTS = str(REDIS_CLUSTER_HASH_SLOTS)
+
+_RETRY_AFTER = 10.0
+"""Seconds before ``CLUSTER FAILOVER`` is sent again: Redis gives up a manual
+failover after 5 s when the replica cannot catch up in time."""
 
 _HEALTHY_FLAGS = frozenset({"myself", "master", "slave", "fail", "nofailover"})
 """``CLUSTER NODES`` flags of a settled view; ``fail?`` (suspected), ``handshake`` and
@@ -75,6 +89,7 @@ class LocalRedisCluster:
     timeout: float = 60.0
     _ids: dict[int, str] = field(default_factory=dict)
     _shards: list[frozenset[int]] = field(default_factory=list)
+    _migrating: dict[int, RedisNode] = field(default_factory=dict)
 
     @classmethod
     def start(cls, *, node_timeout_ms: int = 2000, timeout: float = 60.0) -> Self:
@@ -140,7 +155,25 @@ class LocalRedisCluster:
 
     async def kill_master(self, shard: int) -> RedisNode:
         """SIGKILL ``shard``'s master; return the replica the cluster promotes instead."""
-        return await in_thread(lambda: self._kill_master(shard))
+        master = await self.shard_master(shard)
+        self.kill(master)
+        return await self.wait_for_promotion(shard)
+
+    def kill(self, node: RedisNode) -> None:
+        """SIGKILL ``node`` and return at once, before the cluster notices.
+
+        For scenarios that act between the crash and the promotion (resume a
+        paused replica, then :meth:`wait_for_promotion`).
+        """
+        node.kill()
+
+    async def wait_for_promotion(self, shard: int) -> RedisNode:
+        """Return ``shard``'s master once it is a running node and the cluster is settled.
+
+        After a crash the survivors keep naming the dead master (and say
+        ``cluster_state:ok``) until the node timeout passes; this waits past that.
+        """
+        return await in_thread(lambda: self._wait_master(shard, lambda node: True))
 
     async def migrate_slot(self, slot: int, to: RedisNode, *, finish: bool = True) -> None:
         """Move ``slot`` and its keys from its master to the master ``to``.
@@ -154,22 +187,43 @@ class LocalRedisCluster:
         """
         await in_thread(lambda: self._migrate_slot(slot, to, finish=finish))
 
-    async def finish_slot_migration(self, slot: int, to: RedisNode) -> None:
-        """Assign ``slot`` to ``to`` on every master; return once every node agrees."""
-        await in_thread(lambda: self._finish_migration(slot, to))
+    async def finish_slot_migration(self, slot: int) -> None:
+        """Assign a slot left mid-migration to its new master; return once every node agrees."""
+        await in_thread(lambda: self._finish_migration(slot))
 
     async def settle(self) -> None:
         """Bring the cluster back to health: continue paused nodes, restart killed ones.
 
         A restarted node reads its config file, learns that its shard failed
-        over while it was away, and rejoins as the replica. Returns once every
-        node runs and the cluster is settled as after :meth:`start`.
+        over while it was away, and rejoins as the replica. A slot left
+        mid-migration is finished. Returns once every node runs and the
+        cluster is settled as after :meth:`start`.
         """
         await in_thread(self._settle)
 
     def pause(self, node: RedisNode) -> None:
-        """SIGSTOP ``node``; returns once stopped (the cluster fails it over after the timeout)."""
+        """SIGSTOP ``node``; returns once stopped (the cluster fails it over after the timeout).
+
+        Writes to a paused replica wait in its socket buffer and are applied on
+        :meth:`resume`, even if its master died meanwhile; :meth:`cut_off` loses them.
+        """
         node.pause()
+
+    async def cut_off(self, shard: int) -> RedisNode:
+        """Pause ``shard``'s replica and drop its link at the master; return the replica.
+
+        Later writes to the shard never reach it: ``cut_off``, write, :meth:`kill`
+        the master, :meth:`resume` the replica, :meth:`wait_for_promotion`, and
+        the shard's new master lacks the write.
+        """
+
+        def cut() -> RedisNode:
+            master = self._master_of(shard, self._view())
+            replica = next(n for n in self.shard_nodes(shard) if n is not master)
+            cut_off(replica, master)
+            return replica
+
+        return await in_thread(cut)
 
     def resume(self, node: RedisNode) -> None:
         """SIGCONT a paused ``node``; returns once it runs."""
@@ -271,31 +325,37 @@ class LocalRedisCluster:
         entry = next(e for e in view if any(_covers(r, slot) for r in e.slots))
         return self._node_at(entry.port)
 
-    def _wait_master(self, node: RedisNode, what: str) -> None:
-        """Wait until the cluster is settled with ``node`` serving its shard's slots."""
+    def _wait_master(
+        self, shard: int, accept: Callable[[RedisNode], bool], *, timeout: float | None = None
+    ) -> RedisNode:
+        """Wait until the cluster is settled and ``shard``'s master runs and is ``accept``-ed."""
+        found: list[RedisNode] = []
 
         def promoted() -> bool:
             if not self._settled():
                 return False
-            return self._master_of(self._shard_index(node.port), self._view()) is node
+            master = self._master_of(shard, self._view())
+            found[:] = [master] if master.alive and not master.paused and accept(master) else []
+            return bool(found)
 
-        wait_until(promoted, timeout=self.timeout, what=what)
+        what = f"a running master for shard {shard}"
+        wait_until(promoted, timeout=self.timeout if timeout is None else timeout, what=what)
+        return found[0]
 
     # -- acting
 
     def _failover(self, shard: int) -> RedisNode:
+        """Ask the replica to take over, again if a manual failover timed out (after 5 s)."""
         master = self._master_of(shard, self._view())
         replica = next(n for n in self.shard_nodes(shard) if n is not master)
-        replica.command("CLUSTER", "FAILOVER")
-        self._wait_master(replica, f"{replica.name} to take over shard {shard}")
-        return replica
-
-    def _kill_master(self, shard: int) -> RedisNode:
-        master = self._master_of(shard, self._view())
-        replica = next(n for n in self.shard_nodes(shard) if n is not master)
-        master.kill()
-        self._wait_master(replica, f"{replica.name} to replace the killed {master.name}")
-        return replica
+        deadline = time.monotonic() + self.timeout
+        while True:
+            replica.command("CLUSTER", "FAILOVER")
+            try:
+                return self._wait_master(shard, lambda node: node is replica, timeout=_RETRY_AFTER)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
 
     def _migrate_slot(self, slot: int, to: RedisNode, *, finish: bool) -> None:
         source = self._owner(slot, self._view())
@@ -306,10 +366,12 @@ class LocalRedisCluster:
         while keys := source.command("CLUSTER", "GETKEYSINSLOT", slot, 100):
             with source.client(decode=False) as client:  # keys may not be text
                 client.execute_command("MIGRATE", LOOPBACK, to.port, "", 0, 5000, "KEYS", *keys)
+        self._migrating[slot] = to
         if finish:
-            self._finish_migration(slot, to)
+            self._finish_migration(slot)
 
-    def _finish_migration(self, slot: int, to: RedisNode) -> None:
+    def _finish_migration(self, slot: int) -> None:
+        to = self._migrating.pop(slot)
         view = self._view()
         masters = [self._node_at(e.port) for e in view if e.role == "master" and not e.failed]
         for node in sorted(masters, key=lambda n: n is not to):  # the new owner first
@@ -326,6 +388,8 @@ class LocalRedisCluster:
                 node.resume()
             elif not node.alive:
                 node.restart()
+        for slot in list(self._migrating):
+            self._finish_migration(slot)
         wait_until(self._replicating, timeout=self.timeout, what="every replica to sync")
 
     def _replicating(self) -> bool:

@@ -133,6 +133,27 @@ class RedisNode:
         self.process.stop()
 
 
+def cut_off(replica: RedisNode, master: RedisNode) -> None:
+    """Pause ``replica`` and drop the master's replication links, so writes never reach it.
+
+    SIGSTOP alone holds writes back only while the master lives: they wait in
+    the paused replica's socket buffer, and it applies them on SIGCONT even if
+    the master died meanwhile. With the link dropped first, a write from now on
+    reaches ``replica`` only by a resync, which needs the master alive. Other
+    (running) replicas of ``master`` reconnect and resync from the backlog at once.
+    """
+    replica.pause()
+    master.command("CLIENT", "KILL", "TYPE", "replica")
+
+    def dropped() -> bool:
+        info = master.info("replication")
+        return not any(
+            f"port={replica.port}," in v for k, v in info.items() if k.startswith("slave")
+        )
+
+    wait_until(dropped, timeout=10, what=f"{master.name} to drop {replica.name}")
+
+
 def _spawn(name: str, argv: list[str], port: int, log_path: Path) -> LocalProcess:
     """Start one node and wait for its PONG; never leave it running on failure."""
     process = LocalProcess.spawn(name, argv, log_path=log_path)

@@ -34,7 +34,15 @@ import redis
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
 
-from ._nodes import RedisNode, distinct_free_ports, in_thread, pairs, wait_until, write_config
+from ._nodes import (
+    RedisNode,
+    cut_off,
+    distinct_free_ports,
+    in_thread,
+    pairs,
+    wait_until,
+    write_config,
+)
 from ._proc import LOOPBACK
 
 SENTINELS = 3
@@ -147,11 +155,39 @@ class LocalSentinelGroup:
 
     async def kill_master(self) -> RedisNode:
         """SIGKILL the master; return the replica the sentinels promote in its place."""
-        return await in_thread(self._kill_master)
+        old = await self.master()
+        self.kill(old)
+        return await self.wait_for_new_master(old)
+
+    def kill(self, node: RedisNode) -> None:
+        """SIGKILL ``node`` and return at once, before the sentinels notice.
+
+        For scenarios that act between the crash and the promotion: pause the
+        replicas, write, kill the master, resume them, then
+        :meth:`wait_for_new_master`, and the promoted replica lacks the write.
+        """
+        node.kill()
+
+    async def wait_for_new_master(self, old: RedisNode) -> RedisNode:
+        """Return the master that replaced ``old``, once every sentinel switched to it."""
+        return await in_thread(lambda: self._wait_switched(old))
 
     def pause(self, node: RedisNode) -> None:
-        """SIGSTOP ``node`` (a replica, to hold replication back); returns once stopped."""
+        """SIGSTOP ``node`` (a replica, to hold replication back); returns once stopped.
+
+        Writes meanwhile wait in its socket buffer and are applied on
+        :meth:`resume`, even if the master died meanwhile; :meth:`cut_off`
+        loses them.
+        """
         node.pause()
+
+    async def cut_off(self, replica: RedisNode) -> None:
+        """Pause ``replica`` and drop its link at the master: later writes never reach it.
+
+        The way to a promoted replica that lacks a write: ``cut_off``, write,
+        :meth:`kill` the master, :meth:`resume`, :meth:`wait_for_new_master`.
+        """
+        await in_thread(lambda: cut_off(replica, self._wait_agreed_master()))
 
     def resume(self, node: RedisNode) -> None:
         """SIGCONT a paused ``node``; returns once it runs (it catches up on its own)."""
@@ -313,11 +349,6 @@ class LocalSentinelGroup:
             return True
 
         wait_until(requested, timeout=self.timeout, what="a sentinel to accept SENTINEL FAILOVER")
-        return self._wait_switched(old)
-
-    def _kill_master(self) -> RedisNode:
-        old = self._wait_agreed_master()
-        old.kill()
         return self._wait_switched(old)
 
     def _wait_switched(self, old: RedisNode) -> RedisNode:
