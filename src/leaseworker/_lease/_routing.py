@@ -46,7 +46,7 @@ class ClusterRouter:
         self._wait = wait
         self._nodes: dict[str, tuple[Redis, ScriptPipeline | None]] = {}
         self._map_known = False
-        self._discovery: asyncio.Future[object] | None = None
+        self._discovery: asyncio.Task[RedisCluster] | None = None
 
     async def call(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
         """Run script ``sha`` on the owner of ``keys[0]``; once more after a ``MOVED``."""
@@ -89,7 +89,7 @@ class ClusterRouter:
         """
         discovery = self._discovery
         if discovery is None or discovery.done():
-            discovery = self._discovery = asyncio.ensure_future(self._cluster.initialize())
+            discovery = self._discovery = asyncio.create_task(self._cluster.initialize())
         await asyncio.shield(discovery)
         self._map_known = True
 
