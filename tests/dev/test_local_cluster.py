@@ -179,6 +179,9 @@ async def test_stop_leaves_no_process_and_no_work_dir() -> None:
         assert all(config.startswith(str(cluster.workdir)) for config in configs)
         assert len(list(cluster.workdir.glob("node*/nodes.conf"))) == len(cluster.nodes)
         pids = [node.pid for node in cluster.nodes]
+        assert cluster.url == "redis+cluster://" + ",".join(
+            f"127.0.0.1:{node.port}" for node in cluster.nodes
+        )
     finally:
         cluster.stop()
     assert_gone(pids, cluster.workdir)

@@ -165,6 +165,8 @@ async def test_stop_leaves_no_process_and_no_work_dir() -> None:
     group = LocalSentinelGroup.start(replicas=1)
     try:
         assert len(group.servers) == 2
+        ports = ",".join(f"127.0.0.1:{node.port}" for node in group.sentinels)
+        assert group.url == f"redis+sentinel://{ports}/leaseworker"
         async with group.master_client() as client:
             await client.set("k", "v")
             assert await replicas_acknowledging(client, 1, 5000) == 1

@@ -125,6 +125,11 @@ class LocalRedisCluster:
         """
         return [ClusterNode(LOOPBACK, node.port) for node in self.nodes if node.alive]
 
+    @property
+    def url(self) -> str:
+        """``redis+cluster://host:port,...`` over every node, the URL ``--redis-url`` takes."""
+        return "redis+cluster://" + ",".join(f"{LOOPBACK}:{node.port}" for node in self.nodes)
+
     def shard_nodes(self, shard: int) -> list[RedisNode]:
         """Return the two nodes of ``shard``, in port order, whatever their roles now."""
         return [node for node in self.nodes if node.port in self._shards[shard]]

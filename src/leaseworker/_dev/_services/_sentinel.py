@@ -117,6 +117,12 @@ class LocalSentinelGroup:
         """``(host, port)`` of every sentinel, for ``Sentinel(...)`` or a sentinel URL."""
         return [node.address for node in self.sentinels]
 
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://host:port,.../<service>``, the URL ``--redis-url`` takes for it."""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
     @contextlib.asynccontextmanager
     async def master_client(self, **kwargs: Any) -> AsyncIterator[Redis]:
         """Yield a Sentinel-mode client: ``Sentinel(addresses, **kwargs).master_for(service)``.
