@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
+from redis.asyncio import Redis
 
-from leaseworker import Lease, LeaseUnavailable, RedisLeases, hold
+from leaseworker import Lease, LeaseUnavailable, RedisLeases, hold, redis_from_url
 from leaseworker._dev._services import LocalSentinelGroup
 from leaseworker._lease import now
 
@@ -38,6 +39,22 @@ async def settled(group: LocalSentinelGroup) -> LocalSentinelGroup:
     """The group, healthy again whatever the previous scenario did to it."""
     await group.settle()
     return group
+
+
+async def test_the_url_client_follows_the_master_and_closes_everything(
+    settled: LocalSentinelGroup,
+) -> None:
+    """``redis_from_url`` on the group's URL writes on the master; closing leaks nothing.
+
+    The suite turns a ``ResourceWarning`` (an unclosed sentinel connection) into an error.
+    """
+    client = redis_from_url(settled.url)
+    assert isinstance(client, Redis)
+    try:
+        await client.set("url-check", "1")
+        assert (await client.info("replication"))["role"] == "master"
+    finally:
+        await client.aclose()
 
 
 @dataclass
