@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)

@@ -248,3 +248,12 @@ def test_stop_is_prompt_and_jaeger_dials_nothing(jaeger_binary: Path, tmp_path: 
     log = jaeger.process.log_path.read_text()
     # A port *ending* the address: a random port such as 43173 must not match.
     assert re.search(r":4317(?!\d)", log) is None, log
+
+
+def test_a_temporary_work_directory_is_removed_by_stop(jaeger_binary: Path) -> None:
+    """Started without a work directory, Jaeger leaves none behind."""
+    assert jaeger_binary.is_file()
+    jaeger = LocalJaeger.start()
+    assert jaeger.workdir.is_dir()
+    jaeger.stop()
+    assert not jaeger.workdir.exists()

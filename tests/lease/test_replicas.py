@@ -119,7 +119,7 @@ async def test_a_renewal_the_replica_did_not_get_stops_the_body_for_good(
     leases = RedisLeases(
         redis, namespace=namespace, command_timeout=0.5, replicas=1, replica_timeout=0.1
     )
-    with pytest.raises(LeaseLost) as lost:
+    with pytest.raises(LeaseLost) as lost, anyio.fail_after(10):  # fails, never hangs
         async with hold(leases, "k", ttl=1.5, renew_every=0.3) as held:
             replicated.process.popen.send_signal(signal.SIGSTOP)
             await anyio.sleep_forever()

@@ -4,7 +4,7 @@
 ``redis+sentinel://`` (a Sentinel-monitored master) and ``redis+cluster://``
 (a Redis Cluster), each also with TLS as ``rediss+...``. The CLI, the health
 probe and embedding code all build their client here, with leaseworker's
-socket settings. See docs/operations.md#redis-topologies.
+socket settings. See docs/operations.md#redis-topology.
 """
 
 from __future__ import annotations
@@ -111,9 +111,25 @@ def redis_from_url(url: str, *, connect_timeout: float = 0.5) -> Redis | RedisCl
     sentinel = Sentinel(list(target.hosts), sentinel_kwargs=sentinel_auth)  # type: ignore[no-untyped-call]
     assert target.service is not None
     master: Redis = sentinel.master_for(
-        target.service, db=target.db, ssl=target.tls, **auth, **common
+        target.service, redis_class=_SentinelMaster, db=target.db, ssl=target.tls, **auth, **common
     )
     return master
+
+
+class _SentinelMaster(Redis):
+    """A Sentinel master client whose ``aclose()`` also closes its sentinel connections.
+
+    redis-py leaves them to the ``Sentinel`` object, which :func:`redis_from_url`
+    does not hand out: without this they would leak on every close.
+    """
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            manager = getattr(self.connection_pool, "sentinel_manager", None)
+            for sentinel in getattr(manager, "sentinels", ()):
+                await sentinel.aclose()
 
 
 def _single(url: str, tls: bool) -> RedisTarget:

@@ -216,9 +216,11 @@ async def _pipeline(
     if wait is None:
         return [Replied(reply, None) for reply in replies]
     acked = replies.pop()
-    if isinstance(acked, Exception):
-        raise acked
-    return [Replied(reply, int(acked)) for reply in replies]
+    # WAIT can fail where the script did too (a demoted master answers MOVED to
+    # the script and refuses WAIT): the script's own answer is what the caller
+    # sees, and an unacknowledged write counts as acknowledged by no replica.
+    count = 0 if isinstance(acked, Exception) else int(acked)
+    return [Replied(reply, count) for reply in replies]
 
 
 def _stopped() -> RedisConnectionError:

@@ -1,11 +1,13 @@
 """Local stand-ins for production services, run as plain processes on loopback.
 
-The demo and the test suite use these to start real Redis, Kafka, PostgreSQL and
-Jaeger without Docker: every service binds a free loopback port, is waited for
-until it answers, and is stopped by PID. Downloads and builds are cached under
+The demo and the test suite use these to start real Redis (alone, as a Sentinel
+group or as a cluster), Kafka, PostgreSQL and Jaeger without Docker: every
+service binds a free loopback port, is waited for until it answers, and is
+stopped by PID. Downloads and builds are cached under
 :func:`cache_dir`, outside any clone, so repeated runs are fast.
 """
 
+from ._cluster import LocalRedisCluster as LocalRedisCluster
 from ._jaeger import LocalJaeger as LocalJaeger
 from ._postgres import LocalPostgres as LocalPostgres
 from ._proc import LocalProcess as LocalProcess
@@ -13,12 +15,15 @@ from ._proc import cache_dir as cache_dir
 from ._proc import free_port as free_port
 from ._proc import wait_for_port as wait_for_port
 from ._redis import LocalRedis as LocalRedis
+from ._sentinel import LocalSentinelGroup as LocalSentinelGroup
 
 __all__ = [
     "LocalJaeger",
     "LocalPostgres",
     "LocalProcess",
     "LocalRedis",
+    "LocalRedisCluster",
+    "LocalSentinelGroup",
     "cache_dir",
     "free_port",
     "wait_for_port",

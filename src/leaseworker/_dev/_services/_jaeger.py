@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Self, TypedDict
@@ -104,6 +104,7 @@ class LocalJaeger:
     query_grpc_port: int
     workdir: Path
     process: LocalProcess
+    remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
 
     @property
     def otlp_grpc_endpoint(self) -> str:
@@ -181,9 +182,11 @@ class LocalJaeger:
         """Build if needed, start Jaeger, and wait until its query API answers.
 
         The YAML config and ``jaeger.log`` are written into ``workdir`` (a new
-        temporary directory by default), which is kept for post-mortems.
+        temporary directory by default, removed by :meth:`stop`; a failed start
+        shows the log's tail in its error).
         """
         binary = cls.ensure_built()
+        remove = workdir is None
         workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-jaeger-"))
         workdir.mkdir(parents=True, exist_ok=True)
         otlp_grpc, otlp_http, query_http, query_grpc = _distinct_free_ports(4)
@@ -208,19 +211,23 @@ class LocalJaeger:
             query_grpc_port=query_grpc,
             workdir=workdir,
             process=process,
+            remove_workdir=remove,
         )
         try:
             jaeger._wait_ready(timeout)
         except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
-            process.stop()
+            tail = process.log_tail()  # read before stop() removes the log
+            jaeger.stop()
             if not isinstance(exc, Exception):
                 raise
-            raise RuntimeError(f"Jaeger did not start:\n{process.log_tail()}") from exc
+            raise RuntimeError(f"Jaeger did not start:\n{tail}") from exc
         return jaeger
 
     def stop(self) -> None:
-        """Stop Jaeger by PID; the in-memory traces are gone afterwards."""
+        """Stop Jaeger by PID (its in-memory traces go with it) and remove its temp dir."""
         self.process.stop()
+        if self.remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def find_traces(
         self, service: str, *, lookback_s: float = 600, limit: int = 100

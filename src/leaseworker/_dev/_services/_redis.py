@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
@@ -25,6 +25,7 @@ class LocalRedis:
     port: int
     workdir: Path
     process: LocalProcess
+    remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
 
     @property
     def url(self) -> str:
@@ -41,9 +42,17 @@ class LocalRedis:
                 "(it installs Debian's redis-server package)"
             )
         port = port or free_port()
+        remove = workdir is None
         workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-redis-"))
-        process = _spawn(binary, port, workdir)
-        return cls(binary=binary, port=port, workdir=workdir, process=process)
+        try:
+            process = _spawn(binary, port, workdir)
+        except BaseException:
+            if remove:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return cls(
+            binary=binary, port=port, workdir=workdir, process=process, remove_workdir=remove
+        )
 
     def restart_empty(self) -> None:
         """Stop the server and start it again on the same port with no data."""
@@ -51,8 +60,10 @@ class LocalRedis:
         self.process = _spawn(self.binary, self.port, self.workdir)
 
     def stop(self) -> None:
-        """Stop the server by PID."""
+        """Stop the server by PID and remove its temporary work directory (if it made one)."""
         self.process.stop()
+        if self.remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
