@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from leaseworker import WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._execution import Ending
 from leaseworker._kafka._source import KafkaTriggerSource
 
 from ..fake_kafka import FakeConsumer
@@ -71,9 +72,9 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     """
     release = anyio.Event()
 
-    async def handle(trigger: object, key: str) -> bool:
+    async def handle(trigger: object, key: str) -> Ending:
         await release.wait()
-        return True
+        return Ending("completed")
 
     config = WorkerConfig(concurrency=2)
     consumer = FakeConsumer()
@@ -182,9 +183,9 @@ async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None
     """A waiter on the stats returns once the source moved there, and times out otherwise."""
     release = anyio.Event()
 
-    async def handle(trigger: object, key: str) -> bool:
+    async def handle(trigger: object, key: str) -> Ending:
         await release.wait()
-        return True
+        return Ending("completed")
 
     consumer = FakeConsumer()
     source = KafkaTriggerSource(

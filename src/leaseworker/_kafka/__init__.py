@@ -22,7 +22,6 @@ from ._producer import KafkaError as KafkaError
 from ._producer import send_trigger as send_trigger
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
-from ._source import JobFailure as JobFailure
 from ._source import KafkaTriggerSource as KafkaTriggerSource
 from ._state import SourceStats as SourceStats
 
@@ -31,7 +30,6 @@ __all__ = [
     "DEAD_LETTER_HEADERS",
     "DEAD_LETTER_OMITTED",
     "NO_HOOKS",
-    "JobFailure",
     "KafkaError",
     "KafkaSecurity",
     "KafkaTriggerSource",

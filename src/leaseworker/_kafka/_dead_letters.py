@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError  # type: ignore
 
 from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
+from .._outcome import DeadLetterReason
 from .._retry import Retries
 from ._hooks import SourceHooks
 from ._logs import describe, logger
@@ -92,7 +93,12 @@ class DeadLetters:
         self._hooks.malformed(record, exc.reason)
 
     async def send(
-        self, record: Any, reason: str, detail: str, *, failure: tuple[str, str] | None = None
+        self,
+        record: Any,
+        reason: DeadLetterReason,
+        detail: str,
+        *,
+        failure: tuple[str, str] | None = None,
     ) -> None:
         """Copy ``record`` to the dead-letter topic, if one is set (retried until it succeeds).
 
@@ -129,7 +135,7 @@ class DeadLetters:
             self._sent(record, reason)
             return
 
-    def _sent(self, record: Any, reason: str) -> None:
+    def _sent(self, record: Any, reason: DeadLetterReason) -> None:
         self._stats.dead_letters += 1
         self._state.notify()
         self._hooks.dead_lettered(record, reason)

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, final
 
 from .._execution import Trigger
+from .._outcome import DeadLetterReason, MalformedReason
 
 
 class SourceHooks(Protocol):
@@ -32,11 +33,11 @@ class SourceHooks(Protocol):
         """Note that ``record`` decoded to ``trigger``, for ``job_key``."""
         ...
 
-    def malformed(self, record: Any, reason: str) -> None:
+    def malformed(self, record: Any, reason: MalformedReason) -> None:
         """Note that ``record`` cannot become a job, and why (a terminal outcome)."""
         ...
 
-    def dead_lettered(self, record: Any, reason: str) -> None:
+    def dead_lettered(self, record: Any, reason: DeadLetterReason) -> None:
         """Note that ``record`` was copied to the dead-letter topic."""
         ...
 
@@ -69,10 +70,10 @@ class _NoHooks:
     def received(self, trigger: Trigger, job_key: str) -> None:
         """Ignore the step."""
 
-    def malformed(self, record: Any, reason: str) -> None:
+    def malformed(self, record: Any, reason: MalformedReason) -> None:
         """Ignore the step."""
 
-    def dead_lettered(self, record: Any, reason: str) -> None:
+    def dead_lettered(self, record: Any, reason: DeadLetterReason) -> None:
         """Ignore the step."""
 
     def committed(

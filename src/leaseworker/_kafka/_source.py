@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, final
 
 import anyio
@@ -19,7 +18,8 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from .._errors import MalformedTrigger
-from .._execution import Trigger, check_job_key, decode_trigger
+from .._execution import Ending, Trigger, check_job_key, decode_trigger
+from .._outcome import JOB_FAILURES
 from .._retry import Retries, startup
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
@@ -31,23 +31,8 @@ from ._rebalance import Rebalance
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, SourceStats, release_grace
 
-
-@dataclass(frozen=True, slots=True)
-class JobFailure:
-    """A trigger whose job ended ``failed`` or ``timed_out``: terminal, and dead-lettered.
-
-    ``reason`` is ``job_failed`` or ``job_timed_out``; ``error_type`` is the
-    exception's class name. The exception's message is deliberately not
-    carried: it may quote payload data.
-    """
-
-    reason: str
-    error_type: str
-    job_key: str
-
-
-Handle = Callable[[Trigger, str], Awaitable[bool | JobFailure]]
-"""Run a trigger's job; ``True`` once terminal, ``False`` if not, a failure to dead-letter."""
+Handle = Callable[[Trigger, str], Awaitable[Ending]]
+"""Run a trigger's job and say how it ended: terminal or not, dead-lettered as a failure."""
 
 ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
@@ -280,16 +265,16 @@ class KafkaTriggerSource:
             await self._dead_letters.send(record, exc.reason, exc.detail)
             return True
         self._hooks.received(trigger, job_key)
-        result = await self._handle(trigger, job_key)
-        if isinstance(result, JobFailure):
+        ending = await self._handle(trigger, job_key)
+        reason = JOB_FAILURES.get(ending.outcome)
+        if reason is not None:  # terminal, and dead-lettered naming the exception's type
             self.stats.job_failures += 1
             self._state.notify()
-            detail = f"the job raised {result.error_type}"
-            await self._dead_letters.send(
-                record, result.reason, detail, failure=(result.error_type, result.job_key)
-            )
+            error_type = ending.error_type or "unknown"
+            detail = f"the job raised {error_type}"
+            await self._dead_letters.send(record, reason, detail, failure=(error_type, job_key))
             return True
-        return result
+        return ending.terminal
 
     def _job_key(self, trigger: Trigger) -> str:
         try:
@@ -358,4 +343,4 @@ class KafkaTriggerSource:
                     await client.stop()
 
 
-__all__ = ["JobFailure", "KafkaTriggerSource", "SourceStats", "TopicPartition"]
+__all__ = ["KafkaTriggerSource", "SourceStats", "TopicPartition"]

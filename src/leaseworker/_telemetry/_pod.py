@@ -27,6 +27,7 @@ from opentelemetry.trace import (
 
 from .._execution import ExecutionEvent, Trigger
 from .._lease import LeaseObserver, now
+from .._outcome import DeadLetterReason, MalformedReason
 from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
@@ -116,7 +117,7 @@ class PodTelemetry:
         trace.received = True
 
     @_guarded
-    def malformed(self, record: Any, reason: str) -> None:
+    def malformed(self, record: Any, reason: MalformedReason) -> None:
         """Mark the record malformed: a terminal outcome (dead-lettered if configured)."""
         trace = CURRENT.get()
         if trace is None or trace.span is None:
@@ -127,7 +128,7 @@ class PodTelemetry:
         trace.span.set_status(_error(f"malformed trigger: {reason}"))
 
     @_guarded
-    def dead_lettered(self, record: Any, reason: str) -> None:
+    def dead_lettered(self, record: Any, reason: DeadLetterReason) -> None:
         """Record that the record was copied to the dead-letter topic."""
         self._metrics.dead_letters.add(
             1, {n.DEAD_LETTER_REASON: reason, n.MESSAGING_DESTINATION: record.topic}

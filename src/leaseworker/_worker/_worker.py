@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 
 from .._errors import StoreUnavailable
 from .._execution import (
+    Ending,
     ExecutionObserver,
     Executor,
     LeaseObservers,
@@ -33,9 +34,8 @@ from .._execution import (
     ReportJob,
     Trigger,
 )
-from .._kafka import JobFailure, KafkaTriggerSource, SourceStats
+from .._kafka import KafkaTriggerSource, SourceStats
 from .._lease import LeaseStore, RedisLeases, redis_from_url
-from .._outcome import JOB_FAILURES
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
@@ -195,7 +195,7 @@ class Worker:
             )
             yield store
 
-    async def _handle(self, trigger: Trigger, job_key: str) -> bool | JobFailure:
+    async def _handle(self, trigger: Trigger, job_key: str) -> Ending:
         # One execution of a job key at a time in this pod, in arrival order; the
         # lock lives while the key has users. fast_acquire: an uncontended key does
         # not yield to the loop (the executor's first await does).
@@ -203,18 +203,13 @@ class Worker:
         self._keys[job_key] = (lock, users + 1)
         try:
             async with lock:
-                ending = await self._executor.run(trigger, job_key)
+                return await self._executor.run(trigger, job_key)
         finally:
             lock, users = self._keys[job_key]
             if users == 1:
                 del self._keys[job_key]
             else:
                 self._keys[job_key] = (lock, users - 1)
-        reason = JOB_FAILURES.get(ending.outcome)
-        if reason is not None:  # terminal, and dead-lettered naming the exception's type
-            error_type = ending.error_type or "unknown"
-            return JobFailure(reason=reason, error_type=error_type, job_key=job_key)
-        return ending.terminal
 
     async def _wait_for_redis(self) -> bool:
         """PING Redis until it answers, logging each failure with the next retry time.
