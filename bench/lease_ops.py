@@ -8,42 +8,57 @@ private redis-server in the same process, in short paired rounds so
 machine noise hits both alike; the figure that matters is the median ratio
 within pairs.
 
-    .venv/bin/python bench/lease_ops.py [--cycles 1500] [--rounds 21]
+``--topology sentinel`` runs the same against a local Sentinel group (master
+and one replica) through the Sentinel master client, twice: without replica
+acknowledgement (``replicas=0`` against the floor) and with it (``replicas=1``
+against the floor plus a ``WAIT 1`` after its ``SET``, on the same connection).
+
+    .venv/bin/python bench/lease_ops.py [--cycles 1500] [--rounds 21] [--topology sentinel]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import secrets
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
 from redis.asyncio import Redis
 
-from leaseworker import RedisLeases
-from leaseworker._dev._services import LocalRedis
+from leaseworker import RedisLeases, redis_from_url
+from leaseworker._dev._services import LocalRedis, LocalSentinelGroup
 from leaseworker._lease._scripts import RELEASE
 
 Cycle = Callable[[str], Awaitable[None]]
 
 
-def floor_cycle(redis: Redis) -> Cycle:
-    """Build the raw floor: SET NX PX, then compare-and-delete by SHA."""
+def floor_cycle(redis: Redis, *, wait: bool = False) -> Cycle:
+    """Build the raw floor: SET NX PX (then ``WAIT 1`` when asked), then compare-and-delete."""
     release = redis.register_script(RELEASE)
+
+    async def acquire(key: str, token: str) -> bool:
+        if not wait:
+            return bool(await redis.set(key, token, nx=True, px=30_000))
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, token, nx=True, px=30_000)
+            pipe.execute_command("WAIT", 1, 250)
+            acquired, acked = await pipe.execute()
+        return bool(acquired) and int(acked) >= 1
 
     async def cycle(key: str) -> None:
         token = secrets.token_hex(12)
-        if await redis.set(f"floor:{{{key}}}:lock", token, nx=True, px=30_000):
+        if await acquire(f"floor:{{{key}}}:lock", token):
             await release(keys=[f"floor:{{{key}}}:lock"], args=[token])
 
     return cycle
 
 
-def leaseworker_cycle(redis: Redis) -> Cycle:
-    """Build RedisLeases.acquire then release (fence, owner token, timeouts)."""
-    leases = RedisLeases(redis, namespace="bench")
+def leaseworker_cycle(redis: Redis, *, replicas: int = 0) -> Cycle:
+    """Build RedisLeases.acquire then release (fence, owner token, timeouts, replica wait)."""
+    leases = RedisLeases(redis, namespace="bench", replicas=replicas)
 
     async def cycle(key: str) -> None:
         lease = await leases.acquire(key, 30)
@@ -68,28 +83,44 @@ async def cycles_per_second(cycle: Cycle, *, cycles: int, tasks: int) -> float:
     return per_task * tasks / (time.perf_counter() - started)
 
 
-async def measure(url: str, *, cycles: int, rounds: int) -> dict[int, list[tuple[float, float]]]:
+async def measure(
+    redis: Redis, *, cycles: int, rounds: int, replicas: int
+) -> dict[int, list[tuple[float, float]]]:
     """Paired (floor, leaseworker) cycles/s samples per concurrency level.
 
     Each round measures both contenders back to back, alternating which goes
     first, so a pair shares whatever else the machine was doing at the time;
-    the ratio is taken within each pair.
+    the ratio is taken within each pair. With ``replicas`` the floor waits for
+    that replica too.
     """
-    redis = Redis.from_url(url, max_connections=64)
-    floor, ours = floor_cycle(redis), leaseworker_cycle(redis)
+    floor = floor_cycle(redis, wait=replicas > 0)
+    ours = leaseworker_cycle(redis, replicas=replicas)
     results: dict[int, list[tuple[float, float]]] = {}
+    for tasks in (1, 50):
+        for cycle in (floor, ours):  # warm-up: connections, script cache
+            await cycles_per_second(cycle, cycles=min(cycles, 500), tasks=tasks)
+        pairs = results.setdefault(tasks, [])
+        for round_no in range(rounds):
+            order = (floor, ours) if round_no % 2 == 0 else (ours, floor)
+            rate = {c: await cycles_per_second(c, cycles=cycles, tasks=tasks) for c in order}
+            pairs.append((rate[floor], rate[ours]))
+    return results
+
+
+async def measure_all(
+    url: str, *, cycles: int, rounds: int, replica_counts: tuple[int, ...]
+) -> dict[int, dict[int, list[tuple[float, float]]]]:
+    """Measure each replica count over one client of ``url`` (closed at the end)."""
+    redis = redis_from_url(url)
+    assert isinstance(redis, Redis)
+    redis.connection_pool.max_connections = 64
     try:
-        for tasks in (1, 50):
-            for cycle in (floor, ours):  # warm-up: connections, script cache
-                await cycles_per_second(cycle, cycles=min(cycles, 500), tasks=tasks)
-            pairs = results.setdefault(tasks, [])
-            for round_no in range(rounds):
-                order = (floor, ours) if round_no % 2 == 0 else (ours, floor)
-                rate = {c: await cycles_per_second(c, cycles=cycles, tasks=tasks) for c in order}
-                pairs.append((rate[floor], rate[ours]))
+        return {
+            n: await measure(redis, cycles=cycles, rounds=rounds, replicas=n)
+            for n in replica_counts
+        }
     finally:
         await redis.aclose()
-    return results
 
 
 def main() -> None:
@@ -97,20 +128,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cycles", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--topology", choices=("single", "sentinel"), default="single")
     args = parser.parse_args()
-    server = LocalRedis.start()
+    counts = (0,) if args.topology == "single" else (0, 1)
+    with _topology(args.topology) as url:
+        results = anyio.run(
+            lambda: measure_all(url, cycles=args.cycles, rounds=args.rounds, replica_counts=counts)
+        )
+    header = ("replicas", "tasks", "floor cyc/s", "leaseworker cyc/s", "ratio", "(quartiles)")
+    print("{:>8}  {:>5}  {:>12}  {:>18}  {:>6}  {:>13}".format(*header))
+    for replicas, levels in results.items():
+        for tasks, pairs in levels.items():
+            floor = statistics.median(f for f, _ in pairs)
+            ours = statistics.median(o for _, o in pairs)
+            q1, ratio, q3 = statistics.quantiles([o / f for f, o in pairs], n=4)
+            print(
+                f"{replicas:>8}  {tasks:>5}  {floor:>12.0f}  {ours:>18.0f}  {ratio:>5.2f}x  "
+                f"({q1:.2f}-{q3:.2f})"
+            )
+    print("target: ratio >= 0.90x at every line (median of paired rounds; replicas=1 against")
+    print("the floor that also WAITs for one replica)")
+
+
+@contextlib.contextmanager
+def _topology(name: str) -> Iterator[str]:
+    """Start the local Redis of ``name`` and yield its URL; stop it afterwards."""
+    if name == "single":
+        server = LocalRedis.start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
+        return
+    group = LocalSentinelGroup.start(replicas=1)
     try:
-        results = anyio.run(lambda: measure(server.url, cycles=args.cycles, rounds=args.rounds))
+        yield group.url
     finally:
-        server.stop()
-    header = ("tasks", "floor cyc/s", "leaseworker cyc/s", "ratio", "(quartiles)")
-    print("{:>5}  {:>12}  {:>18}  {:>6}  {:>13}".format(*header))
-    for tasks, pairs in results.items():
-        floor = statistics.median(f for f, _ in pairs)
-        ours = statistics.median(o for _, o in pairs)
-        q1, ratio, q3 = statistics.quantiles([o / f for f, o in pairs], n=4)
-        print(f"{tasks:>5}  {floor:>12.0f}  {ours:>18.0f}  {ratio:>5.2f}x  ({q1:.2f}-{q3:.2f})")
-    print("target: ratio >= 0.90x at both levels (median of paired rounds)")
+        group.stop()
 
 
 if __name__ == "__main__":
