@@ -11,7 +11,8 @@ API re-exported here:
 ``_cli``: the ``leaseworker`` command, one module per subcommand;
 ``_dev``: local services and demos, not the library;
 ``testing``: test helpers (``ChaosProxy``);
-``_errors``, ``_backoff``, ``_version``, ``_outcome``: shared bottom modules.
+``_errors``, ``_backoff``, ``_retry``, ``_outcome``, ``_version``: shared bottom modules
+(exceptions, backoff policies, the retry loop, outcomes and reason codes).
 """
 
 from ._backoff import BusyPolicy as BusyPolicy

@@ -3,7 +3,7 @@
 The fake runs in the worker thread like the SQLite one and blocks on a
 ``threading.Event`` the test controls, so "a batch is running" is a state the
 test sets up, not a race it hopes to win. The real store's batching is tested
-against SQLite in tests/test_store_sqlite.py.
+against SQLite in tests/store/test_store_sqlite.py.
 """
 
 from __future__ import annotations

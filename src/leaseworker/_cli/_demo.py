@@ -2,9 +2,10 @@
 
 ``stack`` (the default, and the README's main command) runs worker pods on a
 local Redis and Kafka and proves, under a Redis stall, that no report ever
-ran twice at once (:mod:`._demo_stack`). ``incident`` replays the original
-lease-expiry incident with a naive lock and with ``hold()`` against a
-private Redis (:mod:`._demo_incident`). Each exits 1 when its proof fails.
+ran twice at once (:mod:`leaseworker._dev._stack`). ``incident`` replays the
+original lease-expiry incident with a naive lock and with ``hold()`` against
+a private Redis (:mod:`leaseworker._dev._incident`). Each exits 1 when its
+proof fails.
 """
 
 from __future__ import annotations

@@ -233,9 +233,8 @@ YOUNG_COLLECTION_THRESHOLD = 10_000
 CPython's default is 700. Most of a pod's objects die young by reference
 counting and are never traversed; the survivors (in-flight triggers, spans
 queued for export) are traversed again at every young collection, so fewer
-collections traverse them less often. Measured with no-op jobs and telemetry
-on: 60 ms of collection per 1,000 triggers at 700 and 7 at 10,000, the
-process's peak memory 61.1 and 61.6 MB (``bench/telemetry_overhead.py``).
+collections traverse them less often, for little more peak memory
+(figures: docs/telemetry.md#overhead, ``bench/telemetry_overhead.py``).
 """
 
 
@@ -245,8 +244,8 @@ def tune_garbage_collector() -> None:
     Why: collections run on the event loop, taking their time from renewals
     and jobs alike. First, the start-up heap (aiokafka, redis-py, the
     OpenTelemetry SDK, settings: objects that live as long as the process) is
-    frozen (``gc.freeze``), so full collections stop traversing it (telemetry
-    on, 1 % traced: 59 ms of collection per 1,000 triggers before, 25 after);
+    frozen (``gc.freeze``), so full collections stop traversing it (figures:
+    docs/telemetry.md#overhead);
     reference counting still frees frozen objects. Then young collections
     come less often (:data:`YOUNG_COLLECTION_THRESHOLD`). Called once, by
     ``leaseworker run``, after set-up and before serving: a library embedding

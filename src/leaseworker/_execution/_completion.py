@@ -1,20 +1,9 @@
 """The completion step: record an execution's result through the fenced store.
 
-Three small things the executor and the job context share: the default
-*input version* of a trigger (what tells a redelivered trigger from an
-intentional new report), the *completion key* a worker records under, and
-:class:`Completer`, one execution's single completion attempt.
-
-Which layer refuses a late completion. The lease refuses what the event loop
-already knows: once the hold's cancel scope was cancelled (a renewal was
-rejected, timed out, or the deadline timer fired), ``complete()`` raises
-instead of writing. Everything the worker cannot know (a GC pause, SIGSTOP,
-a loop blocked since before the deadline, a pause after this check while the
-request is in flight) is refused by the destination: the store compares
-fences in one transaction and answers ``stale``. That is why the store call
-is shielded from the lease's cancellation (it is bounded by the store's own
-timeout): its answer, not the lease's guess, decides whether the trigger is
-done.
+The input version, the completion key and :class:`Completer`, one execution's
+single completion attempt. The store, not the lease, decides whether a late
+completion counts, so its call is shielded from the lease's cancellation.
+See docs/design.md#the-completion-step.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
 """Executions: run one trigger's job under its lease until a terminal outcome.
 
-One *execution* is one attempt: acquire the lease, run the job inside
-``hold()``, end with an outcome. A trigger may need several: when another pod
-holds the lease (``busy``) the executor waits with the job's capped, jittered
-:class:`BusyPolicy` (shortened to the holder's remaining TTL, so it takes over
-soon after an expiry) and tries again; when ownership could not be confirmed
-(``lost``: Redis down, a renewal failed) it backs off and tries again, so work
-resumes when Redis returns. Only ``completed``, ``duplicate``, ``failed`` and
-``timed_out`` end a trigger, and ``lost`` with reason ``stale``. Cancellation
-(shutdown, rebalance) propagates after it is reported. This layer knows
-nothing about Kafka.
-
-With a completion store, each execution first asks the store whether the
-trigger's identity (job key + input version) completed already: then it is
-answered ``duplicate`` without taking the lease or calling ``run``. Otherwise
-the job's result is recorded, still under the lease, through ``ctx.complete``
-or, when ``run`` returns without calling it, by the executor with ``run``'s
-return value. The store's answer decides the outcome: ``accepted`` is
-``completed``; ``duplicate`` is ``duplicate``; ``stale`` is ``lost`` with
-reason ``stale``, final (a newer fence took the job key over).
-
-Between the acquire and ``run``, the execution *claims* the job key with its
-fence (:meth:`_claim`): from then on the store answers ``stale`` to every
-lower fence, so a former holder paused past its lease cannot win by writing
-first. The claim also looks the identity up again, closing the gap between
-the first lookup and the acquire. Only ``claimed`` lets the job run: an
-identity completed meanwhile is ``duplicate``, a higher fence already seen
-is ``lost`` (``stale``, final), and a claim that fails (store down) is
-``lost`` (``store_unavailable``), retried: a job never runs unfenced.
+Each attempt looks the trigger up in the store, acquires the lease, claims the
+job key with its fence, runs the job inside ``hold()`` and records its result;
+``busy`` and ``lost`` are retried with backoff, so a job never runs unfenced.
+See docs/design.md#the-executor.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Triggers from Kafka: the poll loop that turns records into executions.
 
-The loop never stops polling while jobs run (aiokafka leaves the group only
-when ``getmany`` is not called for ``max_poll_interval``); at the concurrency
-limit it pauses every assigned partition instead. Its collaborators:
-``_commits`` (the finished prefix), ``_rebalance`` (revoke and assign),
-``_dead_letters`` (what cannot run or failed), ``_clients`` (start-up).
+The loop never stops polling while jobs run (that keeps the pod in its group);
+at the concurrency limit it pauses every assigned partition instead. Commits,
+rebalances, dead letters and start-up live in their own modules beside it.
+See docs/design.md#the-kafka-source.
 """
 
 from __future__ import annotations

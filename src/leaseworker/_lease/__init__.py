@@ -1,6 +1,7 @@
 """The lease: Redis ownership with a local deadline that stops the work in time.
 
-``_clients`` one Redis URL for every topology, and its client; ``_leases``
+``_clients`` one Redis URL for every topology, and its client; ``_routing``
+sends each call of a Redis Cluster to its slot's node; ``_leases``
 the ``Lease`` value, the ``LeaseStore`` protocol and ``RedisLeases``;
 ``_scripts`` the owner-checked Lua scripts; ``_pipelining`` groups concurrent
 calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the

@@ -1,18 +1,9 @@
 """Group commit: calls waiting for one database connection share its next trip.
 
-A store with one connection serves one batch at a time. While a batch runs (a
-hop to a worker thread and, when it writes, an fsync at ``COMMIT``), calls
-that arrive queue up; the next batch takes them all, up to ``max_batch``, so
 N concurrent completions cost one transaction, one fsync and one thread hop
-instead of N of each.
-
-No task runs in the background, so there is nothing to start or to leak: the
-first waiting caller that finds no batch running runs the next one (it
-*leads*), for itself and whoever queued before it, then wakes the others; one
-of them leads the batch after. A caller cancelled while its call is still
-queued leaves the queue at once. Once a batch has taken the call, the caller
-waits for its answer (bounded by the call's deadline, which the batch
-enforces), since the database may already have acted on it.
+instead of N of each. No background task: the first waiting caller leads the
+next batch for everyone queued before it.
+See docs/design.md#group-commit.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The fence guard, for jobs that write effects outside the completion store.
 
 :func:`fenced_upsert` builds one upsert that only replaces a row whose stored
-fence is not newer than the writer's, so a paused worker cannot overwrite a
-newer execution's effect; 1 row written, 0 stale. That alone only refuses a
-fence lower than one that already *wrote* the row: a former holder that wakes
-up while the new one runs and has not written yet still gets through. The
-destination must record the highest fence it has *seen*, claims included
-(the new holder shows its fence before its first effect), as the completion
-store does; docs/completion.md#effects-outside-the-store shows a table doing
-it. See docs/design.md#fence-guard.
+fence is not newer than the writer's (1 row written, 0 stale); the job must
+claim its fence first to refuse a former holder before its first write.
+See docs/design.md#fence-guard and docs/completion.md#effects-outside-the-store.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """``memory://``: the completion store in this process's memory, for tests and demos.
 
-It applies the same fencing, claim and identity rules as the durable
-backends, by calling :func:`~leaseworker._store._model.decide` and
-:func:`~leaseworker._store._model.decide_claim` directly, and answers the
-same way (results come back as fresh JSON-decoded copies). It is not durable
-and not shared: a pod restart forgets every completion, and two pods never
-see each other's, so a redelivered trigger may run again. What it is for:
-tests of jobs, the embedded demo, and measuring leaseworker's own cost per
-trigger without a database's.
-
-Every call finishes without awaiting anything, so each one is atomic on the
-event loop that makes it; a store belongs to one event loop.
+Same fencing, claim and identity rules as the durable backends, but neither
+durable nor shared between pods; every call is atomic on its event loop.
+See docs/design.md#the-memory-store.
 """
 
 from __future__ import annotations

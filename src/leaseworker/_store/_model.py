@@ -1,16 +1,9 @@
 """The values the completion store speaks in, and the one rule both backends apply.
 
-A *completion identity* is ``(job key, input version)``: the job key names the
-logical report, the input version (declared by the job, e.g. a hash of the
-trigger's inputs) tells a redelivered trigger apart from an intentional new
-report with different inputs. :func:`decide` is the fencing rule itself, and
-:func:`decide_claim` its counterpart for a claim: the fence an execution
-records before its job runs, so that from then on every lower fence is
-``stale`` whether or not the claimer ever completes. The durable backends
-state both in SQL, next to the rows, under the job key's lock: PostgreSQL in
-its ``leaseworker_complete()`` and ``leaseworker_claim()`` functions, SQLite as
-conditional writes; ``memory://`` calls them. The shared store tests check
-every answer of all three against these functions.
+A completion identity is ``(job key, input version)``; :func:`decide` is the
+fencing rule and :func:`decide_claim` its counterpart for a claim. The durable
+backends state both in SQL; ``memory://`` calls them.
+See docs/design.md#the-completion-store.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """The embedded completion store: SQLite through the standard library's ``sqlite3``.
 
-The default when no database URL is given: one file, no server. One
-connection does all the work, in a worker thread (``anyio.to_thread``) so the
-event loop never blocks on disk. The database runs in WAL mode with
-``synchronous=FULL``: a completion is on disk when ``complete()`` returns.
-
-Group commit. Calls wait for the connection in a queue (:mod:`._batch`), and
-each trip to the worker thread takes every call queued so far: their writes
-share one ``BEGIN IMMEDIATE ... COMMIT``, so concurrent completions share one
-fsync and one thread hop. A batch that fails rolls back as a whole and every
-call in it fails (callers retry); its outcomes count only once it committed.
-A private ``:memory:`` database has no disk and no other process to wait for,
-so its calls run one at a time on the event loop itself: a thread hop would
-cost ten times the query.
-
-Why ``complete()`` is race-free: the write lock (``BEGIN IMMEDIATE``) is taken
-before the first statement, so no other writer, whether another process on
-the same file or a task of this one, can interleave. The fencing rule
-(:func:`~._model.decide`) is two writes: the completion row is inserted only
-if its identity is new and no higher fence holds the job key (accepted or
-claimed); then the head moves to it. A refused attempt writes nothing and
-reads what stands (``duplicate``: this identity's completion; ``stale``: the
-head's, if any). A claim is one upsert that raises the claimed fence, then
-reads the head and the identity, in the same write transaction.
-
-Bounds: a call that a batch starts after its deadline is answered at once;
-``busy_timeout`` bounds waiting for another process's lock, and a progress
-handler aborts any statement still running at the batch's earliest deadline.
+The default when no database URL is given: one file in WAL mode with
+``synchronous=FULL``, one connection on a worker thread, group commit through
+:mod:`._batch`, and ``BEGIN IMMEDIATE`` so the fencing rule is race-free.
+See docs/design.md#the-sqlite-store.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """``/healthz`` and ``/readyz`` for ``leaseworker run --health-port``: JSON probe endpoints.
 
-Liveness (``/healthz``) answers 200 while the event loop keeps up and 503
-with the measured lag once it is stalled beyond ``stall_threshold`` seconds.
-Readiness (``/readyz``) answers 200 once the Kafka consumer has joined its
-group (with partitions, or idle in it) and Redis answered a recent PING; 503
-with the reasons otherwise, including while the pod drains after SIGTERM.
-
-The HTTP server is the standard library's, on a thread of its own: a probe
-served by the event loop could not answer while that loop is stalled, which is
-exactly when liveness matters. The handlers only *read* state that the loop
-publishes by single assignments (the loop-lag monitor, the Redis probe's last
-result, the Kafka source's :class:`SourceStats`); nothing here touches a
-client, so a probe never waits on Redis or Kafka. Other endpoints (a metrics
-page) can share the port through :meth:`HealthServer.route`.
+Served by the standard library's HTTP server on a thread of its own, so a
+probe answers while the event loop is stalled; handlers only read state the
+loop publishes, never a client. See docs/design.md#health-and-loop-lag.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Pod-wide event-loop lag: a task that sleeps a short interval and measures its oversleep.
 
-A job that blocks the event loop (a CPU loop, a blocking call) stops every
-other task of the pod: renewals, heartbeats, polls. The lease core notices
-that per execution (``HeldLease`` reports ``loop_blocked``); this monitor
-measures it for the whole pod, so a liveness probe can tell a stalled pod from
-a busy one.
-
-The monitor runs on the loop, but it is *read* from another thread (the health
-server's), which must be able to answer while the loop is stalled. So the
-lag is also computed from the reader's side: if the loop last woke the monitor
-at ``t`` and the interval is ``i``, a reader at ``now`` knows the loop is at
-least ``now - t - i`` late, without any help from the loop. Every field the
-reader uses is replaced by a single assignment (atomic under the GIL).
+Read from the health server's thread, which computes the lag from its own side
+too, so a liveness probe can tell a stalled pod from a busy one.
+See docs/design.md#health-and-loop-lag.
 """
 
 from __future__ import annotations

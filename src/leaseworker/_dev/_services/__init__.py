@@ -5,6 +5,11 @@ group or as a cluster), Kafka, PostgreSQL and Jaeger without Docker: every
 service binds a free loopback port, is waited for until it answers, and is
 stopped by PID. Downloads and builds are cached under
 :func:`cache_dir`, outside any clone, so repeated runs are fast.
+
+``_proc`` starts, waits for and stops a process; ``_redis`` one
+``redis-server``; ``_nodes`` one node of a replicated Redis topology;
+``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_kafka``,
+``_postgres`` and ``_jaeger`` the other services.
 """
 
 from ._cluster import LocalRedisCluster as LocalRedisCluster

@@ -1,25 +1,8 @@
 """A local Redis Cluster: six ``redis-server`` nodes, three shards of a master and a replica.
 
-The cluster scenarios of the replicated-lease tests need what ElastiCache's
-cluster mode does to a client: a shard's master replaced (``CLUSTER FAILOVER``
-or a crash) and a slot moved to another shard (``MOVED``, ``ASK``). Every node
-binds a free loopback port, keeps its cluster config file in the temporary work
-directory, and is stopped by PID; ``stop()`` removes the directory.
-
-Shards are numbered 0-2 by the lowest slot their master owned at creation and
-keep their number through failovers (a shard is its pair of nodes, whichever
-of them is master now). Each operation returns once every live node reports
-``cluster_state:ok`` and all of them agree on who serves which slot.
-
-Usage::
-
-    cluster = LocalRedisCluster.start()
-    try:
-        client = RedisCluster(startup_nodes=cluster.startup_nodes())
-        ...
-        await cluster.failover(await cluster.shard_of("job:1"))
-    finally:
-        cluster.stop()
+For the cluster scenarios of the replicated-lease tests (failovers, moved
+slots), on real processes stopped by PID; each operation returns once every
+live node agrees on the slot map. See docs/design.md#local-redis-topologies.
 """
 
 from __future__ import annotations

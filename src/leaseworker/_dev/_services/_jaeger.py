@@ -76,7 +76,7 @@ class FoundSpan(TypedDict):
 def deploy_dir() -> Path:
     """Return the repository's ``deploy/local/jaeger`` Go module directory.
 
-    It is found relative to this source file (``src/leaseworker/_local/``), so it
+    It is found relative to this source file (``src/leaseworker/_dev/_services/``), so it
     exists only in a clone or an editable install, not in an installed wheel.
     """
     path = Path(__file__).resolve().parents[4] / "deploy" / "local" / "jaeger"

@@ -1,23 +1,8 @@
 """A local Sentinel group: a master, its replicas and three sentinels, from Debian's packages.
 
-The failover scenarios of the replicated-lease tests replay what production
-Sentinel deployments do (a forced ``SENTINEL FAILOVER``, a master that dies, a
-replica that falls behind) on real processes: every node binds a free loopback
-port and is stopped by PID, and the work directory is removed on ``stop()``.
-
-Each operation returns once its effect is observable: ``failover()`` returns
-when every sentinel names the new master and that node answers ``ROLE`` as
-master, not after a sleep that might be too short on a loaded runner.
-
-Usage::
-
-    group = LocalSentinelGroup.start()
-    try:
-        async with group.master_client() as client:
-            await client.set("k", "v")
-        new_master = await group.failover()
-    finally:
-        group.stop()
+For the failover scenarios of the replicated-lease tests, on real processes
+stopped by PID; each operation returns once its effect is observable.
+See docs/design.md#local-redis-topologies.
 """
 
 from __future__ import annotations
