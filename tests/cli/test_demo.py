@@ -1,11 +1,12 @@
-"""The incident demo: the naive lock overlaps, hold() does not (real Redis)."""
+"""The incident and failover demos: the unsafe run overlaps, the leaseworker one does not."""
 
 from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from leaseworker._dev._failover import failover_run
 from leaseworker._dev._incident import leaseworker_run, naive_run
-from leaseworker._dev._services import LocalRedis
+from leaseworker._dev._services import LocalRedis, LocalSentinelGroup
 
 
 async def test_naive_lock_overlaps_and_hold_does_not(
@@ -21,3 +22,17 @@ async def test_naive_lock_overlaps_and_hold_does_not(
     b_start = fixed.intervals["B"][0]
     assert a_stop < b_start
     assert any("LeaseLost" in text for _, _, text in fixed.events)
+
+
+async def test_the_failover_demo_overlaps_without_replica_acks_and_not_with_them() -> None:
+    """On a real Sentinel group: replicas=0 lets both run; replicas=1 keeps A from starting."""
+    group = LocalSentinelGroup.start()
+    try:
+        unacknowledged = await failover_run(group, replicas=0)
+        acknowledged = await failover_run(group, replicas=1)
+    finally:
+        group.stop()
+    assert unacknowledged.overlap() > 0
+    assert acknowledged.overlap() == 0
+    assert any("acquire refused" in text for _, _, text in acknowledged.events)
+    assert acknowledged.intervals["B"][0] > 0  # B did get the lease on the new master

@@ -1,10 +1,12 @@
-"""``leaseworker demo [stack|incident]``: the two demos behind one subcommand.
+"""``leaseworker demo [stack|incident|failover]``: the demos behind one subcommand.
 
 ``stack`` (the default, and the README's main command) runs worker pods on a
 local Redis and Kafka and proves, under a Redis stall, that no report ever
 ran twice at once (:mod:`leaseworker._dev._stack`). ``incident`` replays the
 original lease-expiry incident with a naive lock and with ``hold()`` against
-a private Redis (:mod:`leaseworker._dev._incident`). Each exits 1 when its
+a private Redis (:mod:`leaseworker._dev._incident`). ``failover`` replays a
+Sentinel failover that loses the lease, without and with replica
+acknowledgement (:mod:`leaseworker._dev._failover`). Each exits 1 when its
 proof fails.
 """
 
@@ -24,12 +26,13 @@ def add_parser(subparsers: Any) -> None:
         help="run the local stack demo (default) or replay the lease-expiry incident",
         description="stack: three worker pods on a private Redis and Kafka, a Redis stall, "
         "and a summary proving no overlap (about 25 s). incident: a naive lock vs hold() "
-        "on one timeline.",
+        "on one timeline. failover: a Sentinel failover that loses the lease, with "
+        "--lease-replicas 0 and 1 (about 30 s).",
     )
     parser.add_argument(
         "scenario",
         nargs="?",
-        choices=("stack", "incident"),
+        choices=("stack", "incident", "failover"),
         default="stack",
         help="which demo to run (default: stack)",
     )
@@ -53,6 +56,10 @@ TTL/4 with a command timeout of TTL/5, and both must fit inside the TTL with mar
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.scenario == "failover":
+        from .._dev import failover_demo
+
+        return failover_demo()
     if args.scenario == "incident":
         if args.ttl < MIN_INCIDENT_TTL:
             print(
