@@ -60,7 +60,7 @@ class Commits:
     def _committable(self) -> bool:
         if self._stats.commit_checked != self._stats.finished:
             self._stats.commit_checked = self._stats.finished
-            self._state.notify()  # a waiter for "the committer caught up" looks again
+            self._state.progressed()  # a waiter for "the committer caught up" looks again
         return any(not p.gone and p.tracker.committable() for p in self._active())
 
     async def last(self, parts: list[Partition]) -> None:
@@ -119,7 +119,7 @@ class Commits:
         for part, pos in ready.values():
             part.tracker.committed(pos)
         self._stats.commits += 1
-        self._state.notify()
+        self._state.progressed()
         logger.debug(
             "committed %s", names(offsets), extra={"event": "committed", "pod": self._settings.pod}
         )
@@ -135,7 +135,7 @@ class Commits:
         """Record a commit the group refused: the partitions belong to another member now."""
         self._hooks.committed(offsets, began, error=exc, rejected=True)
         self._stats.ownership_losses += 1
-        self._state.notify()
+        self._state.progressed()
         for part, _ in ready:
             part.gone = True
         logger.warning(
@@ -151,7 +151,7 @@ class Commits:
         """Kafka failed the commit (a coordinator moving, a timeout): it is tried again."""
         self._hooks.committed(offsets, began, error=exc)
         self._stats.commit_errors += 1
-        self._state.notify()
+        self._state.progressed()
         logger.warning(
             "commit failed (%s); will retry",
             describe(exc),

@@ -74,7 +74,7 @@ class DeadLetters:
     def malformed(self, record: Any, exc: MalformedTrigger) -> None:
         """Log a malformed record: reason and position, never its contents."""
         self._stats.malformed += 1
-        self._state.notify()
+        self._state.progressed()
         logger.warning(
             "malformed trigger %s[%d]@%d: %s",
             record.topic,
@@ -137,7 +137,7 @@ class DeadLetters:
 
     def _sent(self, record: Any, reason: DeadLetterReason) -> None:
         self._stats.dead_letters += 1
-        self._state.notify()
+        self._state.progressed()
         self._hooks.dead_lettered(record, reason)
         logger.info(
             "dead-lettered %s[%d]@%d: %s",

@@ -56,7 +56,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         began = anyio.current_time()
         if self._stats.membership in ("assigned", "idle"):
             self._stats.membership = "rebalancing"
-            self._state.notify()
+            self._state.progressed()
         parts = [self._state.partitions[tp] for tp in revoked if tp in self._state.partitions]
         if not parts:
             return  # aiokafka calls this with nothing before the first join
@@ -77,7 +77,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             (anyio.current_time() - began) * 1000,
             extra={"event": "revoked", "pod": self._settings.pod},
         )
-        self._state.notify()
+        self._state.progressed()
 
     async def _stop_executions(self, parts: list[Partition]) -> int:
         """Let ``parts``' executions finish within ``revoke_timeout``; cancel the rest.
@@ -113,4 +113,4 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             names(self._state.partitions),
             extra={"event": "assigned", "pod": self._settings.pod},
         )
-        self._state.notify()
+        self._state.progressed()

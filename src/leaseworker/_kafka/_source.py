@@ -115,7 +115,7 @@ class KafkaTriggerSource:
         timer: for tests and tools that wait for :attr:`stats` to reach a value.
         """
         with anyio.fail_after(timeout):
-            await self._state.wait(predicate)
+            await self._state.wait_progress(predicate)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -171,7 +171,7 @@ class KafkaTriggerSource:
             self.stats.polls += 1
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
-            self._state.notify()
+            self._state.progressed()
 
     def _poll_failed(self, exc: BaseException, delay: float, attempt: int) -> None:
         logger.warning(
@@ -268,7 +268,7 @@ class KafkaTriggerSource:
         reason = JOB_FAILURES.get(ending.outcome)
         if reason is not None:  # terminal, and dead-lettered naming the exception's type
             self.stats.job_failures += 1
-            self._state.notify()
+            self._state.progressed()
             error_type = ending.error_type or "unknown"
             detail = f"the job raised {error_type}"
             await self._dead_letters.send(record, reason, detail, failure=(error_type, job_key))
@@ -301,7 +301,7 @@ class KafkaTriggerSource:
             self._consumer.resume(*(paused - want))
         self.stats.paused = bool(want)
         if (self.stats.pauses, self.stats.paused) != before:
-            self._state.notify()
+            self._state.progressed()
 
     # -- clients -------------------------------------------------------------------
 
@@ -312,7 +312,7 @@ class KafkaTriggerSource:
         # callback pauses partitions on this very consumer.
         self._consumer = client
         self.stats.membership = "joining"
-        self._state.notify()
+        self._state.progressed()
         listener = Rebalance(
             self._state, self._config, self._hooks, self._commits, apply_pauses=self._apply_pauses
         )

@@ -80,19 +80,38 @@ class SourceState:
         self.partitions: dict[Any, Partition] = {}
         self.stats = SourceStats()
         self.stopping = False
+        self._work = anyio.Event()
         self._progress = anyio.Event()
 
     def notify(self) -> None:
-        """Wake every :meth:`wait`: something it may be waiting for changed.
+        """Wake every waiter: an execution ended or the source is stopping.
 
-        Called after each change of the partitions, the stop flag or a counter
-        of :class:`SourceStats` (``last_poll_at`` with ``polls``).
+        The source's own waits (the committer, the poll loop's free slot, a
+        revoke's drain) depend only on those; one wake-up per finished record.
+        """
+        self._work.set()
+        self._work = anyio.Event()
+        self.progressed()
+
+    def progressed(self) -> None:
+        """Wake only :meth:`wait_progress`: a counter or the partitions changed.
+
+        Called after each change of the partitions or a counter of
+        :class:`SourceStats` (``last_poll_at`` with ``polls``).
         """
         self._progress.set()
         self._progress = anyio.Event()
 
     async def wait(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true, re-checking it after each :meth:`notify`."""
+        while True:
+            work = self._work
+            if done():
+                return
+            await work.wait()
+
+    async def wait_progress(self, done: Callable[[], bool]) -> None:
+        """Return once ``done()`` is true, re-checking it after any change (for tests' waits)."""
         while True:
             progress = self._progress
             if done():
