@@ -80,8 +80,11 @@ class SourceState:
         self.partitions: dict[Any, Partition] = {}
         self.stats = SourceStats()
         self.stopping = False
-        self._work = anyio.Event()
-        self._progress = anyio.Event()
+        # Made when someone waits, dropped when set: a notify with no waiter costs
+        # nothing (an anyio.Event is not free to make), as on the hot path of
+        # a pod that no test watches.
+        self._work: anyio.Event | None = None
+        self._progress: anyio.Event | None = None
 
     def notify(self) -> None:
         """Wake every waiter: an execution ended or the source is stopping.
@@ -89,8 +92,9 @@ class SourceState:
         The source's own waits (the committer, the poll loop's free slot, a
         revoke's drain) depend only on those; one wake-up per finished record.
         """
-        self._work.set()
-        self._work = anyio.Event()
+        work, self._work = self._work, None
+        if work is not None:
+            work.set()
         self.progressed()
 
     def progressed(self) -> None:
@@ -99,24 +103,23 @@ class SourceState:
         Called after each change of the partitions or a counter of
         :class:`SourceStats` (``last_poll_at`` with ``polls``).
         """
-        self._progress.set()
-        self._progress = anyio.Event()
+        progress, self._progress = self._progress, None
+        if progress is not None:
+            progress.set()
 
     async def wait(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true, re-checking it after each :meth:`notify`."""
-        while True:
-            work = self._work
-            if done():
-                return
-            await work.wait()
+        while not done():
+            if self._work is None:
+                self._work = anyio.Event()
+            await self._work.wait()
 
     async def wait_progress(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true, re-checking it after any change (for tests' waits)."""
-        while True:
-            progress = self._progress
-            if done():
-                return
-            await progress.wait()
+        while not done():
+            if self._progress is None:
+                self._progress = anyio.Event()
+            await self._progress.wait()
 
 
 def release_grace(settings: SourceSettings) -> float:
