@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, RedisLeases, open_store
-from leaseworker._dev._services import LocalPostgres, LocalRedis
+from leaseworker._dev._services import LocalPostgres, LocalRedis, LocalSentinelGroup
 from leaseworker._dev._services._kafka import LocalKafka
 
 from .health_util import spawn
@@ -24,6 +24,20 @@ def redis_server() -> Iterator[LocalRedis]:
     server = LocalRedis.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_group() -> Iterator[LocalSentinelGroup]:
+    """One Sentinel group (master, two replicas, three sentinels) for the session.
+
+    It starts in about 3 s; tests restore it with ``await sentinel_group.settle()``
+    before they fail it over, kill or pause a node.
+    """
+    group = LocalSentinelGroup.start()
+    try:
+        yield group
+    finally:
+        group.stop()
 
 
 @pytest.fixture

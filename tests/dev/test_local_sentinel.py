@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,21 +12,11 @@ from ..topologies import assert_gone, direct, replicas_acknowledging, role
 from ..waiting import eventually
 
 
-@pytest.fixture(scope="module")
-def group() -> Iterator[LocalSentinelGroup]:
-    """One group (master, two replicas, three sentinels) for the module: it starts in ~3 s."""
-    group = LocalSentinelGroup.start()
-    try:
-        yield group
-    finally:
-        group.stop()
-
-
 @pytest.fixture
-async def settled(group: LocalSentinelGroup) -> LocalSentinelGroup:
+async def settled(sentinel_group: LocalSentinelGroup) -> LocalSentinelGroup:
     """The group, healthy again whatever the previous test failed over, killed or paused."""
-    await group.settle()
-    return group
+    await sentinel_group.settle()
+    return sentinel_group
 
 
 def key() -> str:

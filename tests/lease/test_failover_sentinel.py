@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -24,21 +24,11 @@ from leaseworker._dev._services import LocalSentinelGroup
 from leaseworker._lease import now
 
 
-@pytest.fixture(scope="module")
-def group() -> Iterator[LocalSentinelGroup]:
-    """One Sentinel group (master, two replicas, three sentinels) for the module."""
-    group = LocalSentinelGroup.start()
-    try:
-        yield group
-    finally:
-        group.stop()
-
-
 @pytest.fixture
-async def settled(group: LocalSentinelGroup) -> LocalSentinelGroup:
+async def settled(sentinel_group: LocalSentinelGroup) -> LocalSentinelGroup:
     """The group, healthy again whatever the previous scenario did to it."""
-    await group.settle()
-    return group
+    await sentinel_group.settle()
+    return sentinel_group
 
 
 async def test_the_url_client_follows_the_master_and_closes_everything(
@@ -92,7 +82,7 @@ async def scenario(
     in_or_refused = anyio.Event()
     b_done = anyio.Event()
     async with group.master_client() as a_client:
-        a = RedisLeases(a_client, command_timeout=0.5, replicas=replicas, replica_timeout=0.2)
+        a = RedisLeases(a_client, command_timeout=1.0, replicas=replicas, replica_timeout=0.5)
 
         async def hold_a() -> None:
             try:

@@ -92,7 +92,7 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
 ) -> None:
     """With the replica in sync, every acquire and renewal counts."""
     leases = RedisLeases(
-        redis, namespace=namespace, command_timeout=0.5, replicas=1, pipelining=pipelining
+        redis, namespace=namespace, command_timeout=1.0, replicas=1, pipelining=pipelining
     )
     three = anyio.Event()
 
@@ -100,7 +100,7 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
         if event.name == "renewed" and held.renewals >= 3:
             three.set()
 
-    async with hold(leases, "k", ttl=0.9, renew_every=0.2, observer=_Observer(observe)) as held:
+    async with hold(leases, "k", ttl=2.0, renew_every=0.2, observer=_Observer(observe)) as held:
         with anyio.fail_after(5):
             await three.wait()
         await held.checkpoint()
@@ -117,10 +117,16 @@ async def test_a_renewal_the_replica_did_not_get_stops_the_body_for_good(
     says that a failover now could promote a replica with an older expiry.
     """
     leases = RedisLeases(
-        redis, namespace=namespace, command_timeout=0.5, replicas=1, replica_timeout=0.1
+        # A loaded machine can take 100 ms to replicate: the wait is generous, and
+        # the frozen replica answers it with 0 however long it is.
+        redis,
+        namespace=namespace,
+        command_timeout=1.0,
+        replicas=1,
+        replica_timeout=0.5,
     )
     with pytest.raises(LeaseLost) as lost, anyio.fail_after(10):  # fails, never hangs
-        async with hold(leases, "k", ttl=1.5, renew_every=0.3) as held:
+        async with hold(leases, "k", ttl=3.0, renew_every=0.5) as held:
             replicated.process.popen.send_signal(signal.SIGSTOP)
             await anyio.sleep_forever()
     assert lost.value.reason == "unreplicated"

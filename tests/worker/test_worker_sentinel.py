@@ -9,7 +9,6 @@ the shared recorder from the jobs' own start and stop).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,19 +23,9 @@ from ..waiting import eventually
 from ..worker_util import pod_config, running
 
 
-@pytest.fixture(scope="module")
-def group() -> Iterator[LocalSentinelGroup]:
-    """One Sentinel group (master, two replicas, three sentinels) for the module."""
-    group = LocalSentinelGroup.start()
-    try:
-        yield group
-    finally:
-        group.stop()
-
-
 @pytest.mark.timeout(180)
 async def test_two_pods_complete_every_trigger_through_a_sentinel_failover(
-    group: LocalSentinelGroup,
+    sentinel_group: LocalSentinelGroup,
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
@@ -44,6 +33,7 @@ async def test_two_pods_complete_every_trigger_through_a_sentinel_failover(
     tmp_path: Path,
 ) -> None:
     """SENTINEL FAILOVER mid-run: all 8 triggers complete and commit; no overlap."""
+    group = sentinel_group
     await group.settle()
     kafka_server.create_topics([kafka_names.topic], partitions=2)
     recorder = Recorder()
