@@ -187,12 +187,16 @@ class LeaseSpans:
         attributes = self._trace.attributes(execution_id=self._execution_id, fence=event.fence)
         if step:
             attributes.update(step)
+        # One conversion to wall time: two would each read both clocks, and a
+        # preemption between those reads would skew the span's duration.
+        end = wall_ns(event.at)
+        begin = end - max(0, round((event.at - start) * 1e9))
         span = self._tracer.start_span(
-            name, context=self._trace.parent, attributes=attributes, start_time=wall_ns(start)
+            name, context=self._trace.parent, attributes=attributes, start_time=begin
         )
         if status is not None:
             span.set_status(status)
-        span.end(wall_ns(event.at))
+        span.end(end)
 
     def _fields(self, event: LeaseEvent, **extra: object) -> dict[str, object]:
         return {
