@@ -21,13 +21,13 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from ._nodes import (
     RedisNode,
     cut_off,
-    distinct_free_ports,
     fields,
     in_thread,
+    installed,
     wait_until,
     write_config,
 )
-from ._proc import LOOPBACK, run_captured
+from ._proc import LOOPBACK, distinct_free_ports, run_captured
 
 SHARDS = 3
 NODES = SHARDS * 2
@@ -426,10 +426,9 @@ def _first_slot(slots: tuple[str, ...]) -> int:
 
 def _binaries() -> tuple[str, str]:
     """Paths of ``redis-server`` and ``redis-cli``, or a message naming the fix."""
-    found = (shutil.which("redis-server"), shutil.which("redis-cli"))
-    if found[0] is None or found[1] is None:
-        raise RuntimeError(
-            "redis-server and redis-cli must be installed; run scripts/bootstrap.sh "
-            "(it installs Debian's redis-server package, which brings redis-cli)"
-        )
-    return (found[0], found[1])
+    server, cli = installed(
+        "redis-server",
+        "redis-cli",
+        hint="it installs Debian's redis-server package, which brings redis-cli",
+    )
+    return server, cli

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Self, TypedDict
 
-from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 
 JAEGER_VERSION = "v1.76.0"
 """The Jaeger release pinned in ``deploy/local/jaeger/go.mod``."""
@@ -189,7 +189,7 @@ class LocalJaeger:
         remove = workdir is None
         workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-jaeger-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        otlp_grpc, otlp_http, query_http, query_grpc = _distinct_free_ports(4)
+        otlp_grpc, otlp_http, query_http, query_grpc = distinct_free_ports(4)
         config = workdir / "jaeger.yaml"
         config.write_text(
             _config_yaml(
@@ -313,16 +313,6 @@ class LocalJaeger:
 
 class _RouteMissingError(Exception):
     """The queried Jaeger has no such HTTP route."""
-
-
-def _distinct_free_ports(count: int) -> list[int]:
-    """Return ``count`` different free loopback ports."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> str:

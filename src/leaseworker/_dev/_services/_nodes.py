@@ -11,7 +11,7 @@ a failover is waited for.
 
 from __future__ import annotations
 
-import socket
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +22,8 @@ from typing import Any, Self, TypeVar, final
 import anyio.to_thread
 import redis
 
-from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess
+from ._redis import spawn_redis
 
 T = TypeVar("T")
 
@@ -156,21 +157,17 @@ def cut_off(replica: RedisNode, master: RedisNode) -> None:
 
 def _spawn(name: str, argv: list[str], port: int, log_path: Path) -> LocalProcess:
     """Start one node and wait for its PONG; never leave it running on failure."""
-    process = LocalProcess.spawn(name, argv, log_path=log_path)
-    try:
-        wait_for_port(port, timeout=15, process=process.popen, probe=_answers_ping)
-    except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
-        process.stop()
-        if not isinstance(exc, Exception):
-            raise
-        raise RuntimeError(f"{name} did not start:\n{process.log_tail()}") from exc
-    return process
+    return spawn_redis(name, argv, port=port, log_path=log_path, what=name)
 
 
-def _answers_ping(sock: socket.socket) -> bool:
-    """Whether a Redis answers on ``sock`` (an open port could be another process's)."""
-    sock.sendall(b"PING\r\n")
-    return sock.recv(16).startswith(b"+PONG")
+def installed(*names: str, hint: str) -> list[str]:
+    """Return the paths of ``names`` on PATH, or raise one line naming them and the fix."""
+    found = [shutil.which(name) for name in names]
+    if None in found:
+        raise RuntimeError(
+            f"{' and '.join(names)} must be installed; run scripts/bootstrap.sh ({hint})"
+        )
+    return [path for path in found if path is not None]
 
 
 def _proc_state(pid: int) -> str:
@@ -188,16 +185,6 @@ def write_config(path: Path, lines: Iterable[str]) -> list[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(text) + "\n")
     return text
-
-
-def distinct_free_ports(count: int) -> list[int]:
-    """Return ``count`` different free loopback ports (two ``free_port()`` calls may agree)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def fields(text: str) -> dict[str, str]:

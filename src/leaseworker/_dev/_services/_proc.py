@@ -58,6 +58,16 @@ _FIXED_LOW = 20000
 _RANDOM = random.SystemRandom()  # not the shared generator, which tests may seed
 
 
+def distinct_free_ports(count: int) -> list[int]:
+    """Return ``count`` different free loopback ports (two ``free_port()`` calls may agree)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _ephemeral_low() -> int:
     """Return the first port of the kernel's range for outgoing connections (Linux), else 0."""
     try:

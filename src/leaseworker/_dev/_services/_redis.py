@@ -82,14 +82,24 @@ def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
         "--daemonize",
         "no",
     ]
-    process = LocalProcess.spawn("redis", argv, log_path=workdir / "redis.log")
+    return spawn_redis("redis", argv, port=port, log_path=workdir / "redis.log")
+
+
+def spawn_redis(
+    label: str, argv: list[str], *, port: int, log_path: Path, what: str = "redis-server"
+) -> LocalProcess:
+    """Start a Redis process and wait for its PONG on ``port``; never leave it running.
+
+    ``label`` names the process in logs, ``what`` names it in the error.
+    """
+    process = LocalProcess.spawn(label, argv, log_path=log_path)
     try:
         wait_for_port(port, timeout=15, process=process.popen, probe=_answers_ping)
     except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
         process.stop()
         if not isinstance(exc, Exception):
             raise
-        raise RuntimeError(f"redis-server did not start:\n{process.log_tail()}") from exc
+        raise RuntimeError(f"{what} did not start:\n{process.log_tail()}") from exc
     return process
 
 

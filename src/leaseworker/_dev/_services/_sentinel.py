@@ -22,13 +22,13 @@ from redis.asyncio.sentinel import Sentinel
 from ._nodes import (
     RedisNode,
     cut_off,
-    distinct_free_ports,
     in_thread,
+    installed,
     pairs,
     wait_until,
     write_config,
 )
-from ._proc import LOOPBACK
+from ._proc import LOOPBACK, distinct_free_ports
 
 SENTINELS = 3
 QUORUM = 2
@@ -405,10 +405,9 @@ def _role(node: RedisNode) -> Role:
 
 def _binaries() -> tuple[str, str]:
     """Paths of ``redis-server`` and ``redis-sentinel``, or a message naming the fix."""
-    found = (shutil.which("redis-server"), shutil.which("redis-sentinel"))
-    if found[0] is None or found[1] is None:
-        raise RuntimeError(
-            "redis-server and redis-sentinel must be installed; run scripts/bootstrap.sh "
-            "(it installs Debian's redis-server and redis-sentinel packages)"
-        )
-    return (found[0], found[1])
+    server, sentinel = installed(
+        "redis-server",
+        "redis-sentinel",
+        hint="it installs Debian's redis-server and redis-sentinel packages",
+    )
+    return server, sentinel
