@@ -93,12 +93,6 @@ class ScriptPipeline:
             return await answer  # cancelled with the caller: left out, or its answer dropped
         self._busy = True  # sent alone, on redis-py's plain path
         try:
-            if self._wait is None:  # the common case, without run_script's extra frame
-                try:
-                    return Replied(await self._redis.evalsha(sha, len(keys), *keys, *args), None)
-                except NoScriptError:
-                    await self._redis.script_load(self._scripts[sha])
-                    return Replied(await self._redis.evalsha(sha, len(keys), *keys, *args), None)
             return await run_script(self._redis, sha, self._scripts[sha], keys, args, self._wait)
         finally:
             if self._queued:
