@@ -39,8 +39,8 @@ async def replicated(
         await redis.config_set("repl-diskless-sync-delay", 0)  # sync at once, not after 5 s
         await client.replicaof("127.0.0.1", redis_server.port)
         with anyio.fail_after(15):
-            while await redis.wait(1, 100) < 1:
-                await redis.set("leaseworker-test:sync", "1")  # WAIT needs a write to count
+            while await _write_acknowledged(redis) < 1:
+                pass
         yield replica
     finally:
         replica.process.popen.send_signal(signal.SIGCONT)
@@ -53,6 +53,19 @@ class _Observer:
 
     def __init__(self, handle: Callable[[LeaseEvent], None]) -> None:
         self.on_lease_event = handle
+
+
+async def _write_acknowledged(redis: Redis) -> int:
+    """Write, then ``WAIT 1 100`` on the same connection: how many replicas have the write.
+
+    Apart (two pooled connections), ``WAIT`` would count a replica still in its
+    first sync, since the waiting connection wrote nothing.
+    """
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set("leaseworker-test:sync", "1")
+        pipe.wait(1, 100)
+        _, acknowledged = await pipe.execute()
+    return int(acknowledged)
 
 
 def test_replica_timeout_must_fit_in_the_command_timeout(redis: Redis) -> None:
