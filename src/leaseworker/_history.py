@@ -1,0 +1,195 @@
+"""Recorded histories of job keys: executions, their steps and injected faults.
+
+One data model for every view of "what happened to this key": the timeline
+(``leaseworker timeline``) builds a :class:`History` from Jaeger traces, the
+fault campaign (``leaseworker chaos``) from the pods' execution recorders, and
+both draw and check it through the same code. Times are seconds on one clock
+per history (``clock`` names it: ``"unix"`` for traces, ``"monotonic"`` for a
+recorder on one machine). Only identifiers, fences and reason codes are kept:
+never payloads or results. A history is a JSON document (:meth:`History.to_json`,
+:meth:`History.from_json`) so one tool can write it and another read it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+Scalar = str | int | float | bool
+Clock = Literal["unix", "monotonic"]
+
+FORMAT: Final = "leaseworker.history/1"
+"""The ``format`` field of a history document; readers refuse any other."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One step inside an execution: a point (``duration`` 0) or an interval.
+
+    ``name`` is a lifecycle word: ``acquired``, ``renewed``, ``renew_failed``,
+    ``lost``, ``cancel_requested``, ``stopped``, ``completion``, ``committed``,
+    ``dead_lettered``, ``released``. ``attrs`` holds its details (a loss's
+    ``reason``, a completion's ``status``, a stop's ``latency_ms``).
+    """
+
+    at: float
+    name: str
+    duration: float = 0.0
+    attrs: Mapping[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Execution:
+    """One execution of a job key: from acquiring its lease to letting it go.
+
+    ``end`` is ``None`` while it runs (or when the record of its end is
+    missing: a killed pod). ``completion`` is the store's answer
+    (``accepted``/``duplicate``/``stale``) when it tried to complete;
+    ``paused`` marks an execution whose pod was frozen (SIGSTOP) while it
+    held the lease, which fencing, not the lease, protects.
+    """
+
+    job_key: str
+    execution_id: str
+    pod: str
+    start: float
+    end: float | None = None
+    fence: int | None = None
+    input_version: str | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    completion: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    paused: bool = False
+    steps: tuple[Step, ...] = ()
+
+    def overlaps(self, other: Execution, *, until: float) -> float:
+        """Seconds this execution and ``other`` ran at once (an open end counts as ``until``)."""
+        end = self.end if self.end is not None else until
+        other_end = other.end if other.end is not None else until
+        return max(0.0, min(end, other_end) - max(self.start, other.start))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fault:
+    """A fault injected into the system (campaign histories): what, where, when."""
+
+    kind: str
+    start: float
+    end: float | None = None
+    target: str | None = None
+    attrs: Mapping[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class History:
+    """Executions (any keys, any pods) and faults on one clock."""
+
+    clock: Clock = "unix"
+    executions: tuple[Execution, ...] = ()
+    faults: tuple[Fault, ...] = ()
+
+    def keys(self) -> list[str]:
+        """List the job keys present, in order of their first execution."""
+        seen: dict[str, None] = {}
+        for execution in sorted(self.executions, key=lambda e: e.start):
+            seen.setdefault(execution.job_key, None)
+        return list(seen)
+
+    def of_key(self, job_key: str) -> History:
+        """Select the executions of one key (faults are kept: they are not per key)."""
+        executions = tuple(e for e in self.executions if e.job_key == job_key)
+        return History(clock=self.clock, executions=executions, faults=self.faults)
+
+    def to_json(self) -> str:
+        """Write this history as one JSON document (``format`` first)."""
+        document = {
+            "format": FORMAT,
+            "clock": self.clock,
+            "executions": [asdict(e) for e in self.executions],
+            "faults": [asdict(f) for f in self.faults],
+        }
+        return json.dumps(document, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> History:
+        """Read a document (:meth:`to_json`) or a record file; ``ValueError`` says what is wrong.
+
+        A record file is :func:`header_line` followed by :func:`record_line` lines.
+        """
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            document = _from_lines(text)
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} document")
+        clock = document.get("clock")
+        if clock not in ("unix", "monotonic"):
+            raise ValueError(f"unknown clock {clock!r}")
+        try:
+            executions = tuple(_execution(e) for e in document.get("executions", ()))
+            faults = tuple(Fault(**f) for f in document.get("faults", ()))
+        except TypeError as exc:
+            raise ValueError(f"malformed history: {exc}") from None
+        return cls(clock=clock, executions=executions, faults=faults)
+
+
+def header_line(clock: Clock) -> str:
+    """Start a record file: a recorder appends :func:`record_line` lines after this one."""
+    return json.dumps({"format": FORMAT, "clock": clock}) + "\n"
+
+
+def record_line(item: Execution | Fault) -> str:
+    """One line of a record file: an ended execution or a fault, as it happened."""
+    kind = "execution" if isinstance(item, Execution) else "fault"
+    return json.dumps({kind: asdict(item)}, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def merge(histories: Iterable[History]) -> History:
+    """One history of several on the same clock (a recorder file per pod, say)."""
+    parts = list(histories)
+    clocks = {h.clock for h in parts}
+    if len(clocks) > 1:
+        raise ValueError(f"cannot merge histories on different clocks: {sorted(clocks)}")
+    return History(
+        clock=clocks.pop() if clocks else "unix",
+        executions=tuple(e for h in parts for e in h.executions),
+        faults=tuple(f for h in parts for f in h.faults),
+    )
+
+
+def _from_lines(text: str) -> dict[str, Any]:
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not lines or not isinstance(lines[0], dict):
+        raise ValueError(f"not a {FORMAT} document")
+    document: dict[str, Any] = {**lines[0], "executions": [], "faults": []}
+    for line in lines[1:]:
+        for kind in ("execution", "fault"):
+            if kind in line:
+                document[kind + "s"].append(line[kind])
+    return document
+
+
+def _execution(raw: Mapping[str, Any]) -> Execution:
+    steps = tuple(Step(**s) for s in raw.get("steps", ()))
+    return Execution(**{**raw, "steps": steps})
+
+
+__all__ = [
+    "FORMAT",
+    "Clock",
+    "Execution",
+    "Fault",
+    "History",
+    "Scalar",
+    "Step",
+    "header_line",
+    "merge",
+    "record_line",
+]

@@ -1,0 +1,81 @@
+"""The history model: documents and record files read back as written, overlaps measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaseworker._history import (
+    Execution,
+    Fault,
+    History,
+    Step,
+    header_line,
+    merge,
+    record_line,
+)
+
+
+def _execution(pod: str, start: float, end: float | None, fence: int) -> Execution:
+    return Execution(
+        job_key="k",
+        execution_id=f"{pod}-{fence}",
+        pod=pod,
+        start=start,
+        end=end,
+        fence=fence,
+        steps=(
+            Step(at=start, name="acquired"),
+            Step(at=start + 1, name="lost", attrs={"reason": "late"}),
+        ),
+    )
+
+
+def test_a_document_reads_back_as_written() -> None:
+    """Executions, steps and faults survive a round trip."""
+    history = History(
+        executions=(_execution("a", 0.0, 5.0, 1), _execution("b", 4.0, None, 2)),
+        faults=(Fault(kind="pause", start=1.0, end=3.0, target="a"),),
+    )
+    assert History.from_json(history.to_json()) == history
+
+
+def test_a_record_file_reads_as_the_history_it_recorded() -> None:
+    """Lines appended by a recorder read as one history."""
+    first, second = _execution("a", 0.0, 1.0, 1), _execution("a", 2.0, 3.0, 2)
+    fault = Fault(kind="kill", start=1.5, target="a")
+    text = header_line("monotonic") + record_line(first) + record_line(fault) + record_line(second)
+    assert History.from_json(text) == History(
+        clock="monotonic", executions=(first, second), faults=(fault,)
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"format": "other/1", "clock": "unix"}',
+        '{"format": "leaseworker.history/1", "clock": "tai"}',
+    ],
+)
+def test_a_foreign_document_is_refused(text: str) -> None:
+    """Another format or an unknown clock is refused by name."""
+    with pytest.raises(ValueError, match=r"history/1 document|clock"):
+        History.from_json(text)
+
+
+def test_overlap_counts_an_open_end_as_running() -> None:
+    """An execution without an end overlaps until the given time."""
+    a, b = _execution("a", 0.0, 5.0, 1), _execution("b", 4.0, None, 2)
+    assert a.overlaps(b, until=10.0) == pytest.approx(1.0)
+    assert _execution("c", 6.0, 7.0, 3).overlaps(a, until=10.0) == 0.0
+
+
+def test_merge_refuses_mixed_clocks_and_keeps_order_of_keys() -> None:
+    """Merging needs one clock; keys come in order of first execution."""
+    one = History(executions=(_execution("a", 0.0, 1.0, 1),))
+    with pytest.raises(ValueError, match="different clocks"):
+        merge([one, History(clock="monotonic")])
+    both = merge(
+        [one, History(executions=(Execution(job_key="j", execution_id="x", pod="p", start=-1.0),))]
+    )
+    assert both.keys() == ["j", "k"]
+    assert both.of_key("k").executions == one.executions
