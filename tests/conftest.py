@@ -10,7 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, RedisLeases, open_store
-from leaseworker._dev._services import LocalPostgres, LocalRedis, LocalSentinelGroup
+from leaseworker._dev._services import (
+    LocalPostgres,
+    LocalRedis,
+    LocalRedisCluster,
+    LocalSentinelGroup,
+)
 from leaseworker._dev._services._kafka import LocalKafka
 
 from .health_util import spawn
@@ -38,6 +43,20 @@ def sentinel_group() -> Iterator[LocalSentinelGroup]:
         yield group
     finally:
         group.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalRedisCluster]:
+    """One six-node Redis Cluster (three shards of master + replica) for the session.
+
+    Tests restore it with ``await redis_cluster.settle()`` before they fail a
+    shard over, kill, pause or cut off a node.
+    """
+    cluster = LocalRedisCluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

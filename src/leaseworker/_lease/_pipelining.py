@@ -100,6 +100,18 @@ class ScriptPipeline:
             else:
                 self._busy = False
 
+    async def aclose(self) -> None:
+        """Stop the pipelines in flight (their callers get an error) before the client closes.
+
+        A sender still running after its client closed would open a connection
+        nobody closes.
+        """
+        senders = list(self._senders)
+        for sender in senders:
+            sender.cancel()
+        if senders:
+            await asyncio.wait(senders)
+
     def _next(self) -> None:
         """Hand the connection on: send what queued meanwhile, or become idle."""
         if any(not call.answer.done() for call in self._queued):

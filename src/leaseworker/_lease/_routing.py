@@ -1,29 +1,36 @@
 """Lease calls on a Redis Cluster: each goes to the node that owns its key's slot.
 
 redis-py's cluster pipeline refuses ``EVALSHA``, and ``WAIT`` must run on the
-connection that wrote. So the router keeps one plain client per primary (with
-the cluster's connection settings) and, with pipelining, one
-:class:`ScriptPipeline` per node: the calls queued for a node go as one trip.
-A ``MOVED`` (failover, resharding) patches the slot map and is sent once
-more; a dead node or ``CLUSTERDOWN`` makes the next call discover the map
-again; see docs/operations.md#redis-topology.
+connection that wrote. So the router keeps its own slot map (``CLUSTER
+SLOTS``), one plain client per primary with the cluster client's connection
+settings and, with pipelining, one :class:`ScriptPipeline` per node. A
+``MOVED`` patches the map and the call goes once more; a dead node or
+``CLUSTERDOWN`` makes the next call read the map again. See
+docs/operations.md#redis-topology.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Mapping, Sequence
-from typing import final
+from typing import Any, final
 
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
-from redis.exceptions import ClusterDownError, MovedError, TryAgainError
+from redis.crc import key_slot
+from redis.exceptions import ClusterDownError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._deadlines import DeadlineWheel
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
 
 _STALE_MAP = (ClusterDownError, TryAgainError, RedisConnectionError, OSError)
-"""Failures after which the next call discovers the slot map again."""
+"""Failures after which the next call reads the slot map again."""
+
+Address = tuple[str, int]
+
+_CONNECT_TIMEOUT = 5.0
+"""Seconds a node connect (when the cluster client sets no bound) or a map read may take."""
 
 
 @final
@@ -39,14 +46,22 @@ class ClusterRouter:
         pipelining: bool,
         wait: ReplicaWait | None,
     ) -> None:
-        self._cluster = cluster
+        startup = list(cluster.nodes_manager.startup_nodes.values())
+        self._settings: dict[str, Any] = dict(startup[0].connection_kwargs)
+        if self._settings.get("socket_connect_timeout") is None:
+            self._settings["socket_connect_timeout"] = _CONNECT_TIMEOUT  # no connect hangs
+        self._connection_class = startup[0].connection_class
+        self._known: list[Address] = [(node.host, int(node.port)) for node in startup]
         self._scripts = dict(scripts)  # sha -> source
         self._deadlines = deadlines
         self._pipelining = pipelining
         self._wait = wait
-        self._nodes: dict[str, tuple[Redis, ScriptPipeline | None]] = {}
-        self._map_known = False
-        self._discovery: asyncio.Task[RedisCluster] | None = None
+        self._nodes: dict[Address, tuple[Redis, ScriptPipeline | None]] = {}
+        self._starts: list[int] = []  # first slot of each range, sorted
+        self._owners: list[Address] = []  # the primary serving each range
+        self._moved: dict[int, Address] = {}  # slots a MOVED reassigned since the last read
+        self._discovery: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def call(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
         """Run script ``sha`` on the owner of ``keys[0]``; once more after a ``MOVED``."""
@@ -54,13 +69,10 @@ class ClusterRouter:
             try:
                 return await self._call_once(sha, keys, args)
             except MovedError as moved:
-                await self._cluster.nodes_manager.move_slot(moved)  # as redis-py itself does
+                self._moved[moved.slot_id] = (moved.host, int(moved.port))
                 return await self._call_once(sha, keys, args)
         except _STALE_MAP:
-            # As redis-py does: drop the cluster's connections and mark its map for
-            # discovery at the next call (retrying now would ask the same dead node).
-            self._map_known = False
-            await self._cluster.aclose()
+            self._starts, self._owners = [], []  # read the map again at the next call
             raise
 
     async def client_for(self, key: str) -> Redis:
@@ -68,11 +80,20 @@ class ClusterRouter:
         return (await self._route(key))[0]
 
     async def aclose(self) -> None:
-        """Close the per-node clients (the cluster client itself stays the caller's)."""
-        if self._discovery is not None and not self._discovery.done():
-            self._discovery.cancel()
+        """Close the per-node clients (the cluster client itself stays the caller's).
+
+        Calls after this fail instead of opening new connections nobody closes.
+        """
+        self._closed = True
+        discovery = self._discovery
+        if discovery is not None and not discovery.done():
+            # Let it end by itself (each node it asks is bounded by _CONNECT_TIMEOUT):
+            # a cancelled redis-py connect can leave its socket unowned.
+            await asyncio.wait((discovery,))
         nodes, self._nodes = self._nodes, {}
-        for client, _ in nodes.values():
+        for client, pipeline in nodes.values():
+            if pipeline is not None:
+                await pipeline.aclose()
             await client.aclose()
 
     async def _call_once(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
@@ -81,32 +102,65 @@ class ClusterRouter:
             return await pipeline.call(sha, keys, args)
         return await run_script(client, sha, self._scripts[sha], keys, args, self._wait)
 
-    async def _discover(self) -> None:
-        """Learn the slot map, in a task of its own that a caller's deadline cannot cut.
-
-        A discovery cancelled half-way leaves redis-py's node table with open,
-        unowned connections; shielded, it finishes for the calls after this one.
-        """
-        discovery = self._discovery
-        if discovery is None or discovery.done():
-            discovery = self._discovery = asyncio.create_task(self._cluster.initialize())
-        await asyncio.shield(discovery)
-        self._map_known = True
-
     async def _route(self, key: str) -> tuple[Redis, ScriptPipeline | None]:
-        if not self._map_known:
+        if not self._starts:
             await self._discover()
-        node = self._cluster.get_node_from_key(key)
-        if node is None:
-            raise ClusterDownError(f"no node serves the slot of {key!r}")
-        found = self._nodes.get(node.name)
+        slot = key_slot(key.encode())
+        address = self._moved.get(slot) or self._owners[bisect.bisect(self._starts, slot) - 1]
+        return self._node(address)
+
+    def _node(self, address: Address) -> tuple[Redis, ScriptPipeline | None]:
+        if self._closed:
+            raise RedisConnectionError("the lease store was closed")
+        found = self._nodes.get(address)
         if found is None:
-            pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+            host, port = address
+            settings = {**self._settings, "host": host, "port": port}
+            pool = ConnectionPool(connection_class=self._connection_class, **settings)
             client = Redis.from_pool(pool)  # closing the client closes its pool
             pipeline = (
                 ScriptPipeline(client, self._scripts, self._deadlines, wait=self._wait)
                 if self._pipelining
                 else None
             )
-            found = self._nodes[node.name] = (client, pipeline)
+            found = self._nodes[address] = (client, pipeline)
         return found
+
+    async def _discover(self) -> None:
+        """Read the slot map, in a task of its own that a caller's deadline cannot cut.
+
+        Callers that find the map missing share one read; a caller that gives
+        up leaves it to finish for the calls after it.
+        """
+        discovery = self._discovery
+        if discovery is None or discovery.done():
+            discovery = self._discovery = asyncio.ensure_future(self._read_map())
+        await asyncio.shield(discovery)
+
+    async def _read_map(self) -> None:
+        """Ask the known nodes, in turn, for ``CLUSTER SLOTS``; keep the first answer."""
+        error: Exception = ClusterDownError("no cluster node answered CLUSTER SLOTS")
+        for address in [*dict.fromkeys([*self._nodes, *self._known])]:
+            client, _ = self._node(address)
+            try:
+                async with asyncio.timeout(_CONNECT_TIMEOUT):  # a black-holed node: ask the next
+                    ranges = await client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+            except (RedisError, OSError, TimeoutError) as exc:
+                error = exc
+                continue
+            table = sorted(
+                (int(first), (_text(owner[0]) or address[0], int(owner[1])))
+                for first, _last, owner, *_replicas in ranges
+            )
+            if not table:
+                continue  # a node that has not joined yet knows no slots
+            self._starts = [first for first, _ in table]
+            self._owners = [owner for _, owner in table]
+            self._moved = {}
+            self._known = list(dict.fromkeys([*self._owners, *self._known]))
+            return
+        raise error
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,180 @@
+"""RedisLeases on a real local Redis Cluster: routing, pipelining, failovers, moved slots.
+
+Each call goes to the primary that owns its key's slot, pipelined per node
+with its ``WAIT``. The invariant checked through failovers: A's body has
+stopped strictly before B's acquire succeeds, on one monotonic clock.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from redis.asyncio import RedisCluster
+
+from leaseworker import Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker._dev._services import LocalRedisCluster
+from leaseworker._dev._services._cluster import slot_of
+from leaseworker._lease import now
+
+
+@pytest.fixture
+def cluster(redis_cluster: LocalRedisCluster) -> LocalRedisCluster:
+    """The session's cluster (see ``tests/conftest.py``), under a short name."""
+    return redis_cluster
+
+
+@pytest.fixture
+async def client(cluster: LocalRedisCluster) -> AsyncIterator[RedisCluster]:
+    """A cluster client on the healthy cluster (settled again after the previous test)."""
+    await cluster.settle()
+    client = RedisCluster(startup_nodes=cluster.startup_nodes())
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def leases(client: RedisCluster) -> AsyncIterator[RedisLeases]:
+    """Replica-acknowledged leases over the cluster client, pipelined per node."""
+    leases = RedisLeases(
+        client,
+        namespace=f"t{uuid.uuid4().hex[:8]}",
+        command_timeout=1.0,
+        replicas=1,
+        replica_timeout=0.2,
+    )
+    try:
+        yield leases
+    finally:
+        await leases.aclose()
+
+
+async def _keys_on_every_shard(cluster: LocalRedisCluster, leases: RedisLeases) -> list[str]:
+    """One job key per shard (by its lease key's slot)."""
+    found: dict[int, str] = {}
+    for i in range(200):
+        key = f"job-{i}"
+        found.setdefault(await cluster.shard_of(leases.lease_key(key)), key)
+        if len(found) == 3:
+            return [found[shard] for shard in sorted(found)]
+    raise AssertionError("no key on some shard")
+
+
+async def test_sixty_concurrent_holds_across_shards_with_pipelining(
+    cluster: LocalRedisCluster, leases: RedisLeases
+) -> None:
+    """Concurrent calls queue per node and go as one pipeline each: every hold completes."""
+    keys = [f"job-{i}" for i in range(60)]
+    shards = {await cluster.shard_of(leases.lease_key(k)) for k in keys}
+    assert shards == {0, 1, 2}
+    outcomes: list[str | None] = []
+
+    async def one(key: str) -> None:
+        async with hold(leases, key, ttl=2, renew_every=0.3) as held:
+            await anyio.sleep(0.7)  # two renewals each, all in flight together
+            await held.checkpoint()
+        outcomes.append(held.outcome)
+
+    async with anyio.create_task_group() as tg:
+        for key in keys:
+            tg.start_soon(one, key)
+    assert outcomes == ["completed"] * 60
+    for key in keys:
+        assert (await leases.inspect(key)).owner is None
+
+
+async def test_an_unacknowledged_acquire_on_a_cut_off_shard_never_starts(
+    cluster: LocalRedisCluster, leases: RedisLeases
+) -> None:
+    """The shard's replica is cut off: WAIT says 0, so the acquire is undone."""
+    key = (await _keys_on_every_shard(cluster, leases))[1]
+    await cluster.cut_off(await cluster.shard_of(leases.lease_key(key)))
+    with pytest.raises(LeaseUnavailable, match="0 of 1 replicas"):
+        async with hold(leases, key, ttl=2):
+            pytest.fail("the body started on an unreplicated lease")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["cluster_failover", "kill_master"])
+async def test_a_shard_failover_never_lets_two_bodies_run(
+    cluster: LocalRedisCluster, client: RedisCluster, leases: RedisLeases, how: str
+) -> None:
+    """A holds a key on a shard that fails over; B acquires once it can: A stopped first."""
+    key = (await _keys_on_every_shard(cluster, leases))[0]
+    shard = await cluster.shard_of(leases.lease_key(key))
+    a_stopped = math.inf
+    b_acquired = math.inf
+    in_body = anyio.Event()
+
+    async def hold_a() -> None:
+        nonlocal a_stopped
+        try:
+            async with hold(leases, key, ttl=3, renew_every=0.75):
+                in_body.set()
+                try:
+                    await anyio.sleep(60)
+                finally:
+                    a_stopped = now()
+        except LeaseLost:
+            pass
+
+    b_client = RedisCluster(startup_nodes=cluster.startup_nodes())
+    b = RedisLeases(b_client, namespace=leases.namespace, replicas=1)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_a)
+            await in_body.wait()
+            if how == "cluster_failover":
+                await cluster.failover(shard)
+            else:
+                await cluster.kill_master(shard)
+                # The promoted replica is alone in its shard: with replicas=1 nobody can
+                # acquire there until the old master is back as its replica.
+                await cluster.settle()
+            with anyio.fail_after(60):
+                lease = await _acquire_when_free(b, key)
+            b_acquired = lease.sent_at
+            tg.cancel_scope.cancel()  # an A still running at this point is the failure
+        await b.release(lease)
+    finally:
+        # Outside the cancelled scope: closing inside it would be cut at its first await.
+        try:
+            await b.aclose()
+        finally:
+            await b_client.aclose()
+    assert a_stopped < b_acquired, (a_stopped, b_acquired)
+
+
+async def test_a_moved_slot_is_followed_without_losing_the_lease(
+    cluster: LocalRedisCluster, leases: RedisLeases
+) -> None:
+    """The slot of a held lease moves to another shard: the next renewal follows MOVED."""
+    key = (await _keys_on_every_shard(cluster, leases))[0]
+    shard = await cluster.shard_of(leases.lease_key(key))
+    other = await cluster.shard_master((shard + 1) % 3)
+    async with hold(leases, key, ttl=3, renew_every=0.5) as held:
+        await cluster.migrate_slot(slot_of(leases.lease_key(key)), other)
+        renewals = held.renewals
+        with anyio.fail_after(10):
+            while held.renewals < renewals + 2:
+                await held.checkpoint()
+                await anyio.sleep(0.1)
+    assert held.outcome == "completed"
+    assert await cluster.shard_of(leases.lease_key(key)) != shard
+
+
+async def _acquire_when_free(leases: RedisLeases, key: str) -> Lease:
+    """Acquire as a pod would: every 50 ms until the lease is free (polling Redis itself)."""
+    while True:
+        try:
+            lease = await leases.acquire(key, 3)
+        except LeaseUnavailable:  # the shard is switching: try again
+            lease = None
+        if lease is not None:
+            return lease
+        await anyio.sleep(0.05)
