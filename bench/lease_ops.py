@@ -12,8 +12,12 @@ within pairs.
 and one replica) through the Sentinel master client, twice: without replica
 acknowledgement (``replicas=0`` against the floor) and with it (``replicas=1``
 against the floor plus a ``WAIT 1`` after its ``SET``, on the same connection).
+``--topology cluster`` does the same on a local six-node cluster (three shards
+of master and replica); its floor sends each key's commands to the primary
+that owns the key's slot, through one plain client per primary.
 
-    .venv/bin/python bench/lease_ops.py [--cycles 1500] [--rounds 21] [--topology sentinel]
+    .venv/bin/python bench/lease_ops.py [--cycles 1500] [--rounds 21]
+        [--topology single|sentinel|cluster]
 """
 
 from __future__ import annotations
@@ -26,20 +30,33 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.commands.core import AsyncScript
 
 from leaseworker import RedisLeases, redis_from_url
-from leaseworker._dev._services import LocalRedis, LocalSentinelGroup
+from leaseworker._dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from leaseworker._lease._scripts import RELEASE
 
 Cycle = Callable[[str], Awaitable[None]]
+Route = Callable[[str], Redis]
 
 
-def floor_cycle(redis: Redis, *, wait: bool = False) -> Cycle:
-    """Build the raw floor: SET NX PX (then ``WAIT 1`` when asked), then compare-and-delete."""
-    release = redis.register_script(RELEASE)
+def floor_cycle(route: Route, *, wait: bool = False) -> Cycle:
+    """Build the raw floor: SET NX PX (then ``WAIT 1`` when asked), then compare-and-delete.
+
+    ``route`` gives the client for a key: the one client, or its slot's primary.
+    """
+    releases: dict[int, AsyncScript] = {}  # one registered script per client
+
+    def release(lock: str) -> AsyncScript:
+        redis = route(lock)
+        found = releases.get(id(redis))
+        if found is None:
+            found = releases[id(redis)] = redis.register_script(RELEASE)
+        return found
 
     async def acquire(key: str, token: str) -> bool:
+        redis = route(key)
         if not wait:
             return bool(await redis.set(key, token, nx=True, px=30_000))
         async with redis.pipeline(transaction=False) as pipe:
@@ -50,13 +67,14 @@ def floor_cycle(redis: Redis, *, wait: bool = False) -> Cycle:
 
     async def cycle(key: str) -> None:
         token = secrets.token_hex(12)
-        if await acquire(f"floor:{{{key}}}:lock", token):
-            await release(keys=[f"floor:{{{key}}}:lock"], args=[token])
+        lock = f"floor:{{{key}}}:lock"
+        if await acquire(lock, token):
+            await release(lock)(keys=[lock], args=[token])
 
     return cycle
 
 
-def leaseworker_cycle(redis: Redis, *, replicas: int = 0) -> Cycle:
+def leaseworker_cycle(redis: Redis | RedisCluster, *, replicas: int = 0) -> Cycle:
     """Build RedisLeases.acquire then release (fence, owner token, timeouts, replica wait)."""
     leases = RedisLeases(redis, namespace="bench", replicas=replicas)
 
@@ -84,7 +102,7 @@ async def cycles_per_second(cycle: Cycle, *, cycles: int, tasks: int) -> float:
 
 
 async def measure(
-    redis: Redis, *, cycles: int, rounds: int, replicas: int
+    redis: Redis | RedisCluster, route: Route, *, cycles: int, rounds: int, replicas: int
 ) -> dict[int, list[tuple[float, float]]]:
     """Paired (floor, leaseworker) cycles/s samples per concurrency level.
 
@@ -93,7 +111,7 @@ async def measure(
     the ratio is taken within each pair. With ``replicas`` the floor waits for
     that replica too.
     """
-    floor = floor_cycle(redis, wait=replicas > 0)
+    floor = floor_cycle(route, wait=replicas > 0)
     ours = leaseworker_cycle(redis, replicas=replicas)
     results: dict[int, list[tuple[float, float]]] = {}
     for tasks in (1, 50):
@@ -112,15 +130,39 @@ async def measure_all(
 ) -> dict[int, dict[int, list[tuple[float, float]]]]:
     """Measure each replica count over one client of ``url`` (closed at the end)."""
     redis = redis_from_url(url)
-    assert isinstance(redis, Redis)
-    redis.connection_pool.max_connections = 64
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(redis.aclose)
+        if isinstance(redis, RedisCluster):
+            route = await _primaries(redis, stack)
+        else:
+            redis.connection_pool.max_connections = 64
+            route = _one(redis)
         return {
-            n: await measure(redis, cycles=cycles, rounds=rounds, replicas=n)
+            n: await measure(redis, route, cycles=cycles, rounds=rounds, replicas=n)
             for n in replica_counts
         }
-    finally:
-        await redis.aclose()
+    raise AssertionError("unreachable")
+
+
+def _one(redis: Redis) -> Route:
+    return lambda _key: redis
+
+
+async def _primaries(cluster: RedisCluster, stack: contextlib.AsyncExitStack) -> Route:
+    """Route each key to a plain client of its slot's primary (closed with ``stack``)."""
+    await cluster.initialize()
+    clients: dict[str, Redis] = {}
+    for node in cluster.get_primaries():
+        client = Redis(host=node.host, port=int(node.port), max_connections=64)
+        stack.push_async_callback(client.aclose)
+        clients[node.name] = client
+
+    def route(key: str) -> Redis:
+        node = cluster.get_node_from_key(key)
+        assert node is not None
+        return clients[node.name]
+
+    return route
 
 
 def main() -> None:
@@ -128,7 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cycles", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=21)
-    parser.add_argument("--topology", choices=("single", "sentinel"), default="single")
+    parser.add_argument("--topology", choices=("single", "sentinel", "cluster"), default="single")
     args = parser.parse_args()
     counts = (0,) if args.topology == "single" else (0, 1)
     with _topology(args.topology) as url:
@@ -159,6 +201,13 @@ def _topology(name: str) -> Iterator[str]:
             yield server.url
         finally:
             server.stop()
+        return
+    if name == "cluster":
+        cluster = LocalRedisCluster.start()
+        try:
+            yield cluster.url
+        finally:
+            cluster.stop()
         return
     group = LocalSentinelGroup.start(replicas=1)
     try:
