@@ -201,3 +201,27 @@ async def test_a_connection_left_on_the_demoted_master(
         assert run.overlap < 0, run
     else:
         assert run.overlap > 0, run
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("replicas", [0, 1])
+async def test_the_master_killed_after_replicating_the_lease(
+    settled: LocalSentinelGroup, replicas: int
+) -> None:
+    """The replicas have A's lease; the master is SIGKILLed and a replica promoted.
+
+    A's renewals find no master until the switch, so A stops at its local
+    deadline; the promoted replica's copy expires from A's last renewal it
+    saw, which is after that deadline: B acquires only once A has stopped,
+    with or without replica acknowledgement.
+    """
+
+    async def fail(run: Run) -> None:
+        old = await settled.master()
+        settled.kill(old)
+        await settled.wait_for_new_master(old)
+
+    run = await scenario(settled, replicas=replicas, ttl=4.0, fail=fail)
+    print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
+    assert run.a_started < run.b_acquired
+    assert run.overlap < 0, run
