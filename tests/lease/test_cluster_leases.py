@@ -15,7 +15,7 @@ import anyio
 import pytest
 from redis.asyncio import RedisCluster
 
-from leaseworker import Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker import HeldLease, Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
 from leaseworker._dev._services import LocalRedisCluster
 from leaseworker._dev._services._cluster import slot_of
 from leaseworker._lease import now
@@ -166,6 +166,32 @@ async def test_a_moved_slot_is_followed_without_losing_the_lease(
                 await anyio.sleep(0.1)
     assert held.outcome == "completed"
     assert await cluster.shard_of(leases.lease_key(key)) != shard
+
+
+async def test_a_slot_in_mid_migration_is_followed_by_ask_then_moved(
+    cluster: LocalRedisCluster, leases: RedisLeases
+) -> None:
+    """The held lease's keys move while the slot is still migrating (ASK), then it ends (MOVED)."""
+    key = (await _keys_on_every_shard(cluster, leases))[1]
+    slot = slot_of(leases.lease_key(key))
+    shard = await cluster.shard_of(leases.lease_key(key))
+    other = await cluster.shard_master((shard + 1) % 3)
+    async with hold(leases, key, ttl=3, renew_every=0.5) as held:
+        await cluster.migrate_slot(slot, other, finish=False)
+        await _renewals(held, 2)  # the old owner answers ASK: each renewal goes after ASKING
+        await cluster.finish_slot_migration(slot)
+        await _renewals(held, 2)  # now MOVED
+    assert held.outcome == "completed"
+    assert await cluster.shard_of(leases.lease_key(key)) != shard
+
+
+async def _renewals(held: HeldLease, count: int) -> None:
+    """Return once ``count`` more renewals succeeded (the body checkpoints meanwhile)."""
+    target = held.renewals + count
+    with anyio.fail_after(10):
+        while held.renewals < target:
+            await held.checkpoint()
+            await anyio.sleep(0.1)
 
 
 async def _acquire_when_free(leases: RedisLeases, key: str) -> Lease:

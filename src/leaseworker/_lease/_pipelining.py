@@ -213,6 +213,33 @@ async def run_script(
     return reply
 
 
+async def run_asking(
+    redis: Redis,
+    source: str,
+    keys: Sequence[str],
+    args: Sequence[str],
+    wait: ReplicaWait | None,
+) -> Replied:
+    """Run one script on the node its slot is migrating to (after an ``ASK``).
+
+    ``ASKING`` holds for the next command on its connection only, so it, the
+    script (by source: the node may not have it cached) and the ``WAIT`` go
+    as one pipeline.
+    """
+    pipe = redis.pipeline(transaction=False)
+    pipe.execute_command("ASKING")
+    pipe.eval(source, len(keys), *keys, *args)
+    if wait is not None:
+        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+    replies = list(await pipe.execute(raise_on_error=False))
+    value = replies[1]
+    if isinstance(value, Exception):
+        raise value
+    if wait is None:
+        return Replied(value, None)
+    return Replied(value, 0 if isinstance(replies[2], Exception) else int(replies[2]))
+
+
 async def _pipeline(
     redis: Redis,
     calls: Sequence[tuple[str, Sequence[str], Sequence[str]]],

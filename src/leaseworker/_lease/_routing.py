@@ -4,8 +4,9 @@ redis-py's cluster pipeline refuses ``EVALSHA``, and ``WAIT`` must run on the
 connection that wrote. So the router keeps its own slot map (``CLUSTER
 SLOTS``), one plain client per primary with the cluster client's connection
 settings and, with pipelining, one :class:`ScriptPipeline` per node. A
-``MOVED`` patches the map and the call goes once more; a dead node or
-``CLUSTERDOWN`` makes the next call read the map again. See
+``MOVED`` patches the map and the call goes once more; an ``ASK`` (a slot
+in mid-migration) sends it once to the importing node after ``ASKING``; a
+dead node or ``CLUSTERDOWN`` makes the next call read the map again. See
 docs/operations.md#redis-topology.
 """
 
@@ -18,11 +19,11 @@ from typing import Any, final
 
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import ClusterDownError, MovedError, RedisError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._deadlines import DeadlineWheel
-from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
+from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_asking, run_script
 
 _STALE_MAP = (ClusterDownError, TryAgainError, RedisConnectionError, OSError)
 """Failures after which the next call reads the slot map again."""
@@ -67,10 +68,10 @@ class ClusterRouter:
         """Run script ``sha`` on the owner of ``keys[0]``; once more after a ``MOVED``."""
         try:
             try:
-                return await self._call_once(sha, keys, args)
+                return await self._call_following_ask(sha, keys, args)
             except MovedError as moved:
                 self._moved[moved.slot_id] = (moved.host, int(moved.port))
-                return await self._call_once(sha, keys, args)
+                return await self._call_following_ask(sha, keys, args)
         except _STALE_MAP:
             self._starts, self._owners = [], []  # read the map again at the next call
             raise
@@ -95,6 +96,18 @@ class ClusterRouter:
             if pipeline is not None:
                 await pipeline.aclose()
             await client.aclose()
+
+    async def _call_following_ask(
+        self, sha: str, keys: Sequence[str], args: Sequence[str]
+    ) -> Replied:
+        """Run the call; after an ``ASK`` (its slot is migrating), once on the importing node."""
+        try:
+            return await self._call_once(sha, keys, args)
+        except MovedError:
+            raise
+        except AskError as ask:
+            client, _ = self._node((ask.host, int(ask.port)))
+            return await run_asking(client, self._scripts[sha], keys, args, self._wait)
 
     async def _call_once(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
         client, pipeline = await self._route(keys[0])
