@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import secrets
 import statistics
 import time
@@ -37,7 +38,8 @@ from leaseworker import RedisLeases, redis_from_url
 from leaseworker._dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from leaseworker._lease._scripts import RELEASE
 
-Cycle = Callable[[str], Awaitable[None]]
+Cycle = Callable[[str, list[float]], Awaitable[None]]
+"""One acquire+release of a key; appends each call's seconds to the list."""
 Route = Callable[[str], Redis]
 
 
@@ -65,11 +67,15 @@ def floor_cycle(route: Route, *, wait: bool = False) -> Cycle:
             acquired, acked = await pipe.execute()
         return bool(acquired) and int(acked) >= 1
 
-    async def cycle(key: str) -> None:
+    async def cycle(key: str, calls: list[float]) -> None:
         token = secrets.token_hex(12)
         lock = f"floor:{{{key}}}:lock"
-        if await acquire(lock, token):
+        sent = time.perf_counter()
+        acquired = await acquire(lock, token)
+        calls.append((answered := time.perf_counter()) - sent)
+        if acquired:
             await release(lock)(keys=[lock], args=[token])
+            calls.append(time.perf_counter() - answered)
 
     return cycle
 
@@ -78,21 +84,30 @@ def leaseworker_cycle(redis: Redis | RedisCluster, *, replicas: int = 0) -> Cycl
     """Build RedisLeases.acquire then release (fence, owner token, timeouts, replica wait)."""
     leases = RedisLeases(redis, namespace="bench", replicas=replicas)
 
-    async def cycle(key: str) -> None:
+    async def cycle(key: str, calls: list[float]) -> None:
+        sent = time.perf_counter()
         lease = await leases.acquire(key, 30)
+        calls.append((answered := time.perf_counter()) - sent)
         if lease is not None:
             await leases.release(lease)
+            calls.append(time.perf_counter() - answered)
 
     return cycle
 
 
-async def cycles_per_second(cycle: Cycle, *, cycles: int, tasks: int) -> float:
-    """Run ``cycles`` cycles spread over ``tasks`` concurrent tasks (distinct keys)."""
+async def cycles_per_second(
+    cycle: Cycle, *, cycles: int, tasks: int, calls: list[float] | None = None
+) -> float:
+    """Run ``cycles`` cycles spread over ``tasks`` concurrent tasks (distinct keys).
+
+    Each call's seconds go to ``calls`` when given.
+    """
     per_task = cycles // tasks
+    seconds = [] if calls is None else calls
 
     async def run(task: int) -> None:
         for i in range(per_task):
-            await cycle(f"k{task}:{i % 64}")
+            await cycle(f"k{task}:{i % 64}", seconds)
 
     started = time.perf_counter()
     async with anyio.create_task_group() as tg:
@@ -101,10 +116,19 @@ async def cycles_per_second(cycle: Cycle, *, cycles: int, tasks: int) -> float:
     return per_task * tasks / (time.perf_counter() - started)
 
 
+@dataclasses.dataclass
+class Line:
+    """One concurrency level: paired (floor, leaseworker) cycles/s, and each call's seconds."""
+
+    pairs: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    floor_calls: list[float] = dataclasses.field(default_factory=list)
+    our_calls: list[float] = dataclasses.field(default_factory=list)
+
+
 async def measure(
     redis: Redis | RedisCluster, route: Route, *, cycles: int, rounds: int, replicas: int
-) -> dict[int, list[tuple[float, float]]]:
-    """Paired (floor, leaseworker) cycles/s samples per concurrency level.
+) -> dict[int, Line]:
+    """Paired (floor, leaseworker) cycles/s samples and call latencies per concurrency level.
 
     Each round measures both contenders back to back, alternating which goes
     first, so a pair shares whatever else the machine was doing at the time;
@@ -113,21 +137,25 @@ async def measure(
     """
     floor = floor_cycle(route, wait=replicas > 0)
     ours = leaseworker_cycle(redis, replicas=replicas)
-    results: dict[int, list[tuple[float, float]]] = {}
+    results: dict[int, Line] = {}
     for tasks in (1, 50):
         for cycle in (floor, ours):  # warm-up: connections, script cache
             await cycles_per_second(cycle, cycles=min(cycles, 500), tasks=tasks)
-        pairs = results.setdefault(tasks, [])
+        line = results.setdefault(tasks, Line())
+        calls = {floor: line.floor_calls, ours: line.our_calls}
         for round_no in range(rounds):
             order = (floor, ours) if round_no % 2 == 0 else (ours, floor)
-            rate = {c: await cycles_per_second(c, cycles=cycles, tasks=tasks) for c in order}
-            pairs.append((rate[floor], rate[ours]))
+            rate = {
+                c: await cycles_per_second(c, cycles=cycles, tasks=tasks, calls=calls[c])
+                for c in order
+            }
+            line.pairs.append((rate[floor], rate[ours]))
     return results
 
 
 async def measure_all(
     url: str, *, cycles: int, rounds: int, replica_counts: tuple[int, ...]
-) -> dict[int, dict[int, list[tuple[float, float]]]]:
+) -> dict[int, dict[int, Line]]:
     """Measure each replica count over one client of ``url`` (closed at the end)."""
     redis = redis_from_url(url)
     async with contextlib.AsyncExitStack() as stack:
@@ -178,18 +206,27 @@ def main() -> None:
             lambda: measure_all(url, cycles=args.cycles, rounds=args.rounds, replica_counts=counts)
         )
     header = ("replicas", "tasks", "floor cyc/s", "leaseworker cyc/s", "ratio", "(quartiles)")
-    print("{:>8}  {:>5}  {:>12}  {:>18}  {:>6}  {:>13}".format(*header))
+    print(
+        "{:>8}  {:>5}  {:>12}  {:>18}  {:>6}  {:>13}  per call p50/p99 ms: floor | ours".format(
+            *header
+        )
+    )
     for replicas, levels in results.items():
-        for tasks, pairs in levels.items():
-            floor = statistics.median(f for f, _ in pairs)
-            ours = statistics.median(o for _, o in pairs)
-            q1, ratio, q3 = statistics.quantiles([o / f for f, o in pairs], n=4)
+        for tasks, line in levels.items():
+            floor = statistics.median(f for f, _ in line.pairs)
+            ours = statistics.median(o for _, o in line.pairs)
+            q1, ratio, q3 = statistics.quantiles([o / f for f, o in line.pairs], n=4)
             print(
                 f"{replicas:>8}  {tasks:>5}  {floor:>12.0f}  {ours:>18.0f}  {ratio:>5.2f}x  "
-                f"({q1:.2f}-{q3:.2f})"
+                f"({q1:.2f}-{q3:.2f})  {_p50_p99(line.floor_calls)} | {_p50_p99(line.our_calls)}"
             )
     print("target: ratio >= 0.90x at every line (median of paired rounds; replicas=1 against")
     print("the floor that also WAITs for one replica)")
+
+
+def _p50_p99(seconds: list[float]) -> str:
+    cuts = statistics.quantiles(seconds, n=100)
+    return f"{cuts[49] * 1000:.2f}/{cuts[98] * 1000:.2f}"
 
 
 @contextlib.contextmanager
