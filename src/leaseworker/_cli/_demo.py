@@ -56,6 +56,16 @@ TTL/4 with a command timeout of TTL/5, and both must fit inside the TTL with mar
 
 
 def _main(args: argparse.Namespace) -> int:
+    from .._dev._services._shipped import ToolMissingError
+
+    try:
+        return _scenario(args)
+    except ToolMissingError as exc:  # a tool to install: one line, no traceback
+        print(f"leaseworker demo: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _scenario(args: argparse.Namespace) -> int:
     if args.scenario == "failover":
         from .._dev import failover_demo
 
