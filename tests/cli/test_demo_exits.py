@@ -166,19 +166,28 @@ def test_sigterm_mid_run_stops_the_pods_and_services_and_removes_the_work_direct
 
 
 @pytest.mark.fake
-def test_a_stop_signal_interrupts_even_with_sigint_ignored_and_only_once() -> None:
-    """SIGINT ignored (a script's background job): SIGTERM still interrupts, once.
+@pytest.mark.parametrize("sigint", [signal.SIG_IGN, signal.SIG_DFL], ids=["IGN", "DFL"])
+def test_a_stop_signal_interrupts_whatever_sigint_was_and_only_once(
+    sigint: signal.Handlers,
+) -> None:
+    """SIGINT ignored (a script's background job) or left to the OS: SIGTERM interrupts, once.
 
-    The second SIGTERM, during the cleanup the first started, is ignored.
+    The second SIGTERM (or a SIGHUP), during the cleanup the first started, is
+    ignored; an ignored SIGINT interrupts for the duration, and every handler
+    is restored afterwards.
     """
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.signal(signal.SIGINT, sigint)
     try:
         with _stop_signals_interrupt():
             with pytest.raises(KeyboardInterrupt):
                 signal.raise_signal(signal.SIGTERM)
             signal.raise_signal(signal.SIGTERM)  # no second interrupt
             signal.raise_signal(signal.SIGHUP)
+            if sigint is signal.SIG_IGN:
+                with pytest.raises(KeyboardInterrupt):
+                    signal.raise_signal(signal.SIGINT)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) is sigint
     finally:
         signal.signal(signal.SIGINT, previous)
 

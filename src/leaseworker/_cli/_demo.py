@@ -87,7 +87,9 @@ def _stop_signals_interrupt() -> Iterator[None]:
     that cancels the main task (the pods are stopped on the way out), elsewhere
     it raises ``KeyboardInterrupt`` and the ``finally`` blocks stop the
     services. Later ones are ignored, so a second SIGTERM cannot cut the
-    cleanup short (every stop is bounded: SIGKILL follows its timeout).
+    cleanup short (every stop is bounded: SIGKILL follows its timeout). A
+    SIGINT that was ignored at start (a background job of a shell script)
+    interrupts too, for the duration: a demo must stop on all three.
     """
     interrupted = False
 
@@ -97,11 +99,13 @@ def _stop_signals_interrupt() -> Iterator[None]:
             return
         interrupted = True
         on_sigint = signal.getsignal(signal.SIGINT)
-        if not callable(on_sigint):  # SIG_IGN (a background job of a script) or SIG_DFL
+        if not callable(on_sigint):  # SIG_DFL: the process would just end
             raise KeyboardInterrupt
         on_sigint(signal.SIGINT, frame)
 
     previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
