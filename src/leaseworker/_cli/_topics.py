@@ -87,9 +87,10 @@ def _create(args: argparse.Namespace) -> int:
         )
     except TimeoutError:
         return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
-    except (KafkaError, OSError) as exc:
-        text, name = str(exc), type(exc).__name__
-        return _fail(text if text.startswith(name) else f"{name}: {text}")
+    except KafkaError as exc:  # its str() repeats the class name and the error code
+        return _fail(f"{type(exc).__name__}: {exc.args[0] if exc.args else exc}")
+    except OSError as exc:
+        return _fail(f"{type(exc).__name__}: {exc}")
     print(json.dumps({"created": args.names, "partitions": args.partitions}))
     return 0
 
