@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -161,3 +164,34 @@ def _pods_use_a_store_of_the_tests_own(monkeypatch: pytest.MonkeyPatch, tmp_path
     ``--store-url`` (or sets ``LEASEWORKER_STORE_URL`` itself).
     """
     monkeypatch.setenv("LEASEWORKER_STORE_URL", f"sqlite:///{tmp_path / 'pods.sqlite3'}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaseworker_directory_left_behind(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Fail the session if a ``leaseworker-*`` temporary directory outlives it.
+
+    The session gets a temporary directory of its own (``TMPDIR`` and
+    ``tempfile.tempdir``, inherited by every process a test starts), so what
+    concurrent sessions on the same machine create never counts. Every service
+    and demo makes its work directory there; whatever is left at the end was
+    leaked, and is named in the failure. pytest's own ``tmp_path`` directories
+    stay where they were (its base directory is fixed before the switch).
+    """
+    tmp_path_factory.getbasetemp()
+    private = Path(tempfile.mkdtemp(prefix="lwtests-"))
+    private.chmod(0o1777)  # like /tmp: PostgreSQL's server runs as another user
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(private)
+    try:
+        yield
+    finally:
+        left = sorted(path.name for path in private.glob("leaseworker-*"))
+        shutil.rmtree(private, ignore_errors=True)
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+    assert not left, f"the session left temporary directories behind: {left}"

@@ -13,7 +13,11 @@ proof fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from ._common import positive_seconds
@@ -27,14 +31,17 @@ def add_parser(subparsers: Any) -> None:
         description="stack: three worker pods on a private Redis and Kafka, a Redis stall, "
         "and a summary proving no overlap (about 25 s). incident: a naive lock vs hold() "
         "on one timeline. failover: a Sentinel failover that loses the lease, with "
-        "--lease-replicas 0 and 1 (about 30 s).",
+        "--lease-replicas 0 and 1 (about 30 s). services: the local Redis, Kafka and "
+        "Jaeger alone, for a job of your own. Ctrl-C, SIGTERM and SIGHUP stop everything "
+        "a demo started and remove its temporary directories.",
     )
     parser.add_argument(
         "scenario",
         nargs="?",
-        choices=("stack", "incident", "failover"),
+        choices=("stack", "incident", "failover", "services"),
         default="stack",
-        help="which demo to run (default: stack)",
+        help="which demo to run (default: stack); services: only start the local Redis, "
+        "Kafka and Jaeger and keep them up until Ctrl-C",
     )
     parser.add_argument(
         "--ttl",
@@ -56,6 +63,62 @@ TTL/4 with a command timeout of TTL/5, and both must fit inside the TTL with mar
 
 
 def _main(args: argparse.Namespace) -> int:
+    from .._dev._services._shipped import ToolMissingError
+
+    try:
+        with _stop_signals_interrupt():
+            return _scenario(args)
+    except ToolMissingError as exc:  # a tool to install: one line, no traceback
+        print(f"leaseworker demo: error: {exc}", file=sys.stderr)
+        return 2
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop a demo as Ctrl-C (SIGINT) does."""
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """Make SIGTERM and SIGHUP act as Ctrl-C for the duration; restore the handlers after.
+
+    Their default action ends the process at once, leaving the services (own
+    sessions, so they outlive it) and the work directories behind. Here the
+    first one runs the current SIGINT handler instead: inside ``anyio.run``
+    that cancels the main task (the pods are stopped on the way out), elsewhere
+    it raises ``KeyboardInterrupt`` and the ``finally`` blocks stop the
+    services. Later ones are ignored, so a second SIGTERM cannot cut the
+    cleanup short (every stop is bounded: SIGKILL follows its timeout). A
+    SIGINT that was ignored at start (a background job of a shell script)
+    interrupts too, for the duration: a demo must stop on all three.
+    """
+    interrupted = False
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            return
+        interrupted = True
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if not callable(on_sigint):  # SIG_DFL: the process would just end
+            raise KeyboardInterrupt
+        on_sigint(signal.SIGINT, frame)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    if args.scenario == "services":
+        from .._dev import services_demo
+
+        services_demo(lambda line: print(line, flush=True))
+        return 0
     if args.scenario == "failover":
         from .._dev import failover_demo
 

@@ -1,10 +1,14 @@
 """``leaseworker inspect KEY``: a job key's lease (owner, TTL, last fence) and completion state.
 
-The completion part reads the fenced completion store: the winning fence,
-the input version that won, when and by which execution and pod. The stored
+The owner is shown masked (``pod-a:***``): the token's random part lets
+whoever knows it renew or release the lease, so it never leaves the pod. The
+completion part reads the fenced completion store: the winning fence, the
+input version that won, when and by which execution and pod. The stored
 result is shown only with ``--show-result`` (results may carry personal data).
 An embedded SQLite store that does not exist yet is reported as "no
-completion", never created by looking.
+completion", with a note on stderr naming the file that was looked for, and
+is never created by looking; so is a ``memory://`` store, which lives inside
+each pod.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ async def _read(args: argparse.Namespace) -> dict[str, object]:
     completion = await _completion(args)
     return {
         "key": info.key,
-        "owner": info.owner,
+        "owner": info.holder,
         "ttl": info.ttl,
         "fence": info.fence,
         "completion": None if completion is None else _shown(completion, args.show_result),
@@ -86,13 +90,22 @@ async def _read(args: argparse.Namespace) -> dict[str, object]:
 
 async def _completion(args: argparse.Namespace) -> Completion | None:
     parsed = parse_store_url(args.store_url)
-    if parsed.backend == "memory":
-        return None  # lives inside each pod: nothing another process could look at
-    embedded = parsed.backend == "sqlite" and parsed.target != ":memory:"
-    if embedded and not await anyio.Path(parsed.target).exists():
-        return None  # looking must not create the file
+    if parsed.backend == "memory" or parsed.target == ":memory:":
+        _note("memory:// lives inside each pod; no other process can see its completions")
+        return None
+    target = anyio.Path(parsed.target)
+    if parsed.backend == "sqlite" and not await target.exists():  # looking must not create it
+        _note(
+            f"no completion store at {await target.absolute()}: nothing was ever completed "
+            "there; pass the pods' --store-url (or LEASEWORKER_STORE_URL)"
+        )
+        return None
     async with open_store(args.store_url) as store:
         return await store.state(completion_key(args.namespace, args.key))
+
+
+def _note(text: str) -> None:
+    print(f"leaseworker inspect: note: {text}", file=sys.stderr)
 
 
 def _shown(completion: Completion, show_result: bool) -> dict[str, object]:

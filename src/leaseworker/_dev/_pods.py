@@ -28,9 +28,10 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from ..testing import ChaosProxy
 from ._services import LocalJaeger, LocalRedis
 from ._services._kafka import LocalKafka
+from ._services._shipped import shipped
 
-EXAMPLE_DIR = Path(__file__).resolve().parents[3] / "examples" / "report_job"
-"""Where ``demo_report.py`` lives; pods run with it as their working directory."""
+EXAMPLE = "examples/report_job"
+"""Where ``demo_report.py`` lives (shipped in the wheel too); the pods' working directory."""
 
 
 @dataclass
@@ -140,7 +141,7 @@ def spawn_pod(name: str, proxy: ChaosProxy, args: list[str], env: dict[str, str]
     with log.open("wb") as out:
         process = subprocess.Popen(
             argv,
-            cwd=EXAMPLE_DIR,
+            cwd=shipped(EXAMPLE),
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
             stdout=out,

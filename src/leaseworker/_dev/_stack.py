@@ -139,6 +139,9 @@ def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
                 summary.duration = time.monotonic() - began
                 out(summary.render())
                 _wait_for_interrupt(out)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: a requested stop
+            shutil.rmtree(stack.workdir, ignore_errors=True)
+            raise
         except BaseException:
             out(f"pod logs and markers kept in {stack.workdir}")
             raise
@@ -148,6 +151,25 @@ def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
         out(f"pod logs and markers kept in {stack.workdir}")
     summary.duration = time.monotonic() - began
     return summary
+
+
+def services_demo(out: Out = print) -> None:
+    """Start Redis, Kafka and (if built) Jaeger, no pods; keep them up until interrupted.
+
+    For running one's own job against a local stack; Ctrl-C (SIGTERM and
+    SIGHUP too, see ``leaseworker demo``) stops every service and removes
+    every directory the run made.
+    """
+    out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
+    with local_stack() as stack:
+        try:
+            bootstrap = stack.kafka.bootstrap_servers
+            jaeger = f", Jaeger UI {stack.jaeger.query_url}" if stack.jaeger else ""
+            out(f"  Kafka {bootstrap}, Redis {stack.redis.url}{jaeger}")
+            out(f"  topics: leaseworker topics create NAME --bootstrap-servers {bootstrap}")
+            _wait_for_interrupt(out)
+        finally:
+            shutil.rmtree(stack.workdir, ignore_errors=True)
 
 
 class _Clock:

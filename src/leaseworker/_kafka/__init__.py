@@ -8,7 +8,8 @@ partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
 failed triggers; ``_clients`` building and starting the aiokafka clients;
 ``_logs`` how log lines name partitions and errors; ``_security`` SASL/TLS
 settings for every Kafka client; ``_settings`` the settings the source reads;
-``_producer`` sends one trigger (``leaseworker trigger``). The only part of
+``_producer`` sends one trigger (``leaseworker trigger``); ``_topic_admin``
+creates topics (``leaseworker topics create``). The only part of
 the library that imports aiokafka (an import contract checks it; the
 development services in ``_dev`` use it too).
 """
@@ -24,6 +25,7 @@ from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
 from ._source import KafkaTriggerSource as KafkaTriggerSource
 from ._state import SourceStats as SourceStats
+from ._topic_admin import create_topics as create_topics
 
 __all__ = [
     "DEAD_LETTER_FAILURE_HEADERS",
@@ -35,5 +37,6 @@ __all__ = [
     "KafkaTriggerSource",
     "SourceHooks",
     "SourceStats",
+    "create_topics",
     "send_trigger",
 ]

@@ -70,6 +70,19 @@ class LeaseInfo:
     ttl: float | None
     fence: int | None
 
+    @property
+    def holder(self) -> str | None:
+        """The owner token with its random part masked: ``"pod-a:***"``.
+
+        The prefix names the holder (a pod's ``--pod`` name, or ``owner_prefix``);
+        the random part is the secret that lets renew and release act on the
+        lease, so it is what ``leaseworker inspect`` leaves out.
+        """
+        if self.owner is None:
+            return None
+        prefix, colon, _ = self.owner.rpartition(":")
+        return f"{prefix}{colon}***"
+
 
 class LeaseStore(Protocol):
     """What ``hold()`` and the worker need from a lease backend."""

@@ -85,6 +85,7 @@ class Worker:
                 self._redis,
                 namespace=config.namespace,
                 command_timeout=config.redis_timeout,
+                owner_prefix=config.pod,  # owner tokens read "<pod>:<random>"
                 pipelining=config.lease_pipelining,
                 replicas=config.replicas,
             )

@@ -1,8 +1,8 @@
 """A private Jaeger v2 on free loopback ports, with in-memory trace storage.
 
 Built from source with the Go toolchain, pinned by the Go module in
-``deploy/local/jaeger`` and cached outside the clone; its JSON query API is
-complete, its web UI is a placeholder. See docs/design.md#local-jaeger.
+``deploy/local/jaeger`` (shipped in the wheel too) and cached outside the
+clone; its JSON query API is complete, its web UI is a placeholder. See docs/design.md#local-jaeger.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Self, TypedDict
 
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
+from ._shipped import ToolMissingError, shipped
 
 JAEGER_VERSION = "v1.76.0"
 """The Jaeger release pinned in ``deploy/local/jaeger/go.mod``."""
@@ -74,19 +75,8 @@ class FoundSpan(TypedDict):
 
 
 def deploy_dir() -> Path:
-    """Return the repository's ``deploy/local/jaeger`` Go module directory.
-
-    It is found relative to this source file (``src/leaseworker/_dev/_services/``), so it
-    exists only in a clone or an editable install, not in an installed wheel.
-    """
-    path = Path(__file__).resolve().parents[4] / "deploy" / "local" / "jaeger"
-    if not (path / "go.mod").is_file():
-        raise RuntimeError(
-            f"Jaeger's Go module was not found at {path}: LocalJaeger builds Jaeger from "
-            "the repository's deploy/local/jaeger/go.mod, so it needs a clone or an "
-            "editable install of leaseworker"
-        )
-    return path
+    """Return the ``deploy/local/jaeger`` Go module directory (a clone's or the wheel's)."""
+    return shipped("deploy/local/jaeger/go.mod").parent
 
 
 @dataclass
@@ -149,7 +139,7 @@ class LocalJaeger:
         # The official Go tarball installs to /usr/local/go, often not on a CI PATH.
         go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
         if go is None:
-            raise RuntimeError(
+            raise ToolMissingError(
                 "the Go toolchain is not on PATH; LocalJaeger builds Jaeger "
                 f"{JAEGER_VERSION} from source with it (see deploy/local/jaeger/go.mod)"
             )

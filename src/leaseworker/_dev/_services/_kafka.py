@@ -1,9 +1,9 @@
 """A private single-node Apache Kafka broker (KRaft) on free loopback ports.
 
 The broker comes as jars from Maven Central (``deploy/local/kafka/pom.xml``,
-cached outside the clone), runs in combined mode, and :meth:`LocalKafka.start`
-returns once the group coordinator answers; topics are never auto-created.
-Version, start-up and JVM choices: see docs/design.md#local-kafka.
+shipped in the wheel too, cached outside the clone), runs in combined mode,
+and :meth:`LocalKafka.start` returns once the group coordinator answers;
+topics are never auto-created. Version, start-up and JVM choices: see docs/design.md#local-kafka.
 """
 
 from __future__ import annotations
@@ -26,19 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
-from aiokafka.errors import (  # type: ignore[import-untyped]
-    KafkaError,
-    TopicAlreadyExistsError,
-    for_code,
-)
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
+from ..._kafka import create_topics
 from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, run_captured, wait_for_port
+from ._shipped import ToolMissingError, shipped
 
 _T = TypeVar("_T")
 
-POM_PATH = Path(__file__).resolve().parents[4] / "deploy" / "local" / "kafka" / "pom.xml"
-"""The Maven pom that lists the broker's jars; present in a clone, not in a wheel."""
+POM = "deploy/local/kafka/pom.xml"
+"""The Maven pom that lists the broker's jars (in a clone, and shipped in the wheel)."""
 
 NODE_ID = 1
 """The id of the one node, which is both broker and controller."""
@@ -101,13 +99,9 @@ _MARKER = ".complete"
 _POM_NS = "{http://maven.apache.org/POM/4.0.0}"
 
 
-def kafka_version(pom: Path = POM_PATH) -> str:
-    """Return ``kafka.version`` from the pom's ``<properties>``."""
-    if not pom.is_file():
-        raise RuntimeError(
-            f"{pom} not found: the local Kafka broker is provisioned from a leaseworker "
-            "clone (deploy/local/kafka/pom.xml), not from an installed wheel"
-        )
+def kafka_version(pom: Path | None = None) -> str:
+    """Return ``kafka.version`` from the pom's ``<properties>`` (default: the shipped pom)."""
+    pom = pom or shipped(POM)
     properties = ET.parse(pom).getroot().find(f"{_POM_NS}properties")
     if properties is not None:
         for prop in properties:
@@ -116,7 +110,7 @@ def kafka_version(pom: Path = POM_PATH) -> str:
     raise RuntimeError(f"{pom} has no <properties><kafka.version>")
 
 
-def ensure_installed(pom: Path = POM_PATH) -> Path:
+def ensure_installed(pom: Path | None = None) -> Path:
     """Fetch the broker's jars into the cache once; return the ``libs`` directory.
 
     A marker file holding the pom's SHA-256 is written after a successful copy,
@@ -126,6 +120,7 @@ def ensure_installed(pom: Path = POM_PATH) -> Path:
     renamed into place only when complete, so a failed or killed download never
     leaves a half-filled ``libs``.
     """
+    pom = pom or shipped(POM)
     version = kafka_version(pom)
     home = cache_dir(f"kafka-{version}")
     libs = home / "libs"
@@ -155,18 +150,20 @@ def _fetch(pom: Path, home: Path, libs: Path, version: str) -> None:
     """Run Maven to copy the runtime jars into ``libs``, replacing what was there."""
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeError(
+        raise ToolMissingError(
             f"Kafka {version} jars are not cached in {home} and Maven (mvn) is not "
             "installed to fetch them; install Maven (Debian: apt-get install maven)"
         )
     staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
     staging.chmod(0o755)  # mkdtemp makes it private; the jars are nothing secret
+    # Maven runs on a copy in the cache: an installed package may be read-only.
+    shutil.copyfile(pom, home / "pom.xml")
     argv = [
         mvn,
         "-q",
         "-B",
         "-f",
-        str(pom),
+        str(home / "pom.xml"),
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
@@ -194,7 +191,7 @@ def find_java() -> str:
         return str(Path(java_home, "bin", "java"))
     java = shutil.which("java")
     if java is None:
-        raise RuntimeError(
+        raise ToolMissingError(
             "java not found (neither $JAVA_HOME/bin/java nor on PATH); the local Kafka "
             "broker needs Java 17 or newer (Debian: apt-get install openjdk-17-jre-headless)"
         )
@@ -378,17 +375,14 @@ class LocalKafka:
         """
         topics = list(names)
         _run_in_thread(
-            lambda: asyncio.wait_for(
-                _create_topics(
-                    self.bootstrap_servers,
-                    topics,
-                    partitions=partitions,
-                    replication_factor=replication_factor,
-                    exist_ok=exist_ok,
-                    request_timeout_ms=int(timeout * 1000),
-                    configs=dict(configs or {}),
-                ),
-                timeout,
+            lambda: create_topics(
+                self.bootstrap_servers,
+                topics,
+                partitions=partitions,
+                replication_factor=replication_factor,
+                exist_ok=exist_ok,
+                configs=configs,
+                within=timeout,
             )
         )
 
@@ -565,54 +559,6 @@ async def _probe(bootstrap: str, process: LocalProcess, deadline: float) -> None
         finally:
             await admin.close()
         await asyncio.sleep(0.1)
-
-
-async def _create_topics(
-    bootstrap: str,
-    names: list[str],
-    *,
-    partitions: int,
-    replication_factor: int,
-    exist_ok: bool,
-    request_timeout_ms: int,
-    configs: dict[str, str],
-) -> None:
-    """Create ``names`` with aiokafka's admin client, then wait for partition leaders."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms)
-    try:
-        await admin.start()
-        response = await admin.create_topics(
-            [
-                NewTopic(name, partitions, replication_factor, topic_configs=configs)
-                for name in names
-            ]
-        )
-        for topic_error in response.topic_errors:
-            topic, code = topic_error[0], topic_error[1]
-            if code == 0:
-                continue
-            error = for_code(code)
-            if exist_ok and error is TopicAlreadyExistsError:
-                continue
-            raise error(f"creating topic {topic!r}")
-        while True:
-            if _all_led(await admin.describe_topics(names), names):
-                return
-            await asyncio.sleep(0.05)
-    finally:
-        await admin.close()
-
-
-def _all_led(described: list[dict[str, Any]], names: list[str]) -> bool:
-    """Tell whether metadata shows every topic in ``names`` with a leader everywhere."""
-    ready = {
-        topic["topic"]
-        for topic in described
-        if topic["error_code"] == 0
-        and topic["partitions"]
-        and all(partition["leader"] >= 0 for partition in topic["partitions"])
-    }
-    return ready.issuperset(names)
 
 
 if __name__ == "__main__":

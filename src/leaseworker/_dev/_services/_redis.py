@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Self
 
 from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+from ._shipped import ToolMissingError
 
 
 @dataclass
@@ -37,7 +38,7 @@ class LocalRedis:
         """Start the server and wait until it accepts connections."""
         binary = shutil.which("redis-server")
         if binary is None:
-            raise RuntimeError(
+            raise ToolMissingError(
                 "redis-server is not installed; run scripts/bootstrap.sh "
                 "(it installs Debian's redis-server package)"
             )

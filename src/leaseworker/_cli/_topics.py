@@ -1,0 +1,100 @@
+"""``leaseworker topics create NAME...``: create a job's topics without Kafka's shell tools.
+
+Meant for trying a job against ``leaseworker demo --keep-running`` (or any
+broker where topics are created by hand); it waits until every partition has
+a leader, so ``run`` and ``trigger`` work right after. A refusal (the topic
+exists, too many replicas for the brokers) or an unreachable broker is one
+line on stderr and exit 2: retrying the same command cannot fix either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+import anyio
+
+from .._errors import ConfigError
+from .._kafka import KafkaError, create_topics
+from ._common import config_default, env_default, env_name, positive_int, positive_seconds
+from ._kafka_flags import add_kafka_security_flags, kafka_security_from
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``topics`` subcommand (with its one action, ``create``)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "topics",
+        help="create topics (for a job, its dead letters, a try-out against the demo)",
+        description="Manage Kafka topics.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser(
+        "create",
+        help="create topics and wait until every partition has a leader",
+        description="Create topics and wait until every partition has a leader; print them "
+        "as JSON. Exit 2 with one line when the broker refuses or cannot be reached.",
+    )
+    create.add_argument("names", nargs="+", metavar="NAME", help="topic name(s)")
+    create.add_argument(
+        "--partitions", type=positive_int, default=1, help="partitions per topic (default 1)"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=positive_int,
+        default=None,
+        help="replicas per partition (default: the number of brokers, at most 3)",
+    )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="a topic that exists already is no error"
+    )
+    create.add_argument(
+        "--bootstrap-servers",
+        default=env_default("--bootstrap-servers", config_default("bootstrap_servers")),
+        help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
+    )
+    create.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds to wait for the broker (default 30)",
+    )
+    add_kafka_security_flags(create)
+    create.set_defaults(handler=_create)
+
+
+def _create(args: argparse.Namespace) -> int:
+    try:
+        security = kafka_security_from(args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        # aiokafka logs each failed connection attempt; the one line below says it all.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    try:
+        anyio.run(
+            lambda: create_topics(
+                args.bootstrap_servers,
+                args.names,
+                partitions=args.partitions,
+                replication_factor=args.replication_factor,
+                exist_ok=args.if_not_exists,
+                within=args.timeout,
+                security=security,
+            )
+        )
+    except TimeoutError:
+        return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
+    except KafkaError as exc:  # its str() repeats the class name and the error code
+        return _fail(f"{type(exc).__name__}: {exc.args[0] if exc.args else exc}")
+    except OSError as exc:
+        return _fail(f"{type(exc).__name__}: {exc}")
+    print(json.dumps({"created": args.names, "partitions": args.partitions}))
+    return 0
+
+
+def _fail(reason: str) -> int:
+    print(f"leaseworker topics create: error: {reason}", file=sys.stderr)
+    return 2
