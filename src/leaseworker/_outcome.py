@@ -71,8 +71,9 @@ LeaseLostReason = Literal[
 ``rejected``: another owner, or the key is gone; ``timeout`` or ``error``: the
 renewal got no answer; ``late``: the answer came after the local deadline;
 ``unreplicated``: fewer replicas than required acknowledged the renewal;
-``deadline``: no renewal was confirmed in time; ``loop_blocked``: the event
-loop was stalled past the deadline.
+``deadline``: a renewal was sent but not confirmed in time; ``loop_blocked``:
+the event loop was stalled past the deadline (no renewal could even be sent,
+before the first renewal or after one).
 """
 
 

@@ -104,6 +104,7 @@ class HeldLease:
         self._released: bool | None = None
         self._release_error: BaseException | None = None
         self._renewals = 0
+        self._renewing: Lease | None = None  # the lease whose renewal was last sent
         self._max_loop_lag = 0.0
 
     @property
@@ -136,12 +137,8 @@ class HeldLease:
         """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
         if not self.owned:
             if self._loss is None:
-                # The deadline passed but its timer has not run: the loop was busy.
-                self._lose(
-                    "deadline",
-                    "checkpoint reached after the local deadline",
-                    at=self.lease.local_deadline,
-                )
+                # The deadline passed but its timer has not run yet.
+                self._lose(*self._unconfirmed(), at=self.lease.local_deadline)
             raise self._lost_error(now())
         await anyio.lowlevel.checkpoint()
 
@@ -236,11 +233,7 @@ class HeldLease:
             if self._runtime_deadline <= stopped_at < lease.local_deadline:
                 self._outcome = "timed_out"
                 return
-            self._lose(
-                "deadline",
-                "no renewal was confirmed before the local deadline",
-                at=lease.local_deadline,
-            )
+            self._lose(*self._unconfirmed(), at=lease.local_deadline)
         elif self._loss is None and stopped_at >= lease.local_deadline:
             # The body ran past the deadline without awaiting: the loop was blocked.
             self._lose(
@@ -256,6 +249,19 @@ class HeldLease:
             self._outcome = "cancelled"
         else:
             self._outcome = "failed"
+
+    def _unconfirmed(self) -> tuple[LeaseLostReason, str]:
+        """Say why the local deadline passed without a confirmed renewal.
+
+        ``deadline`` if the renewal of the current lease was sent (Redis did not
+        confirm it in time); ``loop_blocked`` if it never was: the renewal task
+        could not run before the deadline, so the event loop was blocked, whether
+        before the first renewal or after one, and whatever then noticed first
+        (the scope's deadline, a checkpoint or the renewal task).
+        """
+        if self._renewing is self._lease:
+            return "deadline", "no renewal was confirmed before the local deadline"
+        return "loop_blocked", "the event loop was blocked: no renewal was sent before the deadline"
 
     def _start_renewals(self) -> None:
         """Start the renewal task (a loop callback, at the first renewal's due time).
@@ -318,6 +324,7 @@ class HeldLease:
                     at=lease.local_deadline,
                 )
                 return
+            self._renewing = lease
             try:
                 renewed = await self._leases.renew(lease)
                 round_trip = now() - woke
