@@ -148,6 +148,11 @@ class HeldLease:
         return self._outcome
 
     @property
+    def loss_reason(self) -> LeaseLostReason | None:
+        """Why ownership became uncertain, once it did; ``None`` while it is certain."""
+        return None if self._loss is None else self._loss[0]
+
+    @property
     def released(self) -> bool | None:
         """Whether the release deleted this owner's key; ``None`` if it did not answer."""
         return self._released
