@@ -128,7 +128,13 @@ class Completer:
             fence,
             exc.detail,
             delay,
-            extra={"event": "completion_retry", "jobId": self._held.key, "fence": fence},
+            extra={
+                "event": "completion_retry",
+                "jobId": self._held.key,
+                "executionId": self._execution_id,
+                "pod": self._pod,
+                "fence": fence,
+            },
         )
 
     def own(self, answer: CompletionResult) -> bool:

@@ -195,13 +195,28 @@ class Executor:
             if ending.terminal:
                 return ending
             kind = "busy" if ending.outcome == "busy" else "lost"
-            emit = functools.partial(self._emit_retry, trigger, job_key, execution_id)
+            emit = functools.partial(self._emit_retry, trigger, job_key, execution_id, ending)
             await retries[kind].wait(emit, hint=hint)
 
     def _emit_retry(
-        self, trigger: Trigger, job_key: str, execution_id: str, delay: float, attempt: int
+        self,
+        trigger: Trigger,
+        job_key: str,
+        execution_id: str,
+        ending: Ending,
+        delay: float,
+        attempt: int,
     ) -> None:
-        self._emit("retry", trigger, job_key, execution_id, 0.0, retry_in=delay)
+        self._emit(
+            "retry",
+            trigger,
+            job_key,
+            execution_id,
+            0.0,
+            outcome=ending.outcome,
+            reason=ending.reason,
+            retry_in=delay,
+        )
 
     def _input_version(self, trigger: Trigger) -> str:
         """Return the trigger's input version; raise if no completion store could keep it.
@@ -233,7 +248,12 @@ class Executor:
                     "%s; job %r waits for it",
                     exc,
                     job_key,
-                    extra={"event": "store_unavailable", "jobId": job_key, "pod": self._pod},
+                    extra={
+                        "event": "store_unavailable",
+                        "jobId": job_key,
+                        "executionId": execution_id,
+                        "pod": self._pod,
+                    },
                 )
                 return Ending("lost", reason="store_unavailable"), None
             if earlier is not None:
@@ -255,6 +275,8 @@ class Executor:
             timing=self._timing,
             release_timeout=self._leases.policy.command_timeout,
             observer=self._lease_observer(trigger, job_key, execution_id),
+            log_fields={"executionId": execution_id, "pod": self._pod},
+            loss_log_level=logging.DEBUG,  # the ``finished`` record warns of the loss
         )
         begun = now()
         result: object = None
@@ -325,7 +347,12 @@ class Executor:
                 "%s; job %r does not start unfenced, retried",
                 exc,
                 job_key,
-                extra={"event": "claim_unavailable", "jobId": job_key, "pod": self._pod},
+                extra={
+                    "event": "claim_unavailable",
+                    "jobId": job_key,
+                    "executionId": execution_id,
+                    "pod": self._pod,
+                },
             )
             raise _Unclaimed(Ending("lost", reason="store_unavailable")) from exc
         if answer.status == "duplicate":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, final
 
@@ -76,7 +77,11 @@ class HeldLease:
     (``owned``, ``remaining()``, ``checkpoint()``) and carries the ``fence`` to
     pass to destinations. After the block, ``outcome``, ``released`` and
     ``release_error`` say how it ended; a failed release is reported there and
-    in the log, never instead of the body's own outcome.
+    in the log, never instead of the body's own outcome. ``log_fields`` go
+    into every record it logs (the executor passes ``executionId`` and
+    ``pod``); ``loss_log_level`` is the level of its ``lease_lost`` record
+    (the executor's own ``finished`` record reports the loss at WARNING, so
+    it passes DEBUG: one loss, one warning).
     """
 
     def __init__(
@@ -87,8 +92,12 @@ class HeldLease:
         timing: LeaseTiming,
         release_timeout: float,
         observer: LeaseObserver | None = None,
+        log_fields: Mapping[str, object] | None = None,
+        loss_log_level: int = logging.WARNING,
     ) -> None:
         self._leases = leases
+        self._log_fields = dict(log_fields or {})
+        self._loss_log_level = loss_log_level
         self._observer = observer
         self._key = key
         self._timing = timing
@@ -307,7 +316,7 @@ class HeldLease:
                 "lease renewal for %r did not stop within %.1fs of the body; abandoned",
                 self._key,
                 self._release_timeout,
-                extra={"event": "renewal_abandoned", "jobId": self._key, "fence": self.fence},
+                extra=self._fields("renewal_abandoned"),
             )
             return
         if not task.cancelled() and (error := task.exception()) is not None:
@@ -357,17 +366,13 @@ class HeldLease:
         self._scope.cancel()
         self._emit("lost", reason=reason, detail=detail)
         self._emit("cancel_requested", reason=reason)
-        logger.warning(
+        logger.log(
+            self._loss_log_level,
             "lease lost for %r (fence %d): %s",
             self._key,
             self.fence,
             reason,
-            extra={
-                "event": "lease_lost",
-                "jobId": self._key,
-                "fence": self.fence,
-                "reason": reason,
-            },
+            extra=self._fields("lease_lost", reason=reason),
         )
 
     def _lost_error(self, stopped_at: float) -> LeaseLost:
@@ -410,8 +415,12 @@ class HeldLease:
                 self._key,
                 self.fence,
                 self._release_error,
-                extra={"event": "lease_release_failed", "jobId": self._key, "fence": self.fence},
+                extra=self._fields("lease_release_failed"),
             )
+
+    def _fields(self, event: str, **more: object) -> dict[str, object]:
+        """Return a record's ``extra=``: event, job key, fence, ``log_fields``, ``more``."""
+        return {"event": event, "jobId": self._key, "fence": self.fence, **self._log_fields, **more}
 
     def _emit(self, name: LeaseEventName, **fields: Any) -> None:
         """Tell the observer, if any; its failure is logged and never propagates."""
