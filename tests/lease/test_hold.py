@@ -326,17 +326,34 @@ async def test_body_blocking_then_awaiting_is_stopped_at_that_await(
 async def test_body_blocking_after_the_first_renewal_is_loop_blocked_too(
     leases: RedisLeases, first_await: str
 ) -> None:
-    """A stall that begins after a confirmed renewal gets the same reason as one before it."""
+    """A stall that begins after a confirmed renewal gets the same reason as one before it.
+
+    The body waits for the first ``renewed`` event, so its stall starts a
+    quarter of a second before the second renewal is due: that one is never sent.
+    """
+    renewed = anyio.Event()
     with pytest.raises(LeaseLost) as lost:
-        async with hold(leases, "k", ttl=0.4, renew_every=0.1) as held:
-            while held.renewals == 0:  # noqa: ASYNC110 - polls the lease's own state
-                await anyio.sleep(0.01)
-            time.sleep(0.6)  # noqa: ASYNC251 - a loop stall after the first renewal
+        async with hold(
+            leases, "k", ttl=0.8, renew_every=0.25, observer=_OnRenewed(renewed)
+        ) as held:
+            await renewed.wait()
+            time.sleep(0.8)  # noqa: ASYNC251 - a loop stall after the first renewal
             if first_await == "checkpoint":
                 await held.checkpoint()
             else:
                 await anyio.sleep(0.01)
     assert lost.value.reason == "loop_blocked"
+
+
+class _OnRenewed:
+    """A lease observer that sets ``event`` at the first confirmed renewal."""
+
+    def __init__(self, event: anyio.Event) -> None:
+        self.event = event
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        if event.name == "renewed":
+            self.event.set()
 
 
 class _SilentRenewals:

@@ -172,8 +172,10 @@ class JobContext:
         :class:`~leaseworker.LeaseLost` instead of writing; a loss it could not
         see (a pause) is refused by the store as ``stale``. While the store is
         unavailable the call is retried with backoff as long as the lease is
-        held. Call it once; a job that returns without calling it is completed
-        with ``run()``'s return value.
+        held. A result no store keeps (not JSON, a non-string key, over
+        ``max_result_bytes``) raises :class:`~leaseworker.BadResult` before the
+        store is called (that call does not count). Call it once; a job that
+        returns without calling it is completed with ``run()``'s return value.
         """
         if self._completer is None:
             raise RuntimeError(

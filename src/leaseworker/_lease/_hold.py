@@ -96,7 +96,7 @@ class HeldLease:
         loss_log_level: int = logging.WARNING,
     ) -> None:
         self._leases = leases
-        self._log_fields = dict(log_fields or {})
+        self._log_fields = log_fields or {}  # read only when a record is logged
         self._loss_log_level = loss_log_level
         self._observer = observer
         self._key = key
