@@ -16,6 +16,7 @@ from leaseworker._execution._events import _LEVELS, EventName
 from leaseworker._outcome import (
     JOB_FAILURES,
     OUTCOMES,
+    REFUSALS,
     TERMINAL,
     DeadLetterReason,
     EndingReason,
@@ -45,13 +46,17 @@ def test_terminal_outcomes_end_a_trigger_and_the_others_are_retried() -> None:
         assert ends_trigger(outcome) == (outcome in TERMINAL), outcome
 
 
-def test_only_a_stale_loss_ends_its_trigger() -> None:
-    """A store that refused the completion as stale makes ``lost`` final; nothing else does."""
+def test_only_a_stale_loss_or_a_spent_loss_budget_ends_its_trigger() -> None:
+    """A stale completion or a spent loss budget makes ``lost`` final; nothing else does."""
     assert ends_trigger("lost", "stale")
+    assert ends_trigger("lost", "lost_repeatedly")
     assert not ends_trigger("lost", "store_unavailable")
+    assert not ends_trigger("lost")
     assert not ends_trigger("busy", "stale")
     assert not ends_trigger("cancelled", "stale")
-    assert set(get_args(EndingReason)) == {"stale", "store_unavailable"}
+    assert not ends_trigger("cancelled", "lost_repeatedly")
+    assert set(get_args(EndingReason)) == {"stale", "store_unavailable", *REFUSALS}
+    assert {"lost_repeatedly", "bad_result", "bad_input_version"} == REFUSALS
 
 
 def test_dead_lettered_outcomes_are_terminal_and_named_after_their_outcome() -> None:
@@ -63,12 +68,13 @@ def test_dead_lettered_outcomes_are_terminal_and_named_after_their_outcome() -> 
     assert set(JOB_FAILURES.values()) == set(get_args(JobFailureReason))
 
 
-def test_dead_letter_reasons_are_the_malformed_reasons_and_the_job_failures() -> None:
+def test_dead_letter_reasons_are_the_malformed_reasons_the_failures_and_the_refusals() -> None:
     """Every dead letter carries one code of one list, and the public alias is that list."""
     malformed = set(get_args(MalformedReason))
     failures = set(get_args(JobFailureReason))
     assert not malformed & failures
-    assert set(get_args(DeadLetterReason)) == malformed | failures
+    assert not (malformed | failures) & REFUSALS
+    assert set(get_args(DeadLetterReason)) == malformed | failures | REFUSALS
     assert leaseworker.DeadLetterReason is DeadLetterReason
     assert malformed == {
         "too_large",

@@ -16,6 +16,7 @@ API re-exported here:
 """
 
 from ._backoff import BusyPolicy as BusyPolicy
+from ._errors import BadResult as BadResult
 from ._errors import ConfigError as ConfigError
 from ._errors import LeaseBusy as LeaseBusy
 from ._errors import LeaseError as LeaseError
@@ -60,6 +61,7 @@ from ._worker import WorkerConfig as WorkerConfig
 from ._worker import serve as serve
 
 __all__ = [
+    "BadResult",
     "BusyPolicy",
     "ClaimResult",
     "Completion",

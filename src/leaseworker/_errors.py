@@ -5,6 +5,7 @@
     LeaseworkerError
     ├── ConfigError                 invalid settings, raised at construction
     ├── MalformedTrigger            a Kafka record that cannot become a job (carries .reason)
+    ├── BadResult                   a job's result no completion store can keep (carries .key)
     ├── StoreUnavailable            the completion store failed or timed out (carries .key)
     └── LeaseError                  about one job key's lease (carries .key)
         ├── LeaseBusy               another owner holds the lease
@@ -48,6 +49,23 @@ class MalformedTrigger(LeaseworkerError, ValueError):
     def __init__(self, reason: MalformedReason, detail: str) -> None:
         super().__init__(f"malformed trigger ({reason}): {detail}")
         self.reason = reason
+        self.detail = detail
+
+
+class BadResult(LeaseworkerError, ValueError):
+    """Raised by ``ctx.complete()`` (or the executor's implicit one) for a result no store keeps.
+
+    Not JSON (a ``datetime``, a ``set``, ``bytes``, ``NaN``), a non-string
+    mapping key (JSON would silently turn ``{1: "a"}`` into ``{"1": "a"}``),
+    text with NUL or a lone surrogate, or more than ``max_result_bytes`` of
+    JSON. The trigger ends ``failed`` and is dead-lettered with reason
+    ``bad_result``. ``detail`` names the problem, never a value: results may
+    quote payload data.
+    """
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"result of {key!r} cannot be stored: {detail}")
+        self.key = key
         self.detail = detail
 
 

@@ -39,12 +39,28 @@ redelivered). One exception, see :func:`ends_trigger`: ``lost`` with reason
 ``stale``.
 """
 
-EndingReason = Literal["stale", "store_unavailable"]
-"""What qualifies a ``lost`` ending that no lease event explains.
+RefusalReason = Literal["lost_repeatedly", "bad_result", "bad_input_version"]
+"""Dead-letter reason of a trigger the executor ended without the job raising.
+
+``lost_repeatedly``: its executions lost their lease as many times in a row as
+the job's loss budget allows (a job that outlives its lease on every attempt);
+``bad_result``: the job returned (or passed to ``complete()``) a result the
+store cannot keep (not JSON, a non-string key, too large); ``bad_input_version``:
+the trigger's input version cannot be stored (a NUL, a lone surrogate, not a
+string), so the job never ran.
+"""
+
+REFUSALS: Final[frozenset[RefusalReason]] = frozenset(get_args(RefusalReason))
+"""Every :data:`RefusalReason`: endings that finish their trigger with a dead letter."""
+
+EndingReason = Literal["stale", "store_unavailable", RefusalReason]
+"""What qualifies an ending that no lease event explains.
 
 ``stale``: the store refused the completion because a newer fence completed the
 job key (final: the newer completion is durable); ``store_unavailable``: the
-store could not say whether the trigger completed already (retried).
+store could not say whether the trigger completed already (retried); the
+:data:`RefusalReason` codes: the trigger ends in a dead letter of that reason
+(``lost_repeatedly`` qualifies ``lost``, the others ``failed``).
 """
 
 JobFailureReason = Literal["job_failed", "job_timed_out"]
@@ -60,7 +76,7 @@ MalformedReason = Literal[
 ]
 """Why a Kafka record cannot become a job (:attr:`~leaseworker.MalformedTrigger.reason`)."""
 
-DeadLetterReason = Literal[MalformedReason, JobFailureReason]
+DeadLetterReason = Literal[MalformedReason, JobFailureReason, RefusalReason]
 """Why a record was dead-lettered: the ``leaseworker.error`` header and the metric's label."""
 
 LeaseLostReason = Literal[
@@ -71,8 +87,9 @@ LeaseLostReason = Literal[
 ``rejected``: another owner, or the key is gone; ``timeout`` or ``error``: the
 renewal got no answer; ``late``: the answer came after the local deadline;
 ``unreplicated``: fewer replicas than required acknowledged the renewal;
-``deadline``: no renewal was confirmed in time; ``loop_blocked``: the event
-loop was stalled past the deadline.
+``deadline``: a renewal was sent but not confirmed in time; ``loop_blocked``:
+the event loop was stalled past the deadline (no renewal could even be sent,
+before the first renewal or after one).
 """
 
 
@@ -80,15 +97,20 @@ def ends_trigger(outcome: Outcome, reason: str | None = None) -> bool:
     """Whether an execution that ended ``outcome`` (for ``reason``) finishes its trigger.
 
     True for the :data:`TERMINAL` outcomes, and for ``lost`` with reason
-    ``stale``: the store refused the completion because a newer fence's
-    completion is durable, so running the job again could not help.
+    ``stale`` (the store refused the completion because a newer fence's
+    completion is durable, so running the job again could not help) or
+    ``lost_repeatedly`` (the loss budget is spent: the trigger is dead-lettered).
     """
-    return outcome in TERMINAL or (outcome == "lost" and reason == "stale")
+    return outcome in TERMINAL or (outcome == "lost" and reason in _FINAL_LOSSES)
+
+
+_FINAL_LOSSES: Final = frozenset({"stale", "lost_repeatedly"})
 
 
 __all__ = [
     "JOB_FAILURES",
     "OUTCOMES",
+    "REFUSALS",
     "TERMINAL",
     "DeadLetterReason",
     "EndingReason",
@@ -96,5 +118,6 @@ __all__ = [
     "LeaseLostReason",
     "MalformedReason",
     "Outcome",
+    "RefusalReason",
     "ends_trigger",
 ]

@@ -60,6 +60,42 @@ def test_inspect_shows_the_winning_completion_and_the_result_only_on_request(
     assert other["completion"] is None  # another namespace's fences are another story
 
 
+def test_inspect_cuts_a_long_result_and_says_so(
+    redis_server: LocalRedis, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result longer than --result-limit is a preview, flagged, with its full length."""
+    namespace, key = f"t{uuid.uuid4().hex[:12]}", "report:long"
+    store_url = f"sqlite:///{tmp_path / 'completions.sqlite3'}"
+
+    async def record() -> None:
+        async with open_store(store_url) as store:
+            await store.complete(
+                CompletionRequest(
+                    job_key=completion_key(namespace, key),
+                    input_version="v",
+                    fence=1,
+                    result={"rows": "x" * 10_000},
+                    execution_id="e1",
+                    pod="pod-b",
+                )
+            )
+
+    anyio.run(record)
+    argv = [key, "--redis-url", redis_server.url, "--namespace", namespace]
+    argv += ["--store-url", store_url, "--show-result"]
+    assert main(["inspect", *argv]) == 0
+    out, err = capsys.readouterr()
+    completion = json.loads(out)["completion"]
+    assert "result" not in completion
+    assert completion["result_truncated"] is True
+    assert completion["result_characters"] == len('{"rows": ""}') + 10_000
+    assert completion["result_preview"] == ('{"rows": "' + "x" * 10_000)[:4096]
+    assert "result_preview shows the first 4096" in err
+    shown = _inspect(capsys, *argv, "--result-limit", "0")
+    assert isinstance(shown["completion"], dict)
+    assert shown["completion"]["result"] == {"rows": "x" * 10_000}
+
+
 def test_inspect_never_creates_a_missing_sqlite_store(
     redis_server: LocalRedis, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

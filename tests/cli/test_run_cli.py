@@ -148,3 +148,30 @@ def test_trigger_speaks_kafka_sasl_when_told_and_never_prints_the_password(
     assert result.returncode == 1, result.stderr
     assert "leaseworker trigger: error:" in result.stderr
     assert secret not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("job", "reason"),
+    [
+        ("SyncRun", "SyncRun.run must be a coroutine function"),
+        ("RaisesInInit", "RaisesInInit() raised RuntimeError: no database configured"),
+        ("NeedsArguments", "NeedsArguments() must take no arguments"),
+        ("TextLease", "TextLease.lease_duration must be a number of seconds, got str"),
+        ("NegativeRuntime", "NegativeRuntime.max_runtime must be a finite number of seconds > 0"),
+        ("ZeroLossBudget", "ZeroLossBudget.loss_budget must be >= 1, got 0"),
+        ("FloatResultBound", "FloatResultBound.max_result_bytes must be an int, got float"),
+        ("SlowRenewal", "SlowRenewal: renew_every=5.0s must be shorter than ttl=3.0s"),
+        ("BoolInterval", "BoolInterval.renewal_interval must be a number of seconds or None"),
+        ("NoTopic", "NoTopic.topic must name a Kafka topic"),
+    ],
+)
+def test_a_job_class_mistake_exits_2_naming_it_in_one_line(
+    job: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked at import, before any connection: no traceback, no trigger failing later."""
+    assert main(["run", f"tests.bad_jobs:{job}"]) == 2
+    err = capsys.readouterr().err
+    [line] = err.strip().splitlines()
+    assert line.startswith("leaseworker run: error: ")
+    assert reason in line
+    assert "Traceback" not in err

@@ -36,6 +36,8 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--kafka-timeout", "40", "kafka_timeout", 40.0),
     ("--redis-timeout", "0.25", "redis_timeout", 0.25),
     ("--max-payload-bytes", "4096", "max_payload_bytes", 4096),
+    ("--loss-budget", "3", "loss_budget", 3),
+    ("--max-result-bytes", "2048", "max_result_bytes", 2048),
 ]  # fmt: skip
 
 

@@ -51,6 +51,11 @@ class _BadVersion(_Completes):
         return 42  # type: ignore[return-value]  # the job's bug under test
 
 
+class _VersionRaises(_Completes):
+    def input_version(self, trigger: Trigger) -> str:
+        return str(trigger.payload["snapshot"])  # KeyError: the job's own bug
+
+
 def _trigger() -> Trigger:
     return decode_trigger(topic="t", partition=0, offset=3, key=b"report:acme", value=b"{}")
 
@@ -67,7 +72,7 @@ async def _run(job: ReportJob, leases: RedisLeases) -> tuple[Ending, list[Execut
     [
         (_Raises(), "failed", "ValueError"),
         (_Overruns(), "timed_out", "LeaseTimeout"),
-        (_BadVersion(), "failed", "TypeError"),
+        (_VersionRaises(), "failed", "KeyError"),
     ],
 )
 async def test_a_failure_ends_the_trigger_and_names_its_exception_type(
@@ -105,3 +110,39 @@ def test_only_a_failure_keeps_the_type_of_the_error_that_ended_it() -> None:
     assert Ending.of_error("timed_out", TimeoutError()).error_type == "TimeoutError"
     assert Ending.of_error("lost", RuntimeError()).error_type is None
     assert Ending.of_error("cancelled", RuntimeError()).error_type is None
+
+
+async def test_an_input_version_no_store_keeps_is_refused_as_bad_input_version(
+    leases: RedisLeases,
+) -> None:
+    """A NUL in ``inputVersion`` or a non-str version: its own reason, not "the job raised"."""
+    events = _Events()
+    executor = Executor(_Completes(), leases, pod="pod-a", observer=events)
+    nul = decode_trigger(
+        topic="t", partition=0, offset=1, key=b"k", value=b'{"inputVersion": "v\\u0000"}'
+    )
+    for job, trigger, said in ((_Completes(), nul, "NUL"), (_BadVersion(), _trigger(), "int")):
+        executor = Executor(job, leases, pod="pod-a", observer=events)
+        ending = await executor.run(trigger, "k")
+        assert (ending.outcome, ending.reason, ending.error_type) == (
+            "failed",
+            "bad_input_version",
+            None,
+        )
+        assert ending.terminal
+        assert ending.dead_letter == "bad_input_version"
+        assert ending.detail is not None
+        assert said in ending.detail
+    assert [e.reason for e in events.events] == ["bad_input_version"] * 2
+
+
+@pytest.mark.fake
+def test_an_endings_dead_letter_reason_follows_its_outcome_and_reason() -> None:
+    """Failures are job_<outcome>; refusals are their own reason; the rest are not dead-lettered."""
+    assert Ending("failed").dead_letter == "job_failed"
+    assert Ending("timed_out").dead_letter == "job_timed_out"
+    assert Ending("failed", reason="bad_result").dead_letter == "bad_result"
+    assert Ending("lost", reason="lost_repeatedly").dead_letter == "lost_repeatedly"
+    assert Ending("lost").dead_letter is None
+    assert Ending("lost", reason="stale").dead_letter is None
+    assert Ending("completed").dead_letter is None

@@ -89,6 +89,16 @@ def test_job_keys_that_cannot_name_a_lease_are_rejected(key: object) -> None:
     assert bad.value.reason in {"no_job_key", "bad_job_key"}
 
 
+@pytest.mark.parametrize("key", [" ", "   "])
+def test_a_job_key_of_whitespace_only_is_a_bad_job_key(key: str) -> None:
+    """A blank key would name a lease and a log line nobody can read: malformed, not run."""
+    with pytest.raises(MalformedTrigger) as bad:
+        check_job_key(key)
+    assert bad.value.reason == "bad_job_key"
+    assert "whitespace" in bad.value.detail
+    assert check_job_key(" a ") == " a "  # surrounding spaces alone are kept
+
+
 @settings(max_examples=300)
 @given(st.binary(max_size=300), st.one_of(st.none(), st.binary(max_size=20)))
 def test_random_bytes_decode_or_raise_malformed_trigger(value: bytes, key: bytes | None) -> None:

@@ -210,7 +210,10 @@ async def test_shutdown_while_a_timed_out_body_stops_stays_a_cancellation(
 async def test_a_timed_out_body_stopping_past_the_local_deadline_is_reported_lost(
     leases: RedisLeases,
 ) -> None:
-    """A timed-out body whose cleanup blocks past the deadline may have overlapped: lost."""
+    """A timed-out body whose cleanup blocks the loop past the deadline may have overlapped.
+
+    It is lost, and ``loop_blocked``: the renewal due meanwhile was never sent.
+    """
     with pytest.raises(LeaseLost) as lost:
         async with hold(leases, "k", ttl=0.4, renew_every=0.1, max_runtime=0.05) as held:
             try:
@@ -218,7 +221,7 @@ async def test_a_timed_out_body_stopping_past_the_local_deadline_is_reported_los
             finally:
                 time.sleep(0.6)  # noqa: ASYNC251 - a cleanup that blocks the loop past the TTL
     assert held.outcome == "lost"
-    assert lost.value.reason == "deadline"
+    assert lost.value.reason == "loop_blocked"
     assert lost.value.stop_latency is not None
     assert lost.value.stop_latency > 0.1
 
@@ -314,9 +317,87 @@ async def test_body_blocking_then_awaiting_is_stopped_at_that_await(
                 await anyio.sleep(0.01)
             reached_after_stall = True
     assert not reached_after_stall
-    assert lost.value.reason in {"loop_blocked", "deadline"}
+    assert lost.value.reason == "loop_blocked"  # before the first renewal too (issue 17)
     assert lost.value.stop_latency is not None
     assert lost.value.stop_latency >= 0.1  # stopped long after the deadline: the stall shows
+
+
+@pytest.mark.parametrize("first_await", ["checkpoint", "sleep"])
+async def test_body_blocking_after_the_first_renewal_is_loop_blocked_too(
+    leases: RedisLeases, first_await: str
+) -> None:
+    """A stall that begins after a confirmed renewal gets the same reason as one before it.
+
+    The body waits for the first ``renewed`` event, so its stall starts a
+    quarter of a second before the second renewal is due: that one is never sent.
+    """
+    renewed = anyio.Event()
+    with pytest.raises(LeaseLost) as lost:
+        async with hold(
+            leases, "k", ttl=0.8, renew_every=0.25, observer=_OnRenewed(renewed)
+        ) as held:
+            await renewed.wait()
+            time.sleep(0.8)  # noqa: ASYNC251 - a loop stall after the first renewal
+            if first_await == "checkpoint":
+                await held.checkpoint()
+            else:
+                await anyio.sleep(0.01)
+    assert lost.value.reason == "loop_blocked"
+
+
+class _OnRenewed:
+    """A lease observer that sets ``event`` at the first confirmed renewal."""
+
+    def __init__(self, event: anyio.Event) -> None:
+        self.event = event
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        if event.name == "renewed":
+            self.event.set()
+
+
+class _SilentRenewals:
+    """A real RedisLeases whose renewals never answer (test double for one method)."""
+
+    def __init__(self, inner: RedisLeases) -> None:
+        self.inner = inner
+        self.renewing = anyio.Event()
+
+    @property
+    def policy(self) -> DeadlinePolicy:
+        return self.inner.policy
+
+    async def acquire(self, key: str, ttl: float) -> Lease | None:
+        return await self.inner.acquire(key, ttl)
+
+    async def renew(self, lease: Lease) -> Lease:
+        self.renewing.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def release(self, lease: Lease) -> bool:
+        return await self.inner.release(lease)
+
+    async def inspect(self, key: str) -> LeaseInfo:
+        return await self.inner.inspect(key)
+
+
+@pytest.mark.fake  # renewals that never answer, around real Redis
+@pytest.mark.parametrize("first_await", ["checkpoint", "sleep"])
+async def test_a_renewal_sent_but_never_confirmed_is_deadline_not_loop_blocked(
+    leases: RedisLeases, first_await: str
+) -> None:
+    """The renewal went out in time and got no answer: ``deadline``, even if a stall follows."""
+    silent = _SilentRenewals(leases)
+    with pytest.raises(LeaseLost) as lost:
+        async with hold(silent, "k", ttl=0.4, renew_every=0.1) as held:
+            await silent.renewing.wait()
+            time.sleep(held.remaining() + 0.05)  # noqa: ASYNC251 - past the deadline
+            if first_await == "checkpoint":
+                await held.checkpoint()
+            else:
+                await anyio.sleep(0.01)
+    assert lost.value.reason == "deadline"
 
 
 @pytest.mark.fake

@@ -21,6 +21,8 @@ from leaseworker import (
 from leaseworker._lease._timing import DeadlinePolicy
 from leaseworker._worker import _config
 
+from .. import bad_jobs
+
 pytestmark = pytest.mark.fake
 
 
@@ -40,6 +42,8 @@ pytestmark = pytest.mark.fake
         {"heartbeat_interval": 0},  # a heartbeat every millisecond
         {"heartbeat_interval": -1},
         {"redis_url": "redis://:pw@127.0.0.1:notaport/0"},  # redis-py's ValueError, at start
+        {"loss_budget": 0},
+        {"max_result_bytes": 0},
     ],
 )
 def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:
@@ -129,6 +133,17 @@ def test_job_settings_that_cannot_keep_the_lease_are_config_errors(
     job_class: type[_Job] = type("Bad", (_Job,), settings)
     with pytest.raises(ConfigError):
         job_class.lease_timing(DeadlinePolicy())
+
+
+@pytest.mark.parametrize(
+    "job",
+    ["SyncRun", "TextLease", "ZeroLossBudget", "FloatResultBound", "SlowRenewal", "NoTopic"],
+)
+def test_a_worker_refuses_a_job_class_that_cannot_run(job: str) -> None:
+    """``Worker(...)`` checks the job class as ``leaseworker run`` does: ConfigError, at once."""
+    job_class: type[ReportJob] = getattr(bad_jobs, job)
+    with pytest.raises(ConfigError, match=job):
+        Worker(job_class(), WorkerConfig())
 
 
 def test_busy_backoff_grows_is_capped_jittered_and_honours_the_holders_ttl() -> None:

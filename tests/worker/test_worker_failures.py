@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import time
 from typing import Any
 
 import anyio
@@ -150,6 +152,86 @@ async def test_an_input_version_no_store_could_keep_fails_the_trigger_alone(
     [dead], stats = await _dead_letters_of(config, topic, records, dead=1)
     assert (stats.job_failures, stats.dead_letters) == (1, 1)
     headers = dict(dead.headers)
-    assert headers["leaseworker.error"] == b"job_failed"
-    assert headers["leaseworker.error.type"] == b"ValueError"
+    assert headers["leaseworker.error"] == b"bad_input_version"
+    assert b"surrogate" in headers["leaseworker.error.detail"]
+    assert "leaseworker.error.type" not in headers  # the job never ran: nothing raised
     assert (dead.key, dead.value) == records[0]
+
+
+class RefusedJob(ReportJob):
+    """Outlives its lease on ``outlive``; returns a result no store keeps on the other modes."""
+
+    lease_duration = 1.0
+
+    async def run(self, ctx: JobContext) -> object:
+        """Block the loop past the lease, or return the bad result the payload names."""
+        mode = ctx.trigger.payload.get("mode")
+        if mode == "outlive":
+            time.sleep(1.1)  # noqa: ASYNC251 - the point: a job that outlives its lease
+            await ctx.checkpoint()
+        results: dict[object, object] = {
+            "datetime": {"at": datetime.datetime.now(datetime.UTC)},
+            "int_key": {1: "a"},
+            "huge": {"rows": "x" * 2000},
+        }
+        return results.get(mode)
+
+
+async def test_a_trigger_lost_every_time_and_bad_results_are_dead_lettered_and_committed(
+    kafka_server: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    topic: str,
+) -> None:
+    """``lost_repeatedly`` after the loss budget, ``bad_result`` at once; the partition moves on.
+
+    The poison trigger (it blocks the loop past its lease on every attempt)
+    used to be retried forever, so no later offset of its partition was ever
+    committed. Now the pod's ``loss_budget`` (2 here, overriding the class's 5)
+    ends it with its last loss reason in a header; results that cannot be
+    stored name their problem, and nobody says "the job raised".
+    """
+    records = [
+        (b"report:outlive", payload(mode="outlive")),
+        (b"report:datetime", payload(mode="datetime")),
+        (b"report:int-key", payload(mode="int_key")),
+        (b"report:huge", payload(mode="huge")),
+        (b"report:ok", payload()),
+    ]
+    config = pod_config(
+        kafka_server,
+        redis_server,
+        kafka_names,
+        namespace,
+        dead_letter_topic=kafka_names.dead_letters,
+        loss_budget=2,
+        max_result_bytes=1000,
+    )
+    job: ReportJob = type("RefusedJob", (RefusedJob,), {"topic": topic})()
+    await produce(config.bootstrap_servers, topic, records)
+    async with running(make_worker(job, config)) as worker:
+
+        async def all_committed() -> bool:
+            return await committed(config.bootstrap_servers, config.group, topic) == {0: 5}
+
+        await eventually(all_committed, within=30)
+        assert kafka_names.dead_letters is not None
+        dead = await read_topic(config.bootstrap_servers, kafka_names.dead_letters, 4)
+        assert (worker.stats.job_failures, worker.stats.dead_letters) == (4, 4)
+    letters = {record.key: dict(record.headers) for record in dead}
+    lost = letters[b"report:outlive"]
+    assert lost["leaseworker.error"] == b"lost_repeatedly"
+    assert lost["leaseworker.loss.reason"] == b"loop_blocked"
+    assert lost["leaseworker.error.type"] == b"LeaseLost"
+    assert b"2 executions in a row" in lost["leaseworker.error.detail"]
+    for key, said in (
+        (b"report:datetime", b"datetime"),
+        (b"report:int-key", b"int mapping key"),
+        (b"report:huge", b"limit 1000"),
+    ):
+        headers = letters[key]
+        assert headers["leaseworker.error"] == b"bad_result"
+        assert said in headers["leaseworker.error.detail"]
+        assert b"raised" not in headers["leaseworker.error.detail"]
+        assert "leaseworker.loss.reason" not in headers

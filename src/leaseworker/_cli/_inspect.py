@@ -4,7 +4,8 @@ The owner is shown masked (``pod-a:***``): the token's random part lets
 whoever knows it renew or release the lease, so it never leaves the pod. The
 completion part reads the fenced completion store: the winning fence, the
 input version that won, when and by which execution and pod. The stored
-result is shown only with ``--show-result`` (results may carry personal data).
+result is shown only with ``--show-result`` (results may carry personal data),
+cut to ``--result-limit`` characters of JSON, saying so.
 An embedded SQLite store that does not exist yet is reported as "no
 completion", with a note on stderr naming the file that was looked for, and
 is never created by looking; so is a ``memory://`` store, which lives inside
@@ -24,7 +25,7 @@ from .._errors import ConfigError, LeaseError, StoreUnavailable
 from .._execution import completion_key
 from .._lease import RedisLeases, parse_redis_url, redis_from_url
 from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
-from ._common import config_default, env_default
+from ._common import config_default, env_default, non_negative_int
 
 
 def add_parser(subparsers: Any) -> None:
@@ -54,7 +55,18 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="also print the stored result (it may carry personal data)",
     )
+    parser.add_argument(
+        "--result-limit",
+        type=non_negative_int,
+        default=RESULT_LIMIT,
+        help="with --show-result, show at most this many characters of the result's JSON, "
+        f"as result_preview (0: all of it; default {RESULT_LIMIT})",
+    )
     parser.set_defaults(handler=_inspect)
+
+
+RESULT_LIMIT = 4096
+"""Characters of a stored result's JSON ``inspect --show-result`` prints by default."""
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -84,7 +96,7 @@ async def _read(args: argparse.Namespace) -> dict[str, object]:
         "owner": info.holder,
         "ttl": info.ttl,
         "fence": info.fence,
-        "completion": None if completion is None else _shown(completion, args.show_result),
+        "completion": None if completion is None else _shown(completion, args),
     }
 
 
@@ -108,7 +120,7 @@ def _note(text: str) -> None:
     print(f"leaseworker inspect: note: {text}", file=sys.stderr)
 
 
-def _shown(completion: Completion, show_result: bool) -> dict[str, object]:
+def _shown(completion: Completion, args: argparse.Namespace) -> dict[str, object]:
     shown: dict[str, object] = {
         "state": "completed",
         "winning_fence": completion.fence,
@@ -117,6 +129,23 @@ def _shown(completion: Completion, show_result: bool) -> dict[str, object]:
         "execution_id": completion.execution_id,
         "pod": completion.pod,
     }
-    if show_result:
-        shown["result"] = completion.result
+    if args.show_result:
+        shown.update(_result(completion.result, args.result_limit))
     return shown
+
+
+def _result(result: object, limit: int) -> dict[str, object]:
+    """Return the result as is, or its JSON cut to ``limit`` characters, saying so."""
+    encoded = json.dumps(result, ensure_ascii=False)
+    if not limit or len(encoded) <= limit:
+        return {"result": result}
+    print(
+        f"leaseworker inspect: the result is {len(encoded)} characters of JSON; "
+        f"result_preview shows the first {limit} (--result-limit 0 shows it all)",
+        file=sys.stderr,
+    )
+    return {
+        "result_preview": encoded[:limit],
+        "result_truncated": True,
+        "result_characters": len(encoded),
+    }

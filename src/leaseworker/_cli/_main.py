@@ -59,12 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _setup_logging(level: str, log_format: str) -> None:
-    """Log to stderr as text, or as one JSON object per line (``--log-format json``)."""
-    if log_format != "json":
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return
-    from .._telemetry import JsonFormatter
+    """Log to stderr as text with the lifecycle fields, or as JSON (``--log-format json``)."""
+    from .._telemetry import JsonFormatter, TextFormatter
 
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler])

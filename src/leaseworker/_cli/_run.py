@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError
-from .._execution import ReportJob
+from .._execution import ReportJob, check_job_class
 from .._telemetry import ConfiguredTelemetry
 from .._version import __version__
 from .._worker import HealthServer, Worker, WorkerConfig, serve, serve_with_health
@@ -106,6 +106,20 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         sets=False,
         shown="default: pipelined",
     ),
+    Setting(
+        flag="--loss-budget",
+        help="executions of one trigger that may lose their lease in a row before it is "
+        "dead-lettered as lost_repeatedly; unset: the job class's loss_budget (5 by default)",
+        kind=positive_int,
+        field="loss_budget",
+    ),
+    Setting(
+        flag="--max-result-bytes",
+        help="larger job results (as JSON) are dead-lettered as bad_result; unset: the job "
+        "class's max_result_bytes (1 MiB by default)",
+        kind=positive_int,
+        field="max_result_bytes",
+    ),
     *KAFKA_SECURITY_SETTINGS,  # into WorkerConfig.kafka_security (kafka_security_from)
     # The /healthz and /readyz endpoints, off unless a port is given.
     Setting(flag="--health-port", help="serve /healthz and /readyz on this port", kind=port),
@@ -183,7 +197,27 @@ def load_job_class(spec: str) -> type[ReportJob]:
         raise ConfigError(f"{spec} is not a ReportJob subclass")
     if inspect.isabstract(job_class):
         raise ConfigError(f"{spec} is abstract: implement async def run(self, ctx)")
+    check_job_class(job_class)
     return job_class
+
+
+def make_job(job_class: type[ReportJob]) -> ReportJob:
+    """Construct the pod's one job instance, or raise :class:`ConfigError` with one line.
+
+    The worker makes the instance itself, with no arguments: a constructor
+    that needs some, or raises, is a mistake to name at start.
+    """
+    name = job_class.__qualname__
+    try:
+        inspect.signature(job_class).bind()
+    except TypeError as exc:
+        raise ConfigError(f"{name}() must take no arguments: {exc}") from None
+    except ValueError:  # no signature to read (a C type): let the call say
+        pass
+    try:
+        return job_class()
+    except Exception as exc:
+        raise ConfigError(f"{name}() raised {type(exc).__name__}: {exc}") from exc
 
 
 def build_config(args: argparse.Namespace) -> WorkerConfig:
@@ -196,7 +230,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        job = load_job_class(args.job)()
+        job = make_job(load_job_class(args.job))
         config = build_config(args)
         telemetry = _telemetry(args, config.pod)
         worker = Worker(job, config, telemetry=telemetry.telemetry)

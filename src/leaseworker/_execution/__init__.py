@@ -1,12 +1,14 @@
 """One trigger's executions under its lease: the job, its context, its completion.
 
 ``_trigger`` decodes and validates a Kafka record into a ``Trigger``; ``_job``
-``ReportJob`` and ``JobContext``; ``_completion`` the fenced completion of one
-execution; ``_executor`` runs a trigger's executions (lookup, lease, job,
+``ReportJob`` and ``JobContext``; ``_checks`` a job class's checks at start;
+``_result`` a result's checks before it is stored; ``_completion`` the fenced
+completion of one execution; ``_executor`` runs a trigger's executions (lookup, lease, job,
 completion, retries); ``_events`` the execution lifecycle events and the
 logging observer. Knows no Kafka client, telemetry or CLI (an import contract).
 """
 
+from ._checks import check_job_class as check_job_class
 from ._completion import completion_key as completion_key
 from ._events import ExecutionEvent as ExecutionEvent
 from ._events import ExecutionObserver as ExecutionObserver
@@ -34,6 +36,7 @@ __all__ = [
     "MultiObserver",
     "ReportJob",
     "Trigger",
+    "check_job_class",
     "check_job_key",
     "completion_key",
     "decode_trigger",

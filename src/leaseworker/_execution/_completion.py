@@ -21,6 +21,7 @@ from .._errors import StoreUnavailable
 from .._lease import HeldLease, now
 from .._retry import STORE, Retries
 from .._store import CompletionRequest, CompletionResult, CompletionStore
+from ._result import DEFAULT_MAX_RESULT_BYTES, check_result
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.completion")
@@ -68,6 +69,7 @@ class Completer:
         execution_id: str,
         pod: str,
         retry: BusyPolicy = STORE,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._store = store
         self._held = held
@@ -76,12 +78,18 @@ class Completer:
         self._execution_id = execution_id
         self._pod = pod
         self._retry = retry
+        self._max_result_bytes = max_result_bytes
         self.called = False
         self.result: CompletionResult | None = None
         self.elapsed = 0.0
 
     async def complete(self, result: object) -> CompletionResult:
-        """Record ``result`` with this execution's fence; see the module docstring."""
+        """Record ``result`` with this execution's fence; see the module docstring.
+
+        A result no store can keep raises :class:`~leaseworker.BadResult` first
+        (see ``_result``), and does not count as the one call.
+        """
+        check_result(self._held.key, result, max_bytes=self._max_result_bytes)
         if self.called:
             raise RuntimeError(
                 f"complete() was already called for execution {self._execution_id} "
@@ -120,7 +128,13 @@ class Completer:
             fence,
             exc.detail,
             delay,
-            extra={"event": "completion_retry", "jobId": self._held.key, "fence": fence},
+            extra={
+                "event": "completion_retry",
+                "jobId": self._held.key,
+                "executionId": self._execution_id,
+                "pod": self._pod,
+                "fence": fence,
+            },
         )
 
     def own(self, answer: CompletionResult) -> bool:

@@ -30,7 +30,8 @@ class ExecutionEvent:
     how long the acquire took). ``finished``: an execution ended with
     ``outcome`` (``busy`` when the lease was held elsewhere; ``elapsed`` is the
     execution's whole duration). ``retry``: another execution of the same
-    trigger follows after ``retry_in`` seconds. ``completion``: the store
+    trigger follows after ``retry_in`` seconds (``outcome`` and ``reason``:
+    how the execution before it ended, ``busy`` or ``lost``). ``completion``: the store
     answered the execution's completion (``reason`` is the store's status,
     ``accepted``/``duplicate``/``stale``; ``elapsed`` the store call's
     duration). ``reason`` on ``finished`` qualifies the outcome: ``stale`` for
@@ -83,10 +84,16 @@ class LoggingObserver:
         self._log_job_errors = log_job_errors
 
     def on_event(self, event: ExecutionEvent) -> None:
-        """Write the event: failures and losses at WARNING, the rest at INFO/DEBUG."""
-        level = _LEVELS.get(event.outcome or event.event, logging.INFO)
-        level = _LEVELS.get(event.reason or "", level)  # a stale completion warns
+        """Write the event: failures and losses at WARNING, the rest at INFO/DEBUG.
+
+        A retry is INFO with its wait (DEBUG after ``busy``: waiting for
+        another pod's lease is the normal case, and frequent).
+        """
+        level = _level(event)
         if not self._logger.isEnabledFor(level):
+            return
+        if event.event == "retry":
+            self._logger.log(level, "%s", _retry_text(event), extra=_fields(event))
             return
         text = f"{event.event} job {event.job_key!r} execution {event.execution_id}"
         if event.outcome is not None:
@@ -120,12 +127,28 @@ class MultiObserver:
 
 _LEVELS: dict[str, int] = {
     "busy": logging.DEBUG,
-    "retry": logging.DEBUG,
     "failed": logging.WARNING,
     "lost": logging.WARNING,
     "stale": logging.WARNING,
     "timed_out": logging.WARNING,
 }
+
+
+def _level(event: ExecutionEvent) -> int:
+    if event.event == "retry":
+        return logging.DEBUG if event.outcome == "busy" else logging.INFO
+    level = _LEVELS.get(event.outcome or event.event, logging.INFO)
+    return _LEVELS.get(event.reason or "", level)  # a stale completion warns
+
+
+def _retry_text(event: ExecutionEvent) -> str:
+    ended: str = event.outcome or "unknown"
+    if event.reason is not None:
+        ended += f" ({event.reason})"
+    return (
+        f"retry job {event.job_key!r}: execution {event.execution_id} ended {ended}; "
+        f"the next one starts in {event.retry_in or 0.0:.2f}s"
+    )
 
 
 def _fields(event: ExecutionEvent) -> dict[str, object]:
@@ -141,6 +164,7 @@ def _fields(event: ExecutionEvent) -> dict[str, object]:
         "topic": event.trigger.topic,
         "partition": event.trigger.partition,
         "offset": event.trigger.offset,
+        "retryInMs": None if event.retry_in is None else round(event.retry_in * 1000, 1),
     }
 
 

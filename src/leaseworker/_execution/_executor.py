@@ -18,11 +18,20 @@ from typing import final
 import anyio
 
 from .._backoff import BusyPolicy
-from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
+from .._errors import BadResult, ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
 from .._lease import HeldLease, LeaseObserver, LeaseStore, now
-from .._outcome import JOB_FAILURES, EndingReason, Outcome, ends_trigger
+from .._outcome import (
+    JOB_FAILURES,
+    REFUSALS,
+    DeadLetterReason,
+    EndingReason,
+    LeaseLostReason,
+    Outcome,
+    ends_trigger,
+)
 from .._retry import LOST, Retries
 from .._store import CompletionResult, CompletionStore, check_text
+from ._checks import check_job_class
 from ._completion import Completer, completion_key
 from ._events import EventName, ExecutionEvent, ExecutionObserver
 from ._job import JobContext, ReportJob
@@ -40,22 +49,67 @@ class Ending:
 
     ``error_type`` is the class name of the exception that made a ``failed`` or
     ``timed_out`` execution end (``None`` otherwise): the dead letter names it.
-    Never its message, which may quote payload data.
+    Never its message, which may quote payload data. ``loss_reason`` is why a
+    ``lost`` execution lost its lease (``None`` when it never held it);
+    ``detail`` a one-line description leaseworker wrote, for a dead letter.
     """
 
     outcome: Outcome
     reason: EndingReason | None = None
     error_type: str | None = None
+    loss_reason: LeaseLostReason | None = None
+    detail: str | None = None
 
     @property
     def terminal(self) -> bool:
         """Whether the trigger is done (its offset may be committed); see :func:`ends_trigger`."""
         return ends_trigger(self.outcome, self.reason)
 
+    @property
+    def dead_letter(self) -> DeadLetterReason | None:
+        """The reason the trigger is dead-lettered with, if this ending dead-letters it."""
+        for refusal in REFUSALS:
+            if self.reason == refusal:
+                return refusal
+        return JOB_FAILURES.get(self.outcome)
+
     @classmethod
-    def of_error(cls, outcome: Outcome, error: BaseException) -> Ending:
+    def of_error(
+        cls, outcome: Outcome, error: BaseException, loss_reason: LeaseLostReason | None = None
+    ) -> Ending:
         """Return the ending of an execution stopped by ``error`` (a failure keeps its type)."""
-        return cls(outcome, error_type=type(error).__name__ if outcome in JOB_FAILURES else None)
+        error_type = type(error).__name__ if outcome in JOB_FAILURES else None
+        if outcome == "failed" and isinstance(error, BadResult):
+            return cls(outcome, reason="bad_result", error_type=error_type, detail=error.detail)
+        return cls(outcome, error_type=error_type, loss_reason=loss_reason)
+
+
+class _Losses:
+    """The lease losses of one trigger's executions so far, against the job's loss budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.count = 0
+
+    def charge(self, ending: Ending) -> Ending:
+        """Count ``ending`` if it lost a held lease; once the budget is spent, end the trigger."""
+        if ending.loss_reason is None:  # never held: Redis did not answer, or not a loss
+            return ending
+        self.count += 1
+        if self.count < self.budget:
+            return ending
+        return Ending(
+            "lost",
+            reason="lost_repeatedly",
+            error_type="LeaseLost",
+            loss_reason=ending.loss_reason,
+            detail=f"lost its lease on {self.count} executions in a row "
+            f"(loss budget {self.budget}); the last loss: {ending.loss_reason}",
+        )
+
+
+class _Refused(ValueError):
+    """Raised when a trigger's input version cannot be stored (``bad_input_version``)."""
 
 
 class _Unclaimed(Exception):
@@ -81,7 +135,8 @@ class Executor:
     lease does it. With ``store``, completions are recorded (fenced) under
     ``{store_namespace}:{<job key>}`` (the lease namespace: fences are only
     comparable within it); without one, ``run``'s return value is only
-    reported to the observer.
+    reported to the observer. ``loss_budget`` and ``max_result_bytes``
+    override the job class's attributes of those names (``None``: the class's).
     """
 
     def __init__(
@@ -95,7 +150,14 @@ class Executor:
         lease_observers: LeaseObservers | None = None,
         store: CompletionStore | None = None,
         store_namespace: str = "leaseworker",
+        loss_budget: int | None = None,
+        max_result_bytes: int | None = None,
     ) -> None:
+        check_job_class(type(job))
+        self._loss_budget = job.loss_budget if loss_budget is None else loss_budget
+        self._max_result_bytes = (
+            job.max_result_bytes if max_result_bytes is None else max_result_bytes
+        )
         self._job = job
         self._store = store
         self._store_namespace = store_namespace
@@ -111,24 +173,50 @@ class Executor:
         retries = {"busy": Retries(self._job.busy_policy), "lost": Retries(self._lost_retry)}
         try:
             version = self._input_version(trigger)
-        except Exception as exc:  # a job's bug: the trigger fails (and is dead-lettered)
+        except Exception as exc:  # the trigger fails (and is dead-lettered): the job never ran
+            ending = Ending.of_error("failed", exc)
+            if isinstance(exc, _Refused):  # not the job's bug: the trigger's data
+                ending = Ending("failed", reason="bad_input_version", detail=str(exc))
             self._emit(
-                "finished", trigger, job_key, uuid.uuid4().hex, 0.0, outcome="failed", error=exc
+                "finished",
+                trigger,
+                job_key,
+                uuid.uuid4().hex,
+                0.0,
+                outcome="failed",
+                reason=ending.reason,
+                error=exc,
             )
-            return Ending.of_error("failed", exc)
+            return ending
+        losses = _Losses(self._loss_budget)
         while True:
             execution_id = uuid.uuid4().hex
-            ending, hint = await self._attempt(trigger, job_key, version, execution_id)
+            ending, hint = await self._attempt(trigger, job_key, version, execution_id, losses)
             if ending.terminal:
                 return ending
             kind = "busy" if ending.outcome == "busy" else "lost"
-            emit = functools.partial(self._emit_retry, trigger, job_key, execution_id)
+            emit = functools.partial(self._emit_retry, trigger, job_key, execution_id, ending)
             await retries[kind].wait(emit, hint=hint)
 
     def _emit_retry(
-        self, trigger: Trigger, job_key: str, execution_id: str, delay: float, attempt: int
+        self,
+        trigger: Trigger,
+        job_key: str,
+        execution_id: str,
+        ending: Ending,
+        delay: float,
+        attempt: int,
     ) -> None:
-        self._emit("retry", trigger, job_key, execution_id, 0.0, retry_in=delay)
+        self._emit(
+            "retry",
+            trigger,
+            job_key,
+            execution_id,
+            0.0,
+            outcome=ending.outcome,
+            reason=ending.reason,
+            retry_in=delay,
+        )
 
     def _input_version(self, trigger: Trigger) -> str:
         """Return the trigger's input version; raise if no completion store could keep it.
@@ -139,15 +227,15 @@ class Executor:
         """
         version = self._job.input_version(trigger)
         if not isinstance(version, str):
-            raise TypeError(f"input_version() must return a str, not {type(version).__name__}")
+            raise _Refused(f"input_version() returned a {type(version).__name__}, not a str")
         try:
             check_text("input version", version, empty_ok=True)
         except ConfigError as exc:  # the trigger's data, not the pod's configuration
-            raise ValueError(str(exc)) from None
+            raise _Refused(str(exc)) from None
         return version
 
     async def _attempt(
-        self, trigger: Trigger, job_key: str, version: str, execution_id: str
+        self, trigger: Trigger, job_key: str, version: str, execution_id: str, losses: _Losses
     ) -> tuple[Ending, float | None]:
         """Answer from the store if the identity completed, else run one execution."""
         if self._store is not None:
@@ -160,20 +248,25 @@ class Executor:
                     "%s; job %r waits for it",
                     exc,
                     job_key,
-                    extra={"event": "store_unavailable", "jobId": job_key, "pod": self._pod},
+                    extra={
+                        "event": "store_unavailable",
+                        "jobId": job_key,
+                        "executionId": execution_id,
+                        "pod": self._pod,
+                    },
                 )
                 return Ending("lost", reason="store_unavailable"), None
             if earlier is not None:
                 elapsed = now() - begun
                 self._emit("finished", trigger, job_key, execution_id, elapsed, outcome="duplicate")
                 return Ending("duplicate"), None
-        return await self._execute(trigger, job_key, version, execution_id)
+        return await self._execute(trigger, job_key, version, execution_id, losses)
 
     def _key(self, job_key: str) -> str:
         return completion_key(self._store_namespace, job_key)
 
     async def _execute(
-        self, trigger: Trigger, job_key: str, version: str, execution_id: str
+        self, trigger: Trigger, job_key: str, version: str, execution_id: str, losses: _Losses
     ) -> tuple[Ending, float | None]:
         """One execution; return how it ended and, when busy, the holder's remaining TTL."""
         held = HeldLease(  # hold(), with the timing resolved once in __init__
@@ -182,6 +275,8 @@ class Executor:
             timing=self._timing,
             release_timeout=self._leases.policy.command_timeout,
             observer=self._lease_observer(trigger, job_key, execution_id),
+            log_fields={"executionId": execution_id, "pod": self._pod},
+            loss_log_level=logging.DEBUG,  # the ``finished`` record warns of the loss
         )
         begun = now()
         result: object = None
@@ -227,7 +322,7 @@ class Executor:
                 ending = self._judged(trigger, job_key, execution_id, completer, completer.result)
                 self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
                 return ending, None
-            ending = Ending.of_error(held.outcome or "failed", exc)
+            ending = losses.charge(Ending.of_error(held.outcome or "failed", exc, held.loss_reason))
             self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
             return ending, None
         ending = Ending("completed")
@@ -252,7 +347,12 @@ class Executor:
                 "%s; job %r does not start unfenced, retried",
                 exc,
                 job_key,
-                extra={"event": "claim_unavailable", "jobId": job_key, "pod": self._pod},
+                extra={
+                    "event": "claim_unavailable",
+                    "jobId": job_key,
+                    "executionId": execution_id,
+                    "pod": self._pod,
+                },
             )
             raise _Unclaimed(Ending("lost", reason="store_unavailable")) from exc
         if answer.status == "duplicate":
@@ -286,6 +386,7 @@ class Executor:
             input_version=version,
             execution_id=execution_id,
             pod=self._pod,
+            max_result_bytes=self._max_result_bytes,
         )
 
     def _judged(

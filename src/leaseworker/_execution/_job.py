@@ -19,6 +19,7 @@ from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
 from .._retry import BUSY
 from .._store import CompletionResult
 from ._completion import Completer, default_input_version
+from ._result import DEFAULT_MAX_RESULT_BYTES
 from ._trigger import Trigger, default_job_key
 
 
@@ -50,6 +51,19 @@ class ReportJob(abc.ABC):
     renewal_interval: ClassVar[float | None] = None
     max_runtime: ClassVar[float | None] = None
     busy_policy: ClassVar[BusyPolicy] = BUSY
+    loss_budget: ClassVar[int] = 5
+    """Executions of one trigger that may lose their lease in a row before it is given up.
+
+    Each loss is retried with backoff; once the budget is spent the trigger is
+    dead-lettered (``lost_repeatedly``) and committed, so a job that outlives
+    its lease on every attempt cannot stall its partition. ``--loss-budget``
+    (``WorkerConfig.loss_budget``) overrides it.
+    """
+    max_result_bytes: ClassVar[int] = DEFAULT_MAX_RESULT_BYTES
+    """The largest result (compact JSON) the store is given; larger ones are ``bad_result``.
+
+    ``--max-result-bytes`` (``WorkerConfig.max_result_bytes``) overrides it.
+    """
 
     def job_key(self, trigger: Trigger) -> str:
         """Return the job key of ``trigger``: its record key, else payload ``jobId``."""
@@ -79,12 +93,15 @@ class ReportJob(abc.ABC):
             raise ConfigError(f"{cls.__qualname__}.topic must name a Kafka topic")
         if not isinstance(cls.busy_policy, BusyPolicy):
             raise ConfigError(f"{cls.__qualname__}.busy_policy must be a BusyPolicy")
-        return LeaseTiming.resolve(
-            ttl=cls.lease_duration,
-            renew_every=cls.renewal_interval,
-            max_runtime=cls.max_runtime,
-            policy=policy,
-        )
+        try:
+            return LeaseTiming.resolve(
+                ttl=cls.lease_duration,
+                renew_every=cls.renewal_interval,
+                max_runtime=cls.max_runtime,
+                policy=policy,
+            )
+        except ConfigError as exc:  # name the class: its attributes are what to fix
+            raise ConfigError(f"{cls.__qualname__}: {exc}") from None
 
 
 @final
@@ -155,8 +172,10 @@ class JobContext:
         :class:`~leaseworker.LeaseLost` instead of writing; a loss it could not
         see (a pause) is refused by the store as ``stale``. While the store is
         unavailable the call is retried with backoff as long as the lease is
-        held. Call it once; a job that returns without calling it is completed
-        with ``run()``'s return value.
+        held. A result no store keeps (not JSON, a non-string key, over
+        ``max_result_bytes``) raises :class:`~leaseworker.BadResult` before the
+        store is called (that call does not count). Call it once; a job that
+        returns without calling it is completed with ``run()``'s return value.
         """
         if self._completer is None:
             raise RuntimeError(

@@ -108,7 +108,7 @@ def check_job_key(key: object) -> str:
 
     A job key becomes a Redis Cluster hash tag (``{<job key>}``), so braces
     would split a job's lease and fence keys across slots; control characters
-    would forge log lines.
+    would forge log lines; a key of whitespace only is refused too.
     """
     if not isinstance(key, str) or not key:
         raise MalformedTrigger(
@@ -118,6 +118,8 @@ def check_job_key(key: object) -> str:
         raise MalformedTrigger("bad_job_key", f"job key is longer than {MAX_JOB_KEY_LENGTH}")
     if "{" in key or "}" in key or not key.isprintable():
         raise MalformedTrigger("bad_job_key", "job key holds braces or unprintable characters")
+    if not key.strip():  # it would name a lease nobody can read in a log line
+        raise MalformedTrigger("bad_job_key", "job key is only whitespace")
     return key
 
 

@@ -16,6 +16,7 @@ development services in ``_dev`` use it too).
 
 from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
+from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
 from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
 from ._hooks import NO_HOOKS as NO_HOOKS
 from ._hooks import SourceHooks as SourceHooks
@@ -30,6 +31,7 @@ from ._topic_admin import create_topics as create_topics
 __all__ = [
     "DEAD_LETTER_FAILURE_HEADERS",
     "DEAD_LETTER_HEADERS",
+    "DEAD_LETTER_LOSS_HEADERS",
     "DEAD_LETTER_OMITTED",
     "NO_HOOKS",
     "KafkaError",

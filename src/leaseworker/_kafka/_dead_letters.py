@@ -39,6 +39,9 @@ DEAD_LETTER_HEADERS = (
 DEAD_LETTER_FAILURE_HEADERS = ("leaseworker.error.type", "leaseworker.job.key")
 """Headers added after :data:`DEAD_LETTER_HEADERS` when the job failed or timed out."""
 
+DEAD_LETTER_LOSS_HEADERS = ("leaseworker.loss.reason",)
+"""Header added after the failure headers for ``lost_repeatedly``: the last loss's reason."""
+
 DEAD_LETTER_OMITTED = "leaseworker.omitted"
 """Header of a dead letter too large to send whole: what was left out (``value``, ``headers``)."""
 
@@ -99,10 +102,13 @@ class DeadLetters:
         detail: str,
         *,
         failure: tuple[str, str] | None = None,
+        loss: tuple[str] | tuple[()] = (),
     ) -> None:
         """Copy ``record`` to the dead-letter topic, if one is set (retried until it succeeds).
 
-        ``failure`` is the (error type, job key) of a failed or timed-out job.
+        ``failure`` is the (error type, job key) of a trigger whose job ended
+        it (failed, timed out, lost repeatedly, a bad result); ``loss`` the
+        last loss reason of one given up as ``lost_repeatedly``.
         """
         if not self._settings.dead_letter_topic:
             return
@@ -110,6 +116,7 @@ class DeadLetters:
         added = [
             *zip(DEAD_LETTER_HEADERS, (reason, detail, *position), strict=True),
             *(zip(DEAD_LETTER_FAILURE_HEADERS, failure, strict=True) if failure else ()),
+            *(zip(DEAD_LETTER_LOSS_HEADERS, loss, strict=True) if loss else ()),
         ]
         # What is sent, most complete first: when the copy is too large for the
         # producer or the topic, the payload, then the original headers are left

@@ -18,7 +18,6 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from .._errors import MalformedTrigger
 from .._execution import Ending, Trigger, check_job_key, decode_trigger
-from .._outcome import JOB_FAILURES
 from .._retry import Retries, startup
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
@@ -265,13 +264,15 @@ class KafkaTriggerSource:
             return True
         self._hooks.received(trigger, job_key)
         ending = await self._handle(trigger, job_key)
-        reason = JOB_FAILURES.get(ending.outcome)
+        reason = ending.dead_letter
         if reason is not None:  # terminal, and dead-lettered naming the exception's type
             self.stats.job_failures += 1
             self._state.progressed()
-            error_type = ending.error_type or "unknown"
-            detail = f"the job raised {error_type}"
-            await self._dead_letters.send(record, reason, detail, failure=(error_type, job_key))
+            error_type = ending.error_type
+            detail = ending.detail or f"the job raised {error_type}"
+            failure = None if error_type is None else (error_type, job_key)  # the job never ran
+            loss = () if ending.loss_reason is None else (ending.loss_reason,)
+            await self._dead_letters.send(record, reason, detail, failure=failure, loss=loss)
             return True
         return ending.terminal
 

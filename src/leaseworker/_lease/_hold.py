@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, final
 
@@ -76,7 +77,11 @@ class HeldLease:
     (``owned``, ``remaining()``, ``checkpoint()``) and carries the ``fence`` to
     pass to destinations. After the block, ``outcome``, ``released`` and
     ``release_error`` say how it ended; a failed release is reported there and
-    in the log, never instead of the body's own outcome.
+    in the log, never instead of the body's own outcome. ``log_fields`` go
+    into every record it logs (the executor passes ``executionId`` and
+    ``pod``); ``loss_log_level`` is the level of its ``lease_lost`` record
+    (the executor's own ``finished`` record reports the loss at WARNING, so
+    it passes DEBUG: one loss, one warning).
     """
 
     def __init__(
@@ -87,8 +92,12 @@ class HeldLease:
         timing: LeaseTiming,
         release_timeout: float,
         observer: LeaseObserver | None = None,
+        log_fields: Mapping[str, object] | None = None,
+        loss_log_level: int = logging.WARNING,
     ) -> None:
         self._leases = leases
+        self._log_fields = log_fields or {}  # read only when a record is logged
+        self._loss_log_level = loss_log_level
         self._observer = observer
         self._key = key
         self._timing = timing
@@ -104,6 +113,7 @@ class HeldLease:
         self._released: bool | None = None
         self._release_error: BaseException | None = None
         self._renewals = 0
+        self._renewing: Lease | None = None  # the lease whose renewal was last sent
         self._max_loop_lag = 0.0
 
     @property
@@ -136,12 +146,8 @@ class HeldLease:
         """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
         if not self.owned:
             if self._loss is None:
-                # The deadline passed but its timer has not run: the loop was busy.
-                self._lose(
-                    "deadline",
-                    "checkpoint reached after the local deadline",
-                    at=self.lease.local_deadline,
-                )
+                # The deadline passed but its timer has not run yet.
+                self._lose(*self._unconfirmed(), at=self.lease.local_deadline)
             raise self._lost_error(now())
         await anyio.lowlevel.checkpoint()
 
@@ -149,6 +155,11 @@ class HeldLease:
     def outcome(self) -> Outcome | None:
         """How the block ended; ``None`` while it runs."""
         return self._outcome
+
+    @property
+    def loss_reason(self) -> LeaseLostReason | None:
+        """Why ownership became uncertain, once it did; ``None`` while it is certain."""
+        return None if self._loss is None else self._loss[0]
 
     @property
     def released(self) -> bool | None:
@@ -236,11 +247,7 @@ class HeldLease:
             if self._runtime_deadline <= stopped_at < lease.local_deadline:
                 self._outcome = "timed_out"
                 return
-            self._lose(
-                "deadline",
-                "no renewal was confirmed before the local deadline",
-                at=lease.local_deadline,
-            )
+            self._lose(*self._unconfirmed(), at=lease.local_deadline)
         elif self._loss is None and stopped_at >= lease.local_deadline:
             # The body ran past the deadline without awaiting: the loop was blocked.
             self._lose(
@@ -256,6 +263,19 @@ class HeldLease:
             self._outcome = "cancelled"
         else:
             self._outcome = "failed"
+
+    def _unconfirmed(self) -> tuple[LeaseLostReason, str]:
+        """Say why the local deadline passed without a confirmed renewal.
+
+        ``deadline`` if the renewal of the current lease was sent (Redis did not
+        confirm it in time); ``loop_blocked`` if it never was: the renewal task
+        could not run before the deadline, so the event loop was blocked, whether
+        before the first renewal or after one, and whatever then noticed first
+        (the scope's deadline, a checkpoint or the renewal task).
+        """
+        if self._renewing is self._lease:
+            return "deadline", "no renewal was confirmed before the local deadline"
+        return "loop_blocked", "the event loop was blocked: no renewal was sent before the deadline"
 
     def _start_renewals(self) -> None:
         """Start the renewal task (a loop callback, at the first renewal's due time).
@@ -296,7 +316,7 @@ class HeldLease:
                 "lease renewal for %r did not stop within %.1fs of the body; abandoned",
                 self._key,
                 self._release_timeout,
-                extra={"event": "renewal_abandoned", "jobId": self._key, "fence": self.fence},
+                extra=self._fields("renewal_abandoned"),
             )
             return
         if not task.cancelled() and (error := task.exception()) is not None:
@@ -318,6 +338,7 @@ class HeldLease:
                     at=lease.local_deadline,
                 )
                 return
+            self._renewing = lease
             try:
                 renewed = await self._leases.renew(lease)
                 round_trip = now() - woke
@@ -345,17 +366,13 @@ class HeldLease:
         self._scope.cancel()
         self._emit("lost", reason=reason, detail=detail)
         self._emit("cancel_requested", reason=reason)
-        logger.warning(
+        logger.log(
+            self._loss_log_level,
             "lease lost for %r (fence %d): %s",
             self._key,
             self.fence,
             reason,
-            extra={
-                "event": "lease_lost",
-                "jobId": self._key,
-                "fence": self.fence,
-                "reason": reason,
-            },
+            extra=self._fields("lease_lost", reason=reason),
         )
 
     def _lost_error(self, stopped_at: float) -> LeaseLost:
@@ -398,8 +415,12 @@ class HeldLease:
                 self._key,
                 self.fence,
                 self._release_error,
-                extra={"event": "lease_release_failed", "jobId": self._key, "fence": self.fence},
+                extra=self._fields("lease_release_failed"),
             )
+
+    def _fields(self, event: str, **more: object) -> dict[str, object]:
+        """Return a record's ``extra=``: event, job key, fence, ``log_fields``, ``more``."""
+        return {"event": event, "jobId": self._key, "fence": self.fence, **self._log_fields, **more}
 
     def _emit(self, name: LeaseEventName, **fields: Any) -> None:
         """Tell the observer, if any; its failure is logged and never propagates."""

@@ -14,6 +14,7 @@ Only the OpenTelemetry API is imported at package import.
 """
 
 from ._logs import JsonFormatter as JsonFormatter
+from ._logs import TextFormatter as TextFormatter
 from ._pod import PodTelemetry as PodTelemetry
 from ._producer import OutgoingTrigger as OutgoingTrigger
 from ._producer import traced_send as traced_send
@@ -29,6 +30,7 @@ __all__ = [
     "OutgoingTrigger",
     "PodTelemetry",
     "Telemetry",
+    "TextFormatter",
     "configure",
     "extract",
     "inject",

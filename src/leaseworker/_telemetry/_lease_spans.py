@@ -117,7 +117,9 @@ class LeaseSpans:
             Status(StatusCode.ERROR, f"ownership lost: {reason}"),
         )
         outcome = reason if reason in RENEWAL_LOSSES else None
-        logger.info(
+        # DEBUG, like the stop below: the execution's ``finished`` record is the
+        # loss's one WARNING (it carries the reason and the stop latency too).
+        logger.debug(
             "ownership of %r lost (%s); cancelling execution %s",
             event.key,
             reason,
@@ -135,7 +137,7 @@ class LeaseSpans:
             # Past the local deadline another pod may hold the lease: possible overlap.
             self._metrics.overlap.add(event.at - self._deadline)
         self._span(n.SPAN_STOPPED, event, event.at - latency, {n.STOP_LATENCY_MS: ms(latency)})
-        logger.warning(
+        logger.debug(
             "job %r stopped %.1f ms after losing ownership",
             event.key,
             latency * 1000,

@@ -1,7 +1,12 @@
-"""JSON log lines: one object per record, with the lifecycle fields and the trace ids.
+"""Log lines: text with the lifecycle fields appended, or one JSON object per record.
 
-Every line has ``timestamp`` (wall clock, UTC, RFC 3339 with milliseconds),
-``level``, ``logger`` and ``message``, then whatever the call passed in
+:class:`TextFormatter` (the default ``--log-format text``) writes the usual
+``time level logger: message`` and then the lifecycle fields the record
+carries, ``event=... jobId=... executionId=... pod=... elapsedMs=...``, so
+one line says which execution on which pod did what, and how long it took.
+
+A JSON line (:class:`JsonFormatter`) has ``timestamp`` (wall clock, UTC,
+RFC 3339 with milliseconds), ``level``, ``logger`` and ``message``, then whatever the call passed in
 ``extra=`` (leaseworker passes ``jobId``, ``executionId``, ``pod``, ``event``,
 ``elapsedMs``, ``outcome``, ``renewalOutcome``, ``reason``...), then ``traceId``
 and ``spanId`` of the span current when the line was logged, so a log line
@@ -23,6 +28,52 @@ _STANDARD = frozenset(
     | {"message", "asctime", "taskName"}
 )
 """LogRecord attributes that are not ``extra=`` fields."""
+
+
+TEXT_FIELDS = (
+    "event",
+    "jobId",
+    "executionId",
+    "pod",
+    "elapsedMs",
+    "outcome",
+    "reason",
+    "fence",
+    "retryInMs",
+)
+"""The ``extra=`` fields :class:`TextFormatter` appends, in this order, when a record has them."""
+
+
+@final
+class TextFormatter(logging.Formatter):
+    """``time level logger: message``, then the record's lifecycle fields as ``name=value``.
+
+    A value with a space, a quote or an ``=`` is written as a JSON string, so
+    the line still splits into fields.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the line for ``record`` (tracebacks follow on their own lines)."""
+        text = super().format(record)
+        fields = [
+            f"{name}={_text_value(value)}"
+            for name in TEXT_FIELDS
+            if (value := record.__dict__.get(name)) is not None
+        ]
+        if not fields:
+            return text
+        first, newline, rest = text.partition("\n")
+        return f"{first} | {' '.join(fields)}{newline}{rest}"
+
+
+def _text_value(value: object) -> str:
+    text = str(value)
+    if text and not any(c in text for c in ' "=|') and text.isprintable():
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 @final

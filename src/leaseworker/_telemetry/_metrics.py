@@ -73,6 +73,7 @@ class Metrics:
     committed: Tally
     dead_letters: Tally
     completions: Tally
+    lost_repeatedly: Tally
 
     @classmethod
     def create(cls, meter: Meter) -> Metrics:
@@ -133,5 +134,10 @@ class Metrics:
                 n.METRIC_COMPLETIONS,
                 "{completion}",
                 "Completion store answers: accepted, duplicate, stale",
+            ),
+            lost_repeatedly=counter(
+                n.METRIC_LOST_REPEATEDLY,
+                "{trigger}",
+                "Triggers given up after their loss budget, by the last loss's reason",
             ),
         )

@@ -228,6 +228,9 @@ class PodTelemetry:
         if event.fence is not None:
             trace.fence = event.fence
         trace.terminal = event.terminal  # ``lost`` as ``stale`` too: the offset is committed
+        if event.reason == "lost_repeatedly":  # the loss budget is spent: given up
+            loss = getattr(event.error, "reason", None)
+            self._metrics.lost_repeatedly.add(1, {n.LOSS_REASON: str(loss or "unknown")})
         job_key = self._running.pop(event.execution_id, None)
         if job_key is None:  # never acquired: busy, or Redis did not answer
             if trace.acquiring:

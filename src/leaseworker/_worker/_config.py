@@ -160,6 +160,18 @@ class WorkerConfig:
     wait off on replicated Redis, at the price docs/operations.md measures.
     """
 
+    loss_budget: int | None = None
+    """Executions of one trigger that may lose their lease in a row before it is dead-lettered.
+
+    ``None``: the job class's ``loss_budget`` (5 unless the class says otherwise).
+    """
+
+    max_result_bytes: int | None = None
+    """The largest job result (compact JSON) stored; larger ones are dead-lettered ``bad_result``.
+
+    ``None``: the job class's ``max_result_bytes`` (1 MiB unless the class says otherwise).
+    """
+
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
         parse_redis_url(self.redis_url)  # ConfigError for a malformed URL, before any I/O
@@ -172,6 +184,9 @@ class WorkerConfig:
         _require(bool(self.pod) and self.pod.isprintable(), "pod must be a printable name")
         _require(self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency}")
         _require(self.max_payload_bytes >= 1, "max_payload_bytes must be >= 1")
+        for name in ("loss_budget", "max_result_bytes"):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"{name} must be None or >= 1, got {value}")
         _require(self.dead_letter_topic != "", "dead_letter_topic must be None or a topic name")
         for name in (
             "shutdown_timeout",

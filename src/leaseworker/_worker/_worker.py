@@ -168,6 +168,8 @@ class Worker:
             lease_observers=self._lease_observers,
             store=store,
             store_namespace=self._config.namespace,
+            loss_budget=self._config.loss_budget,
+            max_result_bytes=self._config.max_result_bytes,
         )
 
     @contextlib.asynccontextmanager
