@@ -17,6 +17,10 @@ from .health_util import spawn
 from .kafka_util import KafkaNames
 from .pods import Pod
 
+# The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
+# loaded from there it would import leaseworker before coverage starts measuring it).
+pytest_plugins = ["leaseworker.testing.pytest_plugin"]
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[LocalRedis]:
@@ -142,3 +146,15 @@ def _pods_use_a_store_of_the_tests_own(monkeypatch: pytest.MonkeyPatch, tmp_path
     ``--store-url`` (or sets ``LEASEWORKER_STORE_URL`` itself).
     """
     monkeypatch.setenv("LEASEWORKER_STORE_URL", f"sqlite:///{tmp_path / 'pods.sqlite3'}")
+
+
+@pytest.fixture(scope="session")
+def leaseworker_redis(redis_server: LocalRedis) -> LocalRedis:
+    """The plugin's Redis is the session's (one server, not two)."""
+    return redis_server
+
+
+@pytest.fixture(scope="session")
+def leaseworker_kafka(kafka_server: LocalKafka) -> LocalKafka:
+    """The plugin's Kafka broker is the session's (one JVM, not two)."""
+    return kafka_server
