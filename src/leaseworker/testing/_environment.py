@@ -79,7 +79,7 @@ class JobResult:
     reason: str | None = None
     dead_letter: str | None = None
     terminal: bool = True
-    result: object = None
+    result: Any = None  # what run() returned; Any, so that a test can index it
     fence: int | None = None
     completion: str | None = None
     error: BaseException | None = None

@@ -206,7 +206,7 @@ class PodResult:
         self.outcome = last.outcome
         self.reason = last.reason
         self.dead_letter = None if last.outcome is None else JOB_FAILURES.get(last.outcome)
-        self.result = last.result
+        self.result: Any = last.result  # Any, so that a test can index it
         self.fence = last.fence
         self.executions = sum(1 for event in events if event.event == "finished")
         self.events = tuple(Step(at=event.elapsed, name=event.event) for event in events)
