@@ -50,7 +50,7 @@ from ._store import BeforeComplete, FaultyStore
 from ._triggers import Headers, decode_record
 
 TIME_LIMIT = 7 * 24 * 3600.0
-"""A run that has not ended after this much (virtual) time fails: nothing loops forever."""
+"""The default ``time_limit``: a run that has not ended after a week of lease time fails."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +123,8 @@ class JobEnvironment:
     virtual, so a 10-minute job takes milliseconds and every ``at`` is exact.
     ``work_per_checkpoint`` seconds pass (the loop free, as when the job awaits
     I/O) in each ``ctx.checkpoint()`` before it checks ownership: a stand-in
-    for the work between checkpoints.
+    for the work between checkpoints. A run that has not ended after
+    ``time_limit`` seconds raises ``RuntimeError``: nothing loops forever.
     """
 
     def __init__(
@@ -134,8 +135,10 @@ class JobEnvironment:
         leases: MemoryLeases | None = None,
         namespace: str = "leaseworker",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        time_limit: float = TIME_LIMIT,
     ) -> None:
         self.job = job
+        self.time_limit = time_limit
         self.pod = pod
         self.leases = leases or MemoryLeases()
         self.store = MemoryStore()
@@ -283,7 +286,7 @@ class _Run:
         token: Token[CheckpointProbe | None] = checkpoint_probe.set(probe)
         ending: Ending | None = None
         try:
-            with anyio.move_on_after(TIME_LIMIT) as limit, self.scope:
+            with anyio.move_on_after(self.env.time_limit) as limit, self.scope:
                 ending = await executor.run(self.trigger, self.job_key)
         finally:
             checkpoint_probe.reset(token)
@@ -291,7 +294,7 @@ class _Run:
                 timer.cancel()
         if limit.cancelled_caught:
             raise RuntimeError(
-                f"the trigger did not reach an end within {TIME_LIMIT:.0f}s of lease time"
+                f"the trigger did not reach an end within {self.env.time_limit}s of lease time"
             )
         return self._result(ending)
 
@@ -406,6 +409,17 @@ class _Run:
     # -- the result -------------------------------------------------------------------
 
     def _result(self, ending: Ending | None) -> JobResult:
+        if not self.finished:
+            # The one ending the executor reports without a `finished` event: the store
+            # could not be asked whether the trigger completed, so nothing started.
+            assert ending is None
+            return JobResult(
+                job_key=self.job_key,
+                outcome="lost",
+                reason="store_unavailable",
+                terminal=False,
+                events=tuple(self.steps),
+            )
         last = self.finished[-1]
         if ending is None:  # stopped at the retry: the last execution's ending
             ending = Ending(last.outcome or "failed", reason=cast(EndingReason | None, last.reason))
