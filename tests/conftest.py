@@ -19,7 +19,7 @@ from .pods import Pod
 
 # The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
 # loaded from there it would import leaseworker before coverage starts measuring it).
-pytest_plugins = ["leaseworker.testing.pytest_plugin"]
+pytest_plugins = ["leaseworker.testing.pytest_plugin", "pytester"]
 
 
 @pytest.fixture(scope="session")
