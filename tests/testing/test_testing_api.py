@@ -12,7 +12,7 @@ def test_all_is_sorted_and_every_name_is_exported_at_the_public_path() -> None:
     """A helper added without export (or exported from its private module's name) fails here."""
     names = leaseworker.testing.__all__
     assert list(names) == sorted(names)
-    public = {n for n in dir(leaseworker.testing) if not n.startswith(("_", "@"))}  # @: pytest
+    public = {n for n in dir(leaseworker.testing) if not n.startswith(("_", "@"))}  # @: pytest's
     assert public - {"pytest_plugin"} == set(names)
     for name in names:
         obj = getattr(leaseworker.testing, name)
