@@ -116,6 +116,7 @@ async def test_the_report_runs_in_a_real_pod(leaseworker_pod: PodFactory) -> Non
     async with leaseworker_pod(MonthlyReport) as pod:
         result = await pod.send(REQUEST)
         again = await pod.send(REQUEST)
-    assert result.outcome == "completed"
+    assert (result.outcome, result.completion) == ("completed", "accepted")
     assert result.result["batches"] == 10
     assert again.outcome == "duplicate"
+    assert again.names == ["finished"]  # answered from the store: no lease, no run()

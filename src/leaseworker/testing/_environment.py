@@ -302,8 +302,7 @@ class _Run:
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Record an execution event; without ``retry``, a retry ends the run."""
-        attrs = _scalars(outcome=event.outcome, reason=event.reason, fence=event.fence)
-        self._step(event.event, attrs)
+        self.steps.append(execution_step(event, at=now() - self.began))
         if event.event == "finished":
             self.finished.append(event)
         elif event.event == "completion":
@@ -420,27 +419,51 @@ class _Run:
                 terminal=False,
                 events=tuple(self.steps),
             )
-        last = self.finished[-1]
-        if ending is None:  # stopped at the retry: the last execution's ending
-            ending = Ending(last.outcome or "failed", reason=cast(EndingReason | None, last.reason))
-        error = last.error
-        reason: str | None = ending.reason
-        if reason is None and isinstance(error, LeaseLost):
-            reason = error.reason
-        return JobResult(
-            job_key=self.job_key,
-            outcome=ending.outcome,
-            reason=reason,
-            dead_letter=_dead_letter(ending),
-            terminal=ending.terminal,
-            result=last.result,
-            fence=last.fence,
+        return ended(
+            self.job_key,
+            self.finished[-1],
+            ending=ending,
             completion=self.completion,
-            error=error,
             executions=len(self.executions),
             checkpoints=sum(e.checkpoints for e in self.executions),
             events=tuple(self.steps),
         )
+
+
+def ended(
+    job_key: str,
+    last: ExecutionEvent,
+    *,
+    ending: Ending | None = None,
+    completion: str | None = None,
+    executions: int = 1,
+    checkpoints: int = 0,
+    events: tuple[Step, ...] = (),
+) -> JobResult:
+    """Build the result of a trigger whose last execution reported ``last`` (``finished``).
+
+    ``ending`` is what the executor returned, when known; otherwise it is read
+    from the event (a run stopped at a retry, a pod's trigger).
+    """
+    if ending is None:
+        ending = Ending(last.outcome or "failed", reason=cast(EndingReason | None, last.reason))
+    reason: str | None = ending.reason
+    if reason is None and isinstance(last.error, LeaseLost):
+        reason = last.error.reason
+    return JobResult(
+        job_key=job_key,
+        outcome=ending.outcome,
+        reason=reason,
+        dead_letter=_dead_letter(ending),
+        terminal=ending.terminal,
+        result=last.result,
+        fence=last.fence,
+        completion=completion,
+        error=last.error,
+        executions=executions,
+        checkpoints=checkpoints,
+        events=events,
+    )
 
 
 @final
@@ -453,6 +476,12 @@ class _LeaseSteps:
 
     def on_lease_event(self, event: LeaseEvent) -> None:
         self._run.on_lease_event(self._index, event)
+
+
+def execution_step(event: ExecutionEvent, *, at: float) -> Step:
+    """Return ``event`` as a step at ``at``, with its outcome, reason and fence."""
+    attrs = _scalars(outcome=event.outcome, reason=event.reason, fence=event.fence)
+    return Step(at=at, name=event.event, attrs=attrs)
 
 
 def _scalars(**fields: Scalar | None) -> dict[str, Scalar]:

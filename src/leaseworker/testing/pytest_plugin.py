@@ -37,10 +37,10 @@ import pytest
 from .._dev._services import LocalRedis
 from .._dev._services._kafka import LocalKafka
 from .._execution import ExecutionEvent, LoggingObserver, MultiObserver, ReportJob
-from .._history import Step
 from .._kafka._producer import send_trigger
-from .._outcome import JOB_FAILURES
+from .._lease import now
 from .._worker import Worker, WorkerConfig
+from ._environment import JobResult, ended, execution_step
 
 DEAD_LETTER_SUFFIX = ".dead-letter"
 """The dead-letter topic of ``leaseworker_topic`` is the topic's name plus this."""
@@ -144,7 +144,8 @@ class EmbeddedPod:
         self.job = job
         self.config = config
         self._bootstrap = bootstrap_servers
-        self._events: dict[tuple[int, int], list[ExecutionEvent]] = {}
+        self._events: dict[tuple[int, int], list[tuple[float, ExecutionEvent]]] = {}
+        self._began = now()
         self._ended: dict[tuple[int, int], anyio.Event] = {}
         observer = MultiObserver([LoggingObserver(), self])
         self.worker = Worker(job, config, observer=observer)
@@ -159,11 +160,15 @@ class EmbeddedPod:
         *,
         key: str | None = None,
         within: float = 60.0,
-    ) -> PodResult:
+    ) -> JobResult:
         """Produce one trigger and wait until the pod ends it; return how it ended.
 
-        Raises ``TimeoutError`` after ``within`` seconds, and ``AssertionError``
-        when the pod dead-letters the record as malformed instead of running it.
+        The result is a :class:`~leaseworker.testing.JobResult` whose events are
+        the trigger's execution events (``at``: seconds since the pod started;
+        checkpoints are not counted in a pod). Raises ``TimeoutError`` after
+        ``within`` seconds, and ``AssertionError`` when the pod dead-letters
+        the record as malformed instead of running it (send such records one
+        at a time: the pod's malformed count tells them apart).
         """
         malformed = self.worker.stats.malformed
         partition, offset = await send_trigger(
@@ -177,7 +182,7 @@ class EmbeddedPod:
                 tg.cancel_scope.cancel()
         if not ended.is_set():
             raise AssertionError(f"the pod dead-lettered record {offset} as malformed")
-        return PodResult(self._events[(partition, offset)])
+        return self._result(self._events[(partition, offset)])
 
     async def _watch_malformed(self, before: int, scope: anyio.CancelScope) -> None:
         await self.worker.wait_until(lambda: self.worker.stats.malformed > before, timeout=3600)
@@ -186,30 +191,19 @@ class EmbeddedPod:
     def on_event(self, event: ExecutionEvent) -> None:
         """Keep the event under its record; a terminal ``finished`` ends the wait."""
         where = (event.trigger.partition, event.trigger.offset)
-        self._events.setdefault(where, []).append(event)
+        self._events.setdefault(where, []).append((now() - self._began, event))
         if event.event == "finished" and event.terminal:
             self._ended.setdefault(where, anyio.Event()).set()
 
-
-@final
-class PodResult:
-    """How a pod ended one trigger: the terminal execution's outcome, reason, result, fence.
-
-    ``events`` are the execution events of the trigger (``at`` is each one's
-    ``elapsed``), ``executions`` how many executions it took.
-    """
-
-    __slots__ = ("dead_letter", "events", "executions", "fence", "outcome", "reason", "result")
-
-    def __init__(self, events: list[ExecutionEvent]) -> None:
-        last = events[-1]
-        self.outcome = last.outcome
-        self.reason = last.reason
-        self.dead_letter = None if last.outcome is None else JOB_FAILURES.get(last.outcome)
-        self.result: Any = last.result  # Any, so that a test can index it
-        self.fence = last.fence
-        self.executions = sum(1 for event in events if event.event == "finished")
-        self.events = tuple(Step(at=event.elapsed, name=event.event) for event in events)
-
-    def __repr__(self) -> str:
-        return f"PodResult(outcome={self.outcome!r}, reason={self.reason!r}, fence={self.fence})"
+    def _result(self, timed: list[tuple[float, ExecutionEvent]]) -> JobResult:
+        events = [event for _, event in timed]
+        finished = [event for event in events if event.event == "finished"]
+        completions = [event.reason for event in events if event.event == "completion"]
+        steps = tuple(execution_step(event, at=at) for at, event in timed)
+        return ended(
+            finished[-1].job_key,
+            finished[-1],
+            completion=completions[-1] if completions else None,
+            executions=len(finished),
+            events=steps,
+        )
