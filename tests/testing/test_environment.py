@@ -217,6 +217,18 @@ async def test_with_retry_a_lost_execution_is_followed_by_one_with_a_higher_fenc
     assert result.at("acquired") < result.of("acquired")[1].at  # after the backoff
 
 
+async def test_a_lease_held_by_another_pod_is_busy_and_retried() -> None:
+    """Another pod holds the key: busy without running; with retry, it runs once that lease ends."""
+    job = Steps()
+    env = JobEnvironment(job)
+    env.leases.take("report:acme", 30.0)
+    busy = await env.run(_trigger())
+    assert (busy.outcome, busy.terminal, job.seen.steps) == ("busy", False, 0)
+    done = await env.run(_trigger(), retry=True)
+    assert done.outcome == "completed"
+    assert done.at("started") >= 30.0  # both runs began at 0: it waited out the 30 s TTL
+
+
 async def test_a_job_that_raises_is_dead_lettered_as_failed() -> None:
     """A job's exception: failed, terminal, the pod's dead-letter reason, the error kept."""
     result = await JobEnvironment(Steps()).run(_trigger(fail=True))

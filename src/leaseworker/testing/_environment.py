@@ -166,7 +166,7 @@ class JobEnvironment:
         try:
             job_key = resolve_job_key(self.job.job_key, trigger)
         except MalformedTrigger as exc:
-            return _malformed(exc, None)
+            return _malformed(exc)
         attempt = _Run(self, trigger, job_key, faults, work_per_checkpoint, retry)
         return await attempt.go()
 
@@ -199,7 +199,7 @@ class JobEnvironment:
                 max_payload_bytes=self.max_payload_bytes,
             )
         except MalformedTrigger as exc:
-            return _malformed(exc, None)
+            return _malformed(exc)
         return await self.run(
             trigger, faults=faults, work_per_checkpoint=work_per_checkpoint, retry=retry
         )
@@ -237,9 +237,9 @@ class JobEnvironment:
             self._virtual_now = now()
 
 
-def _malformed(exc: MalformedTrigger, job_key: str | None) -> JobResult:
+def _malformed(exc: MalformedTrigger) -> JobResult:
     return JobResult(
-        job_key=job_key, outcome=None, reason=exc.reason, dead_letter=exc.reason, detail=exc.detail
+        job_key=None, outcome=None, reason=exc.reason, dead_letter=exc.reason, detail=exc.detail
     )
 
 
@@ -249,7 +249,6 @@ class _Execution:
 
     renewals: int = 0
     checkpoints: int = 0
-    acquired_at: float | None = None
 
 
 @dataclass
@@ -326,9 +325,7 @@ class _Run:
         )
         self._step(event.name, attrs)
         execution = self.executions[index]
-        if event.name == "acquired":
-            execution.acquired_at = event.at
-        elif event.name == "renewed":
+        if event.name == "renewed":
             execution.renewals += 1
         if index == 0:
             self._arm_lease(event, execution)
