@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from leaseworker import JobContext, LeaseLost, MalformedTrigger, ReportJob, Trigger
+from leaseworker import ConfigError, JobContext, LeaseLost, MalformedTrigger, ReportJob, Trigger
 from leaseworker.testing import (
     FailRenewal,
     JobEnvironment,
@@ -257,6 +257,49 @@ async def test_a_run_that_never_ends_fails_at_the_time_limit() -> None:
     with pytest.raises(RuntimeError, match=r"did not reach an end within 120\.0s"):
         await env.run(_trigger(), faults=[StoreOutage(10**9)])
     assert anyio.current_time() == 120.0
+
+
+async def test_a_fault_the_run_did_not_use_does_not_hit_the_next_run() -> None:
+    """A renewal failure (or outage) armed in one run and not used up is forgotten after it."""
+    env = JobEnvironment(Steps())
+    quick = await env.run(_trigger(steps=1), faults=[FailRenewal("rejected")])
+    assert quick.outcome == "completed"  # it ended before its first renewal
+    down = await env.run(_trigger(again=1), faults=[StoreOutage(3, during="lookup")])
+    assert down.reason == "store_unavailable"  # one lookup failed; two were never made
+    later = await env.run(_trigger(steps=25, again=2), work_per_checkpoint=1.0)
+    assert later.outcome == "completed"
+    assert [step.at for step in later.of("renewed")] == [10.0, 20.0]
+
+
+def test_a_job_class_a_pod_would_refuse_is_refused_at_construction() -> None:
+    """The executor is built with the environment: bad lease settings fail there."""
+
+    class TooShort(Steps):
+        lease_duration = 0.01
+
+    with pytest.raises(ConfigError, match="ttl"):
+        JobEnvironment(TooShort())
+
+
+async def test_one_run_at_a_time() -> None:
+    """Runs share the executor's observers: a second concurrent run is refused."""
+    env = JobEnvironment(Steps())
+    errors: list[BaseException] = []
+
+    async def second() -> None:
+        try:
+            await env.run(_trigger(again=2))
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    async def first() -> None:
+        await env.run(_trigger(steps=5), work_per_checkpoint=1.0)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.sleep(0.5)
+        tg.start_soon(second)
+    assert [str(e) for e in errors] == ["a JobEnvironment runs one trigger at a time"]
 
 
 def test_run_sync_continues_virtual_time_across_runs() -> None:

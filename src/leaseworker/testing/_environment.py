@@ -125,6 +125,9 @@ class JobEnvironment:
     I/O) in each ``ctx.checkpoint()`` before it checks ownership: a stand-in
     for the work between checkpoints. A run that has not ended after
     ``time_limit`` seconds raises ``RuntimeError``: nothing loops forever.
+    The executor is built here, as a pod builds it, so a job class a pod
+    would refuse raises :class:`~leaseworker.ConfigError` here too. One run
+    at a time.
     """
 
     def __init__(
@@ -145,6 +148,18 @@ class JobEnvironment:
         self.namespace = namespace
         self.max_payload_bytes = max_payload_bytes
         self._virtual_now = 0.0
+        self._faulty = FaultyStore(self.store)
+        self._current = _Current()
+        # Built once, as a pod builds it: the job class is checked here (ConfigError).
+        self._executor = Executor(
+            job,
+            self.leases,
+            pod=pod,
+            observer=self._current,
+            lease_observers=self._current.lease_observer,
+            store=self._faulty,
+            store_namespace=namespace,
+        )
 
     async def run(
         self,
@@ -270,27 +285,25 @@ class _Run:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     async def go(self) -> JobResult:
-        store = FaultyStore(self.env.store)
-        self._arm_store(store)
-        executor = Executor(
-            self.env.job,
-            self.env.leases,
-            pod=self.env.pod,
-            observer=self,
-            lease_observers=self._lease_observer,
-            store=store,
-            store_namespace=self.env.namespace,
-        )
+        env = self.env
+        if env._current.run is not None:
+            raise RuntimeError("a JobEnvironment runs one trigger at a time")
+        env._current.run = self
+        self._arm_store(env._faulty)
         probe: CheckpointProbe = self._checkpoint
         token: Token[CheckpointProbe | None] = checkpoint_probe.set(probe)
         ending: Ending | None = None
         try:
-            with anyio.move_on_after(self.env.time_limit) as limit, self.scope:
-                ending = await executor.run(self.trigger, self.job_key)
+            with anyio.move_on_after(env.time_limit) as limit, self.scope:
+                ending = await env._executor.run(self.trigger, self.job_key)
         finally:
+            # What this run armed and did not use must not hit the next one.
             checkpoint_probe.reset(token)
             for timer in self.timers:
                 timer.cancel()
+            env._faulty.clear()
+            env.leases.clear_renewal_faults()
+            env._current.run = None
         if limit.cancelled_caught:
             raise RuntimeError(
                 f"the trigger did not reach an end within {self.env.time_limit}s of lease time"
@@ -309,7 +322,8 @@ class _Run:
         elif event.event == "retry" and not self.retry:
             self.scope.cancel()  # at the executor's backoff sleep, before the next execution
 
-    def _lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
+    def lease_observer(self) -> LeaseObserver:
+        """Return the lease observer of the run's next execution."""
         self.executions.append(_Execution())
         return _LeaseSteps(self, len(self.executions) - 1)
 
@@ -461,6 +475,22 @@ def ended(
         checkpoints=checkpoints,
         events=events,
     )
+
+
+@final
+class _Current:
+    """The executor's observers: they forward to the run in progress (one at a time)."""
+
+    def __init__(self) -> None:
+        self.run: _Run | None = None
+
+    def on_event(self, event: ExecutionEvent) -> None:
+        if self.run is not None:
+            self.run.on_event(event)
+
+    def lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
+        assert self.run is not None  # executions run only inside a run
+        return self.run.lease_observer()
 
 
 @final

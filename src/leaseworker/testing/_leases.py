@@ -167,6 +167,10 @@ class MemoryLeases:
         """
         self._renewal_faults.extend([how] * times)
 
+    def clear_renewal_faults(self) -> None:
+        """Forget the renewal failures :meth:`fail_renewals` queued that no renewal used yet."""
+        self._renewal_faults.clear()
+
     def delete(self, key: str) -> None:
         """Delete ``key``'s lease, as expiry, eviction or an operator would; its fence stays."""
         self._keys.pop(key, None)

@@ -33,6 +33,11 @@ class FaultyStore:
         """Make the next ``calls`` calls of kind ``during`` raise :class:`StoreUnavailable`."""
         self._outages[during] = self._outages.get(during, 0) + calls
 
+    def clear(self) -> None:
+        """Forget outages and hooks not used up yet."""
+        self._outages.clear()
+        self._before_complete = None
+
     def before_next_complete(self, hook: BeforeComplete) -> None:
         """Run ``hook`` once, just before the next completion."""
         self._before_complete = hook
