@@ -1,13 +1,15 @@
 """Test helpers shipped with leaseworker, for its own tests and for yours (docs/testing.md).
 
-``_environment`` ``JobEnvironment``, which runs a job on one trigger through the
-pod's executor in memory, and its ``JobResult``; ``_faults`` the faults it
-injects on demand; ``_leases`` ``MemoryLeases``, the in-memory lease store with
-Redis's rules (the lease conformance suite runs on both); ``_clock``
-``VirtualTimeLoop``, asyncio on virtual time; ``_triggers`` triggers built by
-the pod's decoder; ``_chaos`` ``ChaosProxy``, which sits between a client and a
-real server and can black-hole, delay or cut the traffic. The pytest plugin
-(fixtures for real services) is ``leaseworker.testing.pytest_plugin``.
+``_environment`` ``JobEnvironment``, which runs a job on one trigger through
+the pod's executor in memory; ``_run`` one such run (its observers, probe and
+faults); ``_result`` ``JobResult``, how a trigger ended; ``_faults`` the
+faults it injects on demand; ``_store`` the completion store with outages;
+``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's rules
+(the lease conformance suite runs on both); ``_clock`` ``VirtualTimeLoop``,
+asyncio on virtual time; ``_triggers`` triggers built by the pod's decoder;
+``_chaos`` ``ChaosProxy``, which sits between a client and a real server and
+can black-hole, delay or cut the traffic. The pytest plugin (fixtures for
+real services) is ``leaseworker.testing.pytest_plugin``.
 """
 
 from ._chaos import ChaosProxy as ChaosProxy
@@ -15,7 +17,6 @@ from ._clock import VirtualTimeLoop as VirtualTimeLoop
 from ._clock import run_in_virtual_time as run_in_virtual_time
 from ._clock import stall as stall
 from ._environment import JobEnvironment as JobEnvironment
-from ._environment import JobResult as JobResult
 from ._faults import FailRenewal as FailRenewal
 from ._faults import Fault as Fault
 from ._faults import KeyTaken as KeyTaken
@@ -25,6 +26,7 @@ from ._faults import StoreOutage as StoreOutage
 from ._faults import Superseded as Superseded
 from ._leases import MemoryLeases as MemoryLeases
 from ._leases import RenewalFault as RenewalFault
+from ._result import JobResult as JobResult
 from ._triggers import decode_record as decode_record
 from ._triggers import make_trigger as make_trigger
 

@@ -40,7 +40,7 @@ from .._execution import ExecutionEvent, LoggingObserver, MultiObserver, ReportJ
 from .._kafka._producer import send_trigger
 from .._lease import now
 from .._worker import Worker, WorkerConfig
-from ._environment import JobResult, ended, execution_step
+from ._result import JobResult, ended, execution_step
 
 DEAD_LETTER_SUFFIX = ".dead-letter"
 """The dead-letter topic of ``leaseworker_topic`` is the topic's name plus this."""
