@@ -25,6 +25,10 @@ from .health_util import spawn
 from .kafka_util import KafkaNames
 from .pods import Pod
 
+# The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
+# loaded from there it would import leaseworker before coverage starts measuring it).
+pytest_plugins = ["leaseworker.testing.pytest_plugin", "pytester"]
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[LocalRedis]:
@@ -195,3 +199,15 @@ def _no_leaseworker_directory_left_behind(
             os.environ["TMPDIR"] = saved[0]
         tempfile.tempdir = saved[1]
     assert not left, f"the session left temporary directories behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def leaseworker_redis(redis_server: LocalRedis) -> LocalRedis:
+    """The plugin's Redis is the session's (one server, not two)."""
+    return redis_server
+
+
+@pytest.fixture(scope="session")
+def leaseworker_kafka(kafka_server: LocalKafka) -> LocalKafka:
+    """The plugin's Kafka broker is the session's (one JVM, not two)."""
+    return kafka_server

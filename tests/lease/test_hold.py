@@ -390,7 +390,7 @@ async def test_a_renewal_sent_but_never_confirmed_is_deadline_not_loop_blocked(
     """The renewal went out in time and got no answer: ``deadline``, even if a stall follows."""
     silent = _SilentRenewals(leases)
     with pytest.raises(LeaseLost) as lost:
-        async with hold(silent, "k", ttl=0.4, renew_every=0.1) as held:
+        async with hold(silent, "k", ttl=2.0, renew_every=0.25) as held:
             await silent.renewing.wait()
             time.sleep(held.remaining() + 0.05)  # noqa: ASYNC251 - past the deadline
             if first_await == "checkpoint":

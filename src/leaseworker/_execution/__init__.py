@@ -23,6 +23,7 @@ from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ._trigger import Trigger as Trigger
 from ._trigger import check_job_key as check_job_key
 from ._trigger import decode_trigger as decode_trigger
+from ._trigger import resolve_job_key as resolve_job_key
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -40,4 +41,5 @@ __all__ = [
     "check_job_key",
     "completion_key",
     "decode_trigger",
+    "resolve_job_key",
 ]

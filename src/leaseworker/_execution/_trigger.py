@@ -10,7 +10,7 @@ code; nothing here ever quotes the payload, which may hold personal data.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -121,6 +121,22 @@ def check_job_key(key: object) -> str:
     if not key.strip():  # it would name a lease nobody can read in a log line
         raise MalformedTrigger("bad_job_key", "job key is only whitespace")
     return key
+
+
+def resolve_job_key(job_key: Callable[[Trigger], str], trigger: Trigger) -> str:
+    """Return the checked key ``job_key(trigger)`` gives, as a pod resolves it.
+
+    Raises :class:`MalformedTrigger`: the one ``job_key`` raised, or
+    ``job_key_error`` (naming only the exception's type) for any other
+    exception, or what :func:`check_job_key` says about the key.
+    """
+    try:
+        key = job_key(trigger)
+    except MalformedTrigger:
+        raise
+    except Exception as exc:
+        raise MalformedTrigger("job_key_error", f"job_key() raised {type(exc).__name__}") from exc
+    return check_job_key(key)
 
 
 def _reject_constant(name: str) -> object:

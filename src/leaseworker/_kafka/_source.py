@@ -17,7 +17,7 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from .._errors import MalformedTrigger
-from .._execution import Ending, Trigger, check_job_key, decode_trigger
+from .._execution import Ending, Trigger, decode_trigger, resolve_job_key
 from .._retry import Retries, startup
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
@@ -257,7 +257,7 @@ class KafkaTriggerSource:
                 timestamp_ms=record.timestamp,
                 max_payload_bytes=self._config.max_payload_bytes,
             )
-            job_key = check_job_key(self._job_key(trigger))
+            job_key = resolve_job_key(self._resolve_key, trigger)
         except MalformedTrigger as exc:
             self._dead_letters.malformed(record, exc)
             await self._dead_letters.send(record, exc.reason, exc.detail)
@@ -275,16 +275,6 @@ class KafkaTriggerSource:
             await self._dead_letters.send(record, reason, detail, failure=failure, loss=loss)
             return True
         return ending.terminal
-
-    def _job_key(self, trigger: Trigger) -> str:
-        try:
-            return self._resolve_key(trigger)
-        except MalformedTrigger:
-            raise
-        except Exception as exc:
-            raise MalformedTrigger(
-                "job_key_error", f"job_key() raised {type(exc).__name__}"
-            ) from exc
 
     def _apply_pauses(self) -> None:
         """Pause every assigned partition while full or stopping; resume otherwise."""

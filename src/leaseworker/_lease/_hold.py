@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, final
 
@@ -27,6 +28,18 @@ logger = logging.getLogger("leaseworker.lease")
 
 _RECANCEL_EVERY = 0.05
 """How often a renewal task that has not stopped yet is cancelled again, in seconds."""
+
+CheckpointProbe = Callable[["HeldLease"], Awaitable[LeaseLostReason | None]]
+"""Told of every ``checkpoint()``; a reason it returns makes ownership uncertain there."""
+
+checkpoint_probe: ContextVar[CheckpointProbe | None] = ContextVar(
+    "leaseworker_checkpoint_probe", default=None
+)
+"""A test seam (``leaseworker.testing``): the probe of the held leases made in this context.
+
+Read once per held lease, when it is made; ``None`` (always, in a pod) costs
+one attribute test per checkpoint.
+"""
 
 
 def hold(
@@ -115,6 +128,7 @@ class HeldLease:
         self._renewals = 0
         self._renewing: Lease | None = None  # the lease whose renewal was last sent
         self._max_loop_lag = 0.0
+        self._probe = checkpoint_probe.get()
 
     @property
     def key(self) -> str:
@@ -144,6 +158,8 @@ class HeldLease:
 
     async def checkpoint(self) -> None:
         """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
+        if self._probe is not None and (injected := await self._probe(self)) is not None:
+            self._lose(injected, "injected at a checkpoint by leaseworker.testing", at=now())
         if not self.owned:
             if self._loss is None:
                 # The deadline passed but its timer has not run yet.

@@ -1,9 +1,57 @@
-"""Test helpers shipped with leaseworker, for its own tests and for yours.
+"""Test helpers shipped with leaseworker, for its own tests and for yours (docs/testing.md).
 
-``ChaosProxy`` sits between a client and a real server and can black-hole,
-delay or cut the traffic, to reproduce an unreachable or slow Redis.
+``_environment`` ``JobEnvironment``, which runs a job on one trigger through
+the pod's executor in memory; ``_run`` one such run (its observers, probe and
+faults); ``_result`` ``JobResult``, how a trigger ended; ``_faults`` the
+faults it injects on demand; ``_store`` the completion store with outages;
+``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's rules
+(the lease conformance suite runs on both); ``_clock`` ``VirtualTimeLoop``,
+asyncio on virtual time; ``_triggers`` triggers built by the pod's decoder;
+``_chaos`` ``ChaosProxy``, which sits between a client and a real server and
+can black-hole, delay or cut the traffic. The pytest plugin (fixtures for
+real services) is ``leaseworker.testing.pytest_plugin``.
 """
 
 from ._chaos import ChaosProxy as ChaosProxy
+from ._clock import VirtualTimeLoop as VirtualTimeLoop
+from ._clock import run_in_virtual_time as run_in_virtual_time
+from ._clock import stall as stall
+from ._environment import JobEnvironment as JobEnvironment
+from ._faults import FailRenewal as FailRenewal
+from ._faults import Fault as Fault
+from ._faults import KeyTaken as KeyTaken
+from ._faults import LoseAtCheckpoint as LoseAtCheckpoint
+from ._faults import Stall as Stall
+from ._faults import StoreOutage as StoreOutage
+from ._faults import Superseded as Superseded
+from ._leases import MemoryLeases as MemoryLeases
+from ._leases import RenewalFault as RenewalFault
+from ._result import JobResult as JobResult
+from ._triggers import decode_record as decode_record
+from ._triggers import make_trigger as make_trigger
 
-__all__ = ["ChaosProxy"]
+__all__ = [
+    "ChaosProxy",
+    "FailRenewal",
+    "Fault",
+    "JobEnvironment",
+    "JobResult",
+    "KeyTaken",
+    "LoseAtCheckpoint",
+    "MemoryLeases",
+    "RenewalFault",
+    "Stall",
+    "StoreOutage",
+    "Superseded",
+    "VirtualTimeLoop",
+    "decode_record",
+    "make_trigger",
+    "run_in_virtual_time",
+    "stall",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("leaseworker.testing._"):
+        _obj.__module__ = "leaseworker.testing"  # reprs and docs show the public path
+del _name, _obj

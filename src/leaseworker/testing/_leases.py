@@ -1,0 +1,282 @@
+"""``MemoryLeases``: the lease store in this process's memory, with Redis's rules and faults.
+
+The same owner tokens, fences, TTL rounding, local-deadline formula, key
+checks and error translation as :class:`~leaseworker.RedisLeases` (one
+conformance suite runs against both, ``tests/lease/test_lease_conformance.py``),
+and switches for what a real Redis does to a lease: a slow or black-holed
+link, a refused connection, a key that expires or is taken, a renewal that
+fails one particular way. Every call runs on the event loop's clock, so on a
+:class:`~leaseworker.testing.VirtualTimeLoop` its timeouts cost no real time.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar, final
+
+import anyio
+
+from .._errors import LeaseLost, LeaseUnavailable
+from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
+from .._lease._leases import _check_ttl, _checked, _ms
+from ._clock import stall
+
+RenewalFault = Literal["rejected", "timeout", "late", "error"]
+"""How a renewal fails: key gone, no answer in time, an answer after the deadline, an error."""
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    owner: str
+    expires_at: float
+
+
+@final
+class MemoryLeases:
+    """A :class:`~leaseworker.LeaseStore` held in dicts, for tests; see the module docstring.
+
+    ::
+
+        leases = MemoryLeases(command_timeout=0.2)
+        async with hold(leases, "report:acme:2026-11", ttl=30) as held:
+            leases.fail_renewals("timeout")   # the next renewal gets no answer
+            await anyio.sleep_forever()       # -> LeaseLost(reason="timeout")
+
+    Switches, as :class:`~leaseworker.testing.ChaosProxy` has for a real
+    Redis: ``blackhole`` (requests vanish: every call times out after
+    ``command_timeout``), ``refuse`` (calls fail at once, as with a dead
+    server), ``reply_delay`` (each answer arrives that many seconds after the
+    command ran). :meth:`fail_renewals` fails the next renewals one chosen way;
+    :meth:`delete` and :meth:`take` do what expiry, eviction or another pod do
+    to the key; :meth:`restart_empty` is a Redis restart without persistence.
+    """
+
+    def __init__(
+        self,
+        *,
+        drift: float = 0.01,
+        margin: float = 0.05,
+        command_timeout: float = 0.5,
+        owner_prefix: str = "memory",
+    ) -> None:
+        self._policy = DeadlinePolicy(drift=drift, margin=margin, command_timeout=command_timeout)
+        self._owner_prefix = owner_prefix
+        self._keys: dict[str, _Key] = {}
+        self._fences: dict[str, int] = {}
+        self._fence_floor = 0  # what Redis's server-time floor keeps after a restart
+        self._renewal_faults: deque[RenewalFault] = deque()
+        self.blackhole = False
+        self.refuse = False
+        self.reply_delay = 0.0
+        self.renewals = 0
+        """Renewal requests received (answered or not)."""
+
+    @property
+    def policy(self) -> DeadlinePolicy:
+        """The deadline policy every lease from this store is computed with."""
+        return self._policy
+
+    # -- the LeaseStore protocol ----------------------------------------------------
+
+    async def acquire(self, key: str, ttl: float) -> Lease | None:
+        """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+
+        Raises :class:`LeaseUnavailable` when the store is refused, black-holed
+        or answers later than ``command_timeout`` (a lease it took meanwhile is
+        released again, as ``RedisLeases`` does).
+        """
+        _check_ttl(ttl)
+        _checked(key)
+        owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
+        sent_at = now()
+        try:
+            fence = await self._round_trip(lambda: self._take(key, owner, ttl))
+        except TimeoutError as exc:
+            self._forget(key, owner)
+            raise LeaseUnavailable(key, "no answer within command_timeout") from exc
+        except OSError as exc:
+            raise LeaseUnavailable(key, f"{type(exc).__name__}: {exc}") from exc
+        except anyio.get_cancelled_exc_class():
+            self._forget(key, owner)
+            raise
+        if fence is None:
+            return None
+        deadline = self._policy.local_deadline(sent_at, ttl)
+        return Lease(
+            key=key, owner=owner, fence=fence, ttl=ttl, sent_at=sent_at, local_deadline=deadline
+        )
+
+    async def renew(self, lease: Lease) -> Lease:
+        """Extend ``lease`` by its TTL from now, or raise :class:`LeaseLost` (Redis's reasons)."""
+        sent_at = now()
+        self.renewals += 1
+        fault = self._renewal_faults.popleft() if self._renewal_faults else None
+        if fault == "rejected":
+            self.delete(lease.key)
+        try:
+            renewed = await self._renewal_trip(lease, fault)
+        except TimeoutError as exc:
+            raise _lost(lease, "timeout", "no answer within command_timeout") from exc
+        except OSError as exc:
+            raise _lost(lease, "error", f"{type(exc).__name__}: {exc}") from exc
+        if not renewed:
+            raise _lost(lease, "rejected", "the lease key is gone or has another owner")
+        if fault == "late":
+            stall(max(0.0, lease.local_deadline - now()) + 0.001)  # the loop was blocked
+        late_by = now() - lease.local_deadline
+        if late_by > 0:
+            raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
+        return replace(
+            lease, sent_at=sent_at, local_deadline=self._policy.local_deadline(sent_at, lease.ttl)
+        )
+
+    async def release(self, lease: Lease) -> bool:
+        """Delete the lease if this owner still holds it; return whether it did."""
+        try:
+            return await self._round_trip(lambda: self._delete_own(lease.key, lease.owner))
+        except TimeoutError as exc:
+            raise LeaseUnavailable(lease.key, "no answer within command_timeout") from exc
+        except OSError as exc:
+            raise LeaseUnavailable(lease.key, f"{type(exc).__name__}: {exc}") from exc
+
+    async def inspect(self, key: str) -> LeaseInfo:
+        """Read the owner, remaining TTL and last fence of ``key``."""
+        try:
+            return await self._round_trip(lambda: self._info(key))
+        except TimeoutError as exc:
+            raise LeaseUnavailable(key, "no answer within command_timeout") from exc
+        except OSError as exc:
+            raise LeaseUnavailable(key, f"{type(exc).__name__}: {exc}") from exc
+
+    # -- what happens to the keys ------------------------------------------------------
+
+    def fail_renewals(self, how: RenewalFault, *, times: int = 1) -> None:
+        """Fail the next ``times`` renewals (of any key) ``how``.
+
+        ``rejected``: the key is gone when the renewal arrives; ``timeout``: no
+        answer within ``command_timeout``; ``late``: the answer is processed
+        after the lease's local deadline (the loop was blocked meanwhile: a
+        jump on virtual time, a real stall otherwise); ``error``: the
+        connection breaks.
+        """
+        self._renewal_faults.extend([how] * times)
+
+    def clear_renewal_faults(self) -> None:
+        """Forget the renewal failures :meth:`fail_renewals` queued that no renewal used yet."""
+        self._renewal_faults.clear()
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``'s lease, as expiry, eviction or an operator would; its fence stays."""
+        self._keys.pop(key, None)
+
+    def take(self, key: str, ttl: float, *, owner: str = "another-pod") -> Lease:
+        """Let another owner acquire ``key`` now, whoever held it: a takeover. Returns its lease."""
+        self.delete(key)
+        token = f"{owner}:{secrets.token_hex(12)}"
+        fence = self._take(key, token, ttl)
+        assert fence is not None
+        sent_at = now()
+        return Lease(
+            key=key,
+            owner=token,
+            fence=fence,
+            ttl=ttl,
+            sent_at=sent_at,
+            local_deadline=self._policy.local_deadline(sent_at, ttl),
+        )
+
+    def restart_empty(self) -> None:
+        """Lose every key and fence counter; later fences still rise (Redis's time floor)."""
+        self._fence_floor = max([self._fence_floor, *self._fences.values()])
+        self._keys.clear()
+        self._fences.clear()
+
+    def holder(self, key: str) -> str | None:
+        """Return the owner token holding ``key`` right now, or ``None``."""
+        held = self._live(key)
+        return None if held is None else held.owner
+
+    # -- the commands, as Redis runs them ---------------------------------------------
+
+    async def _round_trip(self, command: Callable[[], _T]) -> _T:
+        """Run ``command`` as a request on the switches' network; raise like a client would."""
+        timeout = self._policy.command_timeout
+        if self.refuse:
+            raise ConnectionRefusedError("refused (MemoryLeases.refuse)")
+        if self.blackhole:
+            await anyio.sleep(timeout)
+            raise TimeoutError
+        answer = command()
+        if self.reply_delay >= timeout:
+            await anyio.sleep(timeout)
+            raise TimeoutError
+        if self.reply_delay > 0:
+            await anyio.sleep(self.reply_delay)
+        return answer
+
+    async def _renewal_trip(self, lease: Lease, fault: RenewalFault | None) -> bool:
+        """Send one renewal; an injected ``timeout`` or ``error`` replaces the network's answer."""
+        if fault == "timeout":
+            await anyio.sleep(self._policy.command_timeout)
+            raise TimeoutError
+        if fault == "error":
+            raise ConnectionResetError("injected by MemoryLeases.fail_renewals")
+        return await self._round_trip(lambda: self._extend(lease))
+
+    def _live(self, key: str) -> _Key | None:
+        held = self._keys.get(key)
+        if held is not None and now() >= held.expires_at:
+            del self._keys[key]
+            return None
+        return held
+
+    def _take(self, key: str, owner: str, ttl: float) -> int | None:
+        """SET NX PX plus the fence increment; ``None`` when someone holds the key."""
+        if self._live(key) is not None:
+            return None
+        fence = max(self._fences.get(key, 0), self._fence_floor) + 1
+        self._fences[key] = fence
+        self._keys[key] = _Key(owner, now() + int(_ms(ttl)) / 1000)
+        return fence
+
+    def _extend(self, lease: Lease) -> bool:
+        held = self._live(lease.key)
+        if held is None or held.owner != lease.owner:
+            return False
+        self._keys[lease.key] = _Key(lease.owner, now() + int(_ms(lease.ttl)) / 1000)
+        return True
+
+    def _delete_own(self, key: str, owner: str) -> bool:
+        held = self._live(key)
+        if held is None or held.owner != owner:
+            return False
+        del self._keys[key]
+        return True
+
+    def _forget(self, key: str, owner: str) -> None:
+        """Release an acquire whose answer was lost, if the request got through."""
+        if not (self.refuse or self.blackhole):
+            self._delete_own(key, owner)
+
+    def _info(self, key: str) -> LeaseInfo:
+        held = self._live(key)
+        ttl = None if held is None else math.ceil((held.expires_at - now()) * 1000) / 1000
+        return LeaseInfo(
+            key=key,
+            owner=None if held is None else held.owner,
+            ttl=ttl,
+            fence=self._fences.get(key),
+        )
+
+    def __repr__(self) -> str:
+        return f"MemoryLeases(keys={len(self._keys)})"
+
+
+def _lost(lease: Lease, reason: RenewalFault, detail: str) -> LeaseLost:
+    return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)

@@ -1,0 +1,75 @@
+"""The completion store of a ``JobEnvironment``: the ``memory://`` store, plus faults.
+
+A :class:`~leaseworker.CompletionStore` wrapping the in-memory store the
+``memory://`` URL opens (same fencing, claim and identity rules as the durable
+ones), able to be down for a number of calls and to run a hook just before a
+completion (another pod's takeover).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Literal, final
+
+from .._errors import StoreUnavailable
+from .._store import ClaimResult, Completion, CompletionRequest, CompletionResult, CompletionStore
+
+StoreCall = Literal["complete", "lookup", "claim"]
+
+BeforeComplete = Callable[[CompletionStore, CompletionRequest], Awaitable[None]]
+"""Run once, with the inner store, just before the next completion is written."""
+
+
+@final
+class FaultyStore:
+    """Forward every call to ``inner``, unless an outage or a hook says otherwise."""
+
+    def __init__(self, inner: CompletionStore) -> None:
+        self.inner = inner
+        self._outages: dict[StoreCall, int] = {}
+        self._before_complete: BeforeComplete | None = None
+
+    def outage(self, during: StoreCall, calls: int) -> None:
+        """Make the next ``calls`` calls of kind ``during`` raise :class:`StoreUnavailable`."""
+        self._outages[during] = self._outages.get(during, 0) + calls
+
+    def clear(self) -> None:
+        """Forget outages and hooks not used up yet."""
+        self._outages.clear()
+        self._before_complete = None
+
+    def before_next_complete(self, hook: BeforeComplete) -> None:
+        """Run ``hook`` once, just before the next completion."""
+        self._before_complete = hook
+
+    async def complete(self, request: CompletionRequest) -> CompletionResult:
+        """Record ``request``'s completion (see ``CompletionStore.complete``)."""
+        self._check("complete", request.job_key)
+        hook, self._before_complete = self._before_complete, None
+        if hook is not None:
+            await hook(self.inner, request)
+        return await self.inner.complete(request)
+
+    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
+        """Claim the job key with ``fence`` (see ``CompletionStore.claim``)."""
+        self._check("claim", job_key)
+        return await self.inner.claim(job_key, input_version, fence)
+
+    async def lookup(self, job_key: str, input_version: str) -> Completion | None:
+        """Return this identity's completion, or ``None``."""
+        self._check("lookup", job_key)
+        return await self.inner.lookup(job_key, input_version)
+
+    async def state(self, job_key: str) -> Completion | None:
+        """Return the job key's winning completion, or ``None``."""
+        return await self.inner.state(job_key)
+
+    async def aclose(self) -> None:
+        """Close the inner store."""
+        await self.inner.aclose()
+
+    def _check(self, call: StoreCall, job_key: str) -> None:
+        left = self._outages.get(call, 0)
+        if left > 0:
+            self._outages[call] = left - 1
+            raise StoreUnavailable(job_key, f"injected outage of {call} (leaseworker.testing)")
