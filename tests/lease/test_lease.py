@@ -35,6 +35,29 @@ async def test_acquire_sets_owner_ttl_and_conservative_local_deadline(
     assert leases.fence_key("k") == f"{leases.namespace}:{{k}}:fence"
 
 
+async def test_each_acquisition_gets_the_note_its_predecessor_left(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """The note travels to the next acquisition, however the lease ended; ``""`` clears it."""
+    first = await leases.acquire("k", ttl=5, note="one")
+    assert first is not None
+    assert first.previous is None
+    assert await leases.release(first)
+    second = await leases.acquire("k", ttl=0.05, note="two")
+    assert second is not None
+    assert second.previous == "one"
+    await eventually(lambda: _absent(redis, leases.lease_key("k")))  # expired, not released
+    third = await leases.acquire("k", ttl=5)
+    assert third is not None
+    assert third.previous == "two"
+    assert await leases.release(third)
+    fourth = await leases.acquire("k", ttl=5, note="four")
+    assert fourth is not None
+    assert fourth.previous is None  # the third left none: no older note stands in for it
+    assert await redis.get(leases.note_key("k")) == b"four"
+    assert leases.note_key("k") == f"{leases.namespace}:{{k}}:note"
+
+
 async def test_acquire_while_held_returns_none(leases: RedisLeases) -> None:
     """A second acquirer gets ``None``, not a second lease."""
     assert await leases.acquire("k", ttl=5) is not None
