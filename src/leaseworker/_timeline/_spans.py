@@ -1,0 +1,205 @@
+"""Traces to a history: leaseworker's lifecycle spans become executions and their steps.
+
+A pod's spans carry the job key, execution id, pod and fence (docs/telemetry.md),
+so spans are grouped by ``leaseworker.execution.id`` into one
+:class:`~leaseworker._history.Execution` each. An execution starts when its
+``lease acquire`` span ends (the lease is held); it ends when it stopped
+holding it: for a lost execution when its body stopped (``job stopped``;
+the release that may follow is cleanup, drawn apart), otherwise when its
+``lease release`` was answered. The trigger's ``process {topic}`` span gives
+the Kafka coordinates and the trace reference; ``commit {topic}`` the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .._history import Execution, History, Scalar, Step
+from .._telemetry import _names as n
+
+_PROCESS = "process "
+_COMMIT = "commit "
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Span:
+    """One span as a trace store returned it: ids in lowercase hex, times in Unix seconds."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    start: float
+    end: float
+    attributes: Mapping[str, Scalar] = field(default_factory=dict)
+    parent_span_id: str | None = None
+    links: tuple[tuple[str, str], ...] = ()  # (trace id, span id)
+    error: bool = False
+    service: str = ""
+
+
+def history_from_spans(spans: Iterable[Span], job_key: str | None = None) -> History:
+    """Build the history of ``job_key`` (every key when ``None``) from its traces' spans."""
+    by_execution: dict[str, list[Span]] = {}
+    process: dict[str, Span] = {}
+    for span in spans:
+        if span.name.startswith(_PROCESS):
+            process[span.trace_id] = span
+            continue
+        execution_id = span.attributes.get(n.EXECUTION_ID)
+        key = span.attributes.get(n.JOB_KEY)
+        if execution_id is None or (job_key is not None and key != job_key):
+            continue
+        by_execution.setdefault(str(execution_id), []).append(span)
+    for span in process.values():  # answered without an execution span: from the store
+        execution_id = span.attributes.get(n.EXECUTION_ID)
+        key = span.attributes.get(n.JOB_KEY)
+        if execution_id is None or (job_key is not None and key != job_key):
+            continue
+        by_execution.setdefault(str(execution_id), [span])
+    executions = [
+        _execution(execution_id, group, process.get(group[0].trace_id))
+        for execution_id, group in by_execution.items()
+    ]
+    executions.sort(key=lambda e: (e.start, e.execution_id))
+    return History(clock="unix", executions=tuple(executions))
+
+
+def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Execution:
+    spans = sorted(spans, key=lambda s: (s.start, s.end))
+    first = spans[0]
+    attrs = first.attributes
+    steps = [step for step in map(_step, spans) if step is not None]
+    named = {step.name: step for step in steps}  # the last of each name
+    acquired = named.get("acquired")
+    start = acquired.at if acquired is not None else None
+    end = _end(named, spans)
+    if start is None:  # never held the lease (answered from the store, say): a point
+        start = end = max(s.end for s in spans)
+    runs = [s for s in spans if s.name == n.SPAN_RUN]
+    outcome = _text(process.attributes.get(n.OUTCOME)) if process is not None else None
+    fences = [f for f in (_int(s.attributes.get(n.FENCE)) for s in spans) if f is not None]
+    reference = process or first
+    return Execution(
+        job_key=str(attrs.get(n.JOB_KEY, "")),
+        execution_id=execution_id,
+        pod=str(attrs.get(n.POD) or attrs.get(n.SERVICE_INSTANCE_ID) or first.service),
+        start=start,
+        end=end,
+        fence=max(fences, default=None),
+        outcome=_text(runs[-1].attributes.get(n.OUTCOME)) if runs else outcome,
+        reason=_text(named["lost"].attrs.get("reason")) if "lost" in named else None,
+        completion=_text(named["completion"].attrs.get("status"))
+        if "completion" in named
+        else None,
+        topic=_text(attrs.get(n.MESSAGING_DESTINATION)),
+        partition=_int(attrs.get(n.MESSAGING_PARTITION)),
+        offset=_int(attrs.get(n.MESSAGING_OFFSET)),
+        trace_id=reference.trace_id,
+        span_id=reference.span_id,
+        steps=tuple(steps),
+        previous_execution_id=(
+            _text(acquired.attrs.get("previous_execution_id")) if acquired is not None else None
+        ),
+    )
+
+
+def _attr(named: dict[str, Step], step: str, name: str) -> str | None:
+    return _text(named[step].attrs.get(name)) if step in named else None
+
+
+def _end(named: dict[str, Step], spans: list[Span]) -> float | None:
+    """Return when the execution stopped holding the lease (see the module docstring)."""
+    if "stopped" in named:
+        stopped = named["stopped"]
+        return stopped.at + stopped.duration
+    for name in ("released", "release_failed"):
+        if name in named:
+            return named[name].at + named[name].duration
+    runs = [s.end for s in spans if s.name == n.SPAN_RUN]
+    return max(runs, default=None)
+
+
+def _step(span: Span) -> Step | None:
+    """Return the history step a span stands for (``None`` for spans that are not steps)."""
+    if span.name.startswith(_COMMIT):
+        return Step(
+            at=span.end, name="committed", attrs=_pick(span.attributes, position=n.COMMIT_POSITION)
+        )
+    make = _STEPS.get(span.name)
+    return make(span) if make is not None else None
+
+
+def _acquired(span: Span) -> Step | None:
+    a = span.attributes
+    if a.get(n.OUTCOME) != "acquired":  # the wait ended without the lease
+        return None
+    attrs = _pick(
+        a,
+        fence=n.FENCE,
+        wait_ms=n.WAIT_MS,
+        busy_retries=n.BUSY_RETRIES,
+        previous_execution_id=n.PREVIOUS_EXECUTION_ID,
+    )
+    return Step(at=span.end, name="acquired", attrs=attrs)
+
+
+def _renewal(span: Span) -> Step:
+    verdict = str(span.attributes.get(n.RENEWAL_OUTCOME, "renewed"))
+    if verdict == "renewed":
+        return Step(at=span.start, name="renewed", duration=_took(span))
+    return Step(at=span.start, name="renew_failed", duration=_took(span), attrs={"reason": verdict})
+
+
+def _release(span: Span) -> Step:
+    name = "release_failed" if span.error else "released"
+    attrs = _pick(span.attributes, deleted=n.RELEASE_DELETED, error=n.ERROR_TYPE)
+    return Step(at=span.start, name=name, duration=_took(span), attrs=attrs)
+
+
+def _point(name: str, *, at_end: bool = False, **attrs: str) -> Callable[[Span], Step]:
+    def make(span: Span) -> Step:
+        return Step(
+            at=span.end if at_end else span.start, name=name, attrs=_pick(span.attributes, **attrs)
+        )
+
+    return make
+
+
+def _stopped(span: Span) -> Step:
+    attrs = _pick(span.attributes, latency_ms=n.STOP_LATENCY_MS)
+    return Step(at=span.start, name="stopped", duration=_took(span), attrs=attrs)
+
+
+_STEPS: dict[str, Callable[[Span], Step | None]] = {
+    n.SPAN_ACQUIRE: _acquired,
+    n.SPAN_RENEW: _renewal,
+    n.SPAN_LOST: _point("lost", reason=n.LOSS_REASON),
+    n.SPAN_CANCEL: _point("cancel_requested", reason=n.LOSS_REASON),
+    n.SPAN_STOPPED: _stopped,
+    n.SPAN_RELEASE: _release,
+    "completion": _point("completion", at_end=True, status=n.COMPLETION_STATUS),
+    n.SPAN_DEAD_LETTER: _point("dead_lettered", reason=n.DEAD_LETTER_REASON),
+}
+"""Span name -> its step (``commit {topic}`` is matched by prefix)."""
+
+
+def _took(span: Span) -> float:
+    return max(0.0, span.end - span.start)
+
+
+def _pick(attributes: Mapping[str, Scalar], **names: str) -> dict[str, Scalar]:
+    return {short: attributes[long] for short, long in names.items() if long in attributes}
+
+
+def _text(value: Scalar | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int(value: Scalar | None) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
