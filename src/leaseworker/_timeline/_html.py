@@ -19,6 +19,8 @@ from ._layout import Lane, Layout, describe, seconds, tick_step
 PLOT = 1000
 """Width of the time axis in pixels."""
 LABEL = 130
+RIGHT = 50
+"""Room right of the axis for the last tick's label and an overlap's length."""
 LANE = 44
 BAR = 20
 TOP = 34
@@ -52,7 +54,11 @@ svg{display:block;border:1px solid #d8dce5;background:#fafbfd}
 .status-stale circle{fill:#c0221a}
 .step-committed rect{fill:#1d2330}
 .step-dead_lettered rect{fill:#7a2a9a}
-.overlap{fill:#d6249f;fill-opacity:.35;stroke:#b0127a;stroke-width:1.5}
+.overlap{fill:#d6249f;stroke:#b0127a;stroke-width:1.5}
+.overlap-across{fill:#d6249f;fill-opacity:.12;stroke:#d6249f;stroke-dasharray:3 3}
+.overlap-label{font-size:12px;font-weight:600;fill:#b0127a}
+.overlap-label.inside{fill:#fff}
+.overlap-none{font-size:12px;fill:#2e8b4a}
 .fault{fill:#f0c43c;fill-opacity:.45;stroke:#b08a00}
 .fault-label{font-size:11px;fill:#6b5400}
 .takeover{fill:none;stroke:#4a5266;stroke-width:1.5;stroke-dasharray:5 3}
@@ -116,7 +122,7 @@ class _Svg:
 
     def __init__(self, layout: Layout) -> None:
         self._layout = layout
-        self._rows = len(layout.lanes) + (1 if layout.history.faults else 0)
+        self._rows = len(layout.lanes) + 1 + (1 if layout.history.faults else 0)
         self._height = TOP + max(1, self._rows) * LANE + 10
 
     def x(self, at: float) -> float:
@@ -125,7 +131,7 @@ class _Svg:
         return round(LABEL + 10 + fraction * (PLOT - 20), 1)
 
     def elements(self) -> Iterator[str]:
-        width = LABEL + PLOT
+        width = LABEL + PLOT + RIGHT
         yield (
             f'<svg id="timeline" class="timeline" xmlns="http://www.w3.org/2000/svg" '
             f'width="{width}" height="{self._height}" viewBox="0 0 {width} {self._height}">'
@@ -135,10 +141,10 @@ class _Svg:
         for row, lane in enumerate(self._layout.lanes):
             yield from self._lane(row, lane)
         yield "</g>"
+        yield from self._overlaps(len(self._layout.lanes))
         if self._layout.history.faults:
-            yield from self._faults(len(self._layout.lanes))
+            yield from self._faults(len(self._layout.lanes) + 1)
         yield from self._takeovers()
-        yield from self._overlaps()
         yield "</svg>"
 
     def _axis(self) -> Iterator[str]:
@@ -154,7 +160,7 @@ class _Svg:
     def _lane(self, row: int, lane: Lane) -> Iterator[str]:
         y = TOP + row * LANE
         yield f'<g class="lane" data-pod="{_e(lane.pod)}">'
-        yield f'<rect class="lane-bg" x="0" y="{y}" width="{LABEL + PLOT}" height="{LANE}"/>'
+        yield f'<rect class="lane-bg" x="0" y="{y}" width="{LABEL + PLOT + RIGHT}" height="{LANE}"/>'
         yield f'<text class="lane-label" x="8" y="{y + LANE / 2 + 4}">{_e(lane.label)}</text>'
         for execution in lane.executions:
             yield from self._execution(execution, y + (LANE - BAR) / 2)
@@ -185,8 +191,7 @@ class _Svg:
         yield "</g>"
 
     def _step(self, execution: Execution, step: Step, y: float) -> Iterator[str]:
-        at = step.at + step.duration if step.name == "stopped" else step.at
-        x = self.x(at)
+        x = self.x(step.at)
         shape = _shape(step, x, y)
         if shape is None:
             return
@@ -232,22 +237,38 @@ class _Svg:
             yield f'<text class="fault-label" {at}>{_e(label)}</text>'
         yield "</g>"
 
-    def _overlaps(self) -> Iterator[str]:
+    def _overlaps(self, row: int) -> Iterator[str]:
+        """Draw the overlap row (a band per overlap) and a light mark across the lanes."""
+        y = TOP + row * LANE
         lanes = len(self._layout.lanes)
-        yield '<g class="overlaps">'
+        total = self._layout.overlap_total()
+        yield f'<g class="overlaps" data-overlap-ms="{total * 1000:.1f}">'
+        yield f'<text class="lane-label" x="8" y="{y + LANE / 2 + 4}">overlap</text>'
+        if not self._layout.overlaps:
+            at = f'x="{LABEL + 10}" y="{y + LANE / 2 + 4}"'
+            yield f'<text class="overlap-none" {at}>none: 0 ms</text>'
         for overlap in self._layout.overlaps:
             x1, x2 = self.x(overlap.start), self.x(overlap.end)
+            width = max(3.0, x2 - x1)
             attrs: dict[str, Scalar] = {
                 "overlap": seconds(overlap.end - overlap.start),
                 "job key": overlap.first.job_key,
                 "first": f"{overlap.first.pod} {overlap.first.execution_id}",
                 "second": f"{overlap.second.pod} {overlap.second.execution_id}",
             }
+            tip = f'data-attrs="{_json(attrs)}"><title>{_tip(attrs)}</title>'
             yield (
-                f'<rect class="overlap" x="{x1}" y="{TOP}" width="{max(3.0, x2 - x1):.1f}" '
-                f'height="{lanes * LANE}" data-attrs="{_json(attrs)}"><title>{_tip(attrs)}</title>'
-                "</rect>"
+                f'<rect class="overlap-across" x="{x1}" y="{TOP}" width="{width:.1f}" '
+                f'height="{lanes * LANE}"/>'
             )
+            yield (
+                f'<rect class="overlap" x="{x1}" y="{y + 8}" width="{width:.1f}" '
+                f'height="{LANE - 16}" {tip}</rect>'
+            )
+            inside = width > 70  # the length in the band, else beside it
+            at = f'x="{x1 + 6 if inside else x1 + width + 4}" y="{y + LANE / 2 + 4}"'
+            kind = "overlap-label inside" if inside else "overlap-label"
+            yield f'<text class="{kind}" {at}>{_e(str(attrs["overlap"]))}</text>'
         yield "</g>"
 
     def _takeovers(self) -> Iterator[str]:
@@ -261,7 +282,8 @@ class _Svg:
                 continue
             y1 = TOP + rows[previous.execution_id] * LANE + LANE / 2
             y2 = TOP + rows[execution.execution_id] * LANE + LANE / 2
-            x1, x2 = self.x(self._layout.end_of(previous)), self.x(execution.start)
+            handover = min(self._layout.end_of(previous), execution.start)  # or overlapped
+            x1, x2 = self.x(handover), self.x(execution.start)
             yield (
                 f'<path class="takeover" d="M{x1},{y1} C{(x1 + x2) / 2},{y1} '
                 f'{(x1 + x2) / 2},{y2} {x2},{y2}"><title>took the lease over from '

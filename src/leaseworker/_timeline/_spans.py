@@ -60,7 +60,8 @@ def history_from_spans(spans: Iterable[Span], job_key: str | None = None) -> His
     executions = [
         _execution(execution_id, group, process.get(group[0].trace_id))
         for execution_id, group in by_execution.items()
-    ]
+        if any(_step(s) is not None or s.name.startswith(_PROCESS) for s in group)
+    ]  # (an attempt that found the lease busy left only its ``trigger received``)
     executions.sort(key=lambda e: (e.start, e.execution_id))
     return History(clock="unix", executions=tuple(executions))
 
@@ -111,8 +112,7 @@ def _attr(named: dict[str, Step], step: str, name: str) -> str | None:
 def _end(named: dict[str, Step], spans: list[Span]) -> float | None:
     """Return when the execution stopped holding the lease (see the module docstring)."""
     if "stopped" in named:
-        stopped = named["stopped"]
-        return stopped.at + stopped.duration
+        return named["stopped"].at
     for name in ("released", "release_failed"):
         if name in named:
             return named[name].at + named[name].duration
@@ -167,8 +167,10 @@ def _point(name: str, *, at_end: bool = False, **attrs: str) -> Callable[[Span],
 
 
 def _stopped(span: Span) -> Step:
-    attrs = _pick(span.attributes, latency_ms=n.STOP_LATENCY_MS)
-    return Step(at=span.start, name="stopped", duration=_took(span), attrs=attrs)
+    """Return the moment the body stopped (its span runs from the loss to then)."""
+    return Step(
+        at=span.end, name="stopped", attrs=_pick(span.attributes, latency_ms=n.STOP_LATENCY_MS)
+    )
 
 
 _STEPS: dict[str, Callable[[Span], Step | None]] = {

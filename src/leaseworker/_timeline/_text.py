@@ -124,8 +124,7 @@ class _Plot:
             for step in execution.steps:
                 mark = _mark(step)
                 if mark is not None:
-                    at = step.at + step.duration if step.name == "stopped" else step.at
-                    put(self.column(at), *mark)
+                    put(self.column(step.at), *mark)
         return f"{label[:LABEL]:<{LABEL}} " + self._join(cells)
 
     def overlap_line(self) -> str:
@@ -174,12 +173,12 @@ def _details(layout: Layout, execution: Execution, width: int) -> list[str]:
         f"{execution.pod}",
         f"execution {execution.execution_id[:8]}",
         f"fence {execution.fence}" if execution.fence is not None else "no fence",
-        f"outcome {outcome}",
+        outcome,
     ]
     if execution.completion:
-        head.append(f"completion {execution.completion}")
+        head.append(f"store: {execution.completion}")
     if execution.offset is not None:
-        head.append(f"offset {execution.partition}/{execution.offset}")
+        head.append(f"offset {execution.partition}:{execution.offset}")
     if execution.paused:
         head.append("paused")
     lines = [_cut("  ".join(head), width)]
