@@ -160,7 +160,8 @@ class _Svg:
     def _lane(self, row: int, lane: Lane) -> Iterator[str]:
         y = TOP + row * LANE
         yield f'<g class="lane" data-pod="{_e(lane.pod)}">'
-        yield f'<rect class="lane-bg" x="0" y="{y}" width="{LABEL + PLOT + RIGHT}" height="{LANE}"/>'
+        width = LABEL + PLOT + RIGHT
+        yield f'<rect class="lane-bg" x="0" y="{y}" width="{width}" height="{LANE}"/>'
         yield f'<text class="lane-label" x="8" y="{y + LANE / 2 + 4}">{_e(lane.label)}</text>'
         for execution in lane.executions:
             yield from self._execution(execution, y + (LANE - BAR) / 2)
