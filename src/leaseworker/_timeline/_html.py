@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 
 from .._history import Execution, History, Scalar, Step
-from ._layout import Lane, Layout, describe, seconds, tick_step
+from ._layout import Lane, Layout, describe, seconds, step_order, tick_step
 
 PLOT = 1000
 """Width of the time axis in pixels."""
@@ -152,7 +152,7 @@ class _Svg:
         yield '<g class="axis">'
         for offset in self._layout.ticks(10):
             x = self.x(self._layout.origin + offset)
-            label = f"{offset * 1000:.0f} ms" if step < 1 else f"{offset:.0f} s"
+            label = f"{offset * 1000:.0f} ms" if step < 0.1 else f"{round(offset, 1):g} s"
             yield f'<line x1="{x}" y1="{TOP - 6}" x2="{x}" y2="{self._height - 4}"/>'
             yield f'<text x="{x}" y="{TOP - 12}" text-anchor="middle">{label}</text>'
         yield "</g>"
@@ -341,7 +341,7 @@ def _table(layout: Layout) -> str:
         "<table><tr><th>at</th><th>pod</th><th>execution</th><th>step</th><th>details</th></tr>"
     ]
     for execution in sorted(layout.history.executions, key=lambda e: e.start):
-        for step in sorted(execution.steps, key=lambda s: s.at):
+        for step in sorted(execution.steps, key=step_order):
             name, details = describe(step)
             rows.append(
                 f"<tr><td>+{step.at - layout.origin:.3f}s</td><td>{_e(execution.pod)}</td>"

@@ -137,6 +137,28 @@ def seconds(value: float) -> str:
     return f"{minutes:.0f} min {rest:.1f} s"
 
 
+LIFECYCLE = (
+    "acquired",
+    "renewed",
+    "renew_failed",
+    "lost",
+    "cancel_requested",
+    "stopped",
+    "completion",
+    "released",
+    "release_failed",
+    "committed",
+    "dead_lettered",
+)
+"""The order of steps that share a moment (to the millisecond)."""
+
+
+def step_order(step: Step) -> tuple[float, int]:
+    """Sort key of steps: by time, then in lifecycle order."""
+    rank = LIFECYCLE.index(step.name) if step.name in LIFECYCLE else len(LIFECYCLE)
+    return (round(step.at, 3), rank)
+
+
 def describe(step: Step) -> tuple[str, str]:
     """Return a step's name and its details in words, e.g. ``("renew failed", "timeout ...")``."""
     attrs = step.attrs

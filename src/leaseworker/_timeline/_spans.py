@@ -71,14 +71,20 @@ def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Ex
     first = spans[0]
     attrs = first.attributes
     steps = [step for step in map(_step, spans) if step is not None]
+    outcome = _text(process.attributes.get(n.OUTCOME)) if process is not None else None
+    runs = [s for s in spans if s.name == n.SPAN_RUN]
+    if runs:
+        outcome = _text(runs[-1].attributes.get(n.OUTCOME)) or outcome
     named = {step.name: step for step in steps}  # the last of each name
     acquired = named.get("acquired")
-    start = acquired.at if acquired is not None else None
     end = _end(named, spans)
-    if start is None:  # never held the lease (answered from the store, say): a point
+    if acquired is not None:
+        start = acquired.at
+    else:  # never held the lease: answered from the store before acquiring
         start = end = max(s.end for s in spans)
-    runs = [s for s in spans if s.name == n.SPAN_RUN]
-    outcome = _text(process.attributes.get(n.OUTCOME)) if process is not None else None
+        if outcome == "duplicate":
+            named["completion"] = Step(at=end, name="completion", attrs={"status": "duplicate"})
+            steps.append(named["completion"])
     fences = [f for f in (_int(s.attributes.get(n.FENCE)) for s in spans) if f is not None]
     reference = process or first
     return Execution(
@@ -88,20 +94,16 @@ def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Ex
         start=start,
         end=end,
         fence=max(fences, default=None),
-        outcome=_text(runs[-1].attributes.get(n.OUTCOME)) if runs else outcome,
-        reason=_text(named["lost"].attrs.get("reason")) if "lost" in named else None,
-        completion=_text(named["completion"].attrs.get("status"))
-        if "completion" in named
-        else None,
+        outcome=outcome,
+        reason=_attr(named, "lost", "reason"),
+        completion=_attr(named, "completion", "status"),
         topic=_text(attrs.get(n.MESSAGING_DESTINATION)),
         partition=_int(attrs.get(n.MESSAGING_PARTITION)),
         offset=_int(attrs.get(n.MESSAGING_OFFSET)),
         trace_id=reference.trace_id,
         span_id=reference.span_id,
         steps=tuple(steps),
-        previous_execution_id=(
-            _text(acquired.attrs.get("previous_execution_id")) if acquired is not None else None
-        ),
+        previous_execution_id=_attr(named, "acquired", "previous_execution_id"),
     )
 
 

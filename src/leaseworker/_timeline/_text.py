@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .._history import Execution, History, Step
-from ._layout import Layout, describe, seconds, tick_step
+from ._layout import Layout, describe, seconds, step_order, tick_step
 
 LABEL = 10
 """Columns of the lane names (a longer pod name is cut)."""
 
 MARKS: dict[str, tuple[str, int]] = {
-    "acquired": ("[", 3),
     "renewed": ("r", 2),
     "renew_failed": ("?", 5),
     "lost": ("!", 7),
@@ -71,6 +70,25 @@ def render_text(history: History, *, width: int = 100, color: bool = False) -> s
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+class _Cells:
+    """One row of the plot: a character, its priority and its colour per column."""
+
+    def __init__(self, columns: int) -> None:
+        self.cells: list[tuple[str, int, str]] = [(" ", 0, "")] * columns
+
+    def put(self, col: int, char: str, priority: int, ansi: str = "") -> None:
+        if priority >= self.cells[col][1]:
+            self.cells[col] = (char, priority, ansi or _ANSI.get(char, ""))
+
+    def mark(self, col: int, char: str, priority: int) -> None:
+        """Put a step's mark; one whose column another mark took moves up to 2 columns right."""
+        for shifted in (col, col + 1, col + 2):
+            if shifted < len(self.cells) and self.cells[shifted][1] < 2:
+                self.put(shifted, char, priority)
+                return
+        self.put(col, char, priority)
+
+
 class _Plot:
     """Maps times to columns of the plot area and draws its rows."""
 
@@ -100,32 +118,32 @@ class _Plot:
         return [" " * (LABEL + 1) + "".join(labels), " " * (LABEL + 1) + "".join(marks)]
 
     def lane_line(self, label: str, executions: Iterable[Execution]) -> str:
-        cells: list[tuple[str, int, str]] = [(" ", 0, "")] * self._columns
-
-        def put(col: int, char: str, priority: int, ansi: str = "") -> None:
-            if priority >= cells[col][1]:
-                cells[col] = (char, priority, ansi or _ANSI.get(char, ""))
-
+        cells = _Cells(self._columns)
         for execution in executions:
-            body = _OUTCOME_ANSI.get(execution.outcome or "", "")
-            first = self.column(execution.start)
-            last = self.column(self._layout.end_of(execution))
-            for col in range(first, last + 1):
-                put(col, "=", 1, body)
-            for step in execution.steps:
-                tail = step.at + step.duration
-                if step.name in ("released", "release_failed") and tail > self._layout.end_of(
-                    execution
-                ):
-                    for col in range(last + 1, self.column(tail) + 1):
-                        put(col, "~", 1)
-            put(first, "[", 3, body)
-            put(last, "]" if execution.end is not None else ">", 3, body)
-            for step in execution.steps:
-                mark = _mark(step)
-                if mark is not None:
-                    put(self.column(step.at), *mark)
-        return f"{label[:LABEL]:<{LABEL}} " + self._join(cells)
+            self._bar(cells, execution)
+        for execution in executions:  # marks last: they shift right of one another
+            marks = [(m, step) for step in execution.steps if (m := _mark(step)) is not None]
+            for (char, priority), step in sorted(marks, key=lambda m: -m[0][1]):
+                cells.mark(self.column(step.at), char, priority)
+        return f"{label[:LABEL]:<{LABEL}} " + self._join(cells.cells)
+
+    def _bar(self, cells: _Cells, execution: Execution) -> None:
+        """Draw ``[===]`` from start to end, ``~`` for a release after the end."""
+        body = _OUTCOME_ANSI.get(execution.outcome or "", "")
+        first = self.column(execution.start)
+        last = self.column(self._layout.end_of(execution))
+        for step in execution.steps:
+            tail = step.at + step.duration
+            if step.name in ("released", "release_failed"):
+                for col in range(last + 1, self.column(tail) + 1):
+                    cells.put(col, "~", 1)
+        if execution.fence is None and execution.end == execution.start:
+            return  # never held the lease: only its marks
+        last = min(self._columns - 1, max(last, first + 1))
+        for col in range(first, last + 1):
+            cells.put(col, "=", 1, body)
+        cells.put(first, "[", 1, body)
+        cells.put(last, "]" if execution.end is not None else ">", 1, body)
 
     def overlap_line(self) -> str:
         cells: list[tuple[str, int, str]] = [(" ", 0, "")] * self._columns
@@ -182,7 +200,7 @@ def _details(layout: Layout, execution: Execution, width: int) -> list[str]:
     if execution.paused:
         head.append("paused")
     lines = [_cut("  ".join(head), width)]
-    for step in sorted(execution.steps, key=lambda s: s.at):
+    for step in sorted(execution.steps, key=step_order):
         name, details = describe(step)
         lines.append(_cut(f"  {_at(layout, step.at):>9}  {name:<17} {details}", width))
     return lines
@@ -200,7 +218,7 @@ def _at(layout: Layout, at: float) -> str:
 
 
 def _tick(offset: float, step: float) -> str:
-    return f"{offset * 1000:.0f}ms" if step < 1 else f"{offset:.0f}s"
+    return f"{offset * 1000:.0f}ms" if step < 0.1 else f"{round(offset, 1):g}s"
 
 
 def _cut(line: str, width: int) -> str:
