@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from ._common import positive_seconds
@@ -47,6 +48,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="stack only: keep Redis, Kafka and Jaeger up after the summary until Ctrl-C",
     )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        help="stack only: where to write the stalled report's timeline page "
+        "(default: leaseworker-demo-timeline.html in the temp directory)",
+    )
     parser.set_defaults(handler=_main)
 
 
@@ -72,8 +80,13 @@ def _main(args: argparse.Namespace) -> int:
 
         return incident_demo(args.ttl)
     from .._dev import stack_demo
+    from .._dev._stack import DEFAULT_HTML
 
-    summary = stack_demo(lambda line: print(line, flush=True), keep_running=args.keep_running)
+    summary = stack_demo(
+        lambda line: print(line, flush=True),
+        keep_running=args.keep_running,
+        html=args.html or DEFAULT_HTML,
+    )
     if not args.keep_running:
         print(summary.render(), flush=True)
     if not summary.ok:

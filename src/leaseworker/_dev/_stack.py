@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,12 +23,17 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
+from .._history import History
+from .._timeline import render_html, render_text
 from ..testing import ChaosProxy
-from ._jaeger_links import lost_trace_url
+from ._jaeger_links import key_history, lost_trace_url
 from ._marks import Execution, Position, completed_positions, overlaps, read_executions
 from ._pods import PodProcess, Stack, committed_total, local_stack, spawn_pod, telemetry_flags
 
 TOPIC = "reports.requested"  # MonthlyReport.topic
+SERVICE = os.environ.get("OTEL_SERVICE_NAME") or "leaseworker"  # what the pods export as
+DEFAULT_HTML = Path(tempfile.gettempdir()) / "leaseworker-demo-timeline.html"
+"""Where the demo writes the stalled report's timeline page (overwritten by each run)."""
 DEAD_LETTERS = "reports.dead-letter"
 JOB = "demo_report:DemoMonthlyReport"
 PARTITIONS = 3
@@ -60,6 +67,10 @@ class Summary:
     takeover_after: float | None = None  # that stop -> started on another pod
     duration: float = 0.0
     lost_trace: str | None = None  # Jaeger URL of the execution whose lease was lost
+    jaeger: str | None = None  # the local Jaeger's query URL
+    slow_key: str = ""
+    timeline: History | None = None  # the slow report's history, read from Jaeger
+    timeline_html: Path | None = None
 
     def count(self, how: str) -> int:
         """Count the executions that ended ``how``."""
@@ -107,10 +118,10 @@ class Summary:
             ),
             *(
                 [
-                    f"  lost execution trace {self.lost_trace}",
-                    "                       (JSON: "
-                    + self.lost_trace.replace("/trace/", "/api/v3/traces/")
-                    + ")",
+                    "  traces               the local Jaeger has no web UI (built without its "
+                    "assets); the lost execution's trace as JSON:",
+                    "                       "
+                    + self.lost_trace.replace("/trace/", "/api/v3/traces/"),
                 ]
                 if self.lost_trace
                 else []
@@ -118,23 +129,44 @@ class Summary:
             f"  duration             {self.duration:.1f}s",
             f"  result               {'OK' if self.ok else 'FAILED'}",
         ]
-        return "\n".join(lines)
+        return "\n".join(lines) + self._timeline()
+
+    def _timeline(self) -> str:
+        """Draw the slow report's timeline from the traces, and say where its page is."""
+        if self.timeline is None:
+            return ""
+        text = render_text(self.timeline, width=100)
+        page = f"\nthe same as a page: {self.timeline_html}" if self.timeline_html else ""
+        again = (
+            f"\nagain, against a running Jaeger: leaseworker timeline {self.slow_key} "
+            f"--jaeger {self.jaeger} --html timeline.html"
+        )
+        return f"\n\n== timeline of the stalled report (from the traces in Jaeger)\n{text}" + (
+            page + again
+        )
 
 
-def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
+def stack_demo(
+    out: Out = print, *, keep_running: bool = False, html: Path | None = DEFAULT_HTML
+) -> Summary:
     """Run the whole demo; every service and pod it started is stopped before it returns.
 
     ``keep_running`` leaves Redis, Kafka and Jaeger up after the summary until
-    Ctrl-C, so the printed trace URL can be opened.
+    Ctrl-C, so the printed trace URL can be opened and ``leaseworker timeline``
+    run against it. With Jaeger, the stalled report's timeline page goes to ``html``.
     """
     began = time.monotonic()
     out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
     with local_stack() as stack:
         try:
             stack.kafka.create_topics([TOPIC, DEAD_LETTERS], partitions=PARTITIONS)
-            jaeger = f", Jaeger UI {stack.jaeger.query_url}" if stack.jaeger else ""
+            jaeger = f", Jaeger (query API) {stack.jaeger.query_url}" if stack.jaeger else ""
             out(f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}")
             summary = anyio.run(_scenario, stack, out)
+            if summary.timeline is not None and html is not None:
+                title = f"leaseworker demo: the stalled report {summary.slow_key}"
+                html.write_text(render_html(summary.timeline, title=title), encoding="utf-8")
+                summary.timeline_html = html
             if keep_running:
                 summary.duration = time.monotonic() - began
                 out(summary.render())
@@ -196,7 +228,11 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
         await _stop_all(pods)
         clock.say("pods stopped")
         if stack.jaeger is not None:  # the pods flushed their spans on exit
+            summary.jaeger = stack.jaeger.query_url
             summary.lost_trace = await anyio.to_thread.run_sync(lost_trace_url, stack.jaeger)
+            summary.timeline = await anyio.to_thread.run_sync(
+                key_history, stack.jaeger, summary.slow_key, SERVICE
+            )
     summary.executions = read_executions(markers)
     ran = completed_positions(summary.executions)
     summary.completed_triggers = len(ran | _answered(run, summary.executions))
@@ -239,6 +275,7 @@ class _Run:
 async def _play(run: _Run) -> None:
     """Slow report, stream with duplicates, Redis stall on the slow report's pod, hand-over."""
     slow_key = f"report:{SLOW_KEY[0]}:{SLOW_KEY[1]}"
+    run.summary.slow_key = slow_key
     await run.send([(*SLOW_KEY, {"rows": 20_000, "slow_seconds": SLOW_SECONDS})])
     await _until(lambda: bool(run.executions(slow_key)), within=20, what="the slow report")
     first = run.executions(slow_key)[0]
