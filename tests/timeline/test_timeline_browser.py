@@ -179,6 +179,15 @@ async def _history_in_jaeger(jaeger: LocalJaeger, key: str) -> History:
     return history
 
 
+def _story(history: History) -> list[tuple[object, ...]]:
+    """What a history says, without its times (v1 answers in µs, v3 in ns)."""
+    return [
+        (e.execution_id, e.pod, e.fence, e.outcome, e.completion, e.previous_execution_id)
+        + tuple(step.name for step in e.steps)
+        for e in history.executions
+    ]
+
+
 async def test_the_timeline_of_a_paused_takeover_is_drawn_from_jaeger_in_a_browser(
     kafka_server: LocalKafka, redis_server: LocalRedis, jaeger: LocalJaeger, tmp_path: Path
 ) -> None:
@@ -208,6 +217,9 @@ async def test_the_timeline_of_a_paused_takeover_is_drawn_from_jaeger_in_a_brows
     assert b.fence > a.fence
     assert b.start < (a.end or 0)  # B ran while A was frozen, believing it still held the lease
     assert any(step.name == "committed" for step in b.steps)
+    v3 = JaegerQuery(jaeger.query_url, service=SERVICE, api="v3").job_key(key, since=600)
+    assert v3.api == "/api/v3/traces"
+    assert _story(history_from_spans(v3.spans, key)) == _story(history)  # either API
 
     page = tmp_path / "timeline.html"
     shown = subprocess.run(  # noqa: ASYNC221 - the command under test, bounded by its timeout

@@ -13,17 +13,18 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
-from .._history import History
+from .._history import Fault, History
 from .._timeline import render_html, render_text
 from ..testing import ChaosProxy
 from ._jaeger_links import key_history, lost_trace_url
@@ -70,6 +71,7 @@ class Summary:
     jaeger: str | None = None  # the local Jaeger's query URL
     slow_key: str = ""
     timeline: History | None = None  # the slow report's history, read from Jaeger
+    stall: tuple[float, float] | None = None  # Unix times: black-holed, its pod stopped
     timeline_html: Path | None = None
 
     def count(self, how: str) -> int:
@@ -118,8 +120,8 @@ class Summary:
             ),
             *(
                 [
-                    "  traces               the local Jaeger has no web UI (built without its "
-                    "assets); the lost execution's trace as JSON:",
+                    "  traces               the lost execution as JSON (the local Jaeger "
+                    "has no web UI):",
                     "                       "
                     + self.lost_trace.replace("/trace/", "/api/v3/traces/"),
                 ]
@@ -230,9 +232,10 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
         if stack.jaeger is not None:  # the pods flushed their spans on exit
             summary.jaeger = stack.jaeger.query_url
             summary.lost_trace = await anyio.to_thread.run_sync(lost_trace_url, stack.jaeger)
-            summary.timeline = await anyio.to_thread.run_sync(
+            history = await anyio.to_thread.run_sync(
                 key_history, stack.jaeger, summary.slow_key, SERVICE
             )
+            summary.timeline = _with_stall(history, summary)
     summary.executions = read_executions(markers)
     ran = completed_positions(summary.executions)
     summary.completed_triggers = len(ran | _answered(run, summary.executions))
@@ -290,6 +293,7 @@ async def _play(run: _Run) -> None:
     run.clock.say(f"the slow report has outlived its {LEASE:.0f}s lease: renewals keep it")
     stalled.proxy.blackhole = True
     stall_at = time.monotonic()
+    stall_unix = time.time()
     run.summary.stall_pod = stalled.name
     run.clock.say(f"Redis stall injected for {stalled.name}: its renewals go unanswered")
     await _until(lambda: first.execution_id in _stopped(run, slow_key), within=LEASE + 5, what="")
@@ -301,6 +305,7 @@ async def _play(run: _Run) -> None:
     )
     run.clock.say(f"orchestrator: {stalled.name} cannot reach Redis -> SIGTERM (drain 2s)")
     code = await stalled.stop(within=10)
+    run.summary.stall = (stall_unix, time.time())
     run.clock.say(f"{stalled.name} exited with code {code}; the group rebalances")
 
     def taken_over() -> bool:
@@ -327,6 +332,15 @@ async def _all_done(run: _Run) -> None:
             if done and total == len(run.sent):
                 return
             await anyio.sleep(0.3)
+
+
+def _with_stall(history: History | None, summary: Summary) -> History | None:
+    """Add the Redis stall to the timeline, as the fault band over its pod."""
+    if history is None or summary.stall is None:
+        return history
+    start, end = summary.stall
+    stall = Fault(kind="redis stall", start=start, end=end, target=summary.stall_pod)
+    return replace(history, faults=(*history.faults, stall))
 
 
 def _answered(run: _Run, executions: list[Execution]) -> set[Position]:
@@ -371,9 +385,13 @@ def _payload(tenant: str, period: str, **more: object) -> bytes:
 
 
 def _wait_for_interrupt(out: Out) -> None:
+    """Wait for Ctrl-C, or SIGTERM (a demo started in the background ignores SIGINT)."""
     out("services are kept running for inspection; press Ctrl-C to stop them")
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         out("stopping the services")
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -45,7 +45,8 @@ svg{display:block;border:1px solid #d8dce5;background:#fafbfd}
 .tail{fill:none;stroke:#404859;stroke-width:2;stroke-dasharray:3 3}
 .step{cursor:pointer}
 .step-renewed line{stroke:#1d2330;stroke-width:1.5}
-.step-renew_failed line{stroke:#d08400;stroke-width:3}
+.step-renew_failed rect{fill:#f0a020;fill-opacity:.8;stroke:#b06e00}
+.mark-label{font-size:11px;fill:#c0221a}
 .step-lost path{fill:#c0221a}
 .step-stopped path{stroke:#1d2330;stroke-width:2.5}
 .step-completion circle{stroke:#1d2330;stroke-width:1}
@@ -109,8 +110,9 @@ def render_html(history: History, *, title: str = "leaseworker timeline") -> str
         f"{svg}\n"
         '<p class="legend">bars: from acquiring the lease to letting it go (a lost execution: '
         "until its job stopped; dashed: the release after it). Marks: | renewed, "
-        "thick | renewal failed, ◆ lost, ✕ stopped, ● completion (green accepted, blue "
-        "duplicate, red stale), ■ offset committed. Pink: overlap. Yellow: fault. "
+        "orange: a renewal that failed (from sending it to the verdict), ◆ lost, "
+        "✕ stopped, ● completion (green accepted, blue duplicate, red stale), "
+        "■ offset committed. Pink: overlap. Yellow: fault. "
         "Dashed line: takeover of the lease. Hover for attributes.</p>\n"
         '<div id="details">hover a bar or a mark for its attributes</div>\n'
         f"{_table(layout)}\n<script>{_SCRIPT}</script>\n</body></html>\n"
@@ -193,7 +195,7 @@ class _Svg:
 
     def _step(self, execution: Execution, step: Step, y: float) -> Iterator[str]:
         x = self.x(step.at)
-        shape = _shape(step, x, y)
+        shape = _shape(step, x, y, self.x(step.at + step.duration))
         if shape is None:
             return
         name, details = describe(step)
@@ -293,17 +295,23 @@ class _Svg:
         yield "</g>"
 
 
-def _shape(step: Step, x: float, y: float) -> str | None:
+def _shape(step: Step, x: float, y: float, x_end: float) -> str | None:
+    """Return the SVG of a step's mark at ``x`` on a bar at ``y`` (``x_end``: its end)."""
     mid = y + BAR / 2
     if step.name == "renewed":  # a thin line, with a wider invisible target for the hover
         return (
             f'<line x1="{x}" y1="{y + 3}" x2="{x}" y2="{y + BAR - 3}"/>'
             f'<rect x="{x - 3}" y="{y}" width="6" height="{BAR}" fill="transparent"/>'
         )
-    if step.name == "renew_failed":
-        return f'<line x1="{x}" y1="{y - 3}" x2="{x}" y2="{y + BAR + 3}"/>'
+    if step.name == "renew_failed":  # from sending it to the verdict
+        width = max(3.0, x_end - x)
+        return f'<rect x="{x}" y="{y - 3}" width="{width:.1f}" height="{BAR + 6}"/>'
     if step.name == "lost":
-        return f'<path d="M{x},{mid - 9} L{x + 7},{mid} L{x},{mid + 9} L{x - 7},{mid} Z"/>'
+        reason = _e(str(step.attrs.get("reason", "")))
+        return (
+            f'<path d="M{x},{mid - 9} L{x + 7},{mid} L{x},{mid + 9} L{x - 7},{mid} Z"/>'
+            f'<text class="mark-label" x="{x + 9}" y="{y + BAR + 11}">lost: {reason}</text>'
+        )
     if step.name == "stopped":
         cross = f"M{x - 5},{mid - 5} L{x + 5},{mid + 5} M{x - 5},{mid + 5} L{x + 5},{mid - 5}"
         return f'<path d="{cross}"/>'

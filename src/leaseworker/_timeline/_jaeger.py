@@ -16,10 +16,13 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, final
+from typing import Any, Literal, final
 
 from .._telemetry import _names as n
 from ._spans import Span
+
+Api = Literal["auto", "v1", "v3"]
+"""Which query API to use: ``auto`` is the tag search, or v3 where that route is missing."""
 
 DEFAULT_LIMIT = 500
 """How many traces one search returns at most (one trace per trigger)."""
@@ -43,6 +46,8 @@ class Found:
 class JaegerQuery:
     """Searches one Jaeger query service (``url``, e.g. ``http://jaeger:16686``) for a service.
 
+    ``api`` picks the query API (see :data:`Api`); the answer says which one answered.
+
     ::
 
         found = JaegerQuery("http://127.0.0.1:16686", service="leaseworker").job_key(
@@ -50,18 +55,21 @@ class JaegerQuery:
         )
     """
 
-    def __init__(self, url: str, *, service: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, service: str, timeout: float = 10.0, api: Api = "auto") -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise JaegerError(f"not an http(s) URL of a Jaeger query service: {url!r}")
         self._url = url.rstrip("/")
         self._service = service
         self._timeout = timeout
+        self._api = api
 
     def job_key(self, job_key: str, *, since: float, limit: int = DEFAULT_LIMIT) -> Found:
         """Return the spans of every trace of ``job_key`` that started in the last ``since`` s."""
         end = datetime.now(UTC).timestamp() + 60  # spans stamped a little ahead still count
         start = end - 60 - since
+        if self._api == "v3":
+            return self._v3(job_key, start, end, limit)
         status, body = self._get(
             "/api/traces",
             {
@@ -75,7 +83,7 @@ class JaegerQuery:
         if status == 200:
             traces = _json(body).get("data") or []
             return Found(_from_v1(traces), "/api/traces", len(traces), len(traces) >= limit)
-        if status != 404:
+        if status != 404 or self._api == "v1":
             raise JaegerError(f"Jaeger /api/traces answered HTTP {status}: {_excerpt(body)}")
         return self._v3(job_key, start, end, limit)
 
