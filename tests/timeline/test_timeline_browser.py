@@ -182,8 +182,10 @@ async def _history_in_jaeger(jaeger: LocalJaeger, key: str) -> History:
 def _story(history: History) -> list[tuple[object, ...]]:
     """What a history says, without its times (v1 answers in µs, v3 in ns)."""
     return [
-        (e.execution_id, e.pod, e.fence, e.outcome, e.completion, e.previous_execution_id)
-        + tuple(step.name for step in e.steps)
+        (
+            *(e.execution_id, e.pod, e.fence, e.outcome, e.completion, e.previous_execution_id),
+            *(step.name for step in e.steps),
+        )
         for e in history.executions
     ]
 
