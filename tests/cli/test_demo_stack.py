@@ -55,4 +55,6 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     assert "overlap: 0 ms" in timeline
     assert "renew failed" in timeline
     assert "stopped" in timeline
+    [stall] = summary.timeline.faults  # the Redis stall, over the stalled pod
+    assert (stall.kind, stall.target) == ("redis stall", summary.stall_pod)
     assert page.read_text().startswith("<!doctype html>")
