@@ -72,6 +72,7 @@ class Summary:
     slow_key: str = ""
     timeline: History | None = None  # the slow report's history, read from Jaeger
     stall: tuple[float, float] | None = None  # Unix times: black-holed, its pod stopped
+    kept_running: bool = False  # the services stay up after the summary (--keep-running)
     timeline_html: Path | None = None
 
     def count(self, how: str) -> int:
@@ -140,8 +141,10 @@ class Summary:
         text = render_text(self.timeline, width=100)
         page = f"\nthe same as a page: {self.timeline_html}" if self.timeline_html else ""
         again = (
-            f"\nagain, against a running Jaeger: leaseworker timeline {self.slow_key} "
+            f"\nagain, against the running Jaeger: leaseworker timeline {self.slow_key} "
             f"--jaeger {self.jaeger} --html timeline.html"
+            if self.kept_running
+            else ""
         )
         return f"\n\n== timeline of the stalled report (from the traces in Jaeger)\n{text}" + (
             page + again
@@ -170,6 +173,7 @@ def stack_demo(
                 html.write_text(render_html(summary.timeline, title=title), encoding="utf-8")
                 summary.timeline_html = html
             if keep_running:
+                summary.kept_running = True
                 summary.duration = time.monotonic() - began
                 out(summary.render())
                 _wait_for_interrupt(out)
