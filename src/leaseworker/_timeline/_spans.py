@@ -13,7 +13,7 @@ the Kafka coordinates and the trace reference; ``commit {topic}`` the commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._history import Execution, History, Scalar, Step
 from .._telemetry import _names as n
@@ -123,13 +123,23 @@ def _end(named: dict[str, Step], spans: list[Span]) -> float | None:
 
 
 def _step(span: Span) -> Step | None:
-    """Return the history step a span stands for (``None`` for spans that are not steps)."""
+    """Return the history step a span stands for (``None`` for spans that are not steps).
+
+    Its ``attrs`` are the step's details under short names (``reason``,
+    ``status``...), then the span's own attributes under their names and its
+    ids: what the page shows on hover.
+    """
     if span.name.startswith(_COMMIT):
-        return Step(
+        step: Step | None = Step(
             at=span.end, name="committed", attrs=_pick(span.attributes, position=n.COMMIT_POSITION)
         )
-    make = _STEPS.get(span.name)
-    return make(span) if make is not None else None
+    else:
+        make = _STEPS.get(span.name)
+        step = make(span) if make is not None else None
+    if step is None:
+        return None
+    ids = {"span": f"{span.name} {span.span_id}", "trace": span.trace_id}
+    return replace(step, attrs={**step.attrs, **span.attributes, **ids})
 
 
 def _acquired(span: Span) -> Step | None:
