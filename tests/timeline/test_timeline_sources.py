@@ -9,6 +9,7 @@ one line, nothing found exits 1.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
@@ -99,6 +100,22 @@ def test_saved_answers_of_either_api_give_the_crafted_history() -> None:
     ]
     for document in (_v1_document(), _otlp_document()):
         assert _summary(history_from_spans(spans_from_document(document), KEY)) == expected
+
+
+def test_timeline_from_a_saved_jaeger_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``curl .../api/traces?...`` saved to a file draws like the live search; --json keeps it."""
+    document = _v1_document()
+    saved = tmp_path / "answer.json"
+    saved.write_text(json.dumps(document))
+    kept = tmp_path / "history.json"
+    assert main(["timeline", KEY, "--from", str(saved), "--json", str(kept)]) == 0
+    out = capsys.readouterr().out
+    assert "took the lease over from a1" in out
+    assert History.from_json(kept.read_text()) == history_from_spans(
+        spans_from_document(document), KEY
+    )
 
 
 def test_timeline_from_a_recorded_history_with_faults(
