@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything leaseworker's demo and tests need; safe to run again.
-#  - Debian packages: redis-server, postgresql (only when missing; needs root or sudo)
+#  - Debian packages: redis-server, postgresql, chromium (only when missing; needs root or sudo)
 #  - a virtualenv in .venv with leaseworker installed editable plus dev tools
 #  - Kafka jars (Maven) and the Jaeger binary (Go) into ~/.cache/leaseworker
 #    (override with LEASEWORKER_CACHE), outside the clone; skipped when cached.
@@ -13,6 +13,8 @@ command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+# Headless Chromium renders the timeline page in its test (Debian's package; no download).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if ((${#need[@]})); then
     echo "bootstrap: installing Debian packages: ${need[*]}"
     sudo_=""

@@ -49,6 +49,8 @@ class Execution:
     (``accepted``/``duplicate``/``stale``) when it tried to complete;
     ``paused`` marks an execution whose pod was frozen (SIGSTOP) while it
     held the lease, which fencing, not the lease, protects.
+    ``previous_execution_id`` names the execution whose lease this one took
+    over (the acquisition before it), when that is known.
     """
 
     job_key: str
@@ -68,6 +70,7 @@ class Execution:
     span_id: str | None = None
     paused: bool = False
     steps: tuple[Step, ...] = ()
+    previous_execution_id: str | None = None
 
     def overlaps(self, other: Execution, *, until: float) -> float:
         """Seconds this execution and ``other`` ran at once (an open end counts as ``until``)."""

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from leaseworker._dev._services import LocalJaeger
 from leaseworker._dev._stack import SLOW_KEY, stack_demo
 
 
-def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_over() -> None:
+def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_over(
+    tmp_path: Path,
+) -> None:
     """Overlap 0, every trigger completed and committed, the stalled report lost and taken over.
 
     The stalled pod's execution of the slow report must have stopped as
     ``lost`` before any other pod started it, and another pod must have
-    completed it afterwards.
+    completed it afterwards. The summary ends with that report's timeline,
+    read back from Jaeger: both pods, the loss and the takeover, overlap 0;
+    its page is written where asked.
     """
     LocalJaeger.ensure_built()  # the demo exports to Jaeger when it is there: make it be
     lines: list[str] = []
-    summary = stack_demo(lines.append)
+    page = tmp_path / "timeline.html"
+    summary = stack_demo(lines.append, html=page)
     assert summary.overlapping == 0, lines
     assert summary.triggers == 17
     assert summary.completed_triggers == summary.committed == summary.triggers
@@ -32,5 +39,22 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     assert summary.takeover_after is not None
     assert summary.ok
     assert summary.lost_trace is not None  # the demo exported traces to a local Jaeger
-    assert "/trace/" in summary.lost_trace
-    assert "result               OK" in summary.render()
+    rendered = summary.render()
+    assert "result               OK" in rendered
+    assert "Jaeger UI" not in rendered
+    assert "has no web UI" in rendered
+    assert summary.timeline is not None
+    executions = summary.timeline.executions
+    assert {e.pod for e in executions} >= {summary.stall_pod, others[0].pod}
+    lost = [e for e in executions if e.outcome == "lost"]
+    assert [e.pod for e in lost] == [summary.stall_pod]
+    [taker] = [e for e in executions if e.previous_execution_id == lost[0].execution_id]
+    assert taker.pod != summary.stall_pod
+    assert taker.outcome == "completed"
+    timeline = rendered.split("== timeline of the stalled report", 1)[1]
+    assert "overlap: 0 ms" in timeline
+    assert "renew failed" in timeline
+    assert "stopped" in timeline
+    [stall] = summary.timeline.faults  # the Redis stall, over the stalled pod
+    assert (stall.kind, stall.target) == ("redis stall", summary.stall_pod)
+    assert page.read_text().startswith("<!doctype html>")

@@ -122,7 +122,7 @@ class _UnansweredAcquires:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
         if self.failures > 0:
             self.failures -= 1
             raise LeaseUnavailable(key, "injected: no answer")

@@ -257,8 +257,8 @@ class _FailingRelease:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
-        return await self.inner.acquire(key, ttl)
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
+        return await self.inner.acquire(key, ttl, note=note)
 
     async def renew(self, lease: Lease) -> Lease:
         return await self.inner.renew(lease)
@@ -367,8 +367,8 @@ class _SilentRenewals:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
-        return await self.inner.acquire(key, ttl)
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
+        return await self.inner.acquire(key, ttl, note=note)
 
     async def renew(self, lease: Lease) -> Lease:
         self.renewing.set()

@@ -37,8 +37,8 @@ class _SwallowingRenew:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
-        return await self.inner.acquire(key, ttl)
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
+        return await self.inner.acquire(key, ttl, note=note)
 
     async def renew(self, lease: Lease) -> Lease:
         self.renews += 1

@@ -13,6 +13,12 @@ from redis.asyncio import Redis
 from leaseworker import ConfigError, RedisLeases
 from leaseworker._lease._leases import _ms
 
+from ..waiting import eventually
+
+
+async def _absent(redis: Redis, key: str) -> bool:
+    return not await redis.exists(key)
+
 
 async def test_acquire_sets_owner_ttl_and_conservative_local_deadline(
     leases: RedisLeases, redis: Redis
@@ -27,6 +33,29 @@ async def test_acquire_sets_owner_ttl_and_conservative_local_deadline(
     assert 0 < await redis.pttl(leases.lease_key(lease.key)) <= 2000
     assert leases.lease_key("k") == f"{leases.namespace}:{{k}}:lease"
     assert leases.fence_key("k") == f"{leases.namespace}:{{k}}:fence"
+
+
+async def test_each_acquisition_gets_the_note_its_predecessor_left(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """The note travels to the next acquisition, however the lease ended; ``""`` clears it."""
+    first = await leases.acquire("k", ttl=5, note="one")
+    assert first is not None
+    assert first.previous is None
+    assert await leases.release(first)
+    second = await leases.acquire("k", ttl=0.05, note="two")
+    assert second is not None
+    assert second.previous == "one"
+    await eventually(lambda: _absent(redis, leases.lease_key("k")))  # expired, not released
+    third = await leases.acquire("k", ttl=5)
+    assert third is not None
+    assert third.previous == "two"
+    assert await leases.release(third)
+    fourth = await leases.acquire("k", ttl=5, note="four")
+    assert fourth is not None
+    assert fourth.previous is None  # the third left none: no older note stands in for it
+    assert await redis.get(leases.note_key("k")) == b"four"
+    assert leases.note_key("k") == f"{leases.namespace}:{{k}}:note"
 
 
 async def test_renew_extends_ttl_and_deadline(leases: RedisLeases, redis: Redis) -> None:

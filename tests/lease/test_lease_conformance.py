@@ -204,6 +204,28 @@ async def test_fences_strictly_increase_across_release_delete_and_expiry(backend
     assert fences == sorted(set(fences))
 
 
+async def test_each_acquisition_gets_its_predecessors_note(backend: Backend) -> None:
+    """A note travels to the next acquisition, after a release or an expiry; ``""`` clears it."""
+    leases = backend.leases
+    first = await leases.acquire("k", ttl=5, note="one")
+    assert first is not None
+    assert first.previous is None
+    assert await leases.release(first)
+    second = await leases.acquire("k", ttl=0.05, note="two")
+    assert second is not None
+    assert second.previous == "one"
+    with anyio.fail_after(5):
+        while await backend.exists("k"):  # the store expires it  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    third = await leases.acquire("k", ttl=5)
+    assert third is not None
+    assert third.previous == "two"
+    assert await leases.release(third)
+    fourth = await leases.acquire("k", ttl=5, note="four")
+    assert fourth is not None
+    assert fourth.previous is None  # the third left none: no older note stands in for it
+
+
 async def test_stale_owner_can_neither_renew_nor_release_a_newer_lease(backend: Backend) -> None:
     """The incident's late release: the old owner deletes nothing and renews nothing."""
     leases = backend.leases

@@ -216,7 +216,9 @@ async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
             async def acquire(key: str, patience: float) -> object:
                 with anyio.fail_after(patience):
                     return await pipeline.call(
-                        sha, [f"{namespace}:{key}", f"{namespace}:f"], ["o", "5000"]
+                        sha,
+                        [f"{namespace}:{key}", f"{namespace}:f", f"{namespace}:n"],
+                        ["o", "5000", ""],
                     )
 
             await acquire("connect", 2.0)

@@ -328,7 +328,21 @@ async def test_lost_lease_shows_loss_cancel_and_stop_with_its_latency(
     )
     releases = named(spans, "lease release")
     assert [_attrs(r)["leaseworker.release.deleted"] for r in releases] == [False, True]
-    assert len(named(spans, "lease acquire")) == 2
+    first, takeover = named(spans, "lease acquire")
+    assert "leaseworker.previous.execution.id" not in _attrs(first)
+    assert not first.links
+    # The takeover links to the execution it succeeded: the trace and span it left in Redis.
+    assert _attrs(takeover)["leaseworker.previous.execution.id"] == lost_execution
+    [link] = takeover.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        _ctx(process).trace_id,
+        _ctx(process).span_id,
+    )
+    assert dict(link.attributes or {}) == {"leaseworker.execution.id": lost_execution}
+    # The failed renewal covers its round trip: it was sent before the loss was declared.
+    [failed] = rejected
+    assert (failed.start_time or 0) < (failed.end_time or 0)
+    assert (failed.end_time or 0) == pytest.approx(lost.start_time or 0, abs=1e6)  # the verdict
     losses = _points(metric_reader, "leaseworker.lease.losses")
     assert [(dict(p.attributes), p.value) for p in losses] == [
         ({"leaseworker.loss.reason": "rejected"}, 1)

@@ -17,6 +17,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -53,6 +54,13 @@ def add_parser(subparsers: Any) -> None:
         "--keep-running",
         action="store_true",
         help="stack only: keep Redis, Kafka and Jaeger up after the summary until Ctrl-C",
+    )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        help="stack only: where to write the stalled report's timeline page "
+        "(default: leaseworker-demo-timeline.html in the temp directory)",
     )
     parser.set_defaults(handler=_main)
 
@@ -135,8 +143,13 @@ def _scenario(args: argparse.Namespace) -> int:
 
         return incident_demo(args.ttl)
     from .._dev import stack_demo
+    from .._dev._stack import DEFAULT_HTML
 
-    summary = stack_demo(lambda line: print(line, flush=True), keep_running=args.keep_running)
+    summary = stack_demo(
+        lambda line: print(line, flush=True),
+        keep_running=args.keep_running,
+        html=args.html or DEFAULT_HTML,
+    )
     if not args.keep_running:
         print(summary.render(), flush=True)
     if not summary.ok:

@@ -1,9 +1,10 @@
-"""Helpers for the demo: point pods at a local Jaeger and find the trace of a lost lease.
+"""Helpers for the demo: point pods at a local Jaeger, find a lost lease and its timeline.
 
 ``pod_environment`` gives the OTEL_* variables a ``leaseworker run`` pod needs to
 export to a :class:`~leaseworker._dev._services.LocalJaeger` (traces only: Jaeger takes
 no metrics); ``lost_trace_url`` polls Jaeger until a trace with an
-``ownership lost`` span shows up and returns its URL.
+``ownership lost`` span shows up and returns its URL; ``key_history`` polls it
+until a job key's history shows a loss and its takeover.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .._history import History
 from .._telemetry import _names as n
+from .._timeline import JaegerQuery, history_from_spans
 
 if TYPE_CHECKING:
     from ._services._jaeger import FoundSpan, LocalJaeger
@@ -47,4 +50,26 @@ def lost_trace_url(
             return jaeger.trace_url(ids[0])
         if time.monotonic() >= deadline:
             return None
+        time.sleep(0.2)
+
+
+def key_history(
+    jaeger: LocalJaeger, job_key: str, service: str = "leaseworker", *, within: float = 10.0
+) -> History | None:
+    """Poll ``jaeger`` up to ``within`` s for ``job_key``'s history: a lost execution taken over.
+
+    Returns what it found last (``None`` when nothing): the pods flush their
+    spans on exit, and Jaeger stores them a moment later.
+    """
+    query = JaegerQuery(jaeger.query_url, service=service)
+    deadline = time.monotonic() + within
+    history: History | None = None
+    while True:
+        found = history_from_spans(query.job_key(job_key, since=3600).spans, job_key)
+        history = found if found.executions else history
+        outcomes = [e.outcome for e in found.executions]
+        if "lost" in outcomes and "completed" in outcomes:
+            return history
+        if time.monotonic() >= deadline:
+            return history
         time.sleep(0.2)

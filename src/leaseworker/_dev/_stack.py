@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
+from .._history import Fault, History
+from .._timeline import render_html, render_text
 from ..testing import ChaosProxy
-from ._jaeger_links import lost_trace_url
+from ._jaeger_links import key_history, lost_trace_url
 from ._marks import Execution, Position, completed_positions, overlaps, read_executions
 from ._pods import PodProcess, Stack, committed_total, local_stack, spawn_pod, telemetry_flags
 
 TOPIC = "reports.requested"  # MonthlyReport.topic
+SERVICE = os.environ.get("OTEL_SERVICE_NAME") or "leaseworker"  # what the pods export as
+DEFAULT_HTML = Path(tempfile.gettempdir()) / "leaseworker-demo-timeline.html"
+"""Where the demo writes the stalled report's timeline page (overwritten by each run)."""
 DEAD_LETTERS = "reports.dead-letter"
 JOB = "demo_report:DemoMonthlyReport"
 PARTITIONS = 3
@@ -60,6 +67,12 @@ class Summary:
     takeover_after: float | None = None  # that stop -> started on another pod
     duration: float = 0.0
     lost_trace: str | None = None  # Jaeger URL of the execution whose lease was lost
+    jaeger: str | None = None  # the local Jaeger's query URL
+    slow_key: str = ""
+    timeline: History | None = None  # the slow report's history, read from Jaeger
+    stall: tuple[float, float] | None = None  # Unix times: black-holed, its pod stopped
+    kept_running: bool = False  # the services stay up after the summary (--keep-running)
+    timeline_html: Path | None = None
 
     def count(self, how: str) -> int:
         """Count the executions that ended ``how``."""
@@ -107,10 +120,10 @@ class Summary:
             ),
             *(
                 [
-                    f"  lost execution trace {self.lost_trace}",
-                    "                       (JSON: "
-                    + self.lost_trace.replace("/trace/", "/api/v3/traces/")
-                    + ")",
+                    "  traces               the lost execution as JSON (the local Jaeger "
+                    "has no web UI):",
+                    "                       "
+                    + self.lost_trace.replace("/trace/", "/api/v3/traces/"),
                 ]
                 if self.lost_trace
                 else []
@@ -118,24 +131,48 @@ class Summary:
             f"  duration             {self.duration:.1f}s",
             f"  result               {'OK' if self.ok else 'FAILED'}",
         ]
-        return "\n".join(lines)
+        return "\n".join(lines) + self._timeline()
+
+    def _timeline(self) -> str:
+        """Draw the slow report's timeline from the traces, and say where its page is."""
+        if self.timeline is None:
+            return ""
+        text = render_text(self.timeline, width=100)
+        page = f"\nthe same as a page: {self.timeline_html}" if self.timeline_html else ""
+        again = (
+            f"\nagain, against the running Jaeger: leaseworker timeline {self.slow_key} "
+            f"--jaeger {self.jaeger} --html timeline.html"
+            if self.kept_running
+            else ""
+        )
+        return f"\n\n== timeline of the stalled report (from the traces in Jaeger)\n{text}" + (
+            page + again
+        )
 
 
-def stack_demo(out: Out = print, *, keep_running: bool = False) -> Summary:
+def stack_demo(
+    out: Out = print, *, keep_running: bool = False, html: Path | None = DEFAULT_HTML
+) -> Summary:
     """Run the whole demo; every service and pod it started is stopped before it returns.
 
     ``keep_running`` leaves Redis, Kafka and Jaeger up after the summary until
-    Ctrl-C, so the printed trace URL can be opened.
+    Ctrl-C, so the printed trace URL can be opened and ``leaseworker timeline``
+    run against it. With Jaeger, the stalled report's timeline page goes to ``html``.
     """
     began = time.monotonic()
     out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
     with local_stack() as stack:
         try:
             stack.kafka.create_topics([TOPIC, DEAD_LETTERS], partitions=PARTITIONS)
-            jaeger = f", Jaeger UI {stack.jaeger.query_url}" if stack.jaeger else ""
+            jaeger = f", Jaeger (query API) {stack.jaeger.query_url}" if stack.jaeger else ""
             out(f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}")
             summary = anyio.run(_scenario, stack, out)
+            if summary.timeline is not None and html is not None:
+                title = f"leaseworker demo: the stalled report {summary.slow_key}"
+                html.write_text(render_html(summary.timeline, title=title), encoding="utf-8")
+                summary.timeline_html = html
             if keep_running:
+                summary.kept_running = True
                 summary.duration = time.monotonic() - began
                 out(summary.render())
                 _wait_for_interrupt(out)
@@ -218,7 +255,12 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
         await _stop_all(pods)
         clock.say("pods stopped")
         if stack.jaeger is not None:  # the pods flushed their spans on exit
+            summary.jaeger = stack.jaeger.query_url
             summary.lost_trace = await anyio.to_thread.run_sync(lost_trace_url, stack.jaeger)
+            history = await anyio.to_thread.run_sync(
+                key_history, stack.jaeger, summary.slow_key, SERVICE
+            )
+            summary.timeline = _with_stall(history, summary)
     summary.executions = read_executions(markers)
     ran = completed_positions(summary.executions)
     summary.completed_triggers = len(ran | _answered(run, summary.executions))
@@ -261,6 +303,7 @@ class _Run:
 async def _play(run: _Run) -> None:
     """Slow report, stream with duplicates, Redis stall on the slow report's pod, hand-over."""
     slow_key = f"report:{SLOW_KEY[0]}:{SLOW_KEY[1]}"
+    run.summary.slow_key = slow_key
     await run.send([(*SLOW_KEY, {"rows": 20_000, "slow_seconds": SLOW_SECONDS})])
     await _until(lambda: bool(run.executions(slow_key)), within=20, what="the slow report")
     first = run.executions(slow_key)[0]
@@ -275,6 +318,7 @@ async def _play(run: _Run) -> None:
     run.clock.say(f"the slow report has outlived its {LEASE:.0f}s lease: renewals keep it")
     stalled.proxy.blackhole = True
     stall_at = time.monotonic()
+    stall_unix = time.time()
     run.summary.stall_pod = stalled.name
     run.clock.say(f"Redis stall injected for {stalled.name}: its renewals go unanswered")
     await _until(lambda: first.execution_id in _stopped(run, slow_key), within=LEASE + 5, what="")
@@ -286,6 +330,7 @@ async def _play(run: _Run) -> None:
     )
     run.clock.say(f"orchestrator: {stalled.name} cannot reach Redis -> SIGTERM (drain 2s)")
     code = await stalled.stop(within=10)
+    run.summary.stall = (stall_unix, time.time())
     run.clock.say(f"{stalled.name} exited with code {code}; the group rebalances")
 
     def taken_over() -> bool:
@@ -312,6 +357,15 @@ async def _all_done(run: _Run) -> None:
             if done and total == len(run.sent):
                 return
             await anyio.sleep(0.3)
+
+
+def _with_stall(history: History | None, summary: Summary) -> History | None:
+    """Add the Redis stall to the timeline, as the fault band over its pod."""
+    if history is None or summary.stall is None:
+        return history
+    start, end = summary.stall
+    stall = Fault(kind="redis stall", start=start, end=end, target=summary.stall_pod)
+    return replace(history, faults=(*history.faults, stall))
 
 
 def _answered(run: _Run, executions: list[Execution]) -> set[Position]:
@@ -356,6 +410,7 @@ def _payload(tenant: str, period: str, **more: object) -> bytes:
 
 
 def _wait_for_interrupt(out: Out) -> None:
+    """Wait for Ctrl-C (the demo command makes SIGTERM and SIGHUP act as one too)."""
     out("services are kept running for inspection; press Ctrl-C to stop them")
     try:
         while True:

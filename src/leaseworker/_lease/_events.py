@@ -25,9 +25,13 @@ class LeaseEvent:
 
     ``round_trip``: seconds the Redis call took (acquire, renew, release).
     ``remaining``: seconds of trusted ownership left after the step.
+    On ``lost`` after a failed renewal, ``round_trip`` is the time from sending
+    that renewal to its verdict.
     ``reason``/``detail``: why ownership was lost. ``stop_latency``: seconds from
     the loss until the body stopped. ``deleted``: whether the release deleted
-    this owner's key. ``error``: why the release failed.
+    this owner's key. ``error``: why the release failed. ``previous``: on
+    ``acquired``, the note the acquisition before this one left (see
+    :class:`LeaseObserver`).
     """
 
     name: LeaseEventName
@@ -41,10 +45,16 @@ class LeaseEvent:
     stop_latency: float | None = None
     deleted: bool | None = None
     error: BaseException | None = None
+    previous: str | None = None
 
 
 class LeaseObserver(Protocol):
-    """Receives every :class:`LeaseEvent` of one held lease; must not block."""
+    """Receives every :class:`LeaseEvent` of one held lease; must not block.
+
+    An observer may also define ``lease_note() -> str``: ``hold()`` stores what
+    it returns with the acquisition (telemetry: its trace reference), and the
+    next acquisition of the key gets it back as ``LeaseEvent.previous``.
+    """
 
     def on_lease_event(self, event: LeaseEvent) -> None:
         """Handle one lease event."""

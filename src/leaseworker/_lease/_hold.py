@@ -201,12 +201,21 @@ class HeldLease:
         if self._lease is not None or self._outcome is not None:
             raise RuntimeError("a HeldLease can be entered only once")
         begun = now()
-        lease = await self._leases.acquire(self._key, self._timing.ttl)
+        note = self._note()
+        if note:
+            lease = await self._leases.acquire(self._key, self._timing.ttl, note=note)
+        else:  # a store written before notes existed keeps working
+            lease = await self._leases.acquire(self._key, self._timing.ttl)
         if lease is None:
             self._outcome = "busy"
             raise LeaseBusy(self._key, retry_after=await self._holder_ttl())
         self._lease = lease
-        self._emit("acquired", round_trip=now() - begun, remaining=lease.remaining())
+        self._emit(
+            "acquired",
+            round_trip=now() - begun,
+            remaining=lease.remaining(),
+            previous=lease.previous,
+        )
         if self._timing.max_runtime is not None:
             self._runtime_deadline = now() + self._timing.max_runtime
         self._scope = anyio.CancelScope(deadline=self._body_deadline())
@@ -359,10 +368,12 @@ class HeldLease:
                 renewed = await self._leases.renew(lease)
                 round_trip = now() - woke
             except LeaseLost as exc:
-                self._lose(exc.reason, exc.detail, at=now())
+                verdict = now()
+                self._lose(exc.reason, exc.detail, at=verdict, round_trip=verdict - woke)
                 return
             except Exception as exc:  # a custom store's bug must still stop the body
-                self._lose("error", repr(exc), at=now())
+                verdict = now()
+                self._lose("error", repr(exc), at=verdict, round_trip=verdict - woke)
                 return
             if self._stopping:  # the block ended meanwhile (its cancellation was swallowed)
                 return
@@ -374,13 +385,18 @@ class HeldLease:
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)
 
-    def _lose(self, reason: LeaseLostReason, detail: str, *, at: float) -> None:
-        """Mark ownership uncertain for good and cancel the body."""
+    def _lose(
+        self, reason: LeaseLostReason, detail: str, *, at: float, round_trip: float | None = None
+    ) -> None:
+        """Mark ownership uncertain for good and cancel the body.
+
+        ``round_trip``: how long the renewal whose verdict this is took, if one did.
+        """
         if self._loss is not None or self._stopping:
             return
         self._loss = (reason, detail, at)
         self._scope.cancel()
-        self._emit("lost", reason=reason, detail=detail)
+        self._emit("lost", reason=reason, detail=detail, round_trip=round_trip)
         self._emit("cancel_requested", reason=reason)
         logger.log(
             self._loss_log_level,
@@ -401,6 +417,17 @@ class HeldLease:
             detail=detail,
             stop_latency=max(0.0, stopped_at - lost_at),
         )
+
+    def _note(self) -> str:
+        """Return the observer's note for this acquisition (``""`` without one, or on failure)."""
+        lease_note = getattr(self._observer, "lease_note", None)
+        if lease_note is None:
+            return ""
+        try:
+            return str(lease_note())
+        except Exception:
+            logger.exception("lease observer failed to give a note")
+            return ""
 
     async def _holder_ttl(self) -> float | None:
         try:

@@ -37,7 +37,8 @@ class Lease:
 
     ``local_deadline`` is on the event loop's monotonic clock
     (``anyio.current_time()`` on asyncio); past it, ownership is uncertain. ``sent_at`` is
-    when the acquire or last successful renew was sent.
+    when the acquire or last successful renew was sent. ``previous`` is the note
+    the acquisition before this one left (see :meth:`RedisLeases.acquire`), if any.
     """
 
     key: str
@@ -46,6 +47,7 @@ class Lease:
     ttl: float
     sent_at: float
     local_deadline: float
+    previous: str | None = None
 
     def remaining(self) -> float:
         """Seconds of trusted ownership left (0 once the deadline passed)."""
@@ -92,8 +94,12 @@ class LeaseStore(Protocol):
         """The deadline policy every lease from this store is computed with."""
         ...
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
-        """Take the lease for ``key`` or return ``None`` when someone holds it."""
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
+        """Take the lease for ``key`` or return ``None`` when someone holds it.
+
+        ``note`` is kept with this acquisition until the next one, which gets it
+        as :attr:`Lease.previous` (a store may ignore notes: ``previous`` stays ``None``).
+        """
         ...
 
     async def renew(self, lease: Lease) -> Lease:
@@ -111,10 +117,11 @@ class LeaseStore(Protocol):
 
 @final
 class RedisLeases:
-    """Leases stored in Redis, one lease key and one fence key per job key.
+    """Leases stored in Redis: a lease key, a fence key and a note key per job key.
 
-    Keys are ``{namespace}:{<job key>}:lease`` and ``...:fence``; the braces are
-    a Redis Cluster hash tag, so both keys of a job live in one slot and the
+    Keys are ``{namespace}:{<job key>}:lease``, ``...:fence`` and ``...:note`` (the
+    last acquisition's note); the braces are
+    a Redis Cluster hash tag, so every key of a job lives in one slot and the
     scripts stay atomic on a cluster. Usage::
 
         leases = RedisLeases(redis.asyncio.Redis.from_url(url))
@@ -205,8 +212,16 @@ class RedisLeases:
         """Return the Redis key holding ``key``'s last fence."""
         return f"{self._namespace}:{{{_checked(key)}}}:fence"
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
+    def note_key(self, key: str) -> str:
+        """Return the Redis key holding the note of ``key``'s last acquisition."""
+        return f"{self._namespace}:{{{_checked(key)}}}:note"
+
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
         """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+
+        ``note`` (opaque text, e.g. a trace reference) is stored with this
+        acquisition in the same script; the note the previous acquisition of
+        ``key`` left comes back as :attr:`Lease.previous`.
 
         Raises :class:`LeaseUnavailable` when Redis fails or does not answer in
         time; the lease may then have been taken, so leaseworker releases it
@@ -214,10 +229,10 @@ class RedisLeases:
         """
         _check_ttl(ttl)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
-        keys = [self.lease_key(key), self.fence_key(key)]
+        keys = [self.lease_key(key), self.fence_key(key), self.note_key(key)]
         sent_at = now()
         try:
-            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl)])
+            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl), note])
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             await self._forget(key, owner)
             raise LeaseUnavailable(key, _describe(exc)) from exc
@@ -232,7 +247,13 @@ class RedisLeases:
             raise LeaseUnavailable(key, self._unreplicated(reply))
         deadline = self._policy.local_deadline(sent_at, ttl)
         return Lease(
-            key=key, owner=owner, fence=value, ttl=ttl, sent_at=sent_at, local_deadline=deadline
+            key=key,
+            owner=owner,
+            fence=value,
+            ttl=ttl,
+            sent_at=sent_at,
+            local_deadline=deadline,
+            previous=_text(reply.value[2]) or None,
         )
 
     async def renew(self, lease: Lease) -> Lease:

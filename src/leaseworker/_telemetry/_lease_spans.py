@@ -3,9 +3,14 @@
 Each :class:`LeaseSpans` belongs to one execution (it knows the execution id,
 which lease events do not carry) and hangs its spans on the trigger's trace:
 ``lease acquire`` ends when the lease is acquired; every renewal is a
-``lease renew`` span covering its round trip; a loss gives ``ownership lost``
+``lease renew`` span covering its round trip (a failed one, from sending it to
+the verdict); a loss gives ``ownership lost``
 and ``cancel requested``; ``job stopped`` spans the time from the loss until the
 body stopped; ``lease release`` covers the release round trip.
+
+Each acquisition leaves its trace reference with the lease (:meth:`LeaseSpans.lease_note`);
+the next execution of the key gets it back, and its ``lease acquire`` span links
+to the previous execution's trace and names its execution id.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, final
 
-from opentelemetry.trace import Status, StatusCode, Tracer
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags, Tracer
 
 from .._lease import LeaseEvent
 from .._outcome import JOB_FAILURES, LeaseLostReason
@@ -51,6 +56,18 @@ class LeaseSpans:
         self._execution_id = execution_id
         self._deadline: float | None = None  # local deadline after the last confirmation
 
+    def lease_note(self) -> str:
+        """Return ``trace id:span id:execution id`` of this execution, for its successor.
+
+        The span is the trigger's ``process`` span (the only one that exists when
+        the acquire is sent); without a recorded one the ids are left empty.
+        """
+        span = self._trace.span
+        if span is None or not self._trace.recording:
+            return f"::{self._execution_id}"
+        context = span.get_span_context()
+        return f"{context.trace_id:032x}:{context.span_id:016x}:{self._execution_id}"
+
     def on_lease_event(self, event: LeaseEvent) -> None:
         """Record one lease event (see :class:`~leaseworker.LeaseEvent`)."""
         handler = getattr(self, f"_on_{event.name}", None)
@@ -76,7 +93,10 @@ class LeaseSpans:
             n.ROUND_TRIP_MS: ms(event.round_trip or 0.0),
             n.REMAINING_MS: ms(event.remaining or 0.0),
         }
-        end_acquire(self._tracer, trace, step, wall_ns(event.at), "acquired")
+        link, previous_execution = _previous(event.previous)
+        if previous_execution:
+            step[n.PREVIOUS_EXECUTION_ID] = previous_execution
+        end_acquire(self._tracer, trace, step, wall_ns(event.at), "acquired", link)
 
     def _on_renewed(self, event: LeaseEvent) -> None:
         self._confirmed(event)
@@ -105,7 +125,7 @@ class LeaseSpans:
             self._span(
                 n.SPAN_RENEW,
                 event,
-                event.at,
+                event.at - (event.round_trip or 0.0),  # from sending it to the verdict
                 {n.RENEWAL_OUTCOME: reason},
                 Status(StatusCode.ERROR, f"renewal {reason}"),
             )
@@ -211,14 +231,43 @@ class LeaseSpans:
         }
 
 
+def _previous(note: str | None) -> tuple[Link | None, str]:
+    """Parse a predecessor's :meth:`LeaseSpans.lease_note`: a link to its trace, its execution id.
+
+    A note that is not one (another writer, a newer format) gives neither.
+    """
+    parts = (note or "").split(":")
+    if len(parts) != 3:
+        return None, ""
+    trace_id, span_id, execution_id = parts
+    try:
+        context = SpanContext(
+            int(trace_id, 16),
+            int(span_id, 16),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+    except ValueError:  # no ids: the predecessor's trace was not recorded
+        return None, execution_id
+    if not context.is_valid:
+        return None, execution_id
+    return Link(context, {n.EXECUTION_ID: execution_id}), execution_id
+
+
 def end_acquire(
-    tracer: Tracer, trace: TriggerTrace, step: Attributes, end_ns: int, outcome: str
+    tracer: Tracer,
+    trace: TriggerTrace,
+    step: Attributes,
+    end_ns: int,
+    outcome: str,
+    link: Link | None = None,
 ) -> None:
     """Record the trigger's ``lease acquire`` span, from the first try to ``end_ns``.
 
     It is made when the wait ends (acquired, given up, cancelled), with every
     attribute at its start and the busy/retry events noted meanwhile: one
-    span start instead of a span kept open and updated call by call.
+    span start instead of a span kept open and updated call by call. ``link``
+    leads to the execution whose lease this one took over.
     """
     trace.acquiring = False
     if not trace.recording:
@@ -231,6 +280,7 @@ def end_acquire(
         n.SPAN_ACQUIRE,
         context=trace.parent,
         attributes=attributes,
+        links=(link,) if link is not None else (),
         start_time=trace.acquire_started_ns,
     )
     for name, event_attributes, at in trace.acquire_events:

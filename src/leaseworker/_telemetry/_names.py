@@ -46,6 +46,7 @@ RETRY_IN_MS: Final = "leaseworker.retry_in_ms"
 COMMIT_POSITION: Final = "leaseworker.commit.position"
 DEAD_LETTER_REASON: Final = "leaseworker.dead_letter.reason"
 MALFORMED_REASON: Final = "leaseworker.malformed.reason"
+PREVIOUS_EXECUTION_ID: Final = "leaseworker.previous.execution.id"
 
 # -- span names -------------------------------------------------------------------------
 

@@ -1,11 +1,27 @@
 """The timeline of job keys: one lane per pod, each execution a bar, overlaps marked.
 
-``render_text`` draws a :class:`~leaseworker._history.History` for a terminal,
-``render_html`` as a self-contained page. Every history (from Jaeger traces or
-from a fault campaign's recorders) is drawn by this one component.
+``_layout`` places a :class:`~leaseworker._history.History` on one time axis
+(lanes, overlaps, step labels); ``_text`` draws it for a terminal
+(``render_text``), ``_html`` as a self-contained page (``render_html``). Every
+history, from Jaeger traces or from a fault campaign's recorders, is drawn by
+this one component. ``_spans`` turns leaseworker's spans into a history,
+``_jaeger`` finds a job key's spans through Jaeger's query API.
 """
 
 from ._html import render_html as render_html
+from ._jaeger import JaegerError as JaegerError
+from ._jaeger import JaegerQuery as JaegerQuery
+from ._jaeger import spans_from_document as spans_from_document
+from ._spans import Span as Span
+from ._spans import history_from_spans as history_from_spans
 from ._text import render_text as render_text
 
-__all__ = ["render_html", "render_text"]
+__all__ = [
+    "JaegerError",
+    "JaegerQuery",
+    "Span",
+    "history_from_spans",
+    "render_html",
+    "render_text",
+    "spans_from_document",
+]

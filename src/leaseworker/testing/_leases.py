@@ -69,6 +69,7 @@ class MemoryLeases:
         self._owner_prefix = owner_prefix
         self._keys: dict[str, _Key] = {}
         self._fences: dict[str, int] = {}
+        self._notes: dict[str, str] = {}  # the last acquisition's note, per key
         self._fence_floor = 0  # what Redis's server-time floor keeps after a restart
         self._renewal_faults: deque[RenewalFault] = deque()
         self.blackhole = False
@@ -84,8 +85,11 @@ class MemoryLeases:
 
     # -- the LeaseStore protocol ----------------------------------------------------
 
-    async def acquire(self, key: str, ttl: float) -> Lease | None:
+    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
         """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+
+        ``note`` stays with this acquisition; the next one gets it back as
+        :attr:`~leaseworker.Lease.previous` (``""`` leaves none), as on Redis.
 
         Raises :class:`LeaseUnavailable` when the store is refused, black-holed
         or answers later than ``command_timeout`` (a lease it took meanwhile is
@@ -96,7 +100,7 @@ class MemoryLeases:
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         sent_at = now()
         try:
-            fence = await self._round_trip(lambda: self._take(key, owner, ttl))
+            taken = await self._round_trip(lambda: self._take(key, owner, ttl, note))
         except TimeoutError as exc:
             self._forget(key, owner)
             raise LeaseUnavailable(key, "no answer within command_timeout") from exc
@@ -105,11 +109,18 @@ class MemoryLeases:
         except anyio.get_cancelled_exc_class():
             self._forget(key, owner)
             raise
-        if fence is None:
+        if taken is None:
             return None
+        fence, previous = taken
         deadline = self._policy.local_deadline(sent_at, ttl)
         return Lease(
-            key=key, owner=owner, fence=fence, ttl=ttl, sent_at=sent_at, local_deadline=deadline
+            key=key,
+            owner=owner,
+            fence=fence,
+            ttl=ttl,
+            sent_at=sent_at,
+            local_deadline=deadline,
+            previous=previous,
         )
 
     async def renew(self, lease: Lease) -> Lease:
@@ -179,13 +190,15 @@ class MemoryLeases:
         """Let another owner acquire ``key`` now, whoever held it: a takeover. Returns its lease."""
         self.delete(key)
         token = f"{owner}:{secrets.token_hex(12)}"
-        fence = self._take(key, token, ttl)
-        assert fence is not None
+        taken = self._take(key, token, ttl, "")
+        assert taken is not None
+        fence, previous = taken
         sent_at = now()
         return Lease(
             key=key,
             owner=token,
             fence=fence,
+            previous=previous,
             ttl=ttl,
             sent_at=sent_at,
             local_deadline=self._policy.local_deadline(sent_at, ttl),
@@ -196,6 +209,7 @@ class MemoryLeases:
         self._fence_floor = max([self._fence_floor, *self._fences.values()])
         self._keys.clear()
         self._fences.clear()
+        self._notes.clear()
 
     def holder(self, key: str) -> str | None:
         """Return the owner token holding ``key`` right now, or ``None``."""
@@ -236,14 +250,17 @@ class MemoryLeases:
             return None
         return held
 
-    def _take(self, key: str, owner: str, ttl: float) -> int | None:
-        """SET NX PX plus the fence increment; ``None`` when someone holds the key."""
+    def _take(self, key: str, owner: str, ttl: float, note: str) -> tuple[int, str | None] | None:
+        """SET NX PX, the fence increment and the note swap; ``None`` when someone holds the key."""
         if self._live(key) is not None:
             return None
         fence = max(self._fences.get(key, 0), self._fence_floor) + 1
         self._fences[key] = fence
         self._keys[key] = _Key(owner, now() + int(_ms(ttl)) / 1000)
-        return fence
+        previous = self._notes.pop(key, None)
+        if note:
+            self._notes[key] = note
+        return fence, previous
 
     def _extend(self, lease: Lease) -> bool:
         held = self._live(lease.key)
