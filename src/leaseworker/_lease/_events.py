@@ -27,7 +27,9 @@ class LeaseEvent:
     ``remaining``: seconds of trusted ownership left after the step.
     ``reason``/``detail``: why ownership was lost. ``stop_latency``: seconds from
     the loss until the body stopped. ``deleted``: whether the release deleted
-    this owner's key. ``error``: why the release failed.
+    this owner's key. ``error``: why the release failed. ``expires_at``
+    (acquired, renewed): the earliest moment Redis can expire the key, on the
+    same clock as ``at`` (the request's send time plus the TTL).
     """
 
     name: LeaseEventName
@@ -41,6 +43,7 @@ class LeaseEvent:
     stop_latency: float | None = None
     deleted: bool | None = None
     error: BaseException | None = None
+    expires_at: float | None = None
 
 
 class LeaseObserver(Protocol):

@@ -179,7 +179,12 @@ class HeldLease:
             self._outcome = "busy"
             raise LeaseBusy(self._key, retry_after=await self._holder_ttl())
         self._lease = lease
-        self._emit("acquired", round_trip=now() - begun, remaining=lease.remaining())
+        self._emit(
+            "acquired",
+            round_trip=now() - begun,
+            remaining=lease.remaining(),
+            expires_at=lease.sent_at + lease.ttl,
+        )
         if self._timing.max_runtime is not None:
             self._runtime_deadline = now() + self._timing.max_runtime
         self._scope = anyio.CancelScope(deadline=self._body_deadline())
@@ -332,7 +337,12 @@ class HeldLease:
             self._lease = renewed
             self._renewals += 1
             self._scope.deadline = self._body_deadline()
-            self._emit("renewed", round_trip=round_trip, remaining=self._lease.remaining())
+            self._emit(
+                "renewed",
+                round_trip=round_trip,
+                remaining=self._lease.remaining(),
+                expires_at=self._lease.sent_at + self._lease.ttl,
+            )
 
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)
