@@ -185,3 +185,11 @@ def test_a_loss_that_stopped_after_redis_could_expire_fails() -> None:
     late = _lost("a", "pod-a", 0.0, 5.0, 10, margin=-40.0)
     failed = _failed(dataclasses.replace(CLEAN, executions=(late, CLEAN.executions[1])))
     assert list(failed) == ["every loss stopped before Redis could expire the key"]
+
+
+def test_a_paused_loss_is_counted_apart_from_the_figures() -> None:
+    """A frozen execution's late stop is fencing's case: not a violation, not in the figures."""
+    late = dataclasses.replace(_lost("a", "pod-a", 0.0, 5.0, 10, margin=-40.0), paused=True)
+    verdict = check(dataclasses.replace(CLEAN, executions=(late,)), RECORDS)[-1]
+    assert verdict.passed
+    assert (verdict.counts["losses"], verdict.counts["paused_losses"]) == (0, 1)

@@ -194,27 +194,33 @@ def losses_stopped_in_time(history: History, records: Records) -> Verdict:
     """Per loss: how long the body took to stop, and the margin left before Redis expiry.
 
     A loss whose body stopped after Redis could have expired the key (a
-    negative margin) fails, unless the execution was paused.
+    negative margin) fails. Losses of paused executions are only counted:
+    a frozen process cannot stop in time, fencing protects the store.
     """
     latencies: list[float] = []
     margins: list[float] = []
     violations: list[str] = []
+    paused = 0
     for execution in history.executions:
         for step in execution.steps:
             if step.name != "stopped":
+                continue
+            if execution.paused:  # frozen past its lease: it could not stop; fencing did
+                paused += 1
                 continue
             latencies.append(float(step.attrs.get("latency_ms", 0.0)))
             if "margin_ms" not in step.attrs:
                 continue
             margin = float(step.attrs["margin_ms"])
             margins.append(margin)
-            if margin < 0 and not execution.paused:
+            if margin < 0:
                 violations.append(
                     f"{execution.job_key}: {execution.execution_id} ({execution.pod}) stopped "
                     f"{-margin:.0f} ms after Redis could expire its lease"
                 )
     counts: dict[str, Scalar] = {
         "losses": len(latencies),
+        "paused_losses": paused,
         "stop_latency_max_ms": max(latencies, default=0.0),
         "stop_latency_p99_ms": _percentile(latencies, 0.99),
         "min_margin_ms": min(margins, default=0.0),
