@@ -48,7 +48,7 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "redis_restart_empty": 1,
     "kafka_restart": 1,
     "sentinel_failover": 2,
-    "store_outage": 2,
+    "store_outage": 1,
 }
 """How often each kind is drawn, relative to the others available."""
 
@@ -102,19 +102,27 @@ def make_plan(
     """Draw ``faults`` faults of ``kinds`` over ``pods`` and a trigger stream over ``keys``."""
     rng = random.Random(seed)
     planned: list[PlannedFault] = []
-    busy: dict[str, float] = {}  # target (pod name, or "shared") -> free again at
+    free_at: dict[str, float] = {}  # lane (a pod's name, or "shared") -> free again at
     at = 1.0
     for _ in range(faults):
         at += rng.expovariate(1 / MEAN_GAP)
-        kind = rng.choices(list(kinds), weights=[WEIGHTS[k] for k in kinds])[0]
-        target = rng.choice(list(pods)) if kind in POD_FAULTS else None
-        lane = target or "shared"
-        at = max(at, busy.get(lane, 0.0))  # one fault per pod (and per service) at a time
+        lanes = [*pods, "shared"]
+        at = max(at, min(free_at.get(lane, 0.0) for lane in lanes))  # wait for a free lane
+        free_pods = [pod for pod in pods if free_at.get(pod, 0.0) <= at]
+        shared_free = free_at.get("shared", 0.0) <= at
+        choices = [k for k in kinds if (bool(free_pods) if k in POD_FAULTS else shared_free)]
+        kind = rng.choices(choices, weights=[WEIGHTS[k] for k in choices])[0]
+        target = rng.choice(free_pods) if kind in POD_FAULTS else None
         fault = _sized(rng, kind, at, target, lease)
-        busy[lane] = fault.at + fault.duration + 0.5
+        free_at[target or "shared"] = fault.at + _occupies(fault, lease) + 0.5
         planned.append(fault)
     end = max((f.at + f.duration for f in planned), default=5.0)
     return Plan(seed=seed, faults=tuple(planned), triggers=_triggers(rng, keys, end))
+
+
+def _occupies(fault: PlannedFault, lease: float) -> float:
+    """Seconds a fault keeps its lane (a stall request waits up to a lease to be taken)."""
+    return fault.duration + (lease if fault.kind == "loop_stall" else 0.0)
 
 
 def _sized(
