@@ -10,7 +10,6 @@ from leaseworker._cli._main import main
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["tests.jobs:MarkerJob", "--topology", "cluster"], "--topology cluster is not supported"),
         (["no_such_module:Job"], "cannot import 'no_such_module'"),
         (["tests.jobs:MarkerJob", "--payloads", "nocolon"], "pkg.module:function"),
     ],

@@ -26,7 +26,7 @@ def test_a_seed_names_one_plan() -> None:
     assert _plan(7) != _plan(8)
 
 
-@pytest.mark.parametrize("topology", ["single", "sentinel"])
+@pytest.mark.parametrize("topology", ["single", "sentinel", "cluster"])
 def test_faults_never_share_a_lane_and_fit_the_topology(topology: Topology) -> None:
     """A pod (or the shared services) has one fault at a time; only the topology's kinds."""
     plan = _plan(3, topology)

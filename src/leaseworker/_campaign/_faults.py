@@ -29,11 +29,19 @@ class Injector:
     lease: float
     faults: list[Fault] = field(default_factory=list)
     skipped: list[PlannedFault] = field(default_factory=list)
+    _lanes: dict[str, anyio.Lock] = field(default_factory=dict)
 
     async def play(self, planned: PlannedFault) -> None:
-        """Inject ``planned``, wait its duration, heal it (its kind's coroutine)."""
+        """Inject ``planned``, wait its duration, heal it (its kind's coroutine).
+
+        One fault per pod, and one on the shared services, at a time: the
+        plan spaces them, and a fault that runs long (a broker slow to come
+        back) holds the next one of its lane until it is healed.
+        """
         handler: Callable[[PlannedFault], Awaitable[None]] = getattr(self, f"_{planned.kind}")
-        await handler(planned)
+        lane = self._lanes.setdefault(planned.target or "shared", anyio.Lock())
+        async with lane:
+            await handler(planned)
 
     def _record(
         self, planned: PlannedFault, start: float, end: float | None = None, **attrs: Scalar
@@ -150,3 +158,12 @@ class Injector:
         proxy.blackhole = proxy.refuse = False
         proxy.cut()
         self._record(planned, start)
+
+    async def _cluster_failover(self, planned: PlannedFault) -> None:
+        cluster = self.stack.cluster
+        assert cluster is not None
+        start = time.monotonic()
+        new = await cluster.failover(int(planned.size))
+        self._record(planned, start, shard=int(planned.size), master_port=new.port)
+        await cluster.settle()
+        await anyio.sleep(planned.duration)

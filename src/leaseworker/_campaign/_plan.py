@@ -24,6 +24,7 @@ FaultKind = Literal[
     "redis_restart_empty",
     "kafka_restart",
     "sentinel_failover",
+    "cluster_failover",
     "store_outage",
 ]
 
@@ -48,9 +49,13 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "redis_restart_empty": 1,
     "kafka_restart": 1,
     "sentinel_failover": 2,
+    "cluster_failover": 2,
     "store_outage": 1,
 }
 """How often each kind is drawn, relative to the others available."""
+
+SHARDS: Final = 3
+"""Shards of the local cluster (LocalRedisCluster: six nodes, three shards)."""
 
 MEAN_GAP: Final = 1.5
 """Mean seconds between two fault starts (exponential): faults overlap in time."""
@@ -64,7 +69,7 @@ class PlannedFault:
     at: float
     duration: float
     target: str | None = None
-    size: float = 0.0  # a reply delay's seconds
+    size: float = 0.0  # a reply delay's seconds; a cluster failover's shard
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,8 +126,22 @@ def make_plan(
 
 
 def _occupies(fault: PlannedFault, lease: float) -> float:
-    """Seconds a fault keeps its lane (a stall request waits up to a lease to be taken)."""
-    return fault.duration + (lease if fault.kind == "loop_stall" else 0.0)
+    """Seconds a fault keeps its lane: its duration and what it waits for on top."""
+    return (
+        fault.duration
+        + _EXTRA.get(fault.kind, 0.0)
+        + (
+            lease if fault.kind == "loop_stall" else 0.0  # the request waits for a job to take it
+        )
+    )
+
+
+_EXTRA: Final[dict[FaultKind, float]] = {
+    "kafka_restart": 15.0,  # the broker's start after its down time
+    "sentinel_failover": 8.0,  # the promotion and the sentinels agreeing on it
+    "cluster_failover": 8.0,
+}
+"""Seconds beyond its duration a fault of this kind usually takes."""
 
 
 def _sized(
@@ -143,6 +162,8 @@ def _sized(
         duration = rng.uniform(1.1, 1.4) * lease  # past the lease: fencing's case
     elif kind == "store_outage":
         duration = rng.uniform(1.0, 8.0)
+    elif kind == "cluster_failover":
+        return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
     elif kind == "kafka_restart":
         duration = rng.uniform(0.5, 3.0)  # down time; the broker's start comes on top
     else:  # a cut, a kill, a restart, a failover: instantaneous, then a short rest

@@ -104,8 +104,10 @@ def fault_kinds(topology: Topology, *, store_outages: bool) -> list[FaultKind]:
     kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "kafka_restart"]
     if topology == "single":
         kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
-    else:
+    elif topology == "sentinel":
         kinds.append("sentinel_failover")
+    else:
+        kinds.append("cluster_failover")
     if store_outages:
         kinds.append("store_outage")
     return kinds
@@ -119,7 +121,11 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
     try:
         out(f"starting Kafka, Redis ({settings.topology}) and the completion store...")
         with services(settings.topology, settings.store_url, workdir) as stack:
-            result = anyio.run(_campaign, settings, stack, out)
+            try:
+                result = anyio.run(_campaign, settings, stack, out)
+            except BaseException:
+                out(f"the campaign broke off; pod logs and histories kept in {workdir}")
+                raise
         result.wall = time.monotonic() - began
         keep = not result.ok
         result.workdir = workdir if keep else None
@@ -160,8 +166,7 @@ async def _campaign(settings: Settings, stack: Services, out: Out) -> Result:
                 proxy = await exits.enter_async_context(ChaosProxy(stack.redis_port))
                 redis_url = f"redis://127.0.0.1:{proxy.port}/0"
             else:
-                assert stack.sentinel is not None
-                redis_url = stack.sentinel.url
+                redis_url = stack.shared_redis_url
             pods[name] = make_pod(
                 name,
                 job=settings.job,

@@ -24,12 +24,12 @@ from typing import Any, Literal
 
 import anyio
 
-from .._dev._services import LocalPostgres, LocalRedis, LocalSentinelGroup
+from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
 from ..testing import ChaosProxy
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
-Topology = Literal["single", "sentinel"]
+Topology = Literal["single", "sentinel", "cluster"]
 
 POD_FLAGS = (
     *("--session-timeout", "6", "--heartbeat-interval", "1", "--revoke-timeout", "2"),
@@ -48,8 +48,17 @@ class Services:
     store_url: str
     redis: LocalRedis | None = None
     sentinel: LocalSentinelGroup | None = None
+    cluster: LocalRedisCluster | None = None
     postgres: LocalPostgres | None = None
     store_proxy: ChaosProxy | None = None  # set by :func:`store_proxy`
+
+    @property
+    def shared_redis_url(self) -> str:
+        """The URL of a replicated topology (pods connect to it directly, no proxy)."""
+        if self.sentinel is not None:
+            return self.sentinel.url
+        assert self.cluster is not None
+        return self.cluster.url
 
     @property
     def redis_port(self) -> int:
@@ -60,9 +69,13 @@ class Services:
 
 @contextlib.contextmanager
 def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterator[Services]:
-    """Start Kafka, Redis (or a Sentinel group) and, without ``store_url``, a PostgreSQL."""
+    """Start Kafka, Redis (a node, Sentinel or a cluster), a PostgreSQL (without ``store_url``)."""
     started: list[Any] = []
-    redis_start = LocalSentinelGroup.start if topology == "sentinel" else LocalRedis.start
+    redis_start: Callable[[], Any] = LocalRedis.start
+    if topology == "sentinel":
+        redis_start = LocalSentinelGroup.start
+    elif topology == "cluster":
+        redis_start = LocalRedisCluster.start
     postgres_start = _postgres_or_none if store_url is None else None
     try:
         kafka, redis, postgres = _in_parallel(
@@ -76,6 +89,7 @@ def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterat
             store_url=store_url,
             redis=redis if isinstance(redis, LocalRedis) else None,
             sentinel=redis if isinstance(redis, LocalSentinelGroup) else None,
+            cluster=redis if isinstance(redis, LocalRedisCluster) else None,
             postgres=postgres,
         )
     finally:

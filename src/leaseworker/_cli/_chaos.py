@@ -63,14 +63,6 @@ def _chaos(args: argparse.Namespace) -> int:
     from .._campaign._run import Settings, run_campaign
     from ._run import load_job_class
 
-    if args.topology == "cluster":
-        print(
-            "leaseworker chaos: error: --topology cluster is not supported yet: the campaign "
-            "has no cluster shard failover and cannot route a pod's cluster traffic through "
-            "its fault proxy",
-            file=sys.stderr,
-        )
-        return 2
     try:
         settings = Settings(
             job=args.job,
@@ -88,11 +80,23 @@ def _chaos(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"leaseworker chaos: error: {exc}", file=sys.stderr)
         return 2
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # its own clients retry on their own
-    result = run_campaign(settings, lambda line: print(line, flush=True))
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a broker restart is a fault played
+    try:
+        result = run_campaign(settings, lambda line: print(line, flush=True))
+    except Exception as exc:  # a service that did not start or come back: not a verdict
+        cause = _innermost(exc)
+        print(f"leaseworker chaos: error: {type(cause).__name__}: {cause}", file=sys.stderr)
+        return 1
     print(render(result), flush=True)
     if args.report is not None:
         args.report.write_text(to_json(result) + "\n")
     if args.html is not None:
         args.html.write_text(to_html(result))
     return 0 if result.ok else 1
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """Return the first leaf of nested exception groups (task groups wrap the real error)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
