@@ -1,7 +1,7 @@
-"""A thousand faults: ``leaseworker chaos`` campaigns across seeds and both topologies.
+"""A thousand faults: ``leaseworker chaos`` campaigns across seeds and the three topologies.
 
 Runs campaigns of ``--per-campaign`` faults (seeds ``--first-seed``, +1, ...;
-topologies alternating ``single`` and ``sentinel``) against
+topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``) against
 ``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) until ``--faults-total``
 faults have been planned, then prints the faults played by kind, the
 violations, the worst stop latency, the smallest margin before Redis could
@@ -29,7 +29,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
 JOB = "chaos_job:ShortLeaseReport"
-TOPOLOGIES = ("single", "sentinel")
+TOPOLOGIES = ("single", "sentinel", "single", "cluster")
+"""Half the campaigns on one node (it has the most fault kinds), a quarter on each replica set."""
 
 
 def campaign(seed: int, faults: int, topology: str, report: Path) -> dict[str, Any]:

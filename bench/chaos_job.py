@@ -3,7 +3,9 @@
 Like the example ``MonthlyReport`` (batches of generated rows, a checkpoint
 between them), keyed by the record key, but with a short lease so that faults
 sized by the lease (pauses, stalls, black-holes) play out in seconds and a
-thousand of them fit in half an hour.
+thousand of them fit in half an hour. Each batch also waits 30 ms, as a query
+would, so a job runs for 1.5 to 7.5 s: longer than a renewal interval, so a
+fault can take its lease mid-run.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import random
 
+import anyio
+
 from leaseworker import JobContext, ReportJob
 
 BATCH = 2_000
+QUERY_SECONDS = 0.03
 
 
 class ShortLeaseReport(ReportJob):
@@ -32,4 +37,5 @@ class ShortLeaseReport(ReportJob):
         for start in range(0, rows, BATCH):
             await ctx.checkpoint()
             total += sum(rng.randrange(100, 100_000) for _ in range(min(BATCH, rows - start)))
+            await anyio.sleep(QUERY_SECONDS)
         return {"rows": rows, "total_cents": total, "fence": ctx.fence}

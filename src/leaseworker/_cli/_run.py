@@ -222,20 +222,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"leaseworker run: error: {exc}", file=sys.stderr)
         return 2
     tune_garbage_collector()
-    try:
-        return _serve(args, worker, health, config, telemetry)
-    finally:
-        if recorder is not None:
-            recorder.close()
-
-
-def _serve(
-    args: argparse.Namespace,
-    worker: Worker,
-    health: HealthServer | None,
-    config: WorkerConfig,
-    telemetry: ConfiguredTelemetry,
-) -> int:
     if health is None:
         anyio.run(_then_flush, functools.partial(serve, worker), telemetry)
         return 0

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, final
+from typing import final
 
 from .._execution import ExecutionEvent, Trigger
 from .._history import Execution, Scalar, Step, header_line, record_line
@@ -55,21 +55,22 @@ class HistoryRecorder:
     ``acquired``, ``lost`` (``reason``), ``stopped`` (``latency_ms`` and
     ``margin_ms``, the time left before Redis could expire the key),
     ``completion`` (``status``), ``released``. Writing never raises into the
-    worker: a failed write is logged once and recording stops.
+    worker: a failed write is logged once and recording stops. Each line is
+    appended with its own open and close (two per execution), so the file
+    needs no closing and a killed pod loses nothing.
     """
 
     def __init__(self, path: Path, *, input_version: Callable[[Trigger], str]) -> None:
         self._input_version = input_version
         self._drafts: dict[str, _Draft] = {}
-        self._file: IO[str] | None = path.open("a", encoding="utf-8")
-        if self._file.tell() == 0:  # a restarted pod appends to its earlier file
-            self._write(header_line("monotonic"))
+        self._path: Path | None = path
+        with path.open("a", encoding="utf-8") as file:  # raises OSError now, not mid-run
+            if file.tell() == 0:  # a restarted pod appends to its earlier file
+                file.write(header_line("monotonic"))
 
     def close(self) -> None:
-        """Close the file (executions still running stay open-ended in it)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Stop recording (executions still running stay open-ended in the file)."""
+        self._path = None
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Record an execution's start line, its completion answer and its end."""
@@ -126,14 +127,15 @@ class HistoryRecorder:
         )
 
     def _write(self, line: str) -> None:
-        if self._file is None:
+        """Append one line; the file is opened per line, so nothing is left to close."""
+        if self._path is None:
             return
         try:
-            self._file.write(line)
-            self._file.flush()  # to the kernel: a killed pod loses none of it
+            with self._path.open("a", encoding="utf-8") as file:
+                file.write(line)  # closed: in the kernel, a killed pod loses none of it
         except OSError as exc:
             logger.warning("history recorder stopped: %s", exc, extra={"event": "recorder_failed"})
-            self.close()
+            self._path = None
 
 
 @final
