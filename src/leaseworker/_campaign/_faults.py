@@ -112,7 +112,8 @@ class Injector:
     async def _loop_stall(self, planned: PlannedFault) -> None:
         """Ask the pod's next job to block its loop; the pod records the stall it played."""
         request = stall_request(self.stack.workdir, self._pod(planned).name)
-        request.write_text(f"{planned.duration:.3f}")
+        where = "end" if planned.size else "start"
+        request.write_text(f"{planned.duration:.3f} {where}")
         await anyio.sleep(self.lease)  # time for a job to start on that pod and take it
         if request.exists():
             request.unlink(missing_ok=True)

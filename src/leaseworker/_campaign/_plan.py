@@ -69,7 +69,7 @@ class PlannedFault:
     at: float
     duration: float
     target: str | None = None
-    size: float = 0.0  # a reply delay's seconds; a cluster failover's shard
+    size: float = 0.0  # a reply delay's seconds; a failover's shard; a stall's 0 start, 1 end
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +158,12 @@ def _sized(
             target=target,
             size=rng.uniform(0.05, 0.6),
         )
-    elif kind in ("pod_pause", "loop_stall"):
+    elif kind == "loop_stall":  # past the lease, at a job's start (0) or its end (1)
+        duration = rng.uniform(1.1, 1.4) * lease
+        return PlannedFault(
+            kind=kind, at=at, duration=duration, target=target, size=rng.randrange(2)
+        )
+    elif kind == "pod_pause":
         duration = rng.uniform(1.1, 1.4) * lease  # past the lease: fencing's case
     elif kind == "store_outage":
         duration = rng.uniform(1.0, 8.0)
