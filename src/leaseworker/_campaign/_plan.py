@@ -57,7 +57,7 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
 SHARDS: Final = 3
 """Shards of the local cluster (LocalRedisCluster: six nodes, three shards)."""
 
-MEAN_GAP: Final = 1.5
+MEAN_GAP: Final = 1.0
 """Mean seconds between two fault starts (exponential): faults overlap in time."""
 
 
