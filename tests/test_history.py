@@ -79,3 +79,13 @@ def test_merge_refuses_mixed_clocks_and_keeps_order_of_keys() -> None:
     )
     assert both.keys() == ["j", "k"]
     assert both.of_key("k").executions == one.executions
+
+
+def test_a_later_line_of_an_execution_replaces_its_start_line() -> None:
+    """A recorder's start line, then the ended execution: one execution, the ended one."""
+    started = Execution(job_key="k", execution_id="e1", pod="p", start=1.0, fence=3)
+    ended = Execution(job_key="k", execution_id="e1", pod="p", start=1.0, end=2.0, fence=3)
+    killed = Execution(job_key="k", execution_id="e2", pod="p", start=3.0, fence=4)
+    text = header_line("monotonic") + record_line(started) + record_line(killed)
+    history = History.from_json(text + record_line(ended))
+    assert history.executions == (ended, killed)

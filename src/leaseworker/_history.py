@@ -124,7 +124,10 @@ class History:
     def from_json(cls, text: str) -> History:
         """Read a document (:meth:`to_json`) or a record file; ``ValueError`` says what is wrong.
 
-        A record file is :func:`header_line` followed by :func:`record_line` lines.
+        A record file is :func:`header_line` followed by :func:`record_line` lines;
+        a later line of an execution (same ``execution_id``) replaces an earlier
+        one, so a recorder can write a start line and then the ended execution,
+        and an execution whose pod was killed still shows, open-ended.
         """
         try:
             document = json.loads(text)
@@ -149,7 +152,7 @@ def header_line(clock: Clock) -> str:
 
 
 def record_line(item: Execution | Fault) -> str:
-    """One line of a record file: an ended execution or a fault, as it happened."""
+    """One line of a record file: an execution (started or ended) or a fault, as it happened."""
     kind = "execution" if isinstance(item, Execution) else "fault"
     return json.dumps({kind: asdict(item)}, separators=(",", ":"), allow_nan=False) + "\n"
 
@@ -172,10 +175,14 @@ def _from_lines(text: str) -> dict[str, Any]:
     if not lines or not isinstance(lines[0], dict):
         raise ValueError(f"not a {FORMAT} document")
     document: dict[str, Any] = {**lines[0], "executions": [], "faults": []}
+    executions: dict[object, Any] = {}
     for line in lines[1:]:
-        for kind in ("execution", "fault"):
-            if kind in line:
-                document[kind + "s"].append(line[kind])
+        if "fault" in line:
+            document["faults"].append(line["fault"])
+        if "execution" in line:
+            raw = line["execution"]
+            executions[raw.get("execution_id") if isinstance(raw, dict) else id(raw)] = raw
+    document["executions"] = list(executions.values())
     return document
 
 

@@ -32,6 +32,10 @@ REPO = Path(__file__).resolve().parents[2]
         (["run", "--concurrency", "0", "tests.jobs:MarkerJob"], "must be >= 1"),
         (["run", "--shutdown-timeout", "soon", "tests.jobs:MarkerJob"], "not a number"),
         (["run", "--redis-url", "http://x", "tests.jobs:MarkerJob"], "redis_url"),
+        (
+            ["run", "--record-history", "/nonexistent/h.jsonl", "tests.jobs:MarkerJob"],
+            "cannot record the history to /nonexistent/h.jsonl",
+        ),
         (["trigger", "t", "--payload", "[1]"], "JSON object"),
         (["trigger", "t", "--kafka-security-protocol", "SASL_SSL"], "SASL"),
     ],

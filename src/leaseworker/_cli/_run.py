@@ -17,6 +17,7 @@ import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,7 +26,14 @@ from .._errors import ConfigError
 from .._execution import ReportJob, check_job_class
 from .._telemetry import ConfiguredTelemetry
 from .._version import __version__
-from .._worker import HealthServer, Worker, WorkerConfig, serve, serve_with_health
+from .._worker import (
+    HealthServer,
+    HistoryRecorder,
+    Worker,
+    WorkerConfig,
+    serve,
+    serve_with_health,
+)
 from ._common import (
     LOG_FORMATS,
     Setting,
@@ -144,6 +152,12 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         kind=str.lower,
         choices=LOG_FORMATS,
     ),
+    # The execution recorder the fault campaign checks (docs/chaos.md).
+    Setting(
+        flag="--record-history",
+        help="append every execution's start and stop (monotonic clock, job key, execution "
+        "id, fence, outcome, completion answer, Kafka offset; never payloads) to this file",
+    ),
     Switch(
         flag="--log-job-errors",
         help="also log a failed job's exception message and traceback, which may quote "
@@ -232,8 +246,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         job = make_job(load_job_class(args.job))
         config = build_config(args)
+        recorder = _recorder(args, job)
         telemetry = _telemetry(args, config.pod)
-        worker = Worker(job, config, telemetry=telemetry.telemetry)
+        worker = Worker(job, config, telemetry=telemetry.telemetry, recorder=recorder)
         health = (
             None if args.health_port is None else HealthServer(args.health_host, args.health_port)
         )
@@ -289,6 +304,17 @@ def tune_garbage_collector() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
+
+
+def _recorder(args: argparse.Namespace, job: ReportJob) -> HistoryRecorder | None:
+    """Open the ``--record-history`` file, if one is given (ConfigError if impossible)."""
+    path = args.record_history
+    if not path:
+        return None
+    try:
+        return HistoryRecorder(Path(path), input_version=job.input_version)
+    except OSError as exc:
+        raise ConfigError(f"cannot record the history to {path}: {exc.strerror}") from exc
 
 
 def _telemetry(args: argparse.Namespace, pod: str) -> ConfiguredTelemetry:

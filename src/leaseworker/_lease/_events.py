@@ -31,7 +31,9 @@ class LeaseEvent:
     the loss until the body stopped. ``deleted``: whether the release deleted
     this owner's key. ``error``: why the release failed. ``previous``: on
     ``acquired``, the note the acquisition before this one left (see
-    :class:`LeaseObserver`).
+    :class:`LeaseObserver`). ``expires_at`` (acquired, renewed): the earliest
+    moment Redis can expire the key, on the same clock as ``at`` (the
+    request's send time plus the TTL).
     """
 
     name: LeaseEventName
@@ -46,6 +48,7 @@ class LeaseEvent:
     deleted: bool | None = None
     error: BaseException | None = None
     previous: str | None = None
+    expires_at: float | None = None
 
 
 class LeaseObserver(Protocol):

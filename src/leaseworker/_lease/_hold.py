@@ -215,6 +215,7 @@ class HeldLease:
             round_trip=now() - begun,
             remaining=lease.remaining(),
             previous=lease.previous,
+            expires_at=lease.sent_at + lease.ttl,
         )
         if self._timing.max_runtime is not None:
             self._runtime_deadline = now() + self._timing.max_runtime
@@ -380,7 +381,12 @@ class HeldLease:
             self._lease = renewed
             self._renewals += 1
             self._scope.deadline = self._body_deadline()
-            self._emit("renewed", round_trip=round_trip, remaining=self._lease.remaining())
+            self._emit(
+                "renewed",
+                round_trip=round_trip,
+                remaining=self._lease.remaining(),
+                expires_at=self._lease.sent_at + self._lease.ttl,
+            )
 
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)

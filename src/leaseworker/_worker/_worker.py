@@ -35,11 +35,12 @@ from .._execution import (
     Trigger,
 )
 from .._kafka import KafkaTriggerSource, SourceStats
-from .._lease import LeaseStore, RedisLeases, redis_from_url
+from .._lease import LeaseEvent, LeaseObserver, LeaseStore, RedisLeases, redis_from_url
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
 from ._config import WorkerConfig
+from ._recorder import HistoryRecorder
 
 logger = logging.getLogger("leaseworker.worker")
 
@@ -61,7 +62,8 @@ class Worker:
     metrics on its injected providers (default: none). ``store`` replaces the
     completion store the worker opens from ``config.store_url`` for the
     duration of :meth:`run` (the caller then owns it). The job's lease settings
-    are checked here (:class:`~leaseworker.ConfigError`).
+    are checked here (:class:`~leaseworker.ConfigError`). ``recorder``
+    appends every execution to a history file (``--record-history``).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class Worker:
         observer: ExecutionObserver | None = None,
         telemetry: Telemetry | None = None,
         store: CompletionStore | None = None,
+        recorder: HistoryRecorder | None = None,
     ) -> None:
         self._job = job
         self._config = config
@@ -99,6 +102,9 @@ class Worker:
         else:  # no providers: spare every trigger the no-op spans and their bookkeeping
             self._observer = observer
             self._lease_observers = None
+        if recorder is not None:
+            self._observer = MultiObserver([self._observer, recorder])
+            self._lease_observers = _both(self._lease_observers, recorder.lease_observer)
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
             config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=pod
@@ -265,6 +271,31 @@ class Worker:
                 policy,
                 extra={"event": "redis_eviction_policy", "pod": self._config.pod},
             )
+
+
+def _both(first: LeaseObservers | None, second: LeaseObservers) -> LeaseObservers:
+    """One lease-observer factory of two (telemetry's, if any, and the recorder's)."""
+    if first is None:
+        return second
+
+    def make(trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
+        return _LeaseFanOut(
+            first(trigger, job_key, execution_id), second(trigger, job_key, execution_id)
+        )
+
+    return make
+
+
+@final
+class _LeaseFanOut:
+    """Pass each lease event to two observers in order."""
+
+    def __init__(self, first: LeaseObserver, second: LeaseObserver) -> None:
+        self._observers = (first, second)
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        for observer in self._observers:
+            observer.on_lease_event(event)
 
 
 def _store_unavailable(

@@ -58,6 +58,21 @@ class LocalRedis:
     def restart_empty(self) -> None:
         """Stop the server and start it again on the same port with no data."""
         self.process.stop()
+        (self.workdir / "dump.rdb").unlink(missing_ok=True)  # left by restart_with_data
+        self.process = _spawn(self.binary, self.port, self.workdir)
+
+    def restart_with_data(self) -> None:
+        """Snapshot the data (``SAVE``), stop the server, start it again on it, same port.
+
+        What a restart of a persistent Redis looks like to clients: connections
+        drop, and the keys (leases with their remaining TTL, fence counters) are
+        back once it answers again.
+        """
+        with socket.create_connection((LOOPBACK, self.port), timeout=10) as sock:
+            sock.sendall(b"SAVE\r\n")
+            if not sock.recv(64).startswith(b"+OK"):
+                raise RuntimeError("redis-server refused SAVE")
+        self.process.stop()
         self.process = _spawn(self.binary, self.port, self.workdir)
 
     def stop(self) -> None:

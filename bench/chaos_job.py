@@ -1,0 +1,41 @@
+"""The job ``bench/chaos.py`` runs its campaigns against: a report with a 6 s lease.
+
+Like the example ``MonthlyReport`` (batches of generated rows, a checkpoint
+between them), keyed by the record key, but with a short lease so that faults
+sized by the lease (pauses, stalls, black-holes) play out in seconds and a
+thousand of them fit in half an hour. Each batch also waits 30 ms, as a query
+would, so a job runs for 1.5 to 7.5 s: longer than a renewal interval, so a
+fault can take its lease mid-run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import anyio
+
+from leaseworker import JobContext, ReportJob
+
+BATCH = 2_000
+QUERY_SECONDS = 0.03
+
+
+class ShortLeaseReport(ReportJob):
+    """Total generated sales rows for one key; a 6 s lease, renewed every 2 s."""
+
+    topic = "bench.chaos.requested"
+    lease_duration = 6.0
+    max_runtime = 120.0
+
+    async def run(self, ctx: JobContext) -> object:
+        """Sum ``rows`` generated rows in batches, checking the lease between batches."""
+        rows = min(int(ctx.trigger.payload.get("rows", 100_000)), 1_000_000)
+        seed = int.from_bytes(hashlib.sha256(ctx.job_key.encode()).digest()[:8], "big")
+        rng = random.Random(seed)
+        total = 0
+        for start in range(0, rows, BATCH):
+            await ctx.checkpoint()
+            total += sum(rng.randrange(100, 100_000) for _ in range(min(BATCH, rows - start)))
+            await anyio.sleep(QUERY_SECONDS)
+        return {"rows": rows, "total_cents": total, "fence": ctx.fence}

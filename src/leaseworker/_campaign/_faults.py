@@ -1,0 +1,170 @@
+"""Playing a planned fault: inject it, hold it for its duration, heal it, record it.
+
+Each kind is one small coroutine; every one records a :class:`Fault` with its
+start and end on the monotonic clock the pods' recorders use. What each
+models in production: see docs/chaos.md#the-faults.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from .._history import Fault, Scalar
+from ._plan import PlannedFault
+from ._stack import Pod, Services
+from ._stall import stall_request
+
+
+@dataclass
+class Injector:
+    """Plays faults against the services and pods; ``faults`` is what was played."""
+
+    stack: Services
+    pods: dict[str, Pod]
+    lease: float
+    faults: list[Fault] = field(default_factory=list)
+    skipped: list[PlannedFault] = field(default_factory=list)
+    _lanes: dict[str, anyio.Lock] = field(default_factory=dict)
+
+    async def play(self, planned: PlannedFault) -> None:
+        """Inject ``planned``, wait its duration, heal it (its kind's coroutine).
+
+        One fault per pod, and one on the shared services, at a time: the
+        plan spaces them, and a fault that runs long (a broker slow to come
+        back) holds the next one of its lane until it is healed.
+        """
+        handler: Callable[[PlannedFault], Awaitable[None]] = getattr(self, f"_{planned.kind}")
+        lane = self._lanes.setdefault(planned.target or "shared", anyio.Lock())
+        async with lane:
+            await handler(planned)
+
+    def _record(
+        self, planned: PlannedFault, start: float, end: float | None = None, **attrs: Scalar
+    ) -> None:
+        self.faults.append(
+            Fault(
+                kind=planned.kind,
+                start=start,
+                end=time.monotonic() if end is None else end,
+                target=planned.target,
+                attrs=attrs,
+            )
+        )
+
+    def _pod(self, planned: PlannedFault) -> Pod:
+        assert planned.target is not None
+        return self.pods[planned.target]
+
+    async def _redis_blackhole(self, planned: PlannedFault) -> None:
+        proxy = self._pod(planned).proxy
+        assert proxy is not None
+        start = time.monotonic()
+        proxy.blackhole = True
+        await anyio.sleep(planned.duration)
+        proxy.blackhole = False
+        proxy.cut()  # connections that lost bytes are out of step: drop them
+        self._record(planned, start)
+
+    async def _redis_delay(self, planned: PlannedFault) -> None:
+        proxy = self._pod(planned).proxy
+        assert proxy is not None
+        start = time.monotonic()
+        proxy.reply_delay = planned.size
+        await anyio.sleep(planned.duration)
+        proxy.reply_delay = 0.0
+        self._record(planned, start, delay_ms=round(planned.size * 1000))
+
+    async def _redis_cut(self, planned: PlannedFault) -> None:
+        proxy = self._pod(planned).proxy
+        assert proxy is not None
+        start = time.monotonic()
+        proxy.cut()
+        self._record(planned, start)
+        await anyio.sleep(planned.duration)
+
+    async def _pod_pause(self, planned: PlannedFault) -> None:
+        pod = self._pod(planned)
+        if not pod.running():
+            self.skipped.append(planned)
+            return
+        start = time.monotonic()
+        pod.signal(signal.SIGSTOP)
+        await anyio.sleep(planned.duration)
+        pod.signal(signal.SIGCONT)
+        self._record(planned, start)
+
+    async def _pod_kill(self, planned: PlannedFault) -> None:
+        pod = self._pod(planned)
+        if not pod.running():
+            self.skipped.append(planned)
+            return
+        start = time.monotonic()
+        code = await pod.kill()
+        self._record(planned, start, start, exit_code=-1 if code is None else code)
+        await anyio.sleep(planned.duration)
+        pod.start()
+
+    async def _loop_stall(self, planned: PlannedFault) -> None:
+        """Ask the pod's next job to block its loop; the pod records the stall it played."""
+        request = stall_request(self.stack.workdir, self._pod(planned).name)
+        where = "end" if planned.size else "start"
+        request.write_text(f"{planned.duration:.3f} {where}")
+        await anyio.sleep(self.lease)  # time for a job to start on that pod and take it
+        if request.exists():
+            request.unlink(missing_ok=True)
+            self.skipped.append(planned)  # no job started there meanwhile
+        else:
+            await anyio.sleep(planned.duration)
+
+    async def _redis_restart(self, planned: PlannedFault) -> None:
+        assert self.stack.redis is not None
+        start = time.monotonic()
+        await anyio.to_thread.run_sync(self.stack.redis.restart_with_data)
+        self._record(planned, start)
+        await anyio.sleep(planned.duration)
+
+    async def _redis_restart_empty(self, planned: PlannedFault) -> None:
+        assert self.stack.redis is not None
+        start = time.monotonic()
+        await anyio.to_thread.run_sync(self.stack.redis.restart_empty)
+        self._record(planned, start)
+        await anyio.sleep(planned.duration)
+
+    async def _kafka_restart(self, planned: PlannedFault) -> None:
+        start = time.monotonic()
+        kafka = self.stack.kafka
+        await anyio.to_thread.run_sync(lambda: kafka.restart(down_for=planned.duration))
+        self._record(planned, start)
+
+    async def _sentinel_failover(self, planned: PlannedFault) -> None:
+        group = self.stack.sentinel
+        assert group is not None
+        start = time.monotonic()
+        new = await group.failover()
+        self._record(planned, start, master_port=new.port)
+        await group.settle()
+        await anyio.sleep(planned.duration)
+
+    async def _store_outage(self, planned: PlannedFault) -> None:
+        proxy = self.stack.store_proxy
+        assert proxy is not None
+        start = time.monotonic()
+        proxy.blackhole = proxy.refuse = True
+        await anyio.sleep(planned.duration)
+        proxy.blackhole = proxy.refuse = False
+        proxy.cut()
+        self._record(planned, start)
+
+    async def _cluster_failover(self, planned: PlannedFault) -> None:
+        cluster = self.stack.cluster
+        assert cluster is not None
+        start = time.monotonic()
+        new = await cluster.failover(int(planned.size))
+        self._record(planned, start, shard=int(planned.size), master_port=new.port)
+        await cluster.settle()
+        await anyio.sleep(planned.duration)

@@ -1,0 +1,190 @@
+"""The seeded plan of a campaign: which fault, on what, when and for how long; which triggers.
+
+Every random choice of a campaign is made here, from ``random.Random(seed)``,
+before anything runs, so a seed names one plan (the timing of the real
+processes still varies between runs). Durations scale with the job's lease:
+a pause or a stall outlives it, a black-hole sometimes does and sometimes not.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+FaultKind = Literal[
+    "redis_blackhole",
+    "redis_delay",
+    "redis_cut",
+    "pod_pause",
+    "pod_kill",
+    "loop_stall",
+    "redis_restart",
+    "redis_restart_empty",
+    "kafka_restart",
+    "sentinel_failover",
+    "cluster_failover",
+    "store_outage",
+]
+
+POD_FAULTS: Final[frozenset[FaultKind]] = frozenset(
+    {"redis_blackhole", "redis_delay", "redis_cut", "pod_pause", "pod_kill", "loop_stall"}
+)
+"""Faults aimed at one pod; the others hit a shared service."""
+
+PROXY_FAULTS: Final[frozenset[FaultKind]] = frozenset(
+    {"redis_blackhole", "redis_delay", "redis_cut"}
+)
+"""Faults played on a pod's own Redis proxy (the single-node topology has them)."""
+
+WEIGHTS: Final[dict[FaultKind, int]] = {
+    "redis_blackhole": 4,
+    "redis_delay": 3,
+    "redis_cut": 3,
+    "pod_pause": 2,
+    "pod_kill": 2,
+    "loop_stall": 2,
+    "redis_restart": 1,
+    "redis_restart_empty": 1,
+    "kafka_restart": 1,
+    "sentinel_failover": 2,
+    "cluster_failover": 2,
+    "store_outage": 1,
+}
+"""How often each kind is drawn, relative to the others available."""
+
+SHARDS: Final = 3
+"""Shards of the local cluster (LocalRedisCluster: six nodes, three shards)."""
+
+MEAN_GAP: Final = 1.0
+"""Mean seconds between two fault starts (exponential): faults overlap in time."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedFault:
+    """One fault: its kind, target pod (or ``None``), start offset and duration in seconds."""
+
+    kind: FaultKind
+    at: float
+    duration: float
+    target: str | None = None
+    size: float = 0.0  # a reply delay's seconds; a failover's shard; a stall's 0 start, 1 end
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedTrigger:
+    """One trigger: when to send it, for which key (index) and input version (counter)."""
+
+    at: float
+    key: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A campaign's faults and triggers, in time order."""
+
+    seed: int
+    faults: tuple[PlannedFault, ...]
+    triggers: tuple[PlannedTrigger, ...]
+
+    @property
+    def length(self) -> float:
+        """Seconds from the start until the last fault has healed."""
+        return max((f.at + f.duration for f in self.faults), default=0.0)
+
+
+def make_plan(
+    *,
+    seed: int,
+    faults: int,
+    kinds: Sequence[FaultKind],
+    pods: Sequence[str],
+    keys: int,
+    lease: float,
+) -> Plan:
+    """Draw ``faults`` faults of ``kinds`` over ``pods`` and a trigger stream over ``keys``."""
+    rng = random.Random(seed)
+    planned: list[PlannedFault] = []
+    free_at: dict[str, float] = {}  # lane (a pod's name, or "shared") -> free again at
+    at = 1.0
+    for _ in range(faults):
+        at += rng.expovariate(1 / MEAN_GAP)
+        lanes = [*pods, "shared"]
+        at = max(at, min(free_at.get(lane, 0.0) for lane in lanes))  # wait for a free lane
+        free_pods = [pod for pod in pods if free_at.get(pod, 0.0) <= at]
+        shared_free = free_at.get("shared", 0.0) <= at
+        choices = [k for k in kinds if (bool(free_pods) if k in POD_FAULTS else shared_free)]
+        kind = rng.choices(choices, weights=[WEIGHTS[k] for k in choices])[0]
+        target = rng.choice(free_pods) if kind in POD_FAULTS else None
+        fault = _sized(rng, kind, at, target, lease)
+        free_at[target or "shared"] = fault.at + _occupies(fault, lease) + 0.5
+        planned.append(fault)
+    end = max((f.at + f.duration for f in planned), default=5.0)
+    return Plan(seed=seed, faults=tuple(planned), triggers=_triggers(rng, keys, end))
+
+
+def _occupies(fault: PlannedFault, lease: float) -> float:
+    """Seconds a fault keeps its lane: its duration and what it waits for on top."""
+    return (
+        fault.duration
+        + _EXTRA.get(fault.kind, 0.0)
+        + (
+            lease if fault.kind == "loop_stall" else 0.0  # the request waits for a job to take it
+        )
+    )
+
+
+_EXTRA: Final[dict[FaultKind, float]] = {
+    "kafka_restart": 15.0,  # the broker's start after its down time
+    "sentinel_failover": 8.0,  # the promotion and the sentinels agreeing on it
+    "cluster_failover": 8.0,
+}
+"""Seconds beyond its duration a fault of this kind usually takes."""
+
+
+def _sized(
+    rng: random.Random, kind: FaultKind, at: float, target: str | None, lease: float
+) -> PlannedFault:
+    """Give a fault its duration: relative to the lease where the lease decides the effect."""
+    if kind == "redis_blackhole":
+        duration = rng.uniform(0.2, 1.3) * lease  # long ones outlive the local deadline
+    elif kind == "redis_delay":
+        return PlannedFault(
+            kind=kind,
+            at=at,
+            duration=rng.uniform(1.0, 5.0),
+            target=target,
+            size=rng.uniform(0.05, 0.6),
+        )
+    elif kind == "loop_stall":  # past the lease, at a job's start (0) or its end (1)
+        duration = rng.uniform(1.1, 1.4) * lease
+        return PlannedFault(
+            kind=kind, at=at, duration=duration, target=target, size=rng.randrange(2)
+        )
+    elif kind == "pod_pause":
+        duration = rng.uniform(1.1, 1.4) * lease  # past the lease: fencing's case
+    elif kind == "store_outage":
+        duration = rng.uniform(1.0, 8.0)
+    elif kind == "cluster_failover":
+        return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
+    elif kind == "kafka_restart":
+        duration = rng.uniform(0.5, 3.0)  # down time; the broker's start comes on top
+    else:  # a cut, a kill, a restart, a failover: instantaneous, then a short rest
+        duration = 0.5
+    return PlannedFault(kind=kind, at=at, duration=duration, target=target)
+
+
+def _triggers(rng: random.Random, keys: int, end: float) -> tuple[PlannedTrigger, ...]:
+    """Draw a trigger about every second until ``end``: duplicates and new versions."""
+    versions = [0] * keys
+    triggers = [PlannedTrigger(at=0.0, key=k, version=0) for k in range(keys)]
+    at = 0.0
+    while at < end:
+        at += rng.uniform(0.3, 1.7)
+        key = rng.randrange(keys)
+        if rng.random() < 0.4:  # a new input version; else a duplicate of the current one
+            versions[key] += 1
+        triggers.append(PlannedTrigger(at=at, key=key, version=versions[key]))
+    return tuple(triggers)

@@ -1,0 +1,387 @@
+"""One campaign, start to verdict: services, pods, triggers and faults, drain, stop, check.
+
+:func:`run_campaign` starts the local stack, runs the pods of the user's job,
+sends the planned triggers while the planned faults play, heals, waits for
+every trigger to be committed (bounded), stops the pods with SIGTERM, reads
+the witnesses and the pods' histories, and checks them. Every service and
+process it started is stopped by PID; its scratch directory is removed unless
+the campaign failed (then it holds the pod logs and histories).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+from .._errors import MalformedTrigger
+from .._execution import ReportJob, decode_trigger
+from .._history import Execution, Fault, History, header_line, merge
+from ..testing import ChaosProxy
+from ._checker import Verdict, check
+from ._faults import Injector
+from ._payloads import Generator
+from ._plan import PROXY_FAULTS, FaultKind, Plan, make_plan
+from ._records import PodExit, Produced, Records
+from ._stack import POD_FLAGS, Pod, Services, Topology, make_pod, services, store_proxy
+from ._stall import stall_log
+from ._witness import committed, completions, dead_letters
+
+Out = Callable[[str], None]
+
+PARTITIONS = 6
+"""Partitions of the job's topic in the campaign: enough to spread over the pods."""
+
+FROZEN_FAULTS = frozenset({"pod_pause", "loop_stall"})
+"""Faults that freeze a pod's executions: those count as paused."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """What one campaign runs: the job, the seed, the fault count and the deployment."""
+
+    job: str
+    job_class: type[ReportJob]
+    payloads: Generator
+    payloads_spec: str | None = None
+    faults: int = 20
+    seed: int = 1
+    pods: int = 3
+    concurrency: int = 4
+    keys: int = 8
+    store_url: str | None = None
+    topology: Topology = "single"
+
+    def replay(self) -> str:
+        """Return the command that replays this campaign's plan."""
+        parts = [
+            f"leaseworker chaos {self.job} --seed {self.seed} --faults {self.faults}",
+            f"--pods {self.pods} --concurrency {self.concurrency} --keys {self.keys}",
+            f"--topology {self.topology}",
+        ]
+        if self.payloads_spec:
+            parts.append(f"--payloads {self.payloads_spec}")
+        if self.store_url:
+            parts.append("--store-url '<the same store URL>'")
+        return " ".join(parts)
+
+
+@dataclass
+class Result:
+    """What the campaign did and what the checker said."""
+
+    settings: Settings
+    plan: Plan
+    history: History
+    records: Records
+    verdicts: list[Verdict]
+    skipped: int
+    store: str
+    wall: float
+    workdir: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every invariant held."""
+        return all(v.passed for v in self.verdicts)
+
+
+def fault_kinds(topology: Topology, *, store_outages: bool) -> list[FaultKind]:
+    """Return the fault kinds a deployment can play."""
+    kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "kafka_restart"]
+    if topology == "single":
+        kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
+    elif topology == "sentinel":
+        kinds.append("sentinel_failover")
+    else:
+        kinds.append("cluster_failover")
+    if store_outages:
+        kinds.append("store_outage")
+    return kinds
+
+
+def run_campaign(settings: Settings, out: Out = print) -> Result:
+    """Run the campaign of ``settings`` and check it; stops everything it started."""
+    began = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="leaseworker-chaos-"))
+    keep = True
+    try:
+        out(f"starting Kafka, Redis ({settings.topology}) and the completion store...")
+        with services(settings.topology, settings.store_url, workdir) as stack:
+            try:
+                result = anyio.run(_campaign, settings, stack, out)
+            except BaseException:
+                out(f"the campaign broke off; pod logs and histories kept in {workdir}")
+                raise
+        result.wall = time.monotonic() - began
+        keep = not result.ok
+        result.workdir = workdir if keep else None
+        return result
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _campaign(settings: Settings, stack: Services, out: Out) -> Result:
+    job = settings.job_class()
+    lease = float(settings.job_class.lease_duration)
+    topic, group = job.topic, f"chaos-{settings.seed}-{secrets.token_hex(3)}"
+    dead_topic = f"{topic}.chaos-dead-letters"
+    await anyio.to_thread.run_sync(
+        lambda: stack.kafka.create_topics([topic, dead_topic], partitions=PARTITIONS)
+    )
+    names = [f"pod-{i + 1}" for i in range(settings.pods)]
+    async with store_proxy(stack) as pod_store_url, contextlib.AsyncExitStack() as exits:
+        kinds = fault_kinds(settings.topology, store_outages=stack.store_proxy is not None)
+        plan = make_plan(
+            seed=settings.seed,
+            faults=settings.faults,
+            kinds=kinds,
+            pods=names,
+            keys=settings.keys,
+            lease=lease,
+        )
+        flags = [
+            *("--bootstrap-servers", stack.kafka.bootstrap_servers, "--group", group),
+            *("--namespace", group, "--dead-letter-topic", dead_topic),
+            *("--concurrency", str(settings.concurrency), *POD_FLAGS),
+        ]
+        pods: dict[str, Pod] = {}
+        for name in names:
+            proxy = None
+            if stack.redis is not None:
+                proxy = await exits.enter_async_context(ChaosProxy(stack.redis_port))
+                redis_url = f"redis://127.0.0.1:{proxy.port}/0"
+            else:
+                redis_url = stack.shared_redis_url
+            pods[name] = make_pod(
+                name,
+                job=settings.job,
+                redis_url=redis_url,
+                store_url=pod_store_url,
+                flags=flags,
+                workdir=stack.workdir,
+                proxy=proxy,
+            )
+        exits.push_async_callback(_stop_all, list(pods.values()), 1.0)
+        for pod in pods.values():
+            pod.start()
+        await _until(lambda: all(p.assigned() for p in pods.values()), 90, "pods to join")
+        out(f"{len(pods)} pods of {settings.job} running; playing {len(plan.faults)} faults")
+        producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap_servers, acks="all")
+        with anyio.fail_after(30):
+            await producer.start()
+        exits.push_async_callback(producer.stop)
+        injector = Injector(stack, pods, lease)
+        produced = await _play(settings, plan, job, producer, injector, pods, out)
+        out(f"faults healed; draining {len(produced)} triggers")
+        drained = await _drain(stack, group, topic, produced, lease)
+        for pod in pods.values():
+            await pod.stop(within=15.0)
+        records = await _records(stack, settings, group, topic, dead_topic, produced, pods)
+    history = _history(pods, injector.faults, stack.workdir)
+    verdicts = check(history, records)
+    result = Result(
+        settings=settings,
+        plan=plan,
+        history=history,
+        records=records,
+        verdicts=verdicts,
+        skipped=len(injector.skipped),
+        store=_store_name(stack),
+        wall=0.0,
+    )
+    if not drained:
+        result.notes.append("the drain timed out: some triggers were never committed")
+    return result
+
+
+async def _play(
+    settings: Settings,
+    plan: Plan,
+    job: ReportJob,
+    producer: Any,
+    injector: Injector,
+    pods: dict[str, Pod],
+    out: Out,
+) -> list[Produced]:
+    """Send the planned triggers while the planned faults play; restart pods that crash."""
+    origin = time.monotonic()
+    produced: list[Produced] = []
+    rng = random.Random(f"{settings.seed}:payloads")
+
+    async def send_all() -> None:
+        for planned in plan.triggers:
+            await anyio.sleep_until(_loop_time(origin + planned.at))
+            key, payload = settings.payloads(rng, planned.key, planned.version)
+            produced.append(await _send(producer, job, key, payload))
+
+    async def play_all() -> None:
+        async with anyio.create_task_group() as faults:
+            for planned in plan.faults:
+                await anyio.sleep_until(_loop_time(origin + planned.at))
+                faults.start_soon(injector.play, planned)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch, pods, out)
+        async with anyio.create_task_group() as playing:
+            playing.start_soon(send_all)
+            playing.start_soon(play_all)
+        tg.cancel_scope.cancel()
+    return produced
+
+
+def _loop_time(monotonic: float) -> float:
+    """Turn a ``time.monotonic()`` moment into the event loop's clock (the same on asyncio)."""
+    return anyio.current_time() + (monotonic - time.monotonic())
+
+
+async def _send(
+    producer: Any, job: ReportJob, key: str | None, payload: dict[str, Any]
+) -> Produced:
+    """Produce one trigger, retrying while the broker is away; return where it landed."""
+    value = json.dumps(payload).encode()
+    raw_key = None if key is None else key.encode()
+    with anyio.fail_after(180):
+        while True:
+            try:
+                with anyio.fail_after(20):
+                    meta = await producer.send_and_wait(job.topic, key=raw_key, value=value)
+                break
+            except Exception:  # the broker restarting: try again
+                await anyio.sleep(0.5)
+    trigger = decode_trigger(
+        topic=job.topic, partition=meta.partition, offset=meta.offset, key=raw_key, value=value
+    )
+    try:
+        job_key, version = job.job_key(trigger), job.input_version(trigger)
+    except MalformedTrigger:
+        job_key, version = "", ""  # the pods dead-letter it
+    return Produced(
+        partition=meta.partition, offset=meta.offset, job_key=job_key, input_version=version
+    )
+
+
+async def _watch(pods: dict[str, Pod], out: Out) -> None:
+    """Restart a pod that exited on its own (the exit is recorded: a crash)."""
+    while True:
+        for pod in pods.values():
+            code = pod.exited()
+            if code is not None:
+                out(f"  {pod.name} exited by itself with {code}: restarted")
+                pod.start()
+        await anyio.sleep(0.5)
+
+
+async def _drain(
+    stack: Services, group: str, topic: str, produced: Sequence[Produced], lease: float
+) -> bool:
+    """Wait until every produced offset is committed (bounded); return whether it was."""
+    needed: dict[int, int] = {}
+    for trigger in produced:
+        needed[trigger.partition] = max(needed.get(trigger.partition, 0), trigger.offset + 1)
+    with anyio.move_on_after(max(90.0, 3 * lease + 60)):
+        while True:
+            with contextlib.suppress(Exception):
+                positions = await committed(stack.kafka.bootstrap_servers, group, topic)
+                if all(positions.get(p, 0) >= n for p, n in needed.items()):
+                    return True
+            await anyio.sleep(1.0)
+    return False
+
+
+async def _records(
+    stack: Services,
+    settings: Settings,
+    group: str,
+    topic: str,
+    dead_topic: str,
+    produced: list[Produced],
+    pods: dict[str, Pod],
+) -> Records:
+    bootstrap = stack.kafka.bootstrap_servers
+    identities = {(p.job_key, p.input_version) for p in produced}
+    return Records(
+        produced=tuple(produced),
+        committed=await committed(bootstrap, group, topic),
+        dead_letters=await dead_letters(bootstrap, dead_topic),
+        completions=await completions(stack.store_url, group, identities),
+        exits=tuple(
+            PodExit(pod=pod.name, code=code, killed=killed)
+            for pod in pods.values()
+            for code, killed, _ in pod.exits
+        ),
+    )
+
+
+def _history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> History:
+    """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
+    parts = [History.from_json(p.history.read_text()) for p in pods.values() if p.history.exists()]
+    all_faults = list(faults)
+    for pod in pods.values():
+        log = stall_log(workdir, pod.name)
+        if log.exists():
+            all_faults += History.from_json(_lines_document(log)).faults
+    merged = merge(parts)
+    deaths = {
+        pod.name: sorted(at for code, killed, at in pod.exits if killed or code != 0)
+        for pod in pods.values()
+    }
+    executions = tuple(_judged(e, deaths.get(e.pod, []), all_faults) for e in merged.executions)
+    return History(clock="monotonic", executions=executions, faults=tuple(all_faults))
+
+
+def _judged(execution: Execution, deaths: list[float], faults: list[Fault]) -> Execution:
+    if execution.end is None:
+        died = next((at for at in deaths if at > execution.start), None)
+        if died is not None:
+            execution = dataclasses.replace(execution, end=died, outcome="killed")
+    end = execution.end if execution.end is not None else float("inf")
+    frozen = any(
+        f.kind in FROZEN_FAULTS
+        and f.target == execution.pod
+        and f.start < end
+        and (f.end if f.end is not None else f.start) > execution.start
+        for f in faults
+    )
+    return dataclasses.replace(execution, paused=True) if frozen else execution
+
+
+def _lines_document(log: Path) -> str:
+    return header_line("monotonic") + log.read_text()
+
+
+def _store_name(stack: Services) -> str:
+    if stack.postgres is not None:
+        return "PostgreSQL (local, behind a fault proxy)"
+    return stack.store_url.split("://", 1)[0]
+
+
+async def _until(check: Callable[[], bool], within: float, what: str) -> None:
+    """Poll other processes' state (their logs) until ``check()``; TimeoutError naming ``what``."""
+    with anyio.move_on_after(within) as waiting:
+        while not check():  # noqa: ASYNC110 - other processes cannot set our Events
+            await anyio.sleep(0.2)
+    if waiting.cancelled_caught:
+        raise TimeoutError(f"the campaign waited {within:.0f}s for {what}")
+
+
+async def _stop_all(pods: list[Pod], within: float) -> None:
+    """SIGTERM every pod still running (after an error); SIGKILL what outlives ``within``."""
+    async with anyio.create_task_group() as tg:
+        for pod in pods:
+            if pod.running():
+                tg.start_soon(pod.stop, within)

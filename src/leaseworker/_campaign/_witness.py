@@ -1,0 +1,81 @@
+"""Reading the independent witnesses after a campaign: Kafka's offsets and dead letters, the store.
+
+The checker trusts these over the pods' own account: the group's committed
+positions come from the broker, the dead letters from their topic (their
+``leaseworker.*`` headers), the completions from the store itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import anyio
+from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+
+from .._execution import completion_key
+from .._store import open_store
+from ._records import DeadLetter, Stored
+
+TIMEOUT = 30.0
+"""Seconds any one read may take."""
+
+
+async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """Return the group's committed position per partition of ``topic``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    with anyio.fail_after(TIMEOUT):
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        finally:
+            await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
+
+
+async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
+    """Read every record of the dead-letter ``topic`` and decode where it came from and why."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    letters: list[DeadLetter] = []
+    with anyio.fail_after(TIMEOUT):
+        await consumer.start()
+        try:
+            partitions = [
+                TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()
+            ]
+            if not partitions:
+                partitions = [TopicPartition(topic, 0)]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            ends = await consumer.end_offsets(partitions)
+            while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+                batch = await consumer.getmany(timeout_ms=500)
+                letters += [_letter(r) for records in batch.values() for r in records]
+        finally:
+            await consumer.stop()
+    return tuple(letters)
+
+
+def _letter(record: object) -> DeadLetter:
+    headers = {k: (v or b"").decode(errors="replace") for k, v in getattr(record, "headers", ())}
+    return DeadLetter(
+        partition=int(headers.get("leaseworker.original.partition", "-1")),
+        offset=int(headers.get("leaseworker.original.offset", "-1")),
+        reason=headers.get("leaseworker.error", ""),
+        job_key=headers.get("leaseworker.job.key"),
+    )
+
+
+async def completions(
+    store_url: str, namespace: str, identities: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], Stored]:
+    """Return the stored completion of each identity that has one."""
+    found: dict[tuple[str, str], Stored] = {}
+    async with open_store(store_url) as store:
+        for job_key, version in identities:
+            done = await store.lookup(completion_key(namespace, job_key), version)
+            if done is not None:
+                found[(job_key, version)] = Stored(fence=done.fence, execution_id=done.execution_id)
+    return found

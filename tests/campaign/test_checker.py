@@ -1,0 +1,195 @@
+"""The checker fails on each kind of violation, and passes a clean history.
+
+Each test starts from one consistent history (two executions of a key handing
+over, a completion, its trigger committed) and breaks one thing: a checker that
+cannot fail is a defect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from leaseworker._campaign import PodExit, Produced, Records, Stored, Verdict, check
+from leaseworker._history import Execution, Fault, History, Step
+
+KEY = "report:acme:2026-11"
+
+
+def _execution(
+    eid: str, pod: str, start: float, end: float | None, fence: int, **more: object
+) -> Execution:
+    fields: dict[str, object] = {
+        "job_key": KEY,
+        "execution_id": eid,
+        "pod": pod,
+        "start": start,
+        "end": end,
+        "fence": fence,
+        "input_version": "v1",
+        "partition": 0,
+        "offset": 0,
+        **more,
+    }
+    return Execution(**fields)  # type: ignore[arg-type]
+
+
+def _lost(eid: str, pod: str, start: float, end: float, fence: int, margin: float) -> Execution:
+    stopped = Step(at=end, name="stopped", attrs={"latency_ms": 12.0, "margin_ms": margin})
+    return _execution(
+        eid, pod, start, end, fence, outcome="lost", reason="deadline", steps=(stopped,)
+    )
+
+
+def _completed(eid: str, pod: str, start: float, end: float, fence: int, status: str) -> Execution:
+    step = Step(at=end - 0.1, name="completion", duration=0.05, attrs={"status": status})
+    return _execution(
+        eid, pod, start, end, fence, outcome="completed", completion=status, steps=(step,)
+    )
+
+
+CLEAN = History(
+    clock="monotonic",
+    executions=(
+        _lost("a", "pod-a", 0.0, 5.0, 10, margin=900.0),
+        _completed("b", "pod-b", 6.0, 9.0, 11, "accepted"),
+    ),
+)
+RECORDS = Records(
+    produced=(Produced(partition=0, offset=0, job_key=KEY, input_version="v1"),),
+    committed={0: 1},
+    completions={(KEY, "v1"): Stored(fence=11, execution_id="b")},
+    exits=(PodExit(pod="pod-a", code=0), PodExit(pod="pod-b", code=0)),
+)
+
+
+def _failed(history: History, records: Records = RECORDS) -> dict[str, Verdict]:
+    return {v.name: v for v in check(history, records) if not v.passed}
+
+
+def test_a_clean_history_passes_every_invariant() -> None:
+    """The baseline the other tests break: nothing fails, the loss figures are reported."""
+    verdicts = check(CLEAN, RECORDS)
+    assert all(v.passed for v in verdicts), [v.line() for v in verdicts]
+    losses = verdicts[-1].counts
+    assert losses["losses"] == 1
+    assert losses["min_margin_ms"] == 900.0
+
+
+def test_an_overlap_fails() -> None:
+    """The second execution acquires before the first stopped."""
+    overlapping = dataclasses.replace(CLEAN.executions[1], start=4.0)
+    failed = _failed(dataclasses.replace(CLEAN, executions=(CLEAN.executions[0], overlapping)))
+    assert list(failed) == ["no two executions of one key at once"]
+    assert "overlapped 1000 ms" in failed["no two executions of one key at once"].violations[0]
+
+
+def test_an_overlap_with_a_paused_execution_is_counted_apart() -> None:
+    """A frozen pod's execution is fencing's job: counted as paused, not a violation."""
+    paused = dataclasses.replace(CLEAN.executions[0], paused=True, end=7.0)
+    verdicts = check(dataclasses.replace(CLEAN, executions=(paused, CLEAN.executions[1])), RECORDS)
+    assert verdicts[0].passed
+    assert verdicts[0].counts["paused_overlaps"] == 1
+
+
+def test_an_overlap_across_redis_restarted_empty_is_the_documented_limit() -> None:
+    """Redis forgot the lease: counted as a data-loss overlap, not a violation."""
+    running = dataclasses.replace(CLEAN.executions[0], end=7.0)
+    fault = Fault(kind="redis_restart_empty", start=2.0, end=2.5)
+    history = History(clock="monotonic", executions=(running, CLEAN.executions[1]), faults=(fault,))
+    verdicts = check(history, RECORDS)
+    assert verdicts[0].passed
+    assert verdicts[0].counts["data_loss_overlaps"] == 1
+
+
+def test_an_open_ended_execution_overlaps_everything_after_it() -> None:
+    """An execution whose end was never recorded counts as running to the history's end."""
+    open_ended = dataclasses.replace(CLEAN.executions[0], end=None)
+    failed = _failed(dataclasses.replace(CLEAN, executions=(open_ended, CLEAN.executions[1])))
+    assert "no two executions of one key at once" in failed
+
+
+def test_a_fence_inversion_fails() -> None:
+    """A later acquisition with a lower fence."""
+    inverted = dataclasses.replace(CLEAN.executions[1], fence=9)
+    records = dataclasses.replace(
+        RECORDS, completions={(KEY, "v1"): Stored(fence=9, execution_id="b")}
+    )
+    failed = _failed(
+        dataclasses.replace(CLEAN, executions=(CLEAN.executions[0], inverted)), records
+    )
+    assert "fences strictly increase per key" in failed
+    assert (
+        "fence 9 after a had fence 10" in failed["fences strictly increase per key"].violations[0]
+    )
+
+
+def test_a_stale_write_accepted_fails() -> None:
+    """A paused execution's lower fence accepted after a newer one showed the store its fence."""
+    newer = _completed("b", "pod-b", 6.0, 9.0, 11, "stale")
+    late = _completed("a", "pod-a", 0.0, 12.0, 10, "accepted")
+    history = History(clock="monotonic", executions=(dataclasses.replace(late, paused=True), newer))
+    records = dataclasses.replace(
+        RECORDS, completions={(KEY, "v1"): Stored(fence=10, execution_id="a")}
+    )
+    failed = _failed(history, records)
+    assert list(failed) == ["one completion per identity, highest fence, none stale"]
+    text = "\n".join(failed["one completion per identity, highest fence, none stale"].violations)
+    assert "accepted fence 10, but fence 11 attempted it" in text
+    assert "accepted after b had shown fence 11" in text
+
+
+def test_two_accepted_completions_of_one_identity_fail() -> None:
+    """The store accepted the same identity twice."""
+    twice = _completed("a", "pod-a", 0.0, 5.0, 10, "accepted")
+    history = dataclasses.replace(CLEAN, executions=(twice, CLEAN.executions[1]))
+    failed = _failed(history)
+    assert (
+        "2 completions accepted"
+        in failed["one completion per identity, highest fence, none stale"].violations[0]
+    )
+
+
+def test_the_store_disagreeing_with_the_history_fails() -> None:
+    """The store holds another execution's completion than the one the history says won."""
+    records = dataclasses.replace(
+        RECORDS, completions={(KEY, "v1"): Stored(fence=11, execution_id="x")}
+    )
+    assert "one completion per identity, highest fence, none stale" in _failed(CLEAN, records)
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        dataclasses.replace(RECORDS, committed={0: 0}),  # the offset was never committed
+        dataclasses.replace(RECORDS, completions={}),  # nothing completed, nothing dead-lettered
+    ],
+    ids=["uncommitted", "never completed"],
+)
+def test_a_lost_trigger_fails(records: Records) -> None:
+    """A trigger whose offset was not committed, or whose identity never finished."""
+    assert list(_failed(CLEAN, records)) == ["every trigger committed, every identity done"]
+
+
+def test_a_crashed_pod_fails_and_a_killed_one_does_not() -> None:
+    """A non-zero exit the campaign did not cause is a crash."""
+    crashed = dataclasses.replace(RECORDS, exits=(PodExit(pod="pod-a", code=1),))
+    assert list(_failed(CLEAN, crashed)) == ["no pod exited non-zero unless killed"]
+    killed = dataclasses.replace(RECORDS, exits=(PodExit(pod="pod-a", code=-9, killed=True),))
+    assert _failed(CLEAN, killed) == {}
+
+
+def test_a_loss_that_stopped_after_redis_could_expire_fails() -> None:
+    """A negative margin: the body ran on after the key could have gone to another pod."""
+    late = _lost("a", "pod-a", 0.0, 5.0, 10, margin=-40.0)
+    failed = _failed(dataclasses.replace(CLEAN, executions=(late, CLEAN.executions[1])))
+    assert list(failed) == ["every loss stopped before Redis could expire the key"]
+
+
+def test_a_paused_loss_is_counted_apart_from_the_figures() -> None:
+    """A frozen execution's late stop is fencing's case: not a violation, not in the figures."""
+    late = dataclasses.replace(_lost("a", "pod-a", 0.0, 5.0, 10, margin=-40.0), paused=True)
+    verdict = check(dataclasses.replace(CLEAN, executions=(late,)), RECORDS)[-1]
+    assert verdict.passed
+    assert (verdict.counts["losses"], verdict.counts["paused_losses"]) == (0, 1)

@@ -1,0 +1,69 @@
+"""The seeded plan: one seed, one plan; one fault per pod or service at a time; kinds allowed."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from leaseworker._campaign._payloads import default_payloads, load_generator
+from leaseworker._campaign._plan import POD_FAULTS, Plan, make_plan
+from leaseworker._campaign._run import fault_kinds
+from leaseworker._campaign._stack import Topology
+from leaseworker._errors import ConfigError
+
+PODS = ["pod-1", "pod-2", "pod-3"]
+
+
+def _plan(seed: int, topology: Topology = "single") -> Plan:
+    kinds = fault_kinds(topology, store_outages=True)
+    return make_plan(seed=seed, faults=60, kinds=kinds, pods=PODS, keys=8, lease=30.0)
+
+
+def test_a_seed_names_one_plan() -> None:
+    """The same seed draws the same faults and triggers; another seed draws others."""
+    assert _plan(7) == _plan(7)
+    assert _plan(7) != _plan(8)
+
+
+@pytest.mark.parametrize("topology", ["single", "sentinel", "cluster"])
+def test_faults_never_share_a_lane_and_fit_the_topology(topology: Topology) -> None:
+    """A pod (or the shared services) has one fault at a time; only the topology's kinds."""
+    plan = _plan(3, topology)
+    allowed = set(fault_kinds(topology, store_outages=True))
+    busy: dict[str, float] = {}
+    for fault in plan.faults:
+        assert fault.kind in allowed
+        lane = fault.target or "shared"
+        assert (fault.target is not None) == (fault.kind in POD_FAULTS)
+        assert fault.at >= busy.get(lane, 0.0)
+        busy[lane] = fault.at + fault.duration
+    assert len(plan.faults) == 60
+
+
+def test_the_sentinel_topology_has_failovers_and_no_proxy_faults() -> None:
+    """Without per-pod proxies there are no black-holes; a Sentinel group can fail over."""
+    kinds = fault_kinds("sentinel", store_outages=False)
+    assert "sentinel_failover" in kinds
+    assert not {"redis_blackhole", "redis_delay", "redis_cut", "store_outage"} & set(kinds)
+
+
+def test_the_default_payloads_name_the_same_key_by_record_and_by_tenant() -> None:
+    """Record key and payload agree, so jobs keyed either way see one job key."""
+    key, payload = default_payloads(random.Random(1), 3, 2)
+    assert key == f"report:{payload['tenant']}:{payload['period']}" == "report:tenant-3:2026-11"
+    assert payload["inputVersion"] == "v2"
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("nocolon", "pkg.module:function"),
+        ("no_such_module:f", "cannot import"),
+        ("random:nothing_here", "is not a function"),
+    ],
+)
+def test_a_bad_payload_generator_is_a_config_error(spec: str, reason: str) -> None:
+    """The command exits 2 with this one-line reason."""
+    with pytest.raises(ConfigError, match=reason):
+        load_generator(spec)
