@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,10 +40,20 @@ def campaign(seed: int, faults: int, topology: str, report: Path) -> dict[str, A
     argv = [LEASEWORKER, "chaos", JOB, "--faults", str(faults), "--seed", str(seed), "--pods", "4"]
     argv += ["--topology", topology, "--report", str(report)]
     print("$", " ".join(argv[1:]), flush=True)
-    done = subprocess.run(argv, cwd=BENCH, check=False, capture_output=True, text=True)
-    print("\n".join(done.stdout.splitlines()[-10:]), flush=True)
+    with subprocess.Popen(
+        argv, cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            stdout, stderr = process.communicate()
+        except KeyboardInterrupt:
+            # subprocess.run would SIGKILL the campaign here, leaving its services running:
+            # let it stop them (it takes Ctrl-C as a stop), then go.
+            process.send_signal(signal.SIGINT)
+            process.wait()
+            raise
+    print("\n".join(stdout.splitlines()[-10:]), flush=True)
     if not report.exists():
-        print(done.stderr[-2000:], flush=True)
+        print(stderr[-2000:], flush=True)
         return {"ok": False, "faults_by_kind": {}, "invariants": [], "seed": seed}
     document: dict[str, Any] = json.loads(report.read_text())
     return document
