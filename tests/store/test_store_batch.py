@@ -31,7 +31,11 @@ class FakeDatabase:
         self.gate.set()
         self.entered = threading.Event()
 
-    def run_batch(self, batch: list[Call[object]]) -> None:
+    async def run_batch(self, batch: list[Call[object]]) -> None:
+        """Run :meth:`run_in_thread` in a worker thread, as the SQLite store does."""
+        await anyio.to_thread.run_sync(self.run_in_thread, batch)
+
+    def run_in_thread(self, batch: list[Call[object]]) -> None:
         """Record the batch, then answer it once the gate is open."""
         self.batches.append([str(call.op()) for call in batch])
         self.entered.set()
@@ -144,7 +148,7 @@ async def test_fake_caller_cancelled_after_its_call_was_taken_waits_for_the_answ
 async def test_fake_failing_run_batch_answers_every_call_with_its_error() -> None:
     """A bug in ``run_batch`` reaches each caller as an exception, never a hang."""
 
-    def broken(batch: list[Call[object]]) -> None:
+    async def broken(batch: list[Call[object]]) -> None:
         raise RuntimeError("boom")
 
     batcher = Batcher(broken)
@@ -161,7 +165,7 @@ async def test_fake_close_waits_for_the_running_batch_and_goes_before_the_next()
     events: list[str] = []
     answers: dict[str, str] = {}
 
-    def closer() -> None:
+    async def closer() -> None:
         events.append(f"closed after {len(db.batches)} batch(es)")
 
     async def close() -> None:
@@ -181,7 +185,7 @@ async def test_fake_inline_batcher_runs_each_call_on_the_loop_at_once() -> None:
     """``inline`` (a private in-memory database): one call per batch, no worker thread."""
     threads: list[int] = []
 
-    def run_batch(batch: list[Call[object]]) -> None:
+    async def run_batch(batch: list[Call[object]]) -> None:
         threads.append(threading.get_ident())
         for item in batch:
             item.succeed(item.op())

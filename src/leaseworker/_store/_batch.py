@@ -1,16 +1,16 @@
-"""Group commit: calls waiting for one database connection share its next trip.
+"""Group commit: calls waiting for a database connection share its next trip.
 
 N concurrent completions cost one transaction, one fsync and one thread hop
-instead of N of each. No background task: the first waiting caller leads the
-next batch for everyone queued before it.
-See docs/design.md#group-commit.
+(SQLite) or one round trip (PostgreSQL) instead of N of each. No background
+task: the first waiting caller leads the next batch for everyone queued
+before it. See docs/design.md#group-commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, final
+from typing import Any, Generic, TypeVar, final
 
 import anyio
 
@@ -21,14 +21,15 @@ _T = TypeVar("_T")
 class Call(Generic[_T]):
     """One store call waiting for, or answered by, a batch.
 
-    ``op`` runs in the batch's transaction when ``writes`` is true (its
-    ``outcome`` only counts once that transaction commits), on its own
-    otherwise. ``deadline`` (``time.monotonic()``) is when the caller stops
-    waiting: a batch that starts later answers the call with an error
-    without running it.
+    ``op`` is what the batch runner needs to run the call (SQLite: a function
+    of the connection; PostgreSQL: the call's arguments). It runs in the
+    batch's transaction when ``writes`` is true (its ``outcome`` only counts
+    once that transaction commits), on its own otherwise. ``deadline``
+    (``time.monotonic()``) is when the caller stops waiting: a batch that
+    starts later answers the call with an error without running it.
     """
 
-    op: Callable[..., _T]
+    op: Any
     writes: bool
     deadline: float
     outcome: _T | None = field(default=None, init=False)
@@ -51,35 +52,43 @@ class Call(Generic[_T]):
         return self.outcome  # type: ignore[return-value]  # None when _T allows it
 
 
+RunBatch = Callable[[list[Call[object]]], Awaitable[None]]
+"""Run one batch and answer each of its calls (``succeed`` or ``fail``)."""
+
+
 @final
 class Batcher:
-    """Queue calls for one connection and run them in batches; see the module docstring.
+    """Queue calls for a database and run them in batches; see the module docstring.
 
-    ``run_batch`` is called with every batch, in a worker thread, or on the
-    event loop when ``inline`` (a private in-memory database: nothing to wait
-    for, and a thread hop would cost more than the query). It must answer
-    every call it is given (``succeed`` or ``fail``).
+    ``run_batch`` is awaited with every batch, shielded from cancellation (the
+    calls' deadlines bound it): it may hop to a worker thread (SQLite) or make
+    a round trip (PostgreSQL). Up to ``max_in_flight`` batches run at once
+    (one per connection); calls that arrive meanwhile queue for the next.
+    ``inline`` (a private in-memory database) runs each call at once as a
+    batch of its own: nothing to wait for, so nothing to share.
     """
 
     def __init__(
         self,
-        run_batch: Callable[[list[Call[object]]], None],
+        run_batch: RunBatch,
         *,
         max_batch: int = 64,
         inline: bool = False,
+        max_in_flight: int = 1,
     ) -> None:
         self._run_batch = run_batch
         self._max_batch = max_batch
         self._inline = inline
+        self._max_in_flight = max_in_flight
         self._queue: list[Call[object]] = []
-        self._leading = False  # a batch (or close) is using the connection
+        self._running = 0  # batches using a connection now (close counts as all of them)
         self._turn = anyio.Event()  # set, and replaced, whenever a batch ends
 
     async def submit(self, call: Call[_T]) -> _T:
         """Queue ``call`` and return its outcome once a batch has answered it."""
         if self._inline:
             await anyio.lowlevel.checkpoint_if_cancelled()
-            self._run_answered([call])  # type: ignore[list-item]
+            await self._run_answered([call])  # type: ignore[list-item]
             return call.answer()
         self._queue.append(call)  # type: ignore[arg-type]
         try:
@@ -93,51 +102,53 @@ class Batcher:
             raise
         return call.answer()
 
-    async def close(self, closer: Callable[[], None]) -> None:
-        """Run ``closer`` in a worker thread once no batch is running, and before any next."""
-        while self._leading:
+    async def close(self, closer: Callable[[], Awaitable[object]]) -> None:
+        """Await ``closer`` once no batch is running, and before any next one."""
+        while self._running:
             await self._turn.wait()
-        self._leading = True
+        self._running = self._max_in_flight
         try:
-            await anyio.to_thread.run_sync(closer)
+            await closer()
         finally:
+            self._running = 0
             self._hand_over()
 
     async def _until_answered(self, call: Call[_T]) -> None:
         while not call.done:
-            if self._leading:
+            if call.taken or self._running >= self._max_in_flight:
                 await self._turn.wait()
             else:
                 await self._lead()
 
     async def _lead(self) -> None:
-        """Run the next batch (the oldest queued calls) in a worker thread."""
-        self._leading = True
+        """Run the next batch (the oldest queued calls)."""
+        self._running += 1
         batch = self._queue[: self._max_batch]
         del self._queue[: self._max_batch]
         for call in batch:
             call.taken = True
         try:
-            # Not abandoned on cancel: the connection must not be reused while
-            # a thread still runs on it. The calls' deadlines bound the batch.
-            await anyio.to_thread.run_sync(self._run_answered, batch)
+            # Shielded: the connection must not be reused while the database may
+            # still act on the batch. The calls' deadlines bound it.
+            with anyio.CancelScope(shield=True):
+                await self._run_answered(batch)
         finally:
             unanswered = [call for call in batch if not call.done]  # cancelled before it ran
             for call in unanswered:
                 call.taken = False
             self._queue[:0] = unanswered
+            self._running -= 1
             self._hand_over()
 
-    def _run_answered(self, batch: list[Call[object]]) -> None:
+    async def _run_answered(self, batch: list[Call[object]]) -> None:
         """Run ``batch``; a failure of ``run_batch`` itself answers every call it left."""
         try:
-            self._run_batch(batch)
-        except BaseException as exc:  # delivered to each caller instead
+            await self._run_batch(batch)
+        except BaseException as exc:  # delivered to each caller instead (shielded: no cancel)
             for call in batch:
                 if not call.done:
                     call.fail(exc)
 
     def _hand_over(self) -> None:
-        self._leading = False
         turn, self._turn = self._turn, anyio.Event()
         turn.set()

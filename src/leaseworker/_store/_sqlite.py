@@ -117,7 +117,7 @@ class SqliteStore:
         self._inline = inline  # a :memory: database: nothing to block on
         self._shown_url = shown_url
         self._timeout = call_timeout
-        self._batcher = Batcher(self._run_batch, max_batch=MAX_BATCH, inline=inline)
+        self._batcher = Batcher(self._run_batch_off_loop, max_batch=MAX_BATCH, inline=inline)
         self._deadline = 0.0  # of the batch running now (time.monotonic())
         # Installed once: SQLite calls it every _PROGRESS_EVERY VM steps of any
         # statement, and a true answer aborts the statement (the batch's deadline).
@@ -178,7 +178,7 @@ class SqliteStore:
 
     async def aclose(self) -> None:
         """Close the connection once the call using it (if any) has finished."""
-        await self._batcher.close(self._conn.close)
+        await self._batcher.close(functools.partial(anyio.to_thread.run_sync, self._conn.close))
 
     def __repr__(self) -> str:
         return f"SqliteStore(url={self._shown_url!r}, call_timeout={self._timeout})"
@@ -196,13 +196,20 @@ class SqliteStore:
         manage transactions); otherwise on its own, in autocommit mode.
         """
         deadline = time.monotonic() + self._timeout
-        call = Call(functools.partial(op, self._conn), writes, deadline)
+        call: Call[_T] = Call(functools.partial(op, self._conn), writes, deadline)
         try:
             return await self._batcher.submit(call)
         except sqlite3.Error as exc:
             expired = time.monotonic() >= deadline
             detail = f"no answer within {self._timeout}s" if expired else _first_line(exc)
             raise StoreUnavailable(key, detail) from exc
+
+    async def _run_batch_off_loop(self, batch: list[Call[object]]) -> None:
+        """Run ``batch`` in a worker thread, or at once for a private in-memory database."""
+        if self._inline:
+            self._run_batch(batch)
+        else:
+            await anyio.to_thread.run_sync(self._run_batch, batch)
 
     def _run_batch(self, batch: list[Call[object]]) -> None:
         """Answer every call of ``batch``: the writes in one transaction, reads one by one."""
