@@ -36,6 +36,7 @@ class Call(Generic[_T]):
     error: BaseException | None = field(default=None, init=False)
     taken: bool = field(default=False, init=False)
     done: bool = field(default=False, init=False)
+    wake: anyio.Event | None = field(default=None, init=False)  # set on the loop to wake its caller
 
     def succeed(self, outcome: _T) -> None:
         """Answer the call with ``outcome``."""
@@ -82,7 +83,7 @@ class Batcher:
         self._max_in_flight = max_in_flight
         self._queue: list[Call[object]] = []
         self._running = 0  # batches using a connection now (close counts as all of them)
-        self._turn = anyio.Event()  # set, and replaced, whenever a batch ends
+        self._idle: anyio.Event | None = None  # close() waits on it for running to reach 0
 
     async def submit(self, call: Call[_T]) -> _T:
         """Queue ``call`` and return its outcome once a batch has answered it."""
@@ -96,6 +97,7 @@ class Batcher:
         except anyio.get_cancelled_exc_class():
             if not call.taken:
                 self._queue.remove(call)  # type: ignore[arg-type]
+                self._hand_over()  # it may have been woken to lead the next batch
                 raise
             with anyio.CancelScope(shield=True):  # the database may have acted on it already
                 await self._until_answered(call)
@@ -105,7 +107,9 @@ class Batcher:
     async def close(self, closer: Callable[[], Awaitable[object]]) -> None:
         """Await ``closer`` once no batch is running, and before any next one."""
         while self._running:
-            await self._turn.wait()
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
         self._running = self._max_in_flight
         try:
             await closer()
@@ -114,11 +118,17 @@ class Batcher:
             self._hand_over()
 
     async def _until_answered(self, call: Call[_T]) -> None:
+        """Lead a batch when one may start, else sleep until woken (answered, or to lead).
+
+        Each caller sleeps on its own event: a batch's end wakes its callers
+        and the oldest queued one, not every waiting task.
+        """
         while not call.done:
-            if call.taken or self._running >= self._max_in_flight:
-                await self._turn.wait()
-            else:
+            if not call.taken and self._running < self._max_in_flight:
                 await self._lead()
+            else:
+                call.wake = anyio.Event()
+                await call.wake.wait()
 
     async def _lead(self) -> None:
         """Run the next batch (the oldest queued calls)."""
@@ -127,6 +137,7 @@ class Batcher:
         del self._queue[: self._max_batch]
         for call in batch:
             call.taken = True
+        self._hand_over()  # another batch may start too (max_in_flight)
         try:
             # Shielded: the connection must not be reused while the database may
             # still act on the batch. The calls' deadlines bound it.
@@ -138,6 +149,9 @@ class Batcher:
                 call.taken = False
             self._queue[:0] = unanswered
             self._running -= 1
+            for call in batch:
+                if call.done and call.wake is not None:
+                    call.wake.set()
             self._hand_over()
 
     async def _run_answered(self, batch: list[Call[object]]) -> None:
@@ -150,5 +164,11 @@ class Batcher:
                     call.fail(exc)
 
     def _hand_over(self) -> None:
-        turn, self._turn = self._turn, anyio.Event()
-        turn.set()
+        """Wake the oldest queued caller if a batch may start, and ``close`` once idle."""
+        if self._running < self._max_in_flight and self._queue:
+            wake = self._queue[0].wake
+            if wake is not None:
+                wake.set()
+        if self._running == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
