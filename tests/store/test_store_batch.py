@@ -208,3 +208,42 @@ async def submit_later(
     """Submit call ``name`` in a new task and return once it waits."""
     tg.start_soon(submit, batcher, name, answers)
     await anyio.wait_all_tasks_blocked()
+
+
+async def test_fake_calls_made_in_one_pass_of_the_loop_share_the_first_batch() -> None:
+    """Five calls started together, nothing running: one batch of five, not one and four.
+
+    The leader waits one pass of the event loop before taking its batch, so
+    the calls that tasks ready in that pass make join it.
+    """
+    db = FakeDatabase()
+    batcher = Batcher(db.run_batch)
+    answers: dict[str, str] = {}
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(submit, batcher, f"c{n}", answers)
+    assert db.batches == [[f"c{n}" for n in range(5)]]
+    assert len(answers) == 5
+
+
+async def test_fake_max_in_flight_runs_that_many_batches_at_once_and_queues_the_rest() -> None:
+    """With ``max_in_flight=2`` a second batch starts beside a blocked one; a third call waits.
+
+    The waiting call goes in the first batch to start after one of the two ends.
+    """
+    db = FakeDatabase()
+    batcher = Batcher(db.run_batch, max_in_flight=2)
+    answers: dict[str, str] = {}
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            await start_blocked_batch(tg, db, batcher, answers)
+            db.entered.clear()
+            tg.start_soon(submit, batcher, "second", answers)
+            await wait_in_thread(db.entered)  # running beside the first
+            assert db.batches == [["first"], ["second"]]
+            await submit_later(tg, batcher, "third", answers)
+            assert db.batches == [["first"], ["second"]]  # both slots taken: it queues
+            db.gate.set()
+    assert db.batches == [["first"], ["second"], ["third"]]
+    assert answers == {"first": "first", "second": "second", "third": "third"}
