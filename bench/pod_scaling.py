@@ -112,13 +112,16 @@ async def one_round(
     topic = f"scale-{uuid.uuid4().hex[:8]}"
     kafka.create_topics([topic], partitions=PARTITIONS)
     group = f"scale-{uuid.uuid4().hex[:8]}"
+    # A namespace of the round's own: the triggers repeat identities across rounds,
+    # which the store would otherwise answer as duplicates.
+    fresh = {"topic": topic, "group": group, "namespace": f"scale-{uuid.uuid4().hex[:6]}"}
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
     results = context.Queue()
     procs = [
         context.Process(
             target=pod_process,
-            args=({**base, "topic": topic, "group": group, "pod": f"pod-{n}"}, stop, results),
+            args=({**base, **fresh, "pod": f"pod-{n}"}, stop, results),
         )
         for n in range(pods)
     ]
@@ -188,7 +191,6 @@ def main() -> None:
         base = {
             "bootstrap_servers": kafka.bootstrap_servers,
             "redis_url": redis_server.url,
-            "namespace": f"scale-{uuid.uuid4().hex[:6]}",
             "concurrency": args.concurrency,
             "store_url": store_url,
         }
