@@ -55,8 +55,9 @@ MAX_BATCH = 64
 BATCHES_IN_FLIGHT = 1
 """Batches a store runs at once, each on its own pooled connection.
 
-One would be enough for throughput; a second keeps calls moving while a
-batch waits for a head row that another session holds locked.
+One: a second in flight halves the batches' sizes (measured in a pod at
+concurrency 16: 0.42 to 0.76 batches per trigger, about 8 % more CPU), and
+would only help while a batch waits for a head row another session holds.
 """
 
 _FIND = """
