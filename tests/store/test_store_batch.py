@@ -31,7 +31,11 @@ class FakeDatabase:
         self.gate.set()
         self.entered = threading.Event()
 
-    def run_batch(self, batch: list[Call[object]]) -> None:
+    async def run_batch(self, batch: list[Call[object]]) -> None:
+        """Run :meth:`run_in_thread` in a worker thread, as the SQLite store does."""
+        await anyio.to_thread.run_sync(self.run_in_thread, batch)
+
+    def run_in_thread(self, batch: list[Call[object]]) -> None:
         """Record the batch, then answer it once the gate is open."""
         self.batches.append([str(call.op()) for call in batch])
         self.entered.set()
@@ -144,7 +148,7 @@ async def test_fake_caller_cancelled_after_its_call_was_taken_waits_for_the_answ
 async def test_fake_failing_run_batch_answers_every_call_with_its_error() -> None:
     """A bug in ``run_batch`` reaches each caller as an exception, never a hang."""
 
-    def broken(batch: list[Call[object]]) -> None:
+    async def broken(batch: list[Call[object]]) -> None:
         raise RuntimeError("boom")
 
     batcher = Batcher(broken)
@@ -161,7 +165,7 @@ async def test_fake_close_waits_for_the_running_batch_and_goes_before_the_next()
     events: list[str] = []
     answers: dict[str, str] = {}
 
-    def closer() -> None:
+    async def closer() -> None:
         events.append(f"closed after {len(db.batches)} batch(es)")
 
     async def close() -> None:
@@ -181,7 +185,7 @@ async def test_fake_inline_batcher_runs_each_call_on_the_loop_at_once() -> None:
     """``inline`` (a private in-memory database): one call per batch, no worker thread."""
     threads: list[int] = []
 
-    def run_batch(batch: list[Call[object]]) -> None:
+    async def run_batch(batch: list[Call[object]]) -> None:
         threads.append(threading.get_ident())
         for item in batch:
             item.succeed(item.op())
@@ -204,3 +208,42 @@ async def submit_later(
     """Submit call ``name`` in a new task and return once it waits."""
     tg.start_soon(submit, batcher, name, answers)
     await anyio.wait_all_tasks_blocked()
+
+
+async def test_fake_calls_made_in_one_pass_of_the_loop_share_the_first_batch() -> None:
+    """Five calls started together, nothing running: one batch of five, not one and four.
+
+    The leader waits one pass of the event loop before taking its batch, so
+    the calls that tasks ready in that pass make join it.
+    """
+    db = FakeDatabase()
+    batcher = Batcher(db.run_batch)
+    answers: dict[str, str] = {}
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(submit, batcher, f"c{n}", answers)
+    assert db.batches == [[f"c{n}" for n in range(5)]]
+    assert len(answers) == 5
+
+
+async def test_fake_max_in_flight_runs_that_many_batches_at_once_and_queues_the_rest() -> None:
+    """With ``max_in_flight=2`` a second batch starts beside a blocked one; a third call waits.
+
+    The waiting call goes in the first batch to start after one of the two ends.
+    """
+    db = FakeDatabase()
+    batcher = Batcher(db.run_batch, max_in_flight=2)
+    answers: dict[str, str] = {}
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            await start_blocked_batch(tg, db, batcher, answers)
+            db.entered.clear()
+            tg.start_soon(submit, batcher, "second", answers)
+            await wait_in_thread(db.entered)  # running beside the first
+            assert db.batches == [["first"], ["second"]]
+            await submit_later(tg, batcher, "third", answers)
+            assert db.batches == [["first"], ["second"]]  # both slots taken: it queues
+            db.gate.set()
+    assert db.batches == [["first"], ["second"], ["third"]]
+    assert answers == {"first": "first", "second": "second", "third": "third"}

@@ -3,7 +3,7 @@
 ``_model`` holds the values and the fencing rule, ``_protocol`` the
 ``CompletionStore`` protocol, ``_url`` URL parsing and redaction, ``_schema``
 the versioned migrations, ``_postgres`` and ``_sqlite`` the two adapters,
-``_batch`` the group commit SQLite uses, ``_memory`` the in-process store,
+``_batch`` the group commit both durable stores use, ``_memory`` the in-process store,
 ``_open`` the URL-selected factory, ``_guard`` the fence-guard SQL helper for
 effects written outside the store. ``_postgres`` (psycopg) is imported only
 when a ``postgresql://`` URL is opened.

@@ -1,16 +1,16 @@
-"""Group commit: calls waiting for one database connection share its next trip.
+"""Group commit: calls waiting for a database connection share its next trip.
 
 N concurrent completions cost one transaction, one fsync and one thread hop
-instead of N of each. No background task: the first waiting caller leads the
-next batch for everyone queued before it.
-See docs/design.md#group-commit.
+(SQLite) or one round trip (PostgreSQL) instead of N of each. No background
+task: the first waiting caller leads the next batch for everyone queued
+before it. See docs/design.md#group-commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, final
+from typing import Any, Generic, TypeVar, final
 
 import anyio
 
@@ -21,20 +21,22 @@ _T = TypeVar("_T")
 class Call(Generic[_T]):
     """One store call waiting for, or answered by, a batch.
 
-    ``op`` runs in the batch's transaction when ``writes`` is true (its
-    ``outcome`` only counts once that transaction commits), on its own
-    otherwise. ``deadline`` (``time.monotonic()``) is when the caller stops
-    waiting: a batch that starts later answers the call with an error
-    without running it.
+    ``op`` is what the batch runner needs to run the call (SQLite: a function
+    of the connection; PostgreSQL: the call's arguments). It runs in the
+    batch's transaction when ``writes`` is true (its ``outcome`` only counts
+    once that transaction commits), on its own otherwise. ``deadline``
+    (``time.monotonic()``) is when the caller stops waiting: a batch that
+    starts later answers the call with an error without running it.
     """
 
-    op: Callable[..., _T]
+    op: Any
     writes: bool
     deadline: float
     outcome: _T | None = field(default=None, init=False)
     error: BaseException | None = field(default=None, init=False)
     taken: bool = field(default=False, init=False)
     done: bool = field(default=False, init=False)
+    wake: anyio.Event | None = field(default=None, init=False)  # set on the loop to wake its caller
 
     def succeed(self, outcome: _T) -> None:
         """Answer the call with ``outcome``."""
@@ -51,35 +53,43 @@ class Call(Generic[_T]):
         return self.outcome  # type: ignore[return-value]  # None when _T allows it
 
 
+RunBatch = Callable[[list[Call[object]]], Awaitable[None]]
+"""Run one batch and answer each of its calls (``succeed`` or ``fail``)."""
+
+
 @final
 class Batcher:
-    """Queue calls for one connection and run them in batches; see the module docstring.
+    """Queue calls for a database and run them in batches; see the module docstring.
 
-    ``run_batch`` is called with every batch, in a worker thread, or on the
-    event loop when ``inline`` (a private in-memory database: nothing to wait
-    for, and a thread hop would cost more than the query). It must answer
-    every call it is given (``succeed`` or ``fail``).
+    ``run_batch`` is awaited with every batch, shielded from cancellation (the
+    calls' deadlines bound it): it may hop to a worker thread (SQLite) or make
+    a round trip (PostgreSQL). Up to ``max_in_flight`` batches run at once
+    (one per connection); calls that arrive meanwhile queue for the next.
+    ``inline`` (a private in-memory database) runs each call at once as a
+    batch of its own: nothing to wait for, so nothing to share.
     """
 
     def __init__(
         self,
-        run_batch: Callable[[list[Call[object]]], None],
+        run_batch: RunBatch,
         *,
         max_batch: int = 64,
         inline: bool = False,
+        max_in_flight: int = 1,
     ) -> None:
         self._run_batch = run_batch
         self._max_batch = max_batch
         self._inline = inline
+        self._max_in_flight = max_in_flight
         self._queue: list[Call[object]] = []
-        self._leading = False  # a batch (or close) is using the connection
-        self._turn = anyio.Event()  # set, and replaced, whenever a batch ends
+        self._running = 0  # batches using a connection now (close counts as all of them)
+        self._idle: anyio.Event | None = None  # close() waits on it for running to reach 0
 
     async def submit(self, call: Call[_T]) -> _T:
         """Queue ``call`` and return its outcome once a batch has answered it."""
         if self._inline:
             await anyio.lowlevel.checkpoint_if_cancelled()
-            self._run_answered([call])  # type: ignore[list-item]
+            await self._run_answered([call])  # type: ignore[list-item]
             return call.answer()
         self._queue.append(call)  # type: ignore[arg-type]
         try:
@@ -87,57 +97,81 @@ class Batcher:
         except anyio.get_cancelled_exc_class():
             if not call.taken:
                 self._queue.remove(call)  # type: ignore[arg-type]
+                self._hand_over()  # it may have been woken to lead the next batch
                 raise
             with anyio.CancelScope(shield=True):  # the database may have acted on it already
                 await self._until_answered(call)
             raise
         return call.answer()
 
-    async def close(self, closer: Callable[[], None]) -> None:
-        """Run ``closer`` in a worker thread once no batch is running, and before any next."""
-        while self._leading:
-            await self._turn.wait()
-        self._leading = True
+    async def close(self, closer: Callable[[], Awaitable[object]]) -> None:
+        """Await ``closer`` once no batch is running, and before any next one."""
+        while self._running:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
+        self._running = self._max_in_flight
         try:
-            await anyio.to_thread.run_sync(closer)
+            await closer()
         finally:
+            self._running = 0
             self._hand_over()
 
     async def _until_answered(self, call: Call[_T]) -> None:
+        """Lead a batch when one may start, else sleep until woken (answered, or to lead).
+
+        Each caller sleeps on its own event: a batch's end wakes its callers
+        and the oldest queued one, not every waiting task.
+        """
         while not call.done:
-            if self._leading:
-                await self._turn.wait()
-            else:
+            if not call.taken and self._running < self._max_in_flight:
                 await self._lead()
+            else:
+                call.wake = anyio.Event()
+                await call.wake.wait()
 
     async def _lead(self) -> None:
-        """Run the next batch (the oldest queued calls) in a worker thread."""
-        self._leading = True
+        """Run the next batch (the oldest queued calls)."""
+        self._running += 1
+        # One pass of the event loop first: calls that tasks ready to run make now
+        # join this batch (measured: a quarter fewer batches per trigger in a pod).
+        await anyio.lowlevel.cancel_shielded_checkpoint()
         batch = self._queue[: self._max_batch]
         del self._queue[: self._max_batch]
         for call in batch:
             call.taken = True
+        self._hand_over()  # another batch may start too (max_in_flight)
         try:
-            # Not abandoned on cancel: the connection must not be reused while
-            # a thread still runs on it. The calls' deadlines bound the batch.
-            await anyio.to_thread.run_sync(self._run_answered, batch)
+            # Shielded: the connection must not be reused while the database may
+            # still act on the batch. The calls' deadlines bound it.
+            with anyio.CancelScope(shield=True):
+                await self._run_answered(batch)
         finally:
             unanswered = [call for call in batch if not call.done]  # cancelled before it ran
             for call in unanswered:
                 call.taken = False
             self._queue[:0] = unanswered
+            self._running -= 1
+            for call in batch:
+                if call.done and call.wake is not None:
+                    call.wake.set()
             self._hand_over()
 
-    def _run_answered(self, batch: list[Call[object]]) -> None:
+    async def _run_answered(self, batch: list[Call[object]]) -> None:
         """Run ``batch``; a failure of ``run_batch`` itself answers every call it left."""
         try:
-            self._run_batch(batch)
-        except BaseException as exc:  # delivered to each caller instead
+            await self._run_batch(batch)
+        except BaseException as exc:  # delivered to each caller instead (shielded: no cancel)
             for call in batch:
                 if not call.done:
                     call.fail(exc)
 
     def _hand_over(self) -> None:
-        self._leading = False
-        turn, self._turn = self._turn, anyio.Event()
-        turn.set()
+        """Wake the oldest queued caller if a batch may start, and ``close`` once idle."""
+        if self._running < self._max_in_flight and self._queue:
+            wake = self._queue[0].wake
+            if wake is not None:
+                wake.set()
+        if self._running == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None

@@ -1,24 +1,28 @@
 """The PostgreSQL completion store: psycopg 3, async, over a connection pool.
 
-Each completion is one call of the ``leaseworker_complete()`` server function,
+Each completion is a call of the ``leaseworker_complete()`` server function,
 and each claim one of ``leaseworker_claim()``: both lock the job key's head
-row, then read and write in their own transaction; every call has one
-deadline. Why that order is race-free, and the bounds: see
-docs/design.md#the-postgresql-store.
+row, then read and write. Lookups, claims and completions that wait together
+go as one batch (:mod:`._batch`): one call of ``leaseworker_calls()``, one
+round trip and one transaction for all of them. Every call has one deadline.
+Why that is race-free, and the bounds: see docs/design.md#the-postgresql-store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import json
 import logging
 import math
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import TypeVar, final
+from typing import Literal, TypeVar, cast, final
 
 import anyio
 import psycopg
@@ -26,6 +30,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
+from ._batch import Batcher, Call
 from ._model import (
     ClaimResult,
     Completion,
@@ -43,15 +48,18 @@ logger = logging.getLogger("leaseworker.store")
 _T = TypeVar("_T")
 _Conn = psycopg.AsyncConnection[TupleRow]
 
-_COMPLETE = """
-    SELECT * FROM leaseworker_complete(
-        %(job_key)s, %(input_version)s, %(fence)s::bigint, %(result)s::jsonb,
-        %(execution_id)s, %(pod)s
-    )
+_CALLS = "SELECT * FROM leaseworker_calls(%s::jsonb)"
+MAX_BATCH = 64
+"""Calls per trip to the database."""
+
+BATCHES_IN_FLIGHT = 1
+"""Batches a store runs at once, each on its own pooled connection.
+
+One: a second in flight halves the batches' sizes (measured in a pod at
+concurrency 16: 0.42 to 0.76 batches per trigger, about 8 % more CPU), and
+would only help while a batch waits for a head row another session holds.
 """
-_CLAIM = """
-    SELECT * FROM leaseworker_claim(%(job_key)s, %(input_version)s, %(fence)s::bigint)
-"""
+
 _FIND = """
     SELECT input_version, fence, result, execution_id, pod, completed_at
     FROM leaseworker_completions WHERE job_key = %s AND input_version = %s
@@ -87,6 +95,9 @@ class PostgresStore:
         self._pool = pool
         self._shown_url = shown_url
         self._timeout = call_timeout
+        self._batcher = Batcher(
+            self._run_batch, max_batch=MAX_BATCH, max_in_flight=BATCHES_IN_FLIGHT
+        )
         self.schema_version = 0
 
     @classmethod
@@ -129,22 +140,9 @@ class PostgresStore:
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
         params = completion_params(request)
-
-        async def attempt_once(conn: _Conn, attempt: _Attempt) -> CompletionResult:
-            row = await (await conn.execute(_COMPLETE, params)).fetchone()
-            assert row is not None  # the function returns one row on every path
-            status, winning, *standing = row
-            answer = answer_to(
-                request,
-                status,
-                winning_fence=winning,
-                completion=_maybe_completion(request.job_key, tuple(standing)),
-            )
-            if attempt.retry and _own_landed(answer, request.execution_id):
-                return dataclasses.replace(answer, status="accepted")
-            return answer
-
-        return await self._run(request.job_key, attempt_once)
+        result = str(params["result"])
+        op = _Op("complete", request.job_key, request.input_version, request.fence, request, result)
+        return cast(CompletionResult, await self._submit(op, writes=True))
 
     async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
         """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``.
@@ -153,31 +151,14 @@ class PostgresStore:
         is one claim (``greatest``), and the answer reads what stands.
         """
         check_call(job_key, fence, input_version)
-        params = {"job_key": job_key, "input_version": input_version, "fence": fence}
-
-        async def attempt_once(conn: _Conn, attempt: _Attempt) -> ClaimResult:
-            row = await (await conn.execute(_CLAIM, params)).fetchone()
-            assert row is not None  # the function returns one row on every path
-            status, highest, *standing = row
-            return ClaimResult(
-                status=status,
-                job_key=job_key,
-                input_version=input_version,
-                fence=fence,
-                highest_fence=highest,
-                completion=_maybe_completion(job_key, tuple(standing)),
-            )
-
-        return await self._run(job_key, attempt_once)
+        op = _Op("claim", job_key, input_version, fence)
+        return cast(ClaimResult, await self._submit(op, writes=True))
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
         check_call(job_key, 0, input_version)
-
-        async def read(conn: _Conn, attempt: _Attempt) -> Completion | None:
-            return await _find(conn, job_key, input_version)
-
-        return await self._run(job_key, read)
+        op = _Op("lookup", job_key, input_version)
+        return cast(Completion | None, await self._submit(op, writes=False))
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
@@ -190,16 +171,64 @@ class PostgresStore:
         return await self._run(job_key, read)
 
     async def aclose(self) -> None:
-        """Close the pool (waiting up to ``call_timeout`` for connections in use)."""
-        await self._pool.close(timeout=self._timeout)
+        """Close the pool once no batch runs (waiting up to ``call_timeout`` for connections)."""
+        await self._batcher.close(functools.partial(self._pool.close, timeout=self._timeout))
 
     def __repr__(self) -> str:
         return f"PostgresStore(url={self._shown_url!r}, call_timeout={self._timeout})"
 
-    async def _run(self, key: str | None, op: Callable[[_Conn, _Attempt], Awaitable[_T]]) -> _T:
-        """Run ``op`` on a pooled connection under one deadline; translate failures."""
+    async def _submit(self, op: _Op, *, writes: bool) -> object:
+        """Queue ``op`` for the next batch and return its answer."""
+        return await self._batcher.submit(Call(op, writes, time.monotonic() + self._timeout))
+
+    async def _run_batch(self, batch: list[Call[object]]) -> None:
+        """Answer every call of ``batch`` from one call of ``leaseworker_calls()``.
+
+        One transaction: if it fails, every call gets :class:`StoreUnavailable`.
+        """
+        started = time.monotonic()
+        live: list[Call[object]] = []
+        for call in batch:
+            if call.deadline <= started:
+                call.fail(StoreUnavailable(call.op.job_key, f"no answer within {self._timeout}s"))
+            else:
+                live.append(call)
+        if not live:
+            return
+        ops: list[_Op] = [call.op for call in live]
+        params = _batch_params(ops)
+
+        async def attempt_once(conn: _Conn, attempt: _Attempt) -> tuple[list[TupleRow], bool]:
+            rows = await (await conn.execute(_CALLS, params, prepare=True)).fetchall()
+            return rows, attempt.retry
+
+        try:
+            rows, retried = await self._run(
+                None, attempt_once, within=min(call.deadline for call in live) - started
+            )
+        except StoreUnavailable as exc:
+            for call in live:
+                error = StoreUnavailable(call.op.job_key, exc.detail)
+                error.__cause__ = exc.__cause__  # the psycopg error, as raising "from" would
+                call.fail(error)
+            return
+        found = {row[0]: row[1:] for row in rows}
+        for number, (call, op) in enumerate(zip(live, ops, strict=True), start=1):
+            call.succeed(op.answer(found.get(number), retried=retried))
+
+    async def _run(
+        self,
+        key: str | None,
+        op: Callable[[_Conn, _Attempt], Awaitable[_T]],
+        *,
+        within: float | None = None,
+    ) -> _T:
+        """Run ``op`` on a pooled connection under one deadline; translate failures.
+
+        The deadline is ``within`` seconds from now (default: the store's bound).
+        """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
+        deadline = loop.time() + (self._timeout if within is None else within)
         retry = False
         while True:
             attempt = _Attempt(retry=retry)
@@ -241,6 +270,65 @@ class PostgresStore:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         state = f" [{exc.sqlstate}]" if exc.sqlstate else ""
         return f"{type(exc).__name__}{state}: {first}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One lookup, claim or completion waiting in a batch: its arguments, and its answer."""
+
+    kind: Literal["lookup", "claim", "complete"]
+    job_key: str
+    input_version: str
+    fence: int = 0  # a claim's or a completion's
+    request: CompletionRequest | None = None  # a completion's
+    result: str = "null"  # a completion's result, as checked JSON text
+
+    def answer(self, row: TupleRow | None, *, retried: bool) -> object:
+        """Build this call's answer from its row of ``leaseworker_calls()`` (``None``: no row).
+
+        ``retried``: an earlier try of the batch failed on a dead connection.
+        """
+        if self.kind == "lookup":
+            return None if row is None else _completion(self.job_key, row[2:])
+        assert row is not None  # claims and completions return one row on every path
+        status, seen, *standing = row
+        completion = _maybe_completion(self.job_key, tuple(standing))
+        if self.kind == "claim":
+            return ClaimResult(
+                status=status,
+                job_key=self.job_key,
+                input_version=self.input_version,
+                fence=self.fence,
+                highest_fence=seen,
+                completion=completion,
+            )
+        assert self.request is not None
+        answer = answer_to(self.request, status, winning_fence=seen, completion=completion)
+        if retried and _own_landed(answer, self.request.execution_id):
+            return dataclasses.replace(answer, status="accepted")
+        return answer
+
+
+def _batch_params(ops: Sequence[_Op]) -> tuple[str]:
+    """Return ``leaseworker_calls()``'s argument for ``ops``: a JSON array, one entry per call.
+
+    Each entry is ``[kind, job key, input version, fence, execution id, pod,
+    result]``; a completion's result is its JSON text already, spliced in as is.
+    """
+    entries = []
+    for op in ops:
+        request = op.request
+        if request is None:
+            entries.append(_JSON.encode([op.kind, op.job_key, op.input_version, op.fence]))
+            continue
+        execution = [request.execution_id, request.pod]
+        head = _JSON.encode([op.kind, op.job_key, op.input_version, op.fence, *execution])
+        entries.append(f"{head[:-1]},{op.result}]")
+    return (f"[{','.join(entries)}]",)
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps`` without spaces, built once."""
 
 
 @dataclass(slots=True)

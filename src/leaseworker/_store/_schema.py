@@ -235,6 +235,54 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE leaseworker_jobs ADD COLUMN claimed_fence INTEGER NOT NULL DEFAULT -1",
         ),
     ),
+    Migration(
+        version=4,
+        description="leaseworker_calls(): a batch of lookups, claims and completions in one trip",
+        postgresql=(
+            # Calls that waited together, in one statement and one transaction:
+            # each claim and completion is version 3's function itself, so the
+            # rule and its read-after-lock order are unchanged (a VOLATILE
+            # function's statements take fresh READ COMMITTED snapshots). Head
+            # rows are locked in job key order, the same in every pod, so two
+            # batches never deadlock; calls of one job key keep their order.
+            # p_calls is a JSON array of [kind, job key, input version, fence,
+            # execution id, pod, result]: one parameter, cheap for the client to
+            # build. A lookup only reads: one row if the identity completed.
+            """
+            CREATE OR REPLACE FUNCTION leaseworker_calls(p_calls jsonb)
+            RETURNS TABLE (
+                o_call integer, o_status text, o_seen_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            DECLARE
+                i integer;
+                c jsonb;
+            BEGIN
+                FOR i, c IN
+                    SELECT e.n::integer, e.v FROM jsonb_array_elements(p_calls)
+                        WITH ORDINALITY AS e(v, n)
+                    ORDER BY e.v->>1, e.n
+                LOOP
+                    IF c->>0 = 'complete' THEN
+                        RETURN QUERY SELECT i, r.* FROM leaseworker_complete(
+                            c->>1, c->>2, (c->>3)::bigint, c->6, c->>4, c->>5) AS r;
+                    ELSIF c->>0 = 'claim' THEN
+                        RETURN QUERY SELECT i, r.* FROM leaseworker_claim(
+                            c->>1, c->>2, (c->>3)::bigint) AS r;
+                    ELSE
+                        RETURN QUERY SELECT i, 'found'::text, f.fence, f.input_version,
+                               f.fence, f.result, f.execution_id, f.pod, f.completed_at
+                        FROM leaseworker_completions f
+                        WHERE f.job_key = c->>1 AND f.input_version = c->>2;
+                    END IF;
+                END LOOP;
+            END
+            $fn$
+            """,
+        ),
+        sqlite=(),  # SQLite batches its calls in the store (group commit)
+    ),
 )
 
 
