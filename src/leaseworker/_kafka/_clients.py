@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 from .._backoff import BusyPolicy
 from .._retry import Retries, Sleep
 from ._logs import describe, logger
+from ._quiet import back_off_metadata, fold_aiokafka_logs
 from ._settings import SourceSettings
 
 ConsumerFactory = Callable[[SourceSettings, str], Any]
@@ -30,8 +31,12 @@ ProducerFactory = Callable[[SourceSettings], Any]
 
 
 def new_consumer(settings: SourceSettings, topic: str) -> Any:
-    """Build an aiokafka consumer of ``topic`` in the pod's group: manual commits, bounded calls."""
-    return AIOKafkaConsumer(
+    """Build an aiokafka consumer of ``topic`` in the pod's group: manual commits, bounded calls.
+
+    Its metadata refreshes back off while the brokers are away, and aiokafka's
+    repeated log lines are folded (see ``_quiet``).
+    """
+    consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=settings.bootstrap_servers,
         group_id=settings.group,
@@ -47,17 +52,27 @@ def new_consumer(settings: SourceSettings, topic: str) -> Any:
         retry_backoff_ms=200,
         **settings.kafka_security.client_kwargs(),
     )
+    quiet(consumer._client)
+    return consumer
 
 
 def new_producer(settings: SourceSettings) -> Any:
-    """Build an aiokafka producer for dead letters: ``acks=all``, bounded calls."""
-    return AIOKafkaProducer(
+    """Build an aiokafka producer for dead letters: ``acks=all``, bounded calls, quiet outages."""
+    producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         client_id=f"leaseworker-{settings.pod}-dead-letters",
         acks="all",
         request_timeout_ms=_ms(settings.kafka_timeout),
         **settings.kafka_security.client_kwargs(),
     )
+    quiet(producer.client)
+    return producer
+
+
+def quiet(client: Any) -> None:
+    """Keep an outage cheap and quiet for ``client``: metadata backoff, folded aiokafka logs."""
+    back_off_metadata(client)
+    fold_aiokafka_logs()
 
 
 async def start(

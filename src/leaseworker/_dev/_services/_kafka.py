@@ -319,8 +319,22 @@ class LocalKafka:
         seconds pass between the stop and the new start, which returns once
         the broker serves requests again (see :meth:`start` for the errors).
         """
-        self._stop(timeout=15.0, keep_archive=True, remove_workdir=False)
+        self.down()
         time.sleep(down_for)
+        self.up(timeout=timeout)
+
+    def down(self, timeout: float = 15.0) -> None:
+        """Stop the broker by PID, keeping its ports, data and work directory for :meth:`up`.
+
+        An outage as clients see it: the address refuses connections until
+        :meth:`up`. Safe to call on a broker that is already down.
+        """
+        self._stop(timeout=timeout, keep_archive=True, remove_workdir=False)
+
+    def up(self, *, timeout: float = 60.0) -> None:
+        """Start a broker stopped by :meth:`down` again; return once it serves requests."""
+        if self.process.popen.poll() is None:
+            return
         java, libs = find_java(), ensure_installed()
         archive = _cds_archive(java, libs)
         properties = self.workdir / "server.properties"
