@@ -36,6 +36,7 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--kafka-timeout", "40", "kafka_timeout", 40.0),
     ("--redis-timeout", "0.25", "redis_timeout", 0.25),
     ("--max-payload-bytes", "4096", "max_payload_bytes", 4096),
+    ("--auto-offset-reset", "latest", "auto_offset_reset", "latest"),
 ]  # fmt: skip
 
 

@@ -6,7 +6,6 @@ import collections
 import functools
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -26,14 +25,6 @@ from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
 from ..worker_util import make_worker, pod_config, running, until
-
-
-@pytest.fixture(scope="module")
-def own_kafka() -> Iterator[LocalKafka]:
-    """A broker of this module's own: the outage test restarts it."""
-    server = LocalKafka.start()
-    yield server
-    server.stop()
 
 
 async def test_aiokafka_forgets_pause_flags_when_partitions_are_reassigned(
@@ -89,6 +80,7 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
         resolve_key=lambda t: "k",
         handle=handle,
         consumer_factory=consumer.factory,
+        topic_check=None,
     )
     first, new = TopicPartition("t", 0), {TopicPartition("t", 0), TopicPartition("t", 1)}
     busy = 1 if why == "stopping" else config.concurrency
@@ -199,6 +191,7 @@ async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None
         resolve_key=lambda t: "k",
         handle=handle,
         consumer_factory=consumer.factory,
+        topic_check=None,
     )
     partition = TopicPartition("t", 0)
     async with anyio.create_task_group() as tg:

@@ -10,7 +10,7 @@ source stops.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -42,7 +42,7 @@ def new_consumer(settings: SourceSettings, topic: str) -> Any:
         group_id=settings.group,
         client_id=f"leaseworker-{settings.pod}",
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        auto_offset_reset=settings.auto_offset_reset,
         session_timeout_ms=_ms(settings.session_timeout),
         heartbeat_interval_ms=_ms(settings.heartbeat),
         max_poll_interval_ms=_ms(settings.max_poll_interval),
@@ -82,25 +82,37 @@ async def start(
     *,
     policy: BusyPolicy,
     backoff: Sleep,
+    before: Callable[[], Awaitable[None]] | None = None,
+    waiting: Callable[[str | None], None] = lambda why: None,
 ) -> Any:
     """Start a client from ``make()``, retrying with capped backoff and a log line per failure.
 
-    Each try gets a new client; a failed one is stopped. ``backoff(delay)``
-    waits before the next try and answers ``False`` when the source stops
-    meanwhile: then this returns ``None``.
+    Each try gets a new client; a failed one is stopped. ``before()``, if
+    given, runs first (the topic check), within the same bound; its Kafka
+    errors are retried like the start's, anything else (a
+    :class:`~leaseworker.ConfigError`) stops the client and propagates.
+    ``backoff(delay)`` waits before the next try and answers ``False`` when
+    the source stops meanwhile: then this returns ``None``. ``waiting(why)``
+    hears what it waits for before each retry, and ``None`` once started.
     """
     retries = Retries(policy, sleep=backoff)
     while True:
         client = make()
         try:
+            if before is not None:
+                await before()
             with anyio.fail_after(settings.kafka_timeout):
                 await client.start()
         except (KafkaError, OSError, TimeoutError) as exc:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
-                await client.stop()
-            if not await retries.wait(functools.partial(_unavailable, settings, what, exc)):
+            await _stop(client, settings)
+            log = functools.partial(_unavailable, settings, what, exc, waiting)
+            if not await retries.wait(log):
                 return None
             continue
+        except BaseException:
+            await _stop(client, settings)
+            raise
+        waiting(None)
         if retries.count:
             logger.info(
                 "Kafka %s connected after %d attempt(s)",
@@ -111,14 +123,24 @@ async def start(
         return client
 
 
+async def _stop(client: Any, settings: SourceSettings) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
+        await client.stop()
+
+
 def _unavailable(
-    settings: SourceSettings, what: str, exc: BaseException, delay: float, attempt: int
+    settings: SourceSettings,
+    what: str,
+    exc: BaseException,
+    waiting: Callable[[str | None], None],
+    delay: float,
+    attempt: int,
 ) -> None:
+    why = f"Kafka at {settings.bootstrap_servers} unavailable for the {what} ({describe(exc)})"
+    waiting(f"{why}; retrying in {delay:.1f}s (attempt {attempt})")
     logger.warning(
-        "Kafka at %s unavailable for the %s (%s); retrying in %.1fs (attempt %d)",
-        settings.bootstrap_servers,
-        what,
-        describe(exc),
+        "%s; retrying in %.1fs (attempt %d)",
+        why,
         delay,
         attempt,
         extra={"event": "kafka_unavailable", "pod": settings.pod},

@@ -2,7 +2,8 @@
 
 The broker comes as jars from Maven Central (``deploy/local/kafka/pom.xml``,
 cached outside the clone), runs in combined mode, and :meth:`LocalKafka.start`
-returns once the group coordinator answers; topics are never auto-created.
+returns once the group coordinator answers; topics are never auto-created
+(unless the broker settings given to :meth:`LocalKafka.start` say so).
 Version, start-up and JVM choices: see docs/design.md#local-kafka.
 """
 
@@ -246,8 +247,17 @@ class LocalKafka:
         return ensure_installed()
 
     @classmethod
-    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+    def start(
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 60.0,
+        settings: Mapping[str, str] | None = None,
+    ) -> Self:
         """Format a fresh broker, start it, and wait until it serves Kafka requests.
+
+        ``settings`` override :data:`BROKER_SETTINGS` (``{"auto.create.topics.enable":
+        "true"}`` for a broker that creates topics on first use).
 
         ``workdir`` must not hold a ``data`` directory yet. Without it a temporary
         directory is used and removed again by :meth:`stop`. Raises
@@ -267,7 +277,7 @@ class LocalKafka:
             controller_port = free_port()
         cluster_id = random_cluster_id()
         try:
-            properties = _write_config(workdir, port, controller_port)
+            properties = _write_config(workdir, port, controller_port, settings or {})
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
             _format(java, libs, workdir, properties, cluster_id, use_archive, timeout=timeout)
@@ -418,7 +428,9 @@ class LocalKafka:
         _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline))
 
 
-def _write_config(workdir: Path, port: int, controller_port: int) -> Path:
+def _write_config(
+    workdir: Path, port: int, controller_port: int, overrides: Mapping[str, str]
+) -> Path:
     """Write ``server.properties`` and ``log4j2.properties``; return the former."""
     settings = {
         "process.roles": "broker,controller",
@@ -431,6 +443,7 @@ def _write_config(workdir: Path, port: int, controller_port: int) -> Path:
         "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{controller_port}",
         "log.dirs": str(workdir / "data"),
         **BROKER_SETTINGS,
+        **overrides,
     }
     properties = workdir / "server.properties"
     lines = ["# Written by leaseworker._dev._services.LocalKafka for a throwaway test broker."]
