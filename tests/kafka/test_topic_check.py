@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import anyio
 import pytest
 
 from leaseworker import ConfigError
@@ -43,7 +44,7 @@ async def test_a_missing_topic_ends_start_up_with_a_config_error_naming_it(
         namespace,
         dead_letter_topic=kafka_names.dead_letters,
     )
-    with pytest.raises(ConfigError) as raised:
+    with pytest.raises(ConfigError) as raised, anyio.fail_after(60):
         await make_worker(job, config).run()
     assert f"topic '{absent}' not found" in str(raised.value)
     assert "auto.create.topics.enable=false" in str(raised.value)
