@@ -80,7 +80,6 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
         resolve_key=lambda t: "k",
         handle=handle,
         consumer_factory=consumer.factory,
-        topic_check=None,
     )
     first, new = TopicPartition("t", 0), {TopicPartition("t", 0), TopicPartition("t", 1)}
     busy = 1 if why == "stopping" else config.concurrency
@@ -191,7 +190,6 @@ async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None
         resolve_key=lambda t: "k",
         handle=handle,
         consumer_factory=consumer.factory,
-        topic_check=None,
     )
     partition = TopicPartition("t", 0)
     async with anyio.create_task_group() as tg:

@@ -35,7 +35,7 @@ Handle = Callable[[Trigger, str], Awaitable[Ending]]
 """Run a trigger's job and say how it ended: terminal or not, dead-lettered as a failure."""
 
 TopicCheck = Callable[[SourceSettings, list[str]], Awaitable[None]]
-"""Raise ConfigError if a topic is missing (:func:`~._topics.require_topics` by default)."""
+"""Raise ConfigError if a topic is missing (:func:`check_topics` by default)."""
 
 ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
@@ -56,7 +56,8 @@ class KafkaTriggerSource:
     (a test passes stand-ins); the consumer is subscribed with the source's
     rebalance listener before it starts. ``topic_check(config, topics)``
     runs before the consumer starts and raises ConfigError for a missing
-    topic (``None``: no check, for stand-in clients).
+    topic (default: :func:`check_topics` with the default consumer factory,
+    none with a stand-in).
     """
 
     def __init__(
@@ -69,7 +70,7 @@ class KafkaTriggerSource:
         hooks: SourceHooks = NO_HOOKS,
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
-        topic_check: TopicCheck | None = require_topics,
+        topic_check: TopicCheck | None = None,
     ) -> None:
         self._config = config
         self._topic = topic
@@ -79,6 +80,8 @@ class KafkaTriggerSource:
         self._consumer_factory = consumer_factory
         self._producer_factory = producer_factory
         self._topic_check = topic_check
+        if topic_check is None and consumer_factory is new_consumer:
+            self._topic_check = check_topics  # real clients: check the real topics
         self._state = SourceState()
         self.stats = self._state.stats
         self._consumer: Any = None
@@ -376,6 +379,17 @@ class KafkaTriggerSource:
             if client is not None:
                 with anyio.move_on_after(self._config.kafka_timeout):
                     await client.stop()
+
+
+async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
+    """Run :func:`~._topics.require_topics` with the pod's settings (the default check)."""
+    await require_topics(
+        topics,
+        bootstrap_servers=settings.bootstrap_servers,
+        security=settings.kafka_security,
+        within=settings.kafka_timeout,
+        client_id=f"leaseworker-{settings.pod}-topic-check",
+    )
 
 
 __all__ = ["KafkaTriggerSource", "SourceStats", "TopicPartition"]

@@ -22,30 +22,37 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
 from .._errors import ConfigError
 from ._logs import logger
 from ._quiet import back_off_metadata, fold_aiokafka_logs
-from ._settings import SourceSettings
+from ._security import KafkaSecurity
 
 AUTO_CREATE = "auto.create.topics.enable"
 """The broker setting under which a consumer or producer creates a topic by naming it."""
 
 
-async def require_topics(settings: SourceSettings, topics: Iterable[str]) -> None:
+async def require_topics(
+    topics: Iterable[str],
+    *,
+    bootstrap_servers: str,
+    security: KafkaSecurity,
+    within: float,
+    client_id: str = "leaseworker-topic-check",
+) -> None:
     """Raise ConfigError if a topic of ``topics`` does not exist and brokers do not create it.
 
     One admin client lists the topics and, only when one is missing, asks a
-    broker for its ``auto.create.topics.enable``; all within
-    ``settings.kafka_timeout``. Kafka errors and timeouts propagate: the
-    caller retries those (the brokers may not be up yet).
+    broker for its ``auto.create.topics.enable``; all within ``within``
+    seconds. Kafka errors and timeouts propagate: a pod retries those (the
+    brokers may not be up yet).
     """
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers,
-        client_id=f"leaseworker-{settings.pod}-topic-check",
-        request_timeout_ms=max(1, round(settings.kafka_timeout * 1000)),
-        **settings.kafka_security.client_kwargs(),
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        request_timeout_ms=max(1, round(within * 1000)),
+        **security.client_kwargs(),
     )
     back_off_metadata(admin._client)
     fold_aiokafka_logs()
     try:
-        with anyio.fail_after(settings.kafka_timeout):
+        with anyio.fail_after(within):
             await admin.start()
             listed = set(await admin.list_topics())
             missing = sorted({topic for topic in topics if topic not in listed})
@@ -54,16 +61,16 @@ async def require_topics(settings: SourceSettings, topics: Iterable[str]) -> Non
                     "topic(s) %s do not exist yet; the brokers create topics on first use (%s)",
                     ", ".join(missing),
                     AUTO_CREATE,
-                    extra={"event": "topics_auto_created", "pod": settings.pod},
+                    extra={"event": "topics_auto_created"},
                 )
                 return
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(within):
             await admin.close()
     if missing:
         raise ConfigError(
             f"{_kind(missing)} {_names(missing)} not found on Kafka at "
-            f"{settings.bootstrap_servers}, and the brokers do not create topics "
+            f"{bootstrap_servers}, and the brokers do not create topics "
             f"({AUTO_CREATE}=false): create {_it(missing)} first"
         )
 
