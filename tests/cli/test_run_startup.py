@@ -73,8 +73,11 @@ def test_redis_refusing_the_credentials_exits_2_naming_redis_not_the_password(
 ) -> None:
     """AuthenticationError does not heal by waiting; the line names the host, never the password."""
     url = f"redis://nobody:wrong-secret@127.0.0.1:{redis_server.port}/0"
-    line = _exit_line(_run("run", "--redis-url", url, "--store-url", "memory://", JOB))
+    result = _run("--log-level", "INFO", "run", "--redis-url", url, "--store-url", "memory://", JOB)
+    line = _exit_line(result)
     assert f"Redis at 127.0.0.1:{redis_server.port} refused the credentials" in line
+    assert f"Redis 127.0.0.1:{redis_server.port}, store memory://" in result.stderr  # start line
+    assert "wrong-secret" not in result.stderr
 
 
 def test_an_sqlite_store_in_a_directory_that_does_not_exist_exits_2(
