@@ -168,7 +168,9 @@ def add_parser(subparsers: Any) -> None:
         "run",
         help="run a worker pod for a ReportJob class",
         description="Consume the job's topic in a consumer group and run each trigger's job "
-        "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once.",
+        "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once. Redis, "
+        "Kafka and the store are waited for while they are not up; what waiting cannot fix "
+        "(credentials Redis refuses, a missing topic, an unusable store URL) exits 2.",
     )
     parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
     parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
