@@ -235,8 +235,9 @@ async def test_a_broker_outage_under_load_is_logged_in_a_few_lines_and_does_not_
     alone forces a metadata refresh on every fetcher and sender pass while a
     partition has no known leader, each refused at once: thousands of
     "Unable to update metadata" / "Unable connect to node" pairs a second and
-    a core spinning. The pod must stay under a line a second and a fraction
-    of a core; after the outage every trigger completes and is committed.
+    a core spinning. The pod must stay within a few lines a second and a
+    fraction of a core; after the outage every trigger completes and is
+    committed.
     """
     caplog.set_level(logging.INFO)
     own_kafka.create_topics([kafka_names.topic, kafka_names.dead_letters], partitions=2)
@@ -266,8 +267,10 @@ async def test_a_broker_outage_under_load_is_logged_in_a_few_lines_and_does_not_
         recorder.gate("c").set()
         await eventually(_all_committed(own_kafka, kafka_names, len(triggers)), within=60)
         assert worker.stats.dead_letters == 1
-    summary = collections.Counter(f"{r.levelname} {r.name}: {r.msg}" for r in lines)
-    assert len(lines) <= OUTAGE * 2, summary.most_common(5)
+    # The executions' own lines (a finishing, f failing) are the load, not the outage's.
+    noise = [r for r in lines if r.name != "leaseworker.execution"]
+    summary = collections.Counter(f"{r.levelname} {r.name}: {r.msg}" for r in noise)
+    assert len(noise) <= OUTAGE * 3, summary.most_common(5)  # unpatched: about 250
     assert cpu < OUTAGE * 0.25, f"{cpu:.2f}s of CPU in a {OUTAGE}s outage"
 
 
@@ -291,7 +294,9 @@ async def test_a_failed_metadata_refresh_backs_off_instead_of_spinning(
     refusing connections, aiokafka's own client answers each at once (the
     premise: if a later aiokafka backs off itself, the first count drops and
     ``back_off_metadata`` can go); the patched client answers after a backoff,
-    so passes, log lines and CPU stay small.
+    so passes, log lines and CPU stay small. While the broker answers, the
+    patched client refreshes at most every 0.1 s (a broker that is back but
+    has not elected leaders yet answers every refresh with no leader).
     """
     caplog.set_level(logging.INFO)
     plain = AIOKafkaClient(bootstrap_servers=own_kafka.bootstrap_servers)
@@ -300,6 +305,9 @@ async def test_a_failed_metadata_refresh_backs_off_instead_of_spinning(
     try:
         await plain.bootstrap()
         await patched.bootstrap()
+        # Up, answering: the refreshes are spaced (a broker electing leaders answers too).
+        answered_plain, _ = await _refresh_passes(plain, seconds=0.5)
+        answered_patched, _ = await _refresh_passes(patched, seconds=0.5)
         await anyio.to_thread.run_sync(own_kafka.down)
         plain_passes, _ = await _refresh_passes(plain, seconds=1.0)
         began = len(caplog.records)
@@ -309,6 +317,8 @@ async def test_a_failed_metadata_refresh_backs_off_instead_of_spinning(
         await plain.close()
         await patched.close()
         await anyio.to_thread.run_sync(own_kafka.up)
+    assert answered_plain > 50  # one broker round trip each
+    assert answered_patched <= 6  # 0.1 s apart
     assert plain_passes > 200  # aiokafka alone: a busy loop
     assert patched_passes <= 15  # a 0.2-1 s backoff: about 5 in 2 s
     assert lines <= 4, [record.getMessage() for record in caplog.records[began:]]

@@ -6,15 +6,17 @@ metadata refresh on every pass and wait for it; the client's metadata task
 answers at once when every broker refuses the connection, so the two spin,
 logging "Unable connect to node" and "Unable to update metadata" each turn
 (thousands of lines a second, a core busy). :func:`back_off_metadata` makes a
-failed refresh wait out a capped backoff before it answers, which is what the
-Java client does; :class:`FoldRepeats` lets the first aiokafka warning or
-error of each kind through and counts the repeats into the next one.
+failed refresh wait out a capped backoff before it answers, and spaces
+refreshes by at least 0.1 s, as the Java client does; :class:`FoldRepeats`
+lets the first aiokafka warning or error of each kind through and counts the
+repeats into the next one.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,26 +29,39 @@ from .._backoff import BusyPolicy
 METADATA_BACKOFF = BusyPolicy(initial=0.2, cap=1.0, jitter=0.2)
 """Waits after failed metadata refreshes: short, so a broker that is back is seen soon."""
 
+MIN_REFRESH_INTERVAL = 0.1
+"""Seconds between the starts of two metadata refreshes of one client (its ``retry_backoff``)."""
+
 FOLD_WINDOW = 30.0
 """Seconds during which repeats of one aiokafka message are counted instead of logged."""
 
 
-def back_off_metadata(client: Any, policy: BusyPolicy = METADATA_BACKOFF) -> None:
-    """Make ``client`` (an ``AIOKafkaClient``) wait before answering a failed metadata refresh.
+def back_off_metadata(
+    client: Any, policy: BusyPolicy = METADATA_BACKOFF, *, every: float = MIN_REFRESH_INTERVAL
+) -> None:
+    """Make ``client`` (an ``AIOKafkaClient``) refresh metadata at most every ``every`` seconds.
 
-    Patches the instance's ``_metadata_update`` (the one method its metadata
-    task and ``fetch_all_metadata`` call); a success resets the backoff. A
-    client already patched is left alone.
+    And wait out ``policy``'s backoff before answering a failed refresh (a
+    success resets it). Patches the instance's ``_metadata_update``, the one
+    method its metadata task and ``fetch_all_metadata`` call. A broker that
+    answers while no leader is elected yet (the seconds after it starts) is
+    refreshed in a loop too: ``every`` bounds that. A client already patched
+    is left alone.
     """
     update = client._metadata_update
     if getattr(update, "_leaseworker_backoff", False):
         return
     failures = 0
+    last = -math.inf
 
     @functools.wraps(update)
     async def backing_off(*args: Any, **kwargs: Any) -> Any:
-        nonlocal failures
+        nonlocal failures, last
+        early = last + every - time.monotonic()
+        if early > 0:
+            await anyio.sleep(early)
         updated = await update(*args, **kwargs)
+        last = time.monotonic()
         if updated:
             failures = 0
             return updated
