@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+from leaseworker import ConfigError
+from leaseworker._cli._run import setting_error
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 
@@ -125,3 +127,12 @@ def test_a_missing_dead_letter_topic_exits_2_in_a_few_lines(
     assert len(lines) <= 8, "\n".join(lines)
     assert not [text for text in lines if " ERROR " in text or " WARNING aiokafka" in text]
     assert f"topic {kafka_names.topic}, group {kafka_names.group}" in result.stderr  # start-up line
+
+
+def test_the_config_error_that_ended_a_pod_is_found_inside_task_group_errors() -> None:
+    """``serve_with_health`` nests task groups: the ConfigError is found at any depth."""
+    problem = ConfigError("topic 'x' not found")
+    nested = BaseExceptionGroup("outer", [BaseExceptionGroup("inner", [problem])])
+    assert setting_error(nested) is problem
+    assert setting_error(BaseExceptionGroup("bug", [RuntimeError("bug")])) is None
+    assert setting_error(KeyboardInterrupt()) is None
