@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
             ["run", "--record-history", "/nonexistent/h.jsonl", "tests.jobs:MarkerJob"],
             "cannot record the history to /nonexistent/h.jsonl",
         ),
-        (["trigger", "t", "--payload", "[1]"], "JSON object"),
+        (["trigger", "t", "--payload", "[1]"], "(not_object): payload is a JSON array"),
         (["trigger", "t", "--kafka-security-protocol", "SASL_SSL"], "SASL"),
     ],
 )
@@ -135,7 +135,7 @@ def test_trigger_speaks_kafka_sasl_when_told_and_never_prints_the_password(
     """The trigger command passes the SASL settings to its producer (run shares them).
 
     The local broker speaks PLAINTEXT only, so a SASL handshake must fail: a
-    clear exit 1, never a silent plaintext send, and the password never printed.
+    clear exit 2, never a silent plaintext send, and the password never printed.
     """
     kafka_server.create_topics([kafka_names.topic])
     secret = "s3cr3t-sasl-password"
@@ -149,7 +149,7 @@ def test_trigger_speaks_kafka_sasl_when_told_and_never_prints_the_password(
         env={**os.environ, "LEASEWORKER_KAFKA_SASL_PASSWORD": secret},
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "leaseworker trigger: error:" in result.stderr
     assert secret not in result.stdout + result.stderr
 

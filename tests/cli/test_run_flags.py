@@ -38,6 +38,7 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--max-payload-bytes", "4096", "max_payload_bytes", 4096),
     ("--loss-budget", "3", "loss_budget", 3),
     ("--max-result-bytes", "2048", "max_result_bytes", 2048),
+    ("--auto-offset-reset", "latest", "auto_offset_reset", "latest"),
 ]  # fmt: skip
 
 

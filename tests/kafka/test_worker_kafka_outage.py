@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import collections
 import functools
-from collections.abc import Iterator
+import logging
+import time
 from typing import Any
 
 import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
 
 from leaseworker import WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution import Ending
+from leaseworker._kafka._clients import quiet
 from leaseworker._kafka._source import KafkaTriggerSource
 
 from ..fake_kafka import FakeConsumer
@@ -21,14 +25,6 @@ from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
 from ..worker_util import make_worker, pod_config, running, until
-
-
-@pytest.fixture(scope="module")
-def own_kafka() -> Iterator[LocalKafka]:
-    """A broker of this module's own: the outage test restarts it."""
-    server = LocalKafka.start()
-    yield server
-    server.stop()
 
 
 async def test_aiokafka_forgets_pause_flags_when_partitions_are_reassigned(
@@ -208,3 +204,132 @@ async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None
         await source.wait_until(lambda: source.stats.commits == 1, timeout=5)
         source.stop()
     assert consumer.commits == [{partition: 1}]
+
+
+OUTAGE = 4.0
+"""Seconds the broker stays down in the quiet-outage test (a restart under load takes 4-6 s)."""
+
+
+class FailingGateJob(GateJob):
+    """A GateJob that raises after its gate when the payload says ``"fail": true``."""
+
+    async def run(self, ctx: Any) -> object:
+        """Run as GateJob does, then fail if told to (its trigger is dead-lettered)."""
+        result = await super().run(ctx)
+        if ctx.trigger.payload.get("fail"):
+            raise RuntimeError("asked to fail")
+        return result
+
+
+async def test_a_broker_outage_under_load_is_logged_in_a_few_lines_and_does_not_spin(
+    own_kafka: LocalKafka,
+    redis_server: LocalRedis,
+    kafka_names: KafkaNames,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the broker is down, a busy pod logs a few lines and stays nearly idle.
+
+    Jobs are running (renewing their leases), one finishes (its commit fails)
+    and one fails (its dead letter cannot be sent) during the outage. aiokafka
+    alone forces a metadata refresh on every fetcher and sender pass while a
+    partition has no known leader, each refused at once: thousands of
+    "Unable to update metadata" / "Unable connect to node" pairs a second and
+    a core spinning. The pod must stay within a few lines a second and a
+    fraction of a core; after the outage every trigger completes and is
+    committed.
+    """
+    caplog.set_level(logging.INFO)
+    own_kafka.create_topics([kafka_names.topic, kafka_names.dead_letters], partitions=2)
+    recorder = Recorder()
+    job = on_topic(FailingGateJob, kafka_names.topic)(recorder)
+    config = pod_config(
+        own_kafka,
+        redis_server,
+        kafka_names,
+        namespace,
+        commit_timeout=2.0,
+        dead_letter_topic=kafka_names.dead_letters,
+    )
+    triggers = [(key.encode(), payload(gate=True, fail=key == "f")) for key in "abcf"]
+    await produce(own_kafka.bootstrap_servers, kafka_names.topic, triggers)
+    async with running(make_worker(job, config)) as worker:
+        await recorder.until(lambda: all(recorder.runs_of(key) for key in "abcf"))
+        await anyio.to_thread.run_sync(own_kafka.down)
+        began, cpu_before = len(caplog.records), time.process_time()
+        recorder.gate("a").set()  # finishes during the outage: its commit cannot be made
+        recorder.gate("f").set()  # fails during the outage: its dead letter cannot be sent
+        await anyio.sleep(OUTAGE)  # the outage itself: the broker is down this long
+        cpu = time.process_time() - cpu_before
+        lines = caplog.records[began:]
+        await anyio.to_thread.run_sync(own_kafka.up)
+        recorder.gate("b").set()
+        recorder.gate("c").set()
+        await eventually(_all_committed(own_kafka, kafka_names, len(triggers)), within=60)
+        assert worker.stats.dead_letters == 1
+    # The executions' own lines (a finishing, f failing) are the load, not the outage's.
+    noise = [r for r in lines if r.name != "leaseworker.execution"]
+    summary = collections.Counter(f"{r.levelname} {r.name}: {r.msg}" for r in noise)
+    assert len(noise) <= OUTAGE * 3, summary.most_common(5)  # unpatched: about 250
+    assert cpu < OUTAGE * 0.25, f"{cpu:.2f}s of CPU in a {OUTAGE}s outage"
+
+
+def _all_committed(kafka: LocalKafka, names: KafkaNames, count: int) -> Any:
+    async def check() -> bool:
+        try:
+            offsets = await committed(kafka.bootstrap_servers, names.group, names.topic)
+        except Exception:  # the admin client's own errors while the coordinator settles
+            return False
+        return sum(offsets.values()) == count
+
+    return check
+
+
+async def test_a_failed_metadata_refresh_backs_off_instead_of_spinning(
+    own_kafka: LocalKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The spinning path, driven as aiokafka's fetcher and sender drive it with no leader known.
+
+    Each pass forces a metadata refresh and waits for it. With every broker
+    refusing connections, aiokafka's own client answers each at once (the
+    premise: if a later aiokafka backs off itself, the first count drops and
+    ``back_off_metadata`` can go); the patched client answers after a backoff,
+    so passes, log lines and CPU stay small. While the broker answers, the
+    patched client refreshes at most every 0.1 s (a broker that is back but
+    has not elected leaders yet answers every refresh with no leader).
+    """
+    caplog.set_level(logging.INFO)
+    plain = AIOKafkaClient(bootstrap_servers=own_kafka.bootstrap_servers)
+    patched = AIOKafkaClient(bootstrap_servers=own_kafka.bootstrap_servers)
+    quiet(patched)
+    try:
+        await plain.bootstrap()
+        await patched.bootstrap()
+        # Up, answering: the refreshes are spaced (a broker electing leaders answers too).
+        answered_plain, _ = await _refresh_passes(plain, seconds=0.5)
+        answered_patched, _ = await _refresh_passes(patched, seconds=0.5)
+        await anyio.to_thread.run_sync(own_kafka.down)
+        plain_passes, _ = await _refresh_passes(plain, seconds=1.0)
+        began = len(caplog.records)
+        patched_passes, cpu = await _refresh_passes(patched, seconds=2.0)
+        lines = len(caplog.records) - began
+    finally:
+        await plain.close()
+        await patched.close()
+        await anyio.to_thread.run_sync(own_kafka.up)
+    assert answered_plain > 50  # one broker round trip each
+    assert answered_patched <= 6  # 0.1 s apart
+    assert plain_passes > 200  # aiokafka alone: a busy loop
+    assert patched_passes <= 15  # a 0.2-1 s backoff: about 5 in 2 s
+    assert lines <= 4, [record.getMessage() for record in caplog.records[began:]]
+    assert cpu < 0.5
+
+
+async def _refresh_passes(client: Any, *, seconds: float) -> tuple[int, float]:
+    """Force and await metadata refreshes for ``seconds``; return the passes and CPU seconds."""
+    passes, cpu = 0, time.process_time()
+    with anyio.move_on_after(seconds):
+        while True:
+            await client.force_metadata_update()
+            passes += 1
+    return passes, time.process_time() - cpu

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker import CompletionRequest, StoreUnavailable, open_store
+from leaseworker import CompletionRequest, ConfigError, StoreUnavailable, open_store
 from leaseworker._store import DEFAULT_URL
 from leaseworker._store._sqlite import SqliteStore
 
@@ -60,11 +60,18 @@ async def test_file_is_in_wal_mode(tmp_path: Path) -> None:
 
 
 async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:
-    """A path in a missing directory fails at open with StoreUnavailable, not later."""
+    """A path SQLite cannot open (here a directory) fails at open with StoreUnavailable."""
     with pytest.raises(StoreUnavailable, match="cannot open") as failed:
+        async with open_store(f"sqlite:///{tmp_path}"):
+            pytest.fail("opened a directory as a store")
+    assert failed.value.key is None
+
+
+async def test_a_path_in_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
+    """The directory will not appear by retrying: ConfigError, so ``leaseworker run`` exits 2."""
+    with pytest.raises(ConfigError, match="missing does not exist"):
         async with open_store(f"sqlite:///{tmp_path}/missing/c.sqlite3"):
             pytest.fail("opened a store in a missing directory")
-    assert failed.value.key is None
 
 
 async def test_no_url_means_the_embedded_file_in_the_working_directory(

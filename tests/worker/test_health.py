@@ -8,6 +8,7 @@ the stall lasts exactly as long as the test needs it to.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -86,11 +87,18 @@ async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
             return True
 
         await eventually(answers, within=30)
+
+        async def says(text: str) -> bool:
+            return any(text in reason for reason in (await probe(port, "/readyz"))[1]["reasons"])
+
+        # What start-up waits for, and the wait, as the pod's own log line says it.
+        await eventually(functools.partial(says, f"Redis at 127.0.0.1:{redis.port} unavailable"))
         status, body = await probe(port, "/readyz")
         assert status == 503
         assert body["status"] == "not_ready"
         assert body["kafka"]["membership"] in ("starting", "joining")
         assert body["redis"]["answered"] is False
+        assert "; retrying in " in body["waiting_for"]
         assert (await probe(port, "/healthz"))[0] == 200
 
         redis.refuse = False
@@ -99,9 +107,12 @@ async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
             return bool((await probe(port, "/readyz"))[1]["redis"]["answered"])
 
         await eventually(redis_answers, within=30)
+        kafka_away = f"Kafka at 127.0.0.1:{kafka.port} unavailable for the consumer"
+        await eventually(functools.partial(says, kafka_away), within=30)
         status, body = await probe(port, "/readyz")
         assert status == 503
-        assert body["reasons"] == [f"kafka consumer is {body['kafka']['membership']}"]
+        membership = body["kafka"]["membership"]
+        assert body["reasons"] == [body["waiting_for"], f"kafka consumer is {membership}"]
 
         kafka.refuse = False
 
@@ -112,6 +123,7 @@ async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
         status, body = await probe(port, "/readyz")
         assert body["status"] == "ready"
         assert body["reasons"] == []
+        assert body["waiting_for"] is None
         assert body["kafka"]["membership"] == "assigned"
         assert body["kafka"]["assigned_partitions"] == 2
         assert (await probe(port, "/healthz"))[0] == 200

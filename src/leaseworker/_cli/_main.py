@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        parser.error(unrecognized_message(parser, unrecognized, args.command))
     # argparse checks ``choices`` on the command line only, not on defaults (the env).
     if args.log_level not in LOG_LEVELS:
         parser.error(f"{env_name('--log-level')}: must be one of {', '.join(LOG_LEVELS)}")
@@ -56,6 +58,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except KeyboardInterrupt:
         return 130
+
+
+def unrecognized_message(
+    parser: argparse.ArgumentParser, unrecognized: Sequence[str], command: str
+) -> str:
+    """Say which arguments were not understood, and where a misplaced top-level flag goes.
+
+    ``leaseworker run X --log-level DEBUG``: ``--log-level`` belongs to
+    ``leaseworker`` itself, before the subcommand.
+    """
+    message = f"unrecognized arguments: {' '.join(unrecognized)}"
+    top_level = {
+        option
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--version"
+    }
+    misplaced = [arg.split("=", 1)[0] for arg in unrecognized if arg.split("=", 1)[0] in top_level]
+    if misplaced:
+        flag = misplaced[0]
+        message += f" ({flag} goes before the command: leaseworker {flag} ... {command} ...)"
+    return message
 
 
 def _setup_logging(level: str, log_format: str) -> None:

@@ -141,8 +141,10 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     # OTLP export, the Prometheus endpoint and the logs (docs/telemetry.md).
     Setting(
         flag="--otlp-endpoint",
-        help="OTLP/HTTP endpoint for traces and metrics, e.g. http://collector:4318 "
-        "(also $OTEL_EXPORTER_OTLP_ENDPOINT); unset: nothing is exported",
+        help="OTLP/HTTP endpoint for traces, e.g. http://collector:4318 "
+        "(also $OTEL_EXPORTER_OTLP_ENDPOINT); unset: nothing is exported. Metrics go over "
+        "OTLP only with $OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or $OTEL_METRICS_EXPORTER=otlp "
+        "(Jaeger takes traces only)",
     ),
     Setting(flag="--metrics-port", help="serve Prometheus metrics on this port", kind=port),
     Setting(
@@ -157,6 +159,19 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         flag="--record-history",
         help="append every execution's start and stop (monotonic clock, job key, execution "
         "id, fence, outcome, completion answer, Kafka offset; never payloads) to this file",
+    ),
+    Setting(
+        flag="--metrics-host",
+        default="0.0.0.0",
+        help="address the Prometheus endpoint listens on",
+    ),
+    Setting(
+        flag="--auto-offset-reset",
+        help="where a consumer group with no committed offset starts: earliest (every "
+        "trigger still on the topic) or latest (only triggers sent from now on)",
+        default=config_default("auto_offset_reset"),
+        choices=("earliest", "latest"),
+        field="auto_offset_reset",
     ),
     Switch(
         flag="--log-job-errors",
@@ -181,7 +196,9 @@ def add_parser(subparsers: Any) -> None:
         "run",
         help="run a worker pod for a ReportJob class",
         description="Consume the job's topic in a consumer group and run each trigger's job "
-        "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once.",
+        "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once. Redis, "
+        "Kafka and the store are waited for while they are not up; what waiting cannot fix "
+        "(credentials Redis refuses, a missing topic, an unusable store URL) exits 2.",
     )
     parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
     parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
@@ -256,24 +273,55 @@ def _run(args: argparse.Namespace) -> int:
         print(f"leaseworker run: error: {exc}", file=sys.stderr)
         return 2
     tune_garbage_collector()
+    try:
+        _serve(worker, health, telemetry, pod=config.pod, stall_threshold=args.stall_threshold)
+    except BaseException as exc:
+        problem = setting_error(exc)
+        if problem is None:
+            raise
+        print(f"leaseworker run: error: {problem}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _serve(
+    worker: Worker,
+    health: HealthServer | None,
+    telemetry: ConfiguredTelemetry,
+    *,
+    pod: str,
+    stall_threshold: float,
+) -> None:
     if health is None:
         anyio.run(_then_flush, functools.partial(serve, worker), telemetry)
-        return 0
+        return
     try:
         anyio.run(
             _then_flush,
             functools.partial(
-                serve_with_health,
-                worker,
-                health,
-                pod=config.pod,
-                stall_threshold=args.stall_threshold,
+                serve_with_health, worker, health, pod=pod, stall_threshold=stall_threshold
             ),
             telemetry,
         )
     finally:
         health.close()
-    return 0
+
+
+def setting_error(exc: BaseException) -> ConfigError | None:
+    """Return the :class:`ConfigError` that ended a pod, found inside task groups' errors.
+
+    Start-up problems that waiting cannot fix (credentials, a missing topic)
+    surface while serving, wrapped in the exception groups of the task groups
+    they crossed; anything else (a bug, Ctrl-C) is not one of them: ``None``.
+    """
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = setting_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -322,9 +370,16 @@ def _telemetry(args: argparse.Namespace, pod: str) -> ConfiguredTelemetry:
     from .._telemetry import configure
 
     try:
-        return configure(pod=pod, otlp_endpoint=args.otlp_endpoint, metrics_port=args.metrics_port)
+        return configure(
+            pod=pod,
+            otlp_endpoint=args.otlp_endpoint,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
+        )
     except OSError as exc:  # the metrics port is taken, say
-        raise ConfigError(f"cannot serve metrics on port {args.metrics_port}: {exc}") from exc
+        raise ConfigError(
+            f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}"
+        ) from exc
 
 
 async def _then_flush(

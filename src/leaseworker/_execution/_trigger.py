@@ -140,7 +140,11 @@ def resolve_job_key(job_key: Callable[[Trigger], str], trigger: Trigger) -> str:
 
 
 def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
+    raise _NotJson(f"{name} is not valid JSON")
+
+
+class _NotJson(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``: Python's parser takes them, JSON does not."""
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
@@ -152,6 +156,8 @@ def _json_problem(exc: BaseException) -> str:
         return f"{exc.msg} at byte {exc.pos}"
     if isinstance(exc, RecursionError):
         return "nesting too deep"
+    if isinstance(exc, _NotJson):
+        return str(exc)  # names the constant only
     return type(exc).__name__
 
 

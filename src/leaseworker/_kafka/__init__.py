@@ -21,6 +21,7 @@ from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
 from ._hooks import NO_HOOKS as NO_HOOKS
 from ._hooks import SourceHooks as SourceHooks
 from ._producer import KafkaError as KafkaError
+from ._producer import describe_kafka_error as describe_kafka_error
 from ._producer import send_trigger as send_trigger
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
@@ -40,5 +41,6 @@ __all__ = [
     "SourceHooks",
     "SourceStats",
     "create_topics",
+    "describe_kafka_error",
     "send_trigger",
 ]

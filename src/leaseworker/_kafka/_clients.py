@@ -10,7 +10,7 @@ source stops.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 from .._backoff import BusyPolicy
 from .._retry import Retries, Sleep
 from ._logs import describe, logger
+from ._quiet import back_off_metadata, fold_aiokafka_logs
 from ._settings import SourceSettings
 
 ConsumerFactory = Callable[[SourceSettings, str], Any]
@@ -30,14 +31,18 @@ ProducerFactory = Callable[[SourceSettings], Any]
 
 
 def new_consumer(settings: SourceSettings, topic: str) -> Any:
-    """Build an aiokafka consumer of ``topic`` in the pod's group: manual commits, bounded calls."""
-    return AIOKafkaConsumer(
+    """Build an aiokafka consumer of ``topic`` in the pod's group: manual commits, bounded calls.
+
+    Its metadata refreshes back off while the brokers are away, and aiokafka's
+    repeated log lines are folded (see ``_quiet``).
+    """
+    consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=settings.bootstrap_servers,
         group_id=settings.group,
         client_id=f"leaseworker-{settings.pod}",
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        auto_offset_reset=settings.auto_offset_reset,
         session_timeout_ms=_ms(settings.session_timeout),
         heartbeat_interval_ms=_ms(settings.heartbeat),
         max_poll_interval_ms=_ms(settings.max_poll_interval),
@@ -47,17 +52,27 @@ def new_consumer(settings: SourceSettings, topic: str) -> Any:
         retry_backoff_ms=200,
         **settings.kafka_security.client_kwargs(),
     )
+    quiet(consumer._client)
+    return consumer
 
 
 def new_producer(settings: SourceSettings) -> Any:
-    """Build an aiokafka producer for dead letters: ``acks=all``, bounded calls."""
-    return AIOKafkaProducer(
+    """Build an aiokafka producer for dead letters: ``acks=all``, bounded calls, quiet outages."""
+    producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         client_id=f"leaseworker-{settings.pod}-dead-letters",
         acks="all",
         request_timeout_ms=_ms(settings.kafka_timeout),
         **settings.kafka_security.client_kwargs(),
     )
+    quiet(producer.client)
+    return producer
+
+
+def quiet(client: Any) -> None:
+    """Keep an outage cheap and quiet for ``client``: metadata backoff, folded aiokafka logs."""
+    back_off_metadata(client)
+    fold_aiokafka_logs()
 
 
 async def start(
@@ -67,25 +82,37 @@ async def start(
     *,
     policy: BusyPolicy,
     backoff: Sleep,
+    before: Callable[[], Awaitable[None]] | None = None,
+    waiting: Callable[[str | None], None] = lambda why: None,
 ) -> Any:
     """Start a client from ``make()``, retrying with capped backoff and a log line per failure.
 
-    Each try gets a new client; a failed one is stopped. ``backoff(delay)``
-    waits before the next try and answers ``False`` when the source stops
-    meanwhile: then this returns ``None``.
+    Each try gets a new client; a failed one is stopped. ``before()``, if
+    given, runs first (the topic check), within the same bound; its Kafka
+    errors are retried like the start's, anything else (a
+    :class:`~leaseworker.ConfigError`) stops the client and propagates.
+    ``backoff(delay)`` waits before the next try and answers ``False`` when
+    the source stops meanwhile: then this returns ``None``. ``waiting(why)``
+    hears what it waits for before each retry, and ``None`` once started.
     """
     retries = Retries(policy, sleep=backoff)
     while True:
         client = make()
         try:
+            if before is not None:
+                await before()
             with anyio.fail_after(settings.kafka_timeout):
                 await client.start()
         except (KafkaError, OSError, TimeoutError) as exc:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
-                await client.stop()
-            if not await retries.wait(functools.partial(_unavailable, settings, what, exc)):
+            await _stop(client, settings)
+            log = functools.partial(_unavailable, settings, what, exc, waiting)
+            if not await retries.wait(log):
                 return None
             continue
+        except BaseException:
+            await _stop(client, settings)
+            raise
+        waiting(None)
         if retries.count:
             logger.info(
                 "Kafka %s connected after %d attempt(s)",
@@ -96,14 +123,24 @@ async def start(
         return client
 
 
+async def _stop(client: Any, settings: SourceSettings) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(settings.kafka_timeout):
+        await client.stop()
+
+
 def _unavailable(
-    settings: SourceSettings, what: str, exc: BaseException, delay: float, attempt: int
+    settings: SourceSettings,
+    what: str,
+    exc: BaseException,
+    waiting: Callable[[str | None], None],
+    delay: float,
+    attempt: int,
 ) -> None:
+    why = f"Kafka at {settings.bootstrap_servers} unavailable for the {what} ({describe(exc)})"
+    waiting(f"{why}; retrying in {delay:.1f}s (attempt {attempt})")
     logger.warning(
-        "Kafka at %s unavailable for the %s (%s); retrying in %.1fs (attempt %d)",
-        settings.bootstrap_servers,
-        what,
-        describe(exc),
+        "%s; retrying in %.1fs (attempt %d)",
+        why,
         delay,
         attempt,
         extra={"event": "kafka_unavailable", "pod": settings.pod},

@@ -1,4 +1,9 @@
-"""``send_trigger``: produce one trigger record, bounded in time (``leaseworker trigger``)."""
+"""``send_trigger``: produce one trigger record, bounded in time (``leaseworker trigger``).
+
+The topic is checked first (a missing one is :class:`~leaseworker.ConfigError`,
+unless the brokers create topics), and the producer is stopped on every path,
+so a broker that never answers leaves no unclosed client behind.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,12 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
+from ._clients import quiet
+from ._logs import describe as describe_kafka_error
 from ._security import KafkaSecurity
+from ._topics import require_topics
 
-__all__ = ["KafkaError", "send_trigger"]
+__all__ = ["KafkaError", "describe_kafka_error", "send_trigger"]
 
 
 async def send_trigger(
@@ -25,23 +33,37 @@ async def send_trigger(
     headers: Sequence[tuple[str, bytes]] = (),
     security: KafkaSecurity | None = None,
 ) -> tuple[int, int]:
-    """Produce one trigger (acks=all) within ``within`` seconds; return (partition, offset)."""
+    """Produce one trigger (acks=all) within ``within`` seconds; return (partition, offset).
+
+    Raises ConfigError for a missing topic; KafkaError, OSError or
+    TimeoutError when the brokers cannot be reached in time.
+    """
+    security = security or KafkaSecurity()
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers,
         acks="all",
         request_timeout_ms=max(1, int(within * 1000)),
         client_id="leaseworker-trigger",
-        **(security or KafkaSecurity()).client_kwargs(),
+        **security.client_kwargs(),
     )
-    with anyio.fail_after(within):
-        await producer.start()
-        try:
+    quiet(producer.client)
+    try:
+        with anyio.fail_after(within):
+            await require_topics(
+                [topic],
+                bootstrap_servers=bootstrap_servers,
+                security=security,
+                within=within,
+                client_id="leaseworker-trigger",
+            )
+            await producer.start()
             meta = await producer.send_and_wait(
                 topic,
                 value=json.dumps(payload).encode(),
                 key=None if key is None else key.encode(),
                 headers=list(headers) or None,
             )
-        finally:
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(within):
             await producer.stop()
     return int(meta.partition), int(meta.offset)

@@ -44,6 +44,10 @@ class SourceSettings(Protocol):
         """The largest record value the source decodes."""
 
     @property
+    def auto_offset_reset(self) -> str:
+        """Where a group with no committed offset starts: ``earliest`` or ``latest``."""
+
+    @property
     def shutdown_timeout(self) -> float:
         """How long in-flight executions may finish after a stop."""
 

@@ -28,9 +28,13 @@ from ._logs import describe, logger
 from ._rebalance import Rebalance
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, SourceStats, release_grace
+from ._topics import require_topics
 
 Handle = Callable[[Trigger, str], Awaitable[Ending]]
 """Run a trigger's job and say how it ended: terminal or not, dead-lettered as a failure."""
+
+TopicCheck = Callable[[SourceSettings, list[str]], Awaitable[None]]
+"""Raise ConfigError if a topic is missing (:func:`check_topics` by default)."""
 
 ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
@@ -49,7 +53,10 @@ class KafkaTriggerSource:
     record's steps (the pod's telemetry; default: nothing).
     ``consumer_factory`` and ``producer_factory`` build its aiokafka clients
     (a test passes stand-ins); the consumer is subscribed with the source's
-    rebalance listener before it starts.
+    rebalance listener before it starts. ``topic_check(config, topics)``
+    runs before the consumer starts and raises ConfigError for a missing
+    topic (default: :func:`check_topics` with the default consumer factory,
+    none with a stand-in).
     """
 
     def __init__(
@@ -62,6 +69,7 @@ class KafkaTriggerSource:
         hooks: SourceHooks = NO_HOOKS,
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
+        topic_check: TopicCheck | None = None,
     ) -> None:
         self._config = config
         self._topic = topic
@@ -70,6 +78,9 @@ class KafkaTriggerSource:
         self._hooks = hooks
         self._consumer_factory = consumer_factory
         self._producer_factory = producer_factory
+        self._topic_check = topic_check
+        if topic_check is None and consumer_factory is new_consumer:
+            self._topic_check = check_topics  # real clients: check the real topics
         self._state = SourceState()
         self.stats = self._state.stats
         self._consumer: Any = None
@@ -124,7 +135,9 @@ class KafkaTriggerSource:
         Stopped before Kafka ever answered, it reports itself started and
         returns at once (a caller's ``tg.start`` must not fail over it).
         """
-        self._consumer = await self._start("consumer", self._subscribed_consumer)
+        self._consumer = await self._start(
+            "consumer", self._subscribed_consumer, before=self._check_topics
+        )
         try:
             if self._consumer is None:
                 task_status.started()
@@ -310,13 +323,39 @@ class KafkaTriggerSource:
         client.subscribe([self._topic], listener=listener)
         return client
 
+    async def _check_topics(self) -> None:
+        """Raise ConfigError if the job or dead-letter topic does not exist (see ``_topics``)."""
+        if self._topic_check is None:
+            return
+        wanted = [self._topic]
+        if self._config.dead_letter_topic:
+            wanted.append(self._config.dead_letter_topic)
+        await self._topic_check(self._config, wanted)
+
     def _new_producer(self) -> Any:
         return self._producer_factory(self._config)
 
-    async def _start(self, what: str, make: Callable[[], Any]) -> Any:
+    async def _start(
+        self,
+        what: str,
+        make: Callable[[], Any],
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
         return await _clients.start(
-            what, make, self._config, policy=self._startup, backoff=self.backoff
+            what,
+            make,
+            self._config,
+            policy=self._startup,
+            backoff=self.backoff,
+            before=before,
+            waiting=self.waiting_for,
         )
+
+    def waiting_for(self, why: str | None) -> None:
+        """Publish what start-up waits for (``None``: nothing) in ``stats.waiting_for``."""
+        if self.stats.waiting_for != why:
+            self.stats.waiting_for = why
+            self._state.progressed()
 
     async def _send_commit(self, offsets: dict[Any, int]) -> None:
         await self._consumer.commit(offsets)
@@ -331,6 +370,17 @@ class KafkaTriggerSource:
             if client is not None:
                 with anyio.move_on_after(self._config.kafka_timeout):
                     await client.stop()
+
+
+async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
+    """Run :func:`~._topics.require_topics` with the pod's settings (the default check)."""
+    await require_topics(
+        topics,
+        bootstrap_servers=settings.bootstrap_servers,
+        security=settings.kafka_security,
+        within=settings.kafka_timeout,
+        client_id=f"leaseworker-{settings.pod}-topic-check",
+    )
 
 
 __all__ = ["KafkaTriggerSource", "SourceStats", "TopicPartition"]

@@ -27,7 +27,9 @@ class SourceStats:
     ``assigned`` or ``idle`` (joined, with or without partitions),
     ``rebalancing`` (partitions revoked, waiting for the next assignment) or
     ``stopping``. ``last_poll_at`` is the monotonic time of the last successful
-    poll. Both are replaced by single assignments, so another thread (the
+    poll. ``waiting_for`` says what start-up is waiting for now (``Kafka at
+    host:port unreachable (...); retrying in 2.0s``), ``None`` once nothing.
+    The three are replaced by single assignments, so another thread (the
     health server) may read them. ``finished`` counts records whose processing
     ended (terminal or not); ``commit_checked`` is what ``finished`` was when the
     committer last looked for something to commit: once it has caught up, a
@@ -53,6 +55,7 @@ class SourceStats:
     membership: str = "starting"
     assigned_partitions: int = 0
     last_poll_at: float | None = None
+    waiting_for: str | None = None
 
 
 @dataclass(eq=False)

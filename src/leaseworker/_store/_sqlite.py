@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +21,7 @@ from typing import Any, TypeVar, final
 
 import anyio
 
-from .._errors import StoreUnavailable
+from .._errors import ConfigError, StoreUnavailable
 from ._batch import Batcher, Call
 from ._model import (
     NO_FENCE,
@@ -132,7 +133,11 @@ class SqliteStore:
     async def open(
         cls, url: StoreURL, *, call_timeout: float, migrations: Sequence[Migration] = MIGRATIONS
     ) -> SqliteStore:
-        """Open the file (WAL mode), then create or migrate the schema."""
+        """Open the file (WAL mode), then create or migrate the schema.
+
+        A directory that does not exist is a setting no retry can fix:
+        :class:`ConfigError`; other failures are :class:`StoreUnavailable`.
+        """
         try:
             conn = await anyio.to_thread.run_sync(_connect, url.target, call_timeout)
         except sqlite3.Error as exc:
@@ -274,7 +279,13 @@ def _started_in_time(batch: list[Call[object]], started: float) -> list[Call[obj
 
 
 def _connect(path: str, call_timeout: float) -> sqlite3.Connection:
-    """Open ``path`` for use from worker threads, in autocommit mode, WAL journal."""
+    """Open ``path`` for use from worker threads, in autocommit mode, WAL journal.
+
+    Raises :class:`ConfigError` when the file's directory does not exist.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if path != ":memory:" and not os.path.isdir(folder):
+        raise ConfigError(f"cannot open sqlite:///{path}: directory {folder} does not exist")
     conn = sqlite3.connect(
         path, timeout=call_timeout, isolation_level=None, check_same_thread=False
     )

@@ -78,7 +78,33 @@ def _check_postgres(url: str, shown: str) -> None:
             f"store URL {shown!r} needs psycopg: pip install 'leaseworker[postgres]'"
         ) from None
     try:
-        conninfo_to_dict(url)
+        params = conninfo_to_dict(url)
     except ProgrammingError:
         # ``from None``: libpq's message may echo the URL, password included.
         raise ConfigError(f"bad PostgreSQL store URL {shown!r}") from None
+    # libpq parses values only when it connects, and a pod would retry that forever.
+    for port in str(params.get("port", "")).split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigError(f"bad PostgreSQL store URL {shown!r}: port {port!r} is not a port")
+    for name, allowed in _POSTGRES_CHOICES.items():
+        value = params.get(name)
+        if value is not None and value not in allowed:
+            raise ConfigError(
+                f"bad PostgreSQL store URL {shown!r}: {name}={value!r} is not one of "
+                + ", ".join(allowed)
+            )
+
+
+_POSTGRES_CHOICES: dict[str, tuple[str, ...]] = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "target_session_attrs": (
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
+    ),
+}
+"""libpq parameters with a fixed set of values, checked before the first connection."""

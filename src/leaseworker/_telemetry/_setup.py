@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, final
 
 import anyio
 
+from .._errors import ConfigError
 from ._telemetry import Telemetry
 
 logger = logging.getLogger("leaseworker.telemetry")
@@ -89,7 +91,12 @@ def configure(
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",  # Prometheus scrapes the pod from outside
 ) -> ConfiguredTelemetry:
-    """Build the telemetry of one process from the OTEL_* variables and the flags."""
+    """Build the telemetry of one process from the OTEL_* variables and the flags.
+
+    An endpoint that is not an ``http(s)://`` URL raises :class:`ConfigError`.
+    OTLP metrics are off unless configured for themselves (see ``_otlp_metrics``);
+    ``metrics_port`` serves Prometheus on ``metrics_host``.
+    """
     if _env_true("OTEL_SDK_DISABLED"):
         return ConfiguredTelemetry(Telemetry())
     endpoint = (otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").rstrip("/")
@@ -99,8 +106,20 @@ def configure(
     flag = (otlp_endpoint or "").rstrip("/")
     traces = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
     traces = traces and os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
-    otlp_metrics = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
-    otlp_metrics = otlp_metrics and os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none"
+    for name, value in (
+        ("--otlp-endpoint", flag),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        ),
+    ):
+        _check_endpoint(name, value)
+    otlp_metrics = _otlp_metrics(endpoint)
     if not (traces or otlp_metrics or metrics_port is not None):
         return ConfiguredTelemetry(Telemetry())
     configured = ConfiguredTelemetry(Telemetry())
@@ -124,6 +143,40 @@ def configure(
         tracer_provider=configured.tracer_provider, meter_provider=configured.meter_provider
     )
     return configured
+
+
+def _check_endpoint(name: str, value: str | None) -> None:
+    """Raise ConfigError unless ``value`` (when set) is an ``http://`` or ``https://`` URL.
+
+    The exporters would only fail at their first export, once a minute, forever.
+    """
+    if not value:
+        return
+    try:
+        parts = urllib.parse.urlsplit(value.strip())
+        parts.port  # noqa: B018 - parsing the port raises ValueError for a bad one
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{name}: {value!r} is not an OTLP/HTTP endpoint such as http://collector:4318"
+        )
+
+
+def _otlp_metrics(endpoint: str) -> bool:
+    """Whether metrics go out over OTLP: only to an endpoint meant for them.
+
+    A metrics endpoint of their own (``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``),
+    or the shared endpoint with ``OTEL_METRICS_EXPORTER=otlp`` said outright.
+    The shared endpoint alone (``--otlp-endpoint``) gets traces only: Jaeger,
+    the usual target, answers metrics with 404 every minute.
+    """
+    chosen = os.environ.get("OTEL_METRICS_EXPORTER", "").strip()
+    if chosen == "none":
+        return False
+    if os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
+        return True
+    return chosen == "otlp" and bool(endpoint)
 
 
 def _resource(pod: str) -> Any:

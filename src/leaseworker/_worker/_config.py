@@ -39,7 +39,8 @@ class WorkerConfig:
     ``run`` flags all use them). The same settings can also be read by concern,
     as small frozen views whose fields have the same names:
 
-    - :attr:`kafka`: bootstrap servers, group, SASL/TLS, dead letters, payload bound.
+    - :attr:`kafka`: bootstrap servers, group, SASL/TLS, dead letters, payload bound,
+      where a new group starts.
     - :attr:`group_timing`: session, heartbeat, poll and rebalance timing.
     - :attr:`timeouts`: the bound of every call and wait.
     - :attr:`leases`: the lease Redis, key namespace, timeout and pipelining.
@@ -172,6 +173,13 @@ class WorkerConfig:
     ``None``: the job class's ``max_result_bytes`` (1 MiB unless the class says otherwise).
     """
 
+    auto_offset_reset: str = "earliest"
+    """Where a consumer group with no committed offset starts reading.
+
+    ``earliest``: every trigger still on the topic (a new group replays it);
+    ``latest``: only triggers sent after the group first joined.
+    """
+
     def __post_init__(self) -> None:
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
         parse_redis_url(self.redis_url)  # ConfigError for a malformed URL, before any I/O
@@ -188,6 +196,10 @@ class WorkerConfig:
             value = getattr(self, name)
             _require(value is None or value >= 1, f"{name} must be None or >= 1, got {value}")
         _require(self.dead_letter_topic != "", "dead_letter_topic must be None or a topic name")
+        _require(
+            self.auto_offset_reset in ("earliest", "latest"),
+            f"auto_offset_reset must be earliest or latest, got {self.auto_offset_reset!r}",
+        )
         for name in (
             "shutdown_timeout",
             "session_timeout",
@@ -297,6 +309,7 @@ class KafkaSettings:
     kafka_security: KafkaSecurity
     dead_letter_topic: str | None
     max_payload_bytes: int
+    auto_offset_reset: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -150,6 +150,9 @@ class PodHealth:
         now = time.monotonic()
         kafka, redis = self._kafka, self._redis.read()
         reasons = []
+        waiting_for = kafka.waiting_for
+        if waiting_for is not None:
+            reasons.append(waiting_for)
         if kafka.membership not in JOINED:
             reasons.append(f"kafka consumer is {kafka.membership}")
         redis_age = None if redis.at is None else now - redis.at
@@ -170,6 +173,7 @@ class PodHealth:
                     "in_flight": kafka.in_flight,
                     "last_poll_age_seconds": _rounded(poll_age),
                 },
+                "waiting_for": waiting_for,
                 "redis": {
                     "answered": redis.answered,
                     "last_answer_age_seconds": _rounded(redis_age),

@@ -21,9 +21,9 @@ from typing import final
 
 import anyio
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
 
-from .._errors import StoreUnavailable
+from .._errors import ConfigError, StoreUnavailable
 from .._execution import (
     Ending,
     ExecutionObserver,
@@ -144,7 +144,11 @@ class Worker:
 
         ``task_status.started()`` is called once Kafka is connected, or when
         the worker is stopped before it ever got there (``run`` then returns).
+        What waiting cannot fix raises :class:`~leaseworker.ConfigError` with a
+        one-line reason: Redis refusing the credentials, a store that cannot
+        exist, a missing topic (``leaseworker run`` exits 2).
         """
+        self._log_start()
         try:
             if not await self._wait_for_redis():
                 task_status.started()  # stopped before Redis answered: nothing to wait for
@@ -164,6 +168,22 @@ class Worker:
                     if self._own_leases is not None:
                         await self._own_leases.aclose()
                     await self._redis.aclose()
+
+    def _log_start(self) -> None:
+        """Say what this pod runs and where it connects (no credentials)."""
+        job = type(self._job)
+        config = self._config
+        logger.info(
+            "pod %s starting: job %s:%s on topic %s, group %s, Redis %s, store %s",
+            config.pod,
+            job.__module__,
+            job.__qualname__,
+            self._job.topic,
+            config.group,
+            config.redacted_redis() if self._redis is not None else "given by the caller",
+            config.redacted_store() if self._store is None else "given by the caller",
+            extra={"event": "pod_starting", "pod": config.pod},
+        )
 
     def _make_executor(self, store: CompletionStore | None) -> Executor:
         return Executor(
@@ -192,11 +212,13 @@ class Worker:
                     opening = open_store(config.store_url, call_timeout=config.store_timeout)
                     store = await stack.enter_async_context(opening)
                 except StoreUnavailable as exc:
-                    if not await retries.wait(functools.partial(_store_unavailable, config, exc)):
+                    log = functools.partial(_store_unavailable, config, exc, self._source)
+                    if not await retries.wait(log):
                         yield None
                         return
                     continue
                 break
+            self._source.waiting_for(None)
             logger.info(
                 "completion store %s open",
                 config.redacted_store(),
@@ -232,10 +254,18 @@ class Worker:
             try:
                 with anyio.fail_after(self._config.redis_timeout * 2):
                     await self._redis.ping()
+            except (AuthenticationError, AuthorizationError) as exc:
+                # Wrong credentials do not heal by waiting: exit 2, naming the problem.
+                raise ConfigError(
+                    f"Redis at {self._config.redacted_redis()} refused the credentials in the "
+                    f"Redis URL ({type(exc).__name__})"
+                ) from None
             except (RedisError, OSError, TimeoutError) as exc:
-                if not await retries.wait(functools.partial(_redis_unavailable, self._config, exc)):
+                log = functools.partial(_redis_unavailable, self._config, exc, self._source)
+                if not await retries.wait(log):
                     return False
                 continue
+            self._source.waiting_for(None)
             if retries.count:
                 logger.info(
                     "Redis at %s answered after %d attempt(s)",
@@ -299,8 +329,13 @@ class _LeaseFanOut:
 
 
 def _store_unavailable(
-    config: WorkerConfig, exc: BaseException, delay: float, attempt: int
+    config: WorkerConfig,
+    exc: BaseException,
+    source: KafkaTriggerSource,
+    delay: float,
+    attempt: int,
 ) -> None:
+    source.waiting_for(f"{exc}; retrying in {delay:.1f}s (attempt {attempt})")
     logger.warning(
         "%s; retrying in %.1fs (attempt %d)",
         exc,
@@ -311,12 +346,17 @@ def _store_unavailable(
 
 
 def _redis_unavailable(
-    config: WorkerConfig, exc: BaseException, delay: float, attempt: int
+    config: WorkerConfig,
+    exc: BaseException,
+    source: KafkaTriggerSource,
+    delay: float,
+    attempt: int,
 ) -> None:
+    why = f"Redis at {config.redacted_redis()} unavailable ({type(exc).__name__})"
+    source.waiting_for(f"{why}; retrying in {delay:.1f}s (attempt {attempt})")
     logger.warning(
-        "Redis at %s unavailable (%s); retrying in %.1fs (attempt %d)",
-        config.redacted_redis(),
-        type(exc).__name__,
+        "%s; retrying in %.1fs (attempt %d)",
+        why,
         delay,
         attempt,
         extra={"event": "redis_unavailable", "pod": config.pod},

@@ -3,7 +3,9 @@
 The broker comes as jars from Maven Central (``deploy/local/kafka/pom.xml``,
 shipped in the wheel too, cached outside the clone), runs in combined mode,
 and :meth:`LocalKafka.start` returns once the group coordinator answers;
-topics are never auto-created. Version, start-up and JVM choices: see docs/design.md#local-kafka.
+topics are never auto-created (unless the broker settings given to
+:meth:`LocalKafka.start` say so). Version, start-up and JVM choices: see
+docs/design.md#local-kafka.
 """
 
 from __future__ import annotations
@@ -243,8 +245,17 @@ class LocalKafka:
         return ensure_installed()
 
     @classmethod
-    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+    def start(
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 60.0,
+        settings: Mapping[str, str] | None = None,
+    ) -> Self:
         """Format a fresh broker, start it, and wait until it serves Kafka requests.
+
+        ``settings`` override :data:`BROKER_SETTINGS` (``{"auto.create.topics.enable":
+        "true"}`` for a broker that creates topics on first use).
 
         ``workdir`` must not hold a ``data`` directory yet. Without it a temporary
         directory is used and removed again by :meth:`stop`. Raises
@@ -264,7 +275,7 @@ class LocalKafka:
             controller_port = free_port()
         cluster_id = random_cluster_id()
         try:
-            properties = _write_config(workdir, port, controller_port)
+            properties = _write_config(workdir, port, controller_port, settings or {})
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
             _format(java, libs, workdir, properties, cluster_id, use_archive, timeout=timeout)
@@ -316,8 +327,22 @@ class LocalKafka:
         seconds pass between the stop and the new start, which returns once
         the broker serves requests again (see :meth:`start` for the errors).
         """
-        self._stop(timeout=15.0, keep_archive=True, remove_workdir=False)
+        self.down()
         time.sleep(down_for)
+        self.up(timeout=timeout)
+
+    def down(self, timeout: float = 15.0) -> None:
+        """Stop the broker by PID, keeping its ports, data and work directory for :meth:`up`.
+
+        An outage as clients see it: the address refuses connections until
+        :meth:`up`. Safe to call on a broker that is already down.
+        """
+        self._stop(timeout=timeout, keep_archive=True, remove_workdir=False)
+
+    def up(self, *, timeout: float = 60.0) -> None:
+        """Start a broker stopped by :meth:`down` again; return once it serves requests."""
+        if self.process.popen.poll() is None:
+            return
         java, libs = find_java(), ensure_installed()
         archive = _cds_archive(java, libs)
         properties = self.workdir / "server.properties"
@@ -398,7 +423,9 @@ class LocalKafka:
         _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline))
 
 
-def _write_config(workdir: Path, port: int, controller_port: int) -> Path:
+def _write_config(
+    workdir: Path, port: int, controller_port: int, overrides: Mapping[str, str]
+) -> Path:
     """Write ``server.properties`` and ``log4j2.properties``; return the former."""
     settings = {
         "process.roles": "broker,controller",
@@ -411,6 +438,7 @@ def _write_config(workdir: Path, port: int, controller_port: int) -> Path:
         "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{controller_port}",
         "log.dirs": str(workdir / "data"),
         **BROKER_SETTINGS,
+        **overrides,
     }
     properties = workdir / "server.properties"
     lines = ["# Written by leaseworker._dev._services.LocalKafka for a throwaway test broker."]

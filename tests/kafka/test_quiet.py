@@ -1,0 +1,44 @@
+"""Folding aiokafka's repeated log lines (``_kafka._quiet.FoldRepeats``), on a fake clock."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from leaseworker._kafka._quiet import FOLD, FoldRepeats, fold_aiokafka_logs
+
+
+def _record(msg: str, level: int = logging.ERROR, name: str = "aiokafka") -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, msg, ("x",), None)
+
+
+def test_the_first_of_a_kind_passes_and_its_repeats_are_counted_into_the_next_window() -> None:
+    """Within the window only the first record of a kind passes; the next one says how many."""
+    now = [0.0]
+    fold = FoldRepeats(window=30, clock=lambda: now[0])
+    assert fold.filter(_record("Unable connect to node %s"))
+    assert [fold.filter(_record("Unable connect to node %s")) for _ in range(500)] == [False] * 500
+    assert fold.filter(_record("Unable to update metadata from %s"))  # another kind
+    assert fold.filter(_record("Unable connect to node %s", name="aiokafka.conn"))  # another logger
+    now[0] = 30.0
+    record = _record("Unable connect to node %s")
+    assert fold.filter(record)
+    assert record.getMessage() == "Unable connect to node x (500 more like it in the last 30s)"
+    assert not fold.filter(_record("Unable connect to node %s"))
+
+
+def test_records_below_warning_always_pass() -> None:
+    """INFO and DEBUG lines (a coordinator found, a rebalance) are never held back."""
+    fold = FoldRepeats(window=30, clock=lambda: 0.0)
+    assert all(fold.filter(_record("Discovered coordinator %s", logging.INFO)) for _ in range(5))
+
+
+@pytest.mark.parametrize("name", ["aiokafka", "aiokafka.consumer.fetcher", "aiokafka.conn"])
+def test_every_aiokafka_logger_gets_the_filter_once(name: str) -> None:
+    """Logger filters do not apply to children's records: each module's logger has its own."""
+    import aiokafka.consumer  # type: ignore[import-untyped]  # noqa: F401
+
+    fold_aiokafka_logs()
+    fold_aiokafka_logs()
+    assert logging.getLogger(name).filters.count(FOLD) == 1
