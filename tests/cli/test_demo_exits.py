@@ -10,14 +10,8 @@ SIGTERM mid-run, with its three pods up.
 
 from __future__ import annotations
 
-import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,117 +19,26 @@ import pytest
 from leaseworker._cli._demo import _stop_signals_interrupt
 from leaseworker._cli._main import main
 
-
-@dataclass
-class Demo:
-    """A ``leaseworker demo`` process whose output lines arrive on a queue."""
-
-    process: subprocess.Popen[str]
-    tmp: Path
-    pump: threading.Thread
-    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
-    seen: list[str] = field(default_factory=list)
-    known: set[tuple[int, str]] = field(default_factory=set)  # every child ever seen
-
-    def wait_for(self, text: str, *, within: float = 90.0) -> None:
-        """Block until a line containing ``text`` was printed (fail if the demo ends first)."""
-        while True:
-            line = self.lines.get(timeout=within)
-            assert line is not None, f"demo ended before {text!r}: {self.seen}"
-            self.seen.append(line)
-            if text in line:
-                return
-
-    def children(self) -> set[tuple[int, str]]:
-        """Every process the demo started and that runs now, as (pid, start time)."""
-        found: set[tuple[int, str]] = set()
-        parents = {self.process.pid}
-        for stat in _stats():
-            pid, ppid, started = stat
-            if ppid in parents:
-                found.add((pid, started))
-        self.known |= found
-        return found
-
-
-def _stats() -> Iterator[tuple[int, int, str]]:
-    """Yield (pid, parent pid, start time in clock ticks) of every process."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:  # it exited meanwhile
-            continue
-        fields = text.rsplit(")", 1)[1].split()  # the name may contain spaces
-        yield int(entry.name), int(fields[1]), fields[19]
-
-
-def _alive(processes: set[tuple[int, str]]) -> set[tuple[int, str]]:
-    return processes & {(pid, started) for pid, _, started in _stats()}
+from ..processes import Spawned, alive, ended, start, stop_all
 
 
 @pytest.fixture
-def demo(tmp_path: Path) -> Iterator[list[Demo]]:
-    """Start demos with a private TMPDIR; stop what a failing test left running.
-
-    A demo still running gets SIGTERM (its own cleanup), then SIGKILL; any of
-    its children seen alive afterwards is killed by pid.
-    """
-    started: list[Demo] = []
+def demo() -> Iterator[list[Spawned]]:
+    """Demos started by the test; whatever a failing test left running is stopped."""
+    started: list[Spawned] = []
     yield started
-    for one in started:
-        if one.process.poll() is None:
-            one.children()
-            one.process.terminate()
-            try:
-                one.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                one.process.kill()
-                one.process.wait()
-        for pid, _ in _alive(one.known):
-            os.kill(pid, signal.SIGKILL)
-        one.pump.join(timeout=10)
-        assert one.process.stdout is not None
-        one.process.stdout.close()
+    stop_all(started)
 
 
-def _start(started: list[Demo], tmp_path: Path, *args: str) -> Demo:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "leaseworker._cli", "demo", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TMPDIR": str(tmp)},
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    one = Demo(process, tmp, threading.Thread(target=pump, daemon=True), lines)
-    started.append(one)
-    one.pump.start()
-    return one
-
-
-def _ended(one: Demo) -> int:
-    code = one.process.wait(timeout=90)
-    while (line := one.lines.get(timeout=10)) is not None:
-        one.seen.append(line)
-    return code
+def _start(started: list[Spawned], tmp_path: Path, *args: str) -> Spawned:
+    return start(started, tmp_path, "demo", *args)
 
 
 @pytest.mark.parametrize(
     "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"]
 )
 def test_each_stop_signal_stops_the_services_and_removes_their_directories(
-    demo: list[Demo], tmp_path: Path, signum: signal.Signals
+    demo: list[Spawned], tmp_path: Path, signum: signal.Signals
 ) -> None:
     """``demo services`` up (Redis, Kafka, maybe Jaeger): the signal leaves nothing behind."""
     one = _start(demo, tmp_path, "services")
@@ -144,14 +47,14 @@ def test_each_stop_signal_stops_the_services_and_removes_their_directories(
     assert len(services) >= 2  # redis-server and Kafka's JVM at least
     assert any(one.tmp.iterdir())
     one.process.send_signal(signum)
-    assert _ended(one) == 0, one.seen
+    assert ended(one) == 0, one.seen
     assert "stopping the services" in one.seen
-    assert not _alive(services)
+    assert not alive(services)
     assert not list(one.tmp.iterdir())
 
 
 def test_sigterm_mid_run_stops_the_pods_and_services_and_removes_the_work_directory(
-    demo: list[Demo], tmp_path: Path
+    demo: list[Spawned], tmp_path: Path
 ) -> None:
     """The stack demo with its pods running: SIGTERM ends it (130) with nothing left."""
     one = _start(demo, tmp_path)
@@ -159,8 +62,8 @@ def test_sigterm_mid_run_stops_the_pods_and_services_and_removes_the_work_direct
     started = one.children()
     assert len(started) >= 5  # three pods, redis-server, Kafka
     one.process.send_signal(signal.SIGTERM)
-    assert _ended(one) == 130, one.seen
-    assert not _alive(started)
+    assert ended(one) == 130, one.seen
+    assert not alive(started)
     assert not list(one.tmp.iterdir())
     assert not any("kept in" in line for line in one.seen)
 

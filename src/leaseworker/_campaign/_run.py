@@ -5,7 +5,9 @@ sends the planned triggers while the planned faults play, heals, waits for
 every trigger to be committed (bounded), stops the pods with SIGTERM, reads
 the witnesses and the pods' histories, and checks them. Every service and
 process it started is stopped by PID; its scratch directory is removed unless
-the campaign failed (then it holds the pod logs and histories).
+the campaign failed (then it holds the pod logs and histories). SIGINT,
+SIGTERM or SIGHUP stop a campaign the same way, without a verdict
+(:class:`Interrupted`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import random
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +43,18 @@ from ._stall import stall_log
 from ._witness import committed, completions, dead_letters
 
 Out = Callable[[str], None]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop a campaign: its faults and triggers end, its pods and services stop."""
+
+
+class Interrupted(Exception):
+    """The campaign was stopped by a signal; everything it started is stopped."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.signal}; no verdict")
+
 
 PARTITIONS = 6
 """Partitions of the job's topic in the campaign: enough to spread over the pods."""
@@ -123,6 +138,9 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
         with services(settings.topology, settings.store_url, workdir) as stack:
             try:
                 result = anyio.run(_campaign, settings, stack, out)
+            except Interrupted:
+                keep = False  # asked to stop: nothing to look at, nothing left behind
+                raise
             except BaseException:
                 out(f"the campaign broke off; pod logs and histories kept in {workdir}")
                 raise
@@ -136,6 +154,36 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
 
 
 async def _campaign(settings: Settings, stack: Services, out: Out) -> Result:
+    """Run :func:`_campaign_body` until it ends or a stop signal comes (then :class:`Interrupted`).
+
+    A signal does not cancel the campaign (a cancelled clean-up could not stop
+    the pods): it ends the faults and triggers and skips the drain; the pods
+    and services then stop as after any campaign.
+    """
+    stopped: list[int] = []
+    stop = anyio.Event()
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    if not stopped:
+                        out(f"{signal.Signals(signum).name}: stopping the campaign")
+                        stopped.append(signum)
+                        stop.set()
+
+            tg.start_soon(watch)
+            result = await _campaign_body(settings, stack, out, stop)
+            tg.cancel_scope.cancel()
+    if result is None:
+        raise Interrupted(stopped[0])
+    return result
+
+
+async def _campaign_body(
+    settings: Settings, stack: Services, out: Out, stop: anyio.Event
+) -> Result | None:
+    """Run the campaign itself; return ``None`` once ``stop`` cut it short (its pods stopped)."""
     job = settings.job_class()
     lease = float(settings.job_class.lease_duration)
     topic, group = job.topic, f"chaos-{settings.seed}-{secrets.token_hex(3)}"
@@ -186,11 +234,15 @@ async def _campaign(settings: Settings, stack: Services, out: Out) -> Result:
             await producer.start()
         exits.push_async_callback(producer.stop)
         injector = Injector(stack, pods, lease)
-        produced = await _play(settings, plan, job, producer, injector, pods, out)
-        out(f"faults healed; draining {len(produced)} triggers")
-        drained = await _drain(stack, group, topic, produced, lease)
+        produced = await _play(settings, plan, job, producer, injector, pods, out, stop)
+        drained = False
+        if not stop.is_set():
+            out(f"faults healed; draining {len(produced)} triggers")
+            drained = await _drain(stack, group, topic, produced, lease, stop)
         for pod in pods.values():
             await pod.stop(within=15.0)
+        if stop.is_set():
+            return None
         records = await _records(stack, settings, group, topic, dead_topic, produced, pods)
     history = _history(pods, injector.faults, stack.workdir)
     verdicts = check(history, records)
@@ -217,8 +269,13 @@ async def _play(
     injector: Injector,
     pods: dict[str, Pod],
     out: Out,
+    stop: anyio.Event,
 ) -> list[Produced]:
-    """Send the planned triggers while the planned faults play; restart pods that crash."""
+    """Send the planned triggers while the planned faults play; restart pods that crash.
+
+    ``stop`` ends both early (a fault in play is left as it is: stopping the
+    pods and services undoes it).
+    """
     origin = time.monotonic()
     produced: list[Produced] = []
     rng = random.Random(f"{settings.seed}:payloads")
@@ -237,6 +294,7 @@ async def _play(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch, pods, out)
+        tg.start_soon(_cancel_on, stop, tg.cancel_scope)
         async with anyio.create_task_group() as playing:
             playing.start_soon(send_all)
             playing.start_soon(play_all)
@@ -275,6 +333,11 @@ async def _send(
     )
 
 
+async def _cancel_on(stop: anyio.Event, scope: anyio.CancelScope) -> None:
+    await stop.wait()
+    scope.cancel()
+
+
 async def _watch(pods: dict[str, Pod], out: Out) -> None:
     """Restart a pod that exited on its own (the exit is recorded: a crash)."""
     while True:
@@ -291,7 +354,12 @@ _DRAIN_LIMIT = 3600.0
 
 
 async def _drain(
-    stack: Services, group: str, topic: str, produced: Sequence[Produced], lease: float
+    stack: Services,
+    group: str,
+    topic: str,
+    produced: Sequence[Produced],
+    lease: float,
+    stop: anyio.Event,
 ) -> bool:
     """Wait until every produced offset is committed; return whether it was.
 
@@ -305,7 +373,7 @@ async def _drain(
     patience = max(90.0, 3 * lease + 60)
     with anyio.move_on_after(_DRAIN_LIMIT):
         seen, still_since = -1, anyio.current_time()
-        while anyio.current_time() - still_since < patience:
+        while anyio.current_time() - still_since < patience and not stop.is_set():
             with contextlib.suppress(Exception):
                 positions = await committed(stack.kafka.bootstrap_servers, group, topic)
                 if all(positions.get(p, 0) >= n for p, n in needed.items()):

@@ -60,7 +60,7 @@ def add_parser(subparsers: Any) -> None:
 def _chaos(args: argparse.Namespace) -> int:
     from .._campaign._payloads import load_generator
     from .._campaign._report import render, to_html, to_json
-    from .._campaign._run import Settings, run_campaign
+    from .._campaign._run import Interrupted, Settings, run_campaign
     from ._run import load_job_class
 
     try:
@@ -83,6 +83,9 @@ def _chaos(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a broker restart is a fault played
     try:
         result = run_campaign(settings, lambda line: print(line, flush=True))
+    except Interrupted as exc:  # everything it started is stopped already
+        print(f"leaseworker chaos: {exc}", file=sys.stderr)
+        return 130
     except Exception as exc:  # a service that did not start or come back: not a verdict
         cause = _innermost(exc)
         print(f"leaseworker chaos: error: {type(cause).__name__}: {cause}", file=sys.stderr)
