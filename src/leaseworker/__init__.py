@@ -8,11 +8,14 @@ API re-exported here:
 ``_kafka``: the consumer-group member, the only aiokafka importer;
 ``_telemetry``: spans, metrics and JSON logs;
 ``_worker``: the pod, wiring source, executor, leases and store;
+``_timeline``: a job key's history drawn as text or a page (``leaseworker timeline``);
 ``_cli``: the ``leaseworker`` command, one module per subcommand;
+``_campaign``: the seeded fault campaign and its checker (``leaseworker chaos``);
 ``_dev``: local services and demos, not the library;
-``testing``: test helpers (``ChaosProxy``);
-``_errors``, ``_backoff``, ``_retry``, ``_outcome``, ``_version``: shared bottom modules
-(exceptions, backoff policies, the retry loop, outcomes and reason codes).
+``testing``: the kit for testing jobs (``JobEnvironment``, ``MemoryLeases``, the pytest plugin);
+``_errors``, ``_backoff``, ``_retry``, ``_history``, ``_outcome``, ``_version``: shared
+bottom modules (exceptions, backoff policies, the retry loop, the history model,
+outcomes and reason codes).
 """
 
 from ._backoff import BusyPolicy as BusyPolicy
