@@ -5,7 +5,9 @@ fails over; B, connecting after the switch, tries to acquire the same key
 until it gets it. Every time is read on this process's monotonic clock, so
 ``overlap = A stopped - B acquired`` is exact (0 or less: no overlap). With
 ``replicas=0`` the same scenarios overlap, which is why the default for
-Sentinel URLs is 1 (docs/operations.md quotes these runs).
+Sentinel URLs is 1 (docs/operations.md quotes these runs). In every scenario
+B's fence is above A's, even where the promoted replica never saw A's
+acquire (the fence counter is lost; the server-time floor holds).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Run:
     a_stopped: float = math.inf
     b_acquired: float = math.inf
     a_unavailable: bool = False
+    a_fence: int | None = None
+    b_fence: int | None = None
 
     @property
     def overlap(self) -> float:
@@ -86,8 +90,8 @@ async def scenario(
 
         async def hold_a() -> None:
             try:
-                async with hold(a, key, ttl=ttl, renew_every=ttl / 4):
-                    run.a_started = now()
+                async with hold(a, key, ttl=ttl, renew_every=ttl / 4) as held:
+                    run.a_started, run.a_fence = now(), held.fence
                     in_or_refused.set()
                     try:
                         with anyio.move_on_after(3 * ttl + 30):
@@ -112,8 +116,12 @@ async def scenario(
                 with anyio.fail_after(3 * ttl + 30):
                     lease = await _acquire_when_free(b, key, ttl)
                 run.b_acquired = lease.sent_at  # B may run from when its acquire was sent
+                run.b_fence = lease.fence
                 b_done.set()
                 await b.release(lease)
+    if run.a_fence is not None:  # the failover may have lost the counter: the time floor holds
+        assert run.b_fence is not None, run
+        assert run.b_fence > run.a_fence, run
     return run
 
 
