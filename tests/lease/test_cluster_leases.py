@@ -109,12 +109,14 @@ async def test_a_shard_failover_never_lets_two_bodies_run(
     shard = await cluster.shard_of(leases.lease_key(key))
     a_stopped = math.inf
     b_acquired = math.inf
+    a_fence = 0
     in_body = anyio.Event()
 
     async def hold_a() -> None:
-        nonlocal a_stopped
+        nonlocal a_stopped, a_fence
         try:
-            async with hold(leases, key, ttl=3, renew_every=0.75):
+            async with hold(leases, key, ttl=3, renew_every=0.75) as held:
+                a_fence = held.fence
                 in_body.set()
                 try:
                     await anyio.sleep(60)
@@ -148,6 +150,7 @@ async def test_a_shard_failover_never_lets_two_bodies_run(
         finally:
             await b_client.aclose()
     assert a_stopped < b_acquired, (a_stopped, b_acquired)
+    assert lease.fence > a_fence  # whether or not the promoted replica had the counter
 
 
 async def test_a_moved_slot_is_followed_without_losing_the_lease(
