@@ -146,3 +146,27 @@ async def test_a_renewal_the_replica_did_not_get_stops_the_body_for_good(
     assert "0 of 1 replicas" in lost.value.detail
     assert held.outcome == "lost"
     assert held.renewals == 0
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_a_lone_release_sends_no_wait(
+    replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """The acquire waits for its replica; the release does not (a lost release costs no safety)."""
+    leases = RedisLeases(
+        redis, namespace=namespace, command_timeout=1.0, replicas=1, pipelining=pipelining
+    )
+    before = await _waits(redis)
+    lease = await leases.acquire("k", 5)
+    assert lease is not None
+    acquired = await _waits(redis)
+    assert acquired == before + 1
+    assert await leases.release(lease)
+    assert await _waits(redis) == acquired
+    assert await redis.exists(leases.lease_key("k")) == 0
+
+
+async def _waits(redis: Redis) -> int:
+    """How many ``WAIT`` commands the server has run (``INFO commandstats``)."""
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))

@@ -292,7 +292,9 @@ class RedisLeases:
         lease alone. Raises :class:`LeaseUnavailable` when Redis fails or times out.
         """
         try:
-            deleted = await self._call(_scripts.RELEASE, [self.lease_key(lease.key)], [lease.owner])
+            deleted = await self._call(
+                _scripts.RELEASE, [self.lease_key(lease.key)], [lease.owner], replicated=False
+            )
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             raise LeaseUnavailable(lease.key, _describe(exc)) from exc
         return bool(int(deleted.value))
@@ -316,17 +318,27 @@ class RedisLeases:
             fence=None if fence is None else int(fence),
         )
 
-    async def _call(self, script: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
-        """Run ``script`` within the command timeout (see ``_deadlines``)."""
+    async def _call(
+        self, script: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+    ) -> Replied:
+        """Run ``script`` within the command timeout (see ``_deadlines``).
+
+        ``replicated=False`` (a release) spares a lone call its ``WAIT``: a
+        release lost in a failover brings the lease back until its TTL ends,
+        which costs availability, not safety.
+        """
         sha = self._scripts[script]
         if self._router is not None:
-            return await self._deadlines.run(self._router.call(sha, keys, args))
+            return await self._deadlines.run(
+                self._router.call(sha, keys, args, replicated=replicated)
+            )
         if self._pipeline is not None:
-            return await self._deadlines.run(self._pipeline.call(sha, keys, args))
+            return await self._deadlines.run(
+                self._pipeline.call(sha, keys, args, replicated=replicated)
+            )
         assert self._node is not None
-        return await self._deadlines.run(
-            run_script(self._node, sha, script, keys, args, self._wait)
-        )
+        wait = self._wait if replicated else None
+        return await self._deadlines.run(run_script(self._node, sha, script, keys, args, wait))
 
     def _replicated(self, reply: Replied) -> bool:
         """Whether enough replicas acknowledged the write behind ``reply``."""

@@ -78,11 +78,16 @@ class ScriptPipeline:
         self._queued: list[_Call] = []
         self._senders: set[asyncio.Task[None]] = set()  # strong references while they run
 
-    async def call(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
+    async def call(
+        self, sha: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+    ) -> Replied:
         """Run the script ``sha`` with ``keys`` and ``args``; return its reply.
 
-        Raises what redis-py raises for a lone call (``RedisError``,
-        ``OSError``), and ``TimeoutError`` when a pipeline outlives the timeout.
+        ``replicated=False``: a lone call goes without its ``WAIT`` (a release:
+        losing it in a failover costs availability, not safety); a queued one
+        shares its pipeline's ``WAIT``. Raises what redis-py raises for a lone
+        call (``RedisError``, ``OSError``), and ``TimeoutError`` when a
+        pipeline outlives the timeout.
         """
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
@@ -93,7 +98,8 @@ class ScriptPipeline:
             return await answer  # cancelled with the caller: left out, or its answer dropped
         self._busy = True  # sent alone, on redis-py's plain path
         try:
-            return await run_script(self._redis, sha, self._scripts[sha], keys, args, self._wait)
+            wait = self._wait if replicated else None
+            return await run_script(self._redis, sha, self._scripts[sha], keys, args, wait)
         finally:
             if self._queued:
                 self._next()

@@ -64,14 +64,19 @@ class ClusterRouter:
         self._discovery: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def call(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
-        """Run script ``sha`` on the owner of ``keys[0]``; once more after a ``MOVED``."""
+    async def call(
+        self, sha: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+    ) -> Replied:
+        """Run script ``sha`` on the owner of ``keys[0]``; once more after a ``MOVED``.
+
+        ``replicated=False``: no ``WAIT`` of its own (see :meth:`ScriptPipeline.call`).
+        """
         try:
             try:
-                return await self._call_following_ask(sha, keys, args)
+                return await self._call_following_ask(sha, keys, args, replicated)
             except MovedError as moved:
                 self._moved[moved.slot_id] = (moved.host, int(moved.port))
-                return await self._call_following_ask(sha, keys, args)
+                return await self._call_following_ask(sha, keys, args, replicated)
         except _STALE_MAP:
             self._starts, self._owners = [], []  # read the map again at the next call
             raise
@@ -98,22 +103,26 @@ class ClusterRouter:
             await client.aclose()
 
     async def _call_following_ask(
-        self, sha: str, keys: Sequence[str], args: Sequence[str]
+        self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool
     ) -> Replied:
         """Run the call; after an ``ASK`` (its slot is migrating), once on the importing node."""
         try:
-            return await self._call_once(sha, keys, args)
+            return await self._call_once(sha, keys, args, replicated)
         except MovedError:
             raise
         except AskError as ask:
             client, _ = self._node((ask.host, int(ask.port)))
-            return await run_asking(client, self._scripts[sha], keys, args, self._wait)
+            wait = self._wait if replicated else None
+            return await run_asking(client, self._scripts[sha], keys, args, wait)
 
-    async def _call_once(self, sha: str, keys: Sequence[str], args: Sequence[str]) -> Replied:
+    async def _call_once(
+        self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool
+    ) -> Replied:
         client, pipeline = await self._route(keys[0])
         if pipeline is not None:
-            return await pipeline.call(sha, keys, args)
-        return await run_script(client, sha, self._scripts[sha], keys, args, self._wait)
+            return await pipeline.call(sha, keys, args, replicated=replicated)
+        wait = self._wait if replicated else None
+        return await run_script(client, sha, self._scripts[sha], keys, args, wait)
 
     async def _route(self, key: str) -> tuple[Redis, ScriptPipeline | None]:
         if not self._starts:
