@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError
-from .._kafka import KafkaError, create_topics
+from .._kafka import KafkaError, create_topics, describe_kafka_error
 from ._common import config_default, env_default, env_name, positive_int, positive_seconds
 from ._kafka_flags import add_kafka_security_flags, kafka_security_from
 
@@ -87,10 +87,8 @@ def _create(args: argparse.Namespace) -> int:
         )
     except TimeoutError:
         return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
-    except KafkaError as exc:  # its str() repeats the class name and the error code
-        return _fail(f"{type(exc).__name__}: {exc.args[0] if exc.args else exc}")
-    except OSError as exc:
-        return _fail(f"{type(exc).__name__}: {exc}")
+    except (KafkaError, OSError) as exc:
+        return _fail(describe_kafka_error(exc))
     print(json.dumps({"created": args.names, "partitions": args.partitions}))
     return 0
 
