@@ -15,8 +15,8 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
-from ._clients import quiet
 from ._logs import describe as describe_kafka_error
+from ._quiet import quiet
 from ._security import KafkaSecurity
 from ._topics import require_topics
 

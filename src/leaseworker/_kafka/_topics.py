@@ -21,7 +21,7 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
 
 from .._errors import ConfigError
 from ._logs import logger
-from ._quiet import back_off_metadata, fold_aiokafka_logs
+from ._quiet import quiet
 from ._security import KafkaSecurity
 
 AUTO_CREATE = "auto.create.topics.enable"
@@ -49,8 +49,7 @@ async def require_topics(
         request_timeout_ms=max(1, round(within * 1000)),
         **security.client_kwargs(),
     )
-    back_off_metadata(admin._client)
-    fold_aiokafka_logs()
+    quiet(admin._client)
     try:
         with anyio.fail_after(within):
             await admin.start()
