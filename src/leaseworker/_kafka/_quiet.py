@@ -83,8 +83,8 @@ def quiet(client: Any) -> None:
     """Keep an outage cheap and quiet for ``client``: metadata backoff, folded aiokafka logs.
 
     The pod's consumer and dead-letter producer, ``send_trigger``'s producer
-    and the topic check's admin client each go through this once, right after
-    they are built (``client`` is their ``AIOKafkaClient``).
+    and every admin client (``_admin.started_admin``) each go through this
+    once, right after they are built (``client`` is their ``AIOKafkaClient``).
     """
     back_off_metadata(client)
     fold_aiokafka_logs()
