@@ -17,7 +17,7 @@ from leaseworker import WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution import Ending
-from leaseworker._kafka._clients import quiet
+from leaseworker._kafka._quiet import quiet
 from leaseworker._kafka._source import KafkaTriggerSource
 
 from ..fake_kafka import FakeConsumer

@@ -91,6 +91,26 @@ async def test_an_ended_execution_is_recorded_with_its_identifiers(
     assert float(execution.steps[-1].attrs["margin_ms"]) > 0
 
 
+async def test_the_input_version_is_asked_once_per_execution(
+    leases: RedisLeases, tmp_path: Path
+) -> None:
+    """Its start line and its end share one answer (the default hashes the whole payload)."""
+    job = _Completes()
+    asked: list[Trigger] = []
+
+    def input_version(trigger: Trigger) -> str:
+        asked.append(trigger)
+        return job.input_version(trigger)
+
+    recorder = HistoryRecorder(tmp_path / "history.jsonl", input_version=input_version)
+    executor = Executor(
+        job, leases, pod="pod-a", observer=recorder, lease_observers=recorder.lease_observer
+    )
+    await executor.run(_trigger(), "report:acme")
+    recorder.close()
+    assert len(asked) == 1
+
+
 async def test_an_execution_that_never_ended_shows_open_ended(
     leases: RedisLeases, tmp_path: Path
 ) -> None:

@@ -1,11 +1,17 @@
-"""The Kafka SASL/TLS flags, shared by ``run`` and ``trigger``."""
+"""The Kafka flags shared by the subcommands that talk to Kafka.
+
+The SASL/TLS flags (``run``, ``trigger``, ``topics create``), and for the
+one-shot commands (``trigger``, ``topics create``) ``--bootstrap-servers``
+and the muting of aiokafka's own log lines.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 
 from .._kafka import KafkaSecurity
-from ._common import Setting
+from ._common import Setting, config_default, env_default, env_name
 
 KAFKA_SECURITY_SETTINGS = (
     Setting(
@@ -36,3 +42,22 @@ def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
         sasl_password=args.kafka_sasl_password or None,
         ssl_cafile=args.kafka_ssl_cafile or None,
     )
+
+
+def add_bootstrap_servers_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--bootstrap-servers`` (env and config default as for ``run``)."""
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=env_default("--bootstrap-servers", config_default("bootstrap_servers")),
+        help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
+    )
+
+
+def mute_aiokafka_unless_debug(args: argparse.Namespace) -> None:
+    """Silence aiokafka's loggers unless ``--log-level DEBUG`` was asked for.
+
+    aiokafka logs each failed connection attempt; a one-shot command's one
+    error line says what went wrong.
+    """
+    if args.log_level != "DEBUG":
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from typing import Any
 
 import anyio
 
 from .._errors import ConfigError
-from .._kafka import KafkaError, create_topics
-from ._common import config_default, env_default, env_name, positive_int, positive_seconds
-from ._kafka_flags import add_kafka_security_flags, kafka_security_from
+from .._kafka import KafkaError, create_topics, describe_kafka_error
+from ._common import positive_int, positive_seconds
+from ._kafka_flags import (
+    add_bootstrap_servers_flag,
+    add_kafka_security_flags,
+    kafka_security_from,
+    mute_aiokafka_unless_debug,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -50,11 +54,7 @@ def add_parser(subparsers: Any) -> None:
     create.add_argument(
         "--if-not-exists", action="store_true", help="a topic that exists already is no error"
     )
-    create.add_argument(
-        "--bootstrap-servers",
-        default=env_default("--bootstrap-servers", config_default("bootstrap_servers")),
-        help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
-    )
+    add_bootstrap_servers_flag(create)
     create.add_argument(
         "--timeout",
         type=positive_seconds,
@@ -70,9 +70,7 @@ def _create(args: argparse.Namespace) -> int:
         security = kafka_security_from(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    if not logging.getLogger().isEnabledFor(logging.DEBUG):
-        # aiokafka logs each failed connection attempt; the one line below says it all.
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    mute_aiokafka_unless_debug(args)
     try:
         anyio.run(
             lambda: create_topics(
@@ -87,10 +85,8 @@ def _create(args: argparse.Namespace) -> int:
         )
     except TimeoutError:
         return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
-    except KafkaError as exc:  # its str() repeats the class name and the error code
-        return _fail(f"{type(exc).__name__}: {exc.args[0] if exc.args else exc}")
-    except OSError as exc:
-        return _fail(f"{type(exc).__name__}: {exc}")
+    except (KafkaError, OSError) as exc:
+        return _fail(describe_kafka_error(exc))
     print(json.dumps({"created": args.names, "partitions": args.partitions}))
     return 0
 

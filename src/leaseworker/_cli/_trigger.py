@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,12 @@ from .._kafka import KafkaError, describe_kafka_error, send_trigger
 from .._telemetry import traced_send
 from .._version import __version__
 from ._common import config_default, env_default, env_name, positive_int, positive_seconds
-from ._kafka_flags import add_kafka_security_flags, kafka_security_from
+from ._kafka_flags import (
+    add_bootstrap_servers_flag,
+    add_kafka_security_flags,
+    kafka_security_from,
+    mute_aiokafka_unless_debug,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -50,11 +54,7 @@ def add_parser(subparsers: Any) -> None:
         "--payload", default=None, help="a JSON object, or - to read it from stdin (default {})"
     )
     given.add_argument("--payload-file", metavar="PATH", help="read the JSON object from PATH")
-    parser.add_argument(
-        "--bootstrap-servers",
-        default=env_default("--bootstrap-servers", config_default("bootstrap_servers")),
-        help=f"Kafka bootstrap servers (env {env_name('--bootstrap-servers')})",
-    )
+    add_bootstrap_servers_flag(parser)
     parser.add_argument(
         "--max-payload-bytes",
         type=positive_int,
@@ -114,8 +114,7 @@ def _payload_bytes(args: argparse.Namespace) -> bytes:
 def _trigger(args: argparse.Namespace) -> int:
     from .._telemetry import configure
 
-    if args.log_level != "DEBUG":  # one line of ours says what went wrong
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    mute_aiokafka_unless_debug(args)
     try:
         security = kafka_security_from(args)
         value = _payload_bytes(args)

@@ -8,11 +8,15 @@ partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
 failed triggers; ``_clients`` building and starting the aiokafka clients;
 ``_logs`` how log lines name partitions and errors; ``_security`` SASL/TLS
 settings for every Kafka client; ``_settings`` the settings the source reads;
+``_quiet`` keeps a Kafka outage quiet and cheap for every client;
 ``_producer`` sends one trigger (``leaseworker trigger``); ``_topic_admin``
-creates topics (``leaseworker topics create``). The only part of
+creates topics (``leaseworker topics create``) and ``_topics`` checks them at
+start, both with an admin client from ``_admin``. The only part of
 the library that imports aiokafka (an import contract checks it; the
 development services in ``_dev`` use it too).
 """
+
+from aiokafka.errors import KafkaError as KafkaError  # type: ignore[import-untyped]
 
 from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
@@ -20,8 +24,7 @@ from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
 from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
 from ._hooks import NO_HOOKS as NO_HOOKS
 from ._hooks import SourceHooks as SourceHooks
-from ._producer import KafkaError as KafkaError
-from ._producer import describe_kafka_error as describe_kafka_error
+from ._logs import describe as describe_kafka_error
 from ._producer import send_trigger as send_trigger
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings

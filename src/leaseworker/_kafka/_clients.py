@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 from .._backoff import BusyPolicy
 from .._retry import Retries, Sleep
 from ._logs import describe, logger
-from ._quiet import back_off_metadata, fold_aiokafka_logs
+from ._quiet import quiet
 from ._settings import SourceSettings
 
 ConsumerFactory = Callable[[SourceSettings, str], Any]
@@ -67,12 +67,6 @@ def new_producer(settings: SourceSettings) -> Any:
     )
     quiet(producer.client)
     return producer
-
-
-def quiet(client: Any) -> None:
-    """Keep an outage cheap and quiet for ``client``: metadata backoff, folded aiokafka logs."""
-    back_off_metadata(client)
-    fold_aiokafka_logs()
 
 
 async def start(

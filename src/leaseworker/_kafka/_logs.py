@@ -22,7 +22,14 @@ def names(tps: Iterable[Any]) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """Return ``Type: message`` of a Kafka error, ``no answer in time`` for our timeouts."""
+    """Return ``Type: message`` of a Kafka error, ``no answer in time`` for our timeouts.
+
+    A ``KafkaError``'s own ``str()`` already starts with its type (and, for a
+    broker's refusal, ``[Error N]``), so its message is read from its args
+    instead, and the type is named once.
+    """
     if isinstance(exc, TimeoutError) and not isinstance(exc, KafkaError):
         return "no answer in time"
+    if isinstance(exc, KafkaError):
+        return f"{type(exc).__name__}: {exc.args[0]}" if exc.args else type(exc).__name__
     return f"{type(exc).__name__}: {exc}"

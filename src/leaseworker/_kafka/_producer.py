@@ -13,14 +13,12 @@ from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
-from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
-from ._clients import quiet
-from ._logs import describe as describe_kafka_error
+from ._quiet import quiet
 from ._security import KafkaSecurity
 from ._topics import require_topics
 
-__all__ = ["KafkaError", "describe_kafka_error", "send_trigger"]
+__all__ = ["send_trigger"]
 
 
 async def send_trigger(

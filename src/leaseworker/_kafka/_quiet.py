@@ -9,7 +9,12 @@ logging "Unable connect to node" and "Unable to update metadata" each turn
 failed refresh wait out a capped backoff before it answers, and spaces
 refreshes by at least 0.1 s, as the Java client does; :class:`FoldRepeats`
 lets the first aiokafka warning or error of each kind through and counts the
-repeats into the next one.
+repeats into the next one. :func:`quiet` applies both to a client.
+
+The patch is of a private method, so it is tied to the aiokafka that
+constraints.txt pins (0.14.0); before moving the pin, run
+``tests/kafka/test_worker_kafka_outage.py``, whose spinning test says
+whether the new release still spins (and needs this) or not.
 """
 
 from __future__ import annotations
@@ -72,6 +77,17 @@ def back_off_metadata(
 
     backing_off._leaseworker_backoff = True  # type: ignore[attr-defined]
     client._metadata_update = backing_off
+
+
+def quiet(client: Any) -> None:
+    """Keep an outage cheap and quiet for ``client``: metadata backoff, folded aiokafka logs.
+
+    The pod's consumer and dead-letter producer, ``send_trigger``'s producer
+    and every admin client (``_admin.started_admin``) each go through this
+    once, right after they are built (``client`` is their ``AIOKafkaClient``).
+    """
+    back_off_metadata(client)
+    fold_aiokafka_logs()
 
 
 @final

@@ -1,8 +1,8 @@
 """``create_topics``: create topics and wait until they can be used (``leaseworker topics``).
 
-One admin client, one CreateTopics request, then metadata polls until every
-partition has a leader, so a producer started right after never sees
-``LEADER_NOT_AVAILABLE``. The local Kafka of the demo and the tests creates
+One admin client (``started_admin``), one CreateTopics request, then
+metadata polls until every partition has a leader, so a producer started
+right after never sees ``LEADER_NOT_AVAILABLE``. The local Kafka of the demo and the tests creates
 its topics through this too.
 """
 
@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
+from aiokafka.admin import NewTopic  # type: ignore[import-untyped]
 from aiokafka.errors import TopicAlreadyExistsError, for_code  # type: ignore[import-untyped]
 
+from ._admin import started_admin
 from ._security import KafkaSecurity
 
 MAX_DEFAULT_REPLICATION = 3
@@ -41,15 +42,14 @@ async def create_topics(
     ``InvalidPartitionsError``, ``InvalidReplicationFactorError``, ...) and
     ``TimeoutError`` when the broker does not answer in time.
     """
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap_servers,
-        request_timeout_ms=max(1, int(within * 1000)),
+    admin_client = started_admin(
+        bootstrap_servers,
+        security=security or KafkaSecurity(),
+        within=within,
         client_id="leaseworker-topics",
-        **(security or KafkaSecurity()).client_kwargs(),
     )
     with anyio.fail_after(within):
-        try:
-            await admin.start()
+        async with admin_client as admin:
             if replication_factor is None:
                 brokers = (await admin.describe_cluster())["brokers"]
                 replication_factor = max(1, min(MAX_DEFAULT_REPLICATION, len(brokers)))
@@ -61,8 +61,6 @@ async def create_topics(
             # Leaders appear in the broker's metadata, which nothing pushes: poll it.
             while not _all_led(await admin.describe_topics(list(names)), names):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
-        finally:
-            await admin.close()
 
 
 def _raise_refusals(response: Any, *, exist_ok: bool) -> None:

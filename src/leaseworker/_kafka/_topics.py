@@ -13,15 +13,14 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
-from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
     ConfigResource,
     ConfigResourceType,
 )
 
 from .._errors import ConfigError
+from ._admin import started_admin
 from ._logs import logger
-from ._quiet import back_off_metadata, fold_aiokafka_logs
 from ._security import KafkaSecurity
 
 AUTO_CREATE = "auto.create.topics.enable"
@@ -38,22 +37,16 @@ async def require_topics(
 ) -> None:
     """Raise ConfigError if a topic of ``topics`` does not exist and brokers do not create it.
 
-    One admin client lists the topics and, only when one is missing, asks a
+    One admin client (``started_admin``) lists the topics and, only when one is missing, asks a
     broker for its ``auto.create.topics.enable``; all within ``within``
     seconds. Kafka errors and timeouts propagate: a pod retries those (the
     brokers may not be up yet).
     """
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap_servers,
-        client_id=client_id,
-        request_timeout_ms=max(1, round(within * 1000)),
-        **security.client_kwargs(),
+    admin_client = started_admin(
+        bootstrap_servers, security=security, within=within, client_id=client_id
     )
-    back_off_metadata(admin._client)
-    fold_aiokafka_logs()
-    try:
-        with anyio.fail_after(within):
-            await admin.start()
+    with anyio.fail_after(within):
+        async with admin_client as admin:
             listed = set(await admin.list_topics())
             missing = sorted({topic for topic in topics if topic not in listed})
             if missing and await _auto_creates(admin):
@@ -64,9 +57,6 @@ async def require_topics(
                     extra={"event": "topics_auto_created"},
                 )
                 return
-    finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(within):
-            await admin.close()
     if missing:
         raise ConfigError(
             f"{_kind(missing)} {_names(missing)} not found on Kafka at "

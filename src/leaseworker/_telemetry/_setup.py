@@ -84,6 +84,14 @@ class ConfiguredTelemetry:
             )
 
 
+ENDPOINT_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+)
+"""The OTLP endpoint variables :func:`configure` checks (after ``--otlp-endpoint``)."""
+
+
 def configure(
     *,
     pod: str,
@@ -106,19 +114,9 @@ def configure(
     flag = (otlp_endpoint or "").rstrip("/")
     traces = bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
     traces = traces and os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
-    for name, value in (
-        ("--otlp-endpoint", flag),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")),
-        (
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-        ),
-        (
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-            os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-        ),
-    ):
-        _check_endpoint(name, value)
+    _check_endpoint("--otlp-endpoint", flag)
+    for name in ENDPOINT_VARIABLES:
+        _check_endpoint(name, os.environ.get(name))
     otlp_metrics = _otlp_metrics(endpoint)
     if not (traces or otlp_metrics or metrics_port is not None):
         return ConfiguredTelemetry(Telemetry())

@@ -38,6 +38,8 @@ class _Draft:
     loss: str | None = None
     completion: str | None = None
     steps: list[Step] = field(default_factory=list)
+    input_version: str | None = None
+    version_read: bool = False
 
 
 @final
@@ -105,10 +107,6 @@ class HistoryRecorder:
         end = None
         if ended:
             end = draft.stopped_at or draft.released_at or now()
-        try:
-            version: str | None = self._input_version(trigger)
-        except Exception:  # the executor failed the trigger on it already
-            version = None
         return Execution(
             job_key=event.job_key,
             execution_id=event.execution_id,
@@ -116,7 +114,7 @@ class HistoryRecorder:
             start=draft.start,
             end=end,
             fence=draft.fence,
-            input_version=version,
+            input_version=self._version(draft, trigger),
             outcome=event.outcome if ended else None,
             reason=(event.reason or draft.loss) if ended else None,
             completion=draft.completion,
@@ -125,6 +123,16 @@ class HistoryRecorder:
             offset=trigger.offset,
             steps=tuple(sorted(draft.steps, key=lambda step: step.at)),
         )
+
+    def _version(self, draft: _Draft, trigger: Trigger) -> str | None:
+        """Return the trigger's input version, asked of the job once per execution."""
+        if not draft.version_read:
+            draft.version_read = True
+            try:
+                draft.input_version = self._input_version(trigger)
+            except Exception:  # the executor failed the trigger on it already
+                draft.input_version = None
+        return draft.input_version
 
     def _write(self, line: str) -> None:
         """Append one line; the file is opened per line, so nothing is left to close."""

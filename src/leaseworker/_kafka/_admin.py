@@ -1,0 +1,44 @@
+"""``started_admin``: the one way the Kafka layer opens an aiokafka admin client.
+
+Creating topics (``create_topics``) and checking them at start
+(``require_topics``) both need a client that starts, does one short job and
+closes on every path, a cancelled caller included; this keeps that in one
+place, with the pod's SASL/TLS settings and a quiet outage (``_quiet``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+
+from ._quiet import quiet
+from ._security import KafkaSecurity
+
+
+@contextlib.asynccontextmanager
+async def started_admin(
+    bootstrap_servers: str, *, security: KafkaSecurity, within: float, client_id: str
+) -> AsyncIterator[Any]:
+    """Yield a started admin client whose requests time out after ``within`` seconds.
+
+    The caller bounds the whole job (``anyio.fail_after``); the close is
+    shielded from that and bounded by ``within`` on its own, so an expired or
+    cancelled job still closes the client's connections.
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        request_timeout_ms=max(1, round(within * 1000)),
+        **security.client_kwargs(),
+    )
+    quiet(admin._client)
+    try:
+        await admin.start()
+        yield admin
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(within):
+            await admin.close()
