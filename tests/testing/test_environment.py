@@ -247,6 +247,20 @@ async def test_a_job_key_that_cannot_be_resolved_is_reported_not_raised() -> Non
     assert (result.outcome, result.dead_letter, result.detail) == (None, "no_job_key", "no tenant")
 
 
+async def test_run_record_resolves_the_job_key_once_as_a_pod_does() -> None:
+    """Raw bytes: job_key() runs once for the record, and the run uses the key it gave."""
+
+    class Counted(Steps):
+        calls = 0
+
+        def job_key(self, trigger: Trigger) -> str:
+            type(self).calls += 1
+            return f"report:{type(self).calls}"
+
+    result = await JobEnvironment(Counted()).run_record(b'{"jobId": "report:acme"}')
+    assert (result.outcome, result.job_key, Counted.calls) == ("completed", "report:1", 1)
+
+
 async def test_a_run_that_never_ends_fails_at_the_time_limit() -> None:
     """A store down for good and no max_runtime: the run gives up after its time limit."""
 

@@ -30,7 +30,7 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from .._errors import MalformedTrigger
-from .._execution import ReportJob, decode_trigger
+from .._execution import ReportJob, decode_trigger, resolve_job_key
 from .._history import Execution, Fault, History, header_line, merge
 from ..testing import ChaosProxy
 from ._checker import Verdict, check
@@ -325,7 +325,7 @@ async def _send(
         topic=job.topic, partition=meta.partition, offset=meta.offset, key=raw_key, value=value
     )
     try:
-        job_key, version = job.job_key(trigger), job.input_version(trigger)
+        job_key, version = resolve_job_key(job.job_key, trigger), job.input_version(trigger)
     except MalformedTrigger:
         job_key, version = "", ""  # the pods dead-letter it
     return Produced(

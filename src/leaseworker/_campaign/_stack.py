@@ -17,13 +17,13 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 
+from .._dev._pods import _start_in_parallel
 from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
 from ..testing import ChaosProxy
@@ -78,7 +78,7 @@ def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterat
         redis_start = LocalRedisCluster.start
     postgres_start = _postgres_or_none if store_url is None else None
     try:
-        kafka, redis, postgres = _in_parallel(
+        kafka, redis, postgres = _start_in_parallel(
             [LocalKafka.start, redis_start, postgres_start], started
         )
         if store_url is None:
@@ -105,18 +105,6 @@ def _postgres_or_none() -> LocalPostgres | None:
         return LocalPostgres.start()
     except (FileNotFoundError, RuntimeError):
         return None
-
-
-def _in_parallel(starters: list[Callable[[], Any] | None], started: list[Any]) -> list[Any]:
-    """Run each starter in its own thread; whatever came up lands in ``started``."""
-    with ThreadPoolExecutor(max_workers=len(starters), thread_name_prefix="chaos-start") as pool:
-        futures = [pool.submit(start) if start else None for start in starters]
-        try:
-            return [future.result() if future else None for future in futures]
-        finally:
-            for future in futures:
-                if future is not None and future.exception() is None:
-                    started.append(future.result())
 
 
 @contextlib.asynccontextmanager

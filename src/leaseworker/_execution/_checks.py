@@ -12,9 +12,8 @@ from __future__ import annotations
 import inspect
 import math
 
-from .._backoff import BusyPolicy
 from .._errors import ConfigError
-from ._job import ReportJob
+from ._job import ReportJob, check_topic_and_busy_policy
 
 
 def check_job_class(cls: type[ReportJob]) -> None:
@@ -22,10 +21,7 @@ def check_job_class(cls: type[ReportJob]) -> None:
     name = cls.__qualname__
     if not inspect.iscoroutinefunction(cls.run):
         raise ConfigError(f"{name}.run must be a coroutine function: declare it `async def run`")
-    if not isinstance(cls.topic, str) or not cls.topic:
-        raise ConfigError(f"{name}.topic must name a Kafka topic")
-    if not isinstance(cls.busy_policy, BusyPolicy):
-        raise ConfigError(f"{name}.busy_policy must be a BusyPolicy")
+    check_topic_and_busy_policy(cls)
     _seconds(name, "lease_duration", cls.lease_duration, optional=False)
     _seconds(name, "renewal_interval", cls.renewal_interval, optional=True)
     _seconds(name, "max_runtime", cls.max_runtime, optional=True)

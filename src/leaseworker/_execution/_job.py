@@ -89,10 +89,7 @@ class ReportJob(abc.ABC):
     @classmethod
     def lease_timing(cls, policy: DeadlinePolicy) -> LeaseTiming:
         """Check the class's settings and return its lease timing (or raise ConfigError)."""
-        if not isinstance(cls.topic, str) or not cls.topic:
-            raise ConfigError(f"{cls.__qualname__}.topic must name a Kafka topic")
-        if not isinstance(cls.busy_policy, BusyPolicy):
-            raise ConfigError(f"{cls.__qualname__}.busy_policy must be a BusyPolicy")
+        check_topic_and_busy_policy(cls)
         try:
             return LeaseTiming.resolve(
                 ttl=cls.lease_duration,
@@ -102,6 +99,14 @@ class ReportJob(abc.ABC):
             )
         except ConfigError as exc:  # name the class: its attributes are what to fix
             raise ConfigError(f"{cls.__qualname__}: {exc}") from None
+
+
+def check_topic_and_busy_policy(cls: type[ReportJob]) -> None:
+    """Raise :class:`ConfigError` naming the class unless it names a topic and a BusyPolicy."""
+    if not isinstance(cls.topic, str) or not cls.topic:
+        raise ConfigError(f"{cls.__qualname__}.topic must name a Kafka topic")
+    if not isinstance(cls.busy_policy, BusyPolicy):
+        raise ConfigError(f"{cls.__qualname__}.busy_policy must be a BusyPolicy")
 
 
 @final

@@ -60,10 +60,6 @@ concurrency 16: 0.42 to 0.76 batches per trigger, about 8 % more CPU), and
 would only help while a batch waits for a head row another session holds.
 """
 
-_FIND = """
-    SELECT input_version, fence, result, execution_id, pod, completed_at
-    FROM leaseworker_completions WHERE job_key = %s AND input_version = %s
-"""
 _STATE = """
     SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
     FROM leaseworker_jobs j
@@ -389,11 +385,6 @@ def _own_landed(answer: CompletionResult, execution_id: str) -> bool:
         and answer.completion.execution_id == execution_id
         and answer.completion.fence == answer.fence
     )
-
-
-async def _find(conn: _Conn, job_key: str, input_version: str) -> Completion | None:
-    row = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
-    return None if row is None else _completion(job_key, row)
 
 
 def _maybe_completion(job_key: str, row: TupleRow) -> Completion | None:

@@ -114,8 +114,7 @@ class JobEnvironment:
             job_key = resolve_job_key(self.job.job_key, trigger)
         except MalformedTrigger as exc:
             return _malformed(exc)
-        attempt = Run(self, trigger, job_key, faults, work_per_checkpoint, retry)
-        return await attempt.go()
+        return await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
 
     async def run_record(
         self,
@@ -136,7 +135,7 @@ class JobEnvironment:
         ``no_job_key``, ``job_key_error``, ...).
         """
         try:
-            trigger, _ = decode_record(
+            trigger, job_key = decode_record(
                 self.job,
                 value,
                 key=key,
@@ -147,9 +146,8 @@ class JobEnvironment:
             )
         except MalformedTrigger as exc:
             return _malformed(exc)
-        return await self.run(
-            trigger, faults=faults, work_per_checkpoint=work_per_checkpoint, retry=retry
-        )
+        # The job key decode_record resolved: job_key() runs once per record, as in a pod.
+        return await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
 
     def run_sync(
         self,

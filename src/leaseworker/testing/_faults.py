@@ -8,10 +8,10 @@ apply to the first execution of a run; lease times count from its acquire.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from .._outcome import LeaseLostReason
 from ._leases import RenewalFault
+from ._store import StoreCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class StoreOutage:
     """
 
     calls: int = 1
-    during: Literal["complete", "lookup", "claim"] = "complete"
+    during: StoreCall = "complete"
 
 
 Fault = LoseAtCheckpoint | FailRenewal | KeyTaken | Stall | Superseded | StoreOutage

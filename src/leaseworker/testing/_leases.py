@@ -20,9 +20,9 @@ from typing import Literal, TypeVar, final
 
 import anyio
 
-from .._errors import LeaseLost, LeaseUnavailable
+from .._errors import LeaseUnavailable
 from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
-from .._lease._leases import _check_ttl, _checked, _ms
+from .._lease._leases import _check_ttl, _checked, _describe, _lost, _ms
 from ._clock import stall
 
 RenewalFault = Literal["rejected", "timeout", "late", "error"]
@@ -103,9 +103,9 @@ class MemoryLeases:
             taken = await self._round_trip(lambda: self._take(key, owner, ttl, note))
         except TimeoutError as exc:
             self._forget(key, owner)
-            raise LeaseUnavailable(key, "no answer within command_timeout") from exc
+            raise LeaseUnavailable(key, _describe(exc)) from exc
         except OSError as exc:
-            raise LeaseUnavailable(key, f"{type(exc).__name__}: {exc}") from exc
+            raise LeaseUnavailable(key, _describe(exc)) from exc
         except anyio.get_cancelled_exc_class():
             self._forget(key, owner)
             raise
@@ -133,9 +133,9 @@ class MemoryLeases:
         try:
             renewed = await self._renewal_trip(lease, fault)
         except TimeoutError as exc:
-            raise _lost(lease, "timeout", "no answer within command_timeout") from exc
+            raise _lost(lease, "timeout", _describe(exc)) from exc
         except OSError as exc:
-            raise _lost(lease, "error", f"{type(exc).__name__}: {exc}") from exc
+            raise _lost(lease, "error", _describe(exc)) from exc
         if not renewed:
             raise _lost(lease, "rejected", "the lease key is gone or has another owner")
         if fault == "late":
@@ -151,19 +151,15 @@ class MemoryLeases:
         """Delete the lease if this owner still holds it; return whether it did."""
         try:
             return await self._round_trip(lambda: self._delete_own(lease.key, lease.owner))
-        except TimeoutError as exc:
-            raise LeaseUnavailable(lease.key, "no answer within command_timeout") from exc
-        except OSError as exc:
-            raise LeaseUnavailable(lease.key, f"{type(exc).__name__}: {exc}") from exc
+        except OSError as exc:  # TimeoutError included
+            raise LeaseUnavailable(lease.key, _describe(exc)) from exc
 
     async def inspect(self, key: str) -> LeaseInfo:
         """Read the owner, remaining TTL and last fence of ``key``."""
         try:
             return await self._round_trip(lambda: self._info(key))
-        except TimeoutError as exc:
-            raise LeaseUnavailable(key, "no answer within command_timeout") from exc
-        except OSError as exc:
-            raise LeaseUnavailable(key, f"{type(exc).__name__}: {exc}") from exc
+        except OSError as exc:  # TimeoutError included
+            raise LeaseUnavailable(key, _describe(exc)) from exc
 
     # -- what happens to the keys ------------------------------------------------------
 
@@ -293,7 +289,3 @@ class MemoryLeases:
 
     def __repr__(self) -> str:
         return f"MemoryLeases(keys={len(self._keys)})"
-
-
-def _lost(lease: Lease, reason: RenewalFault, detail: str) -> LeaseLost:
-    return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)

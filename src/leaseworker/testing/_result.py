@@ -92,7 +92,7 @@ def ended(
         job_key=job_key,
         outcome=ending.outcome,
         reason=reason,
-        dead_letter=_dead_letter(ending),
+        dead_letter=ending.dead_letter,
         terminal=ending.terminal,
         result=last.result,
         fence=last.fence,
@@ -111,9 +111,5 @@ def execution_step(event: ExecutionEvent, *, at: float) -> Step:
 
 
 def scalars(**fields: Scalar | None) -> dict[str, Scalar]:
+    """Return the fields that are set: ``None`` means absent from a step's attributes."""
     return {name: value for name, value in fields.items() if value is not None}
-
-
-def _dead_letter(ending: Ending) -> str | None:
-    """Return the reason a pod dead-letters a trigger that ended so (``None``: it does not)."""
-    return ending.dead_letter

@@ -15,6 +15,7 @@ from .._errors import StoreUnavailable
 from .._store import ClaimResult, Completion, CompletionRequest, CompletionResult, CompletionStore
 
 StoreCall = Literal["complete", "lookup", "claim"]
+"""A store call an outage can hit (:class:`~leaseworker.testing.StoreOutage`)."""
 
 BeforeComplete = Callable[[CompletionStore, CompletionRequest], Awaitable[None]]
 """Run once, with the inner store, just before the next completion is written."""
