@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import anyio
 
-from .._dev._pods import _start_in_parallel
+from .._dev._pods import start_in_parallel
 from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
 from ..testing import ChaosProxy
@@ -78,7 +78,7 @@ def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterat
         redis_start = LocalRedisCluster.start
     postgres_start = _postgres_or_none if store_url is None else None
     try:
-        kafka, redis, postgres = _start_in_parallel(
+        kafka, redis, postgres = start_in_parallel(
             [LocalKafka.start, redis_start, postgres_start], started
         )
         if store_url is None:

@@ -53,7 +53,7 @@ def local_stack() -> Iterator[Stack]:
         try:
             redis = LocalRedis.start()
             started.append(redis)
-            kafka, jaeger = _start_in_parallel(
+            kafka, jaeger = start_in_parallel(
                 [
                     LocalKafka.start,
                     LocalJaeger.start if LocalJaeger.binary_path().is_file() else None,
@@ -70,7 +70,7 @@ def local_stack() -> Iterator[Stack]:
                 service.stop()
 
 
-def _start_in_parallel(starters: list[Callable[[], Any] | None], started: list[Any]) -> list[Any]:
+def start_in_parallel(starters: list[Callable[[], Any] | None], started: list[Any]) -> list[Any]:
     """Run each starter in its own thread; every service that came up lands in ``started``.
 
     Even when one start fails or Ctrl-C interrupts the wait, the others are
