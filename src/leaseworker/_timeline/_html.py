@@ -92,19 +92,13 @@ def render_html(history: History, *, title: str = "leaseworker timeline") -> str
     layout = Layout.of(history)
     svg = "\n".join(_Svg(layout).elements())
     total = layout.overlap_total()
-    keys = history.keys()
-    subject = keys[0] if len(keys) == 1 else f"{len(keys)} job keys"
-    summary = (
-        f"timeline of {subject}: {len(history.executions)} executions on "
-        f"{len(layout.pods())} pods, from {layout.started_at()} for {seconds(layout.duration)}"
-    )
     overlap_class = "overlap-total bad" if total > 0 else "overlap-total"
     verdict = "no two executions of one key ran at once" if total == 0 else "executions overlapped"
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
         f"<title>{_e(title)}</title>\n<style>{_STYLE}</style></head><body>\n"
         f"<h1>{_e(title)}</h1>\n"
-        f'<p class="summary">{_e(summary)}</p>\n'
+        f'<p class="summary">{_e(layout.summary())}</p>\n'
         f'<p class="{overlap_class}" data-overlap-ms="{total * 1000:.1f}">'
         f"overlap: {_e(seconds(total))} ({verdict})</p>\n"
         f"{svg}\n"

@@ -167,15 +167,7 @@ class _Plot:
 
 
 def _header(layout: Layout) -> list[str]:
-    history = layout.history
-    keys = history.keys()
-    subject = keys[0] if len(keys) == 1 else f"{len(keys)} job keys"
-    pods = layout.pods()
-    count = len(history.executions)
-    lines = [
-        f"timeline of {subject}: {count} execution{'s' * (count != 1)} on {len(pods)} "
-        f"pod{'s' * (len(pods) != 1)}, from {layout.started_at()} for {seconds(layout.duration)}"
-    ]
+    lines = [layout.summary()]
     total = layout.overlap_total()
     verdict = "no two executions of one key ran at once" if total == 0 else "EXECUTIONS OVERLAPPED"
     lines.append(f"overlap: {seconds(total)} ({verdict})")
