@@ -108,6 +108,10 @@ class Layout:
             f"pod{'s' * (pods != 1)}, from {self.started_at()} for {seconds(self.duration)}"
         )
 
+    def offset(self, at: float) -> str:
+        """Write moment ``at`` as the drawings do: seconds after the axis start, ``+1.234s``."""
+        return f"+{at - self.origin:.3f}s"
+
     def started_at(self) -> str:
         """Say when the axis starts: a UTC time for Unix clocks, else the clock's reading."""
         if self.history.clock == "unix":
