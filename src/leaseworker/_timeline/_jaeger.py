@@ -20,7 +20,7 @@ from typing import Any, Literal, final
 
 from .._history import Scalar
 from .._telemetry import _names as n
-from ._jaeger_json import JaegerSpan, spans_from_otlp, spans_from_v1
+from ._jaeger_json import JaegerSpan, spans_from_otlp, spans_from_v1, v3_found_nothing
 from ._spans import Span
 
 Api = Literal["auto", "v1", "v3"]
@@ -99,8 +99,8 @@ class JaegerQuery:
                 "query.num_traces": str(limit),
             },
         )
-        if status == 404 and isinstance(_json(body, strict=False).get("error"), dict):
-            return Found([], "/api/v3/traces", 0, truncated=False)  # v3's "no traces found"
+        if status == 404 and v3_found_nothing(body):
+            return Found([], "/api/v3/traces", 0, truncated=False)
         if status != 200:
             raise JaegerError(f"Jaeger /api/v3/traces answered HTTP {status}: {_excerpt(body)}")
         spans = _from_otlp(_json(body).get("result") or {})
@@ -167,16 +167,12 @@ def _scalar(value: Any) -> Scalar:
     return json.dumps(value, sort_keys=True)
 
 
-def _json(body: bytes, *, strict: bool = True) -> dict[str, Any]:
+def _json(body: bytes) -> dict[str, Any]:
     try:
         parsed = json.loads(body)
     except ValueError as exc:
-        if not strict:
-            return {}
         raise JaegerError(f"Jaeger answered something that is not JSON: {_excerpt(body)}") from exc
     if not isinstance(parsed, dict):
-        if not strict:
-            return {}
         raise JaegerError(f"Jaeger answered unexpected JSON: {_excerpt(body)}")
     return parsed
 

@@ -10,6 +10,7 @@ needs. Times stay integer Unix nanoseconds, so nothing is lost to floats.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -115,6 +116,19 @@ def spans_from_otlp(traces_data: dict[str, Any]) -> list[JaegerSpan]:
                     )
                 )
     return spans
+
+
+def v3_found_nothing(body: bytes) -> bool:
+    """Tell whether a 404 from ``/api/v3/traces`` means "no traces found".
+
+    The v3 API answers an empty search with 404 and a JSON error object; a 404
+    without that body means the route is missing (a Jaeger without the v3 API).
+    """
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
 
 
 _V1_STATUS: dict[str, SpanStatus] = {"OK": "ok", "ERROR": "error"}

@@ -29,6 +29,7 @@ from ..._timeline._jaeger_json import (
     SpanStatus,
     spans_from_otlp,
     spans_from_v1,
+    v3_found_nothing,
 )
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 from ._shipped import ToolMissingError, shipped
@@ -246,9 +247,7 @@ class LocalJaeger:
         )
         status, body = _http_get(f"{self.query_url}/api/v3/traces?{query}")
         if status == 404:
-            # Jaeger answers "no traces" with a JSON error body and 404; a 404
-            # without that body means this Jaeger has no v3 API.
-            if _is_gateway_error(body):
+            if v3_found_nothing(body):
                 return []
             raise _RouteMissingError
         if status != 200:
@@ -370,15 +369,6 @@ def _http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
     except urllib.error.HTTPError as exc:
         with exc:
             return int(exc.code), bytes(exc.read())
-
-
-def _is_gateway_error(body: bytes) -> bool:
-    """Tell whether ``body`` is the v3 API's JSON error object."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
 
 
 def _found(span: JaegerSpan, attributes: dict[str, Any] | None = None) -> FoundSpan:
