@@ -111,16 +111,25 @@ class JaegerQuery:
 
     def _get(self, path: str, query: dict[str, str]) -> tuple[int, bytes]:
         url = f"{self._url}{path}?{urllib.parse.urlencode(query)}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                return int(response.status), bytes(response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return int(exc.code), bytes(exc.read())
+            return http_get(url, timeout=self._timeout)
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise JaegerError(f"cannot reach Jaeger at {self._url}: {reason}") from exc
+
+
+def http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
+    """GET ``url`` asking for JSON; return the status and body, also of a 4xx/5xx answer.
+
+    Jaeger's answers to a search are read from errors too (v3's "no traces" is a 404).
+    """
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), bytes(exc.read())
 
 
 def spans_from_document(document: Any) -> list[Span]:

@@ -15,14 +15,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self, TypedDict
 
+from ..._timeline._jaeger import http_get
 from ..._timeline._jaeger_json import (
     V1_SYNTHETIC_TAGS,
     JaegerSpan,
@@ -245,7 +244,7 @@ class LocalJaeger:
                 "query.num_traces": str(limit),
             }
         )
-        status, body = _http_get(f"{self.query_url}/api/v3/traces?{query}")
+        status, body = http_get(f"{self.query_url}/api/v3/traces?{query}")
         if status == 404:
             if v3_found_nothing(body):
                 return []
@@ -265,7 +264,7 @@ class LocalJaeger:
                 "limit": str(limit),
             }
         )
-        status, body = _http_get(f"{self.query_url}/api/traces?{query}")
+        status, body = http_get(f"{self.query_url}/api/traces?{query}")
         if status != 200:
             raise RuntimeError(f"Jaeger /api/traces answered {status}: {body[:500]!r}")
         return [_found_v1(span) for span in spans_from_v1(json.loads(body).get("data") or [])]
@@ -282,7 +281,7 @@ class LocalJaeger:
             if self.process.popen.poll() is not None:
                 raise RuntimeError(f"jaeger exited with {self.process.popen.returncode}")
             with contextlib.suppress(OSError):
-                status, _ = _http_get(url, timeout=1.0)
+                status, _ = http_get(url, timeout=1.0)
                 if status == 200:
                     break
             if time.monotonic() > deadline:
@@ -358,17 +357,6 @@ exporters:
 def _rfc3339(moment: datetime) -> str:
     """Format an aware UTC datetime the way Go's ``time.RFC3339Nano`` parses it."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
-    """GET ``url``; return the status and body, also for 4xx/5xx answers."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return int(exc.code), bytes(exc.read())
 
 
 def _found(span: JaegerSpan, attributes: dict[str, Any] | None = None) -> FoundSpan:
