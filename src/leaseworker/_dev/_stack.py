@@ -164,8 +164,7 @@ def stack_demo(
     with local_stack() as stack:
         try:
             stack.kafka.create_topics([TOPIC, DEAD_LETTERS], partitions=PARTITIONS)
-            jaeger = f", Jaeger (query API) {stack.jaeger.query_url}" if stack.jaeger else ""
-            out(f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}")
+            out(_services_line(stack))
             summary = anyio.run(_scenario, stack, out)
             if summary.timeline is not None and html is not None:
                 title = f"leaseworker demo: the stalled report {summary.slow_key}"
@@ -200,13 +199,18 @@ def services_demo(out: Out = print) -> None:
     out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
     with local_stack() as stack:
         try:
+            out(_services_line(stack))
             bootstrap = stack.kafka.bootstrap_servers
-            jaeger = f", Jaeger UI {stack.jaeger.query_url}" if stack.jaeger else ""
-            out(f"  Kafka {bootstrap}, Redis {stack.redis.url}{jaeger}")
             out(f"  topics: leaseworker topics create NAME --bootstrap-servers {bootstrap}")
             _wait_for_interrupt(out)
         finally:
             shutil.rmtree(stack.workdir, ignore_errors=True)
+
+
+def _services_line(stack: Stack) -> str:
+    """Say where the services listen (the local Jaeger answers its query API, has no web UI)."""
+    jaeger = f", Jaeger (query API) {stack.jaeger.query_url}" if stack.jaeger else ""
+    return f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}"
 
 
 class _Clock:

@@ -215,7 +215,7 @@ class HeldLease:
             round_trip=now() - begun,
             remaining=lease.remaining(),
             previous=lease.previous,
-            expires_at=lease.sent_at + lease.ttl,
+            expires_at=lease.expires_at,
         )
         if self._timing.max_runtime is not None:
             self._runtime_deadline = now() + self._timing.max_runtime
@@ -385,7 +385,7 @@ class HeldLease:
                 "renewed",
                 round_trip=round_trip,
                 remaining=self._lease.remaining(),
-                expires_at=self._lease.sent_at + self._lease.ttl,
+                expires_at=self._lease.expires_at,
             )
 
     def _body_deadline(self) -> float:

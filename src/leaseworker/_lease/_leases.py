@@ -49,6 +49,14 @@ class Lease:
     local_deadline: float
     previous: str | None = None
 
+    @property
+    def expires_at(self) -> float:
+        """The earliest moment Redis can expire the key: ``sent_at`` plus the TTL.
+
+        Redis starts the TTL when the request arrives, never before it was sent.
+        """
+        return self.sent_at + self.ttl
+
     def remaining(self) -> float:
         """Seconds of trusted ownership left (0 once the deadline passed)."""
         return max(0.0, self.local_deadline - now())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
@@ -235,15 +236,10 @@ async def run_asking(
     pipe = redis.pipeline(transaction=False)
     pipe.execute_command("ASKING")
     pipe.eval(source, len(keys), *keys, *args)
-    if wait is not None:
-        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
-    replies = list(await pipe.execute(raise_on_error=False))
-    value = replies[1]
+    [_, value], acked = await _execute(pipe, wait)
     if isinstance(value, Exception):
         raise value
-    if wait is None:
-        return Replied(value, None)
-    return Replied(value, 0 if isinstance(replies[2], Exception) else int(replies[2]))
+    return Replied(value, acked)
 
 
 async def _pipeline(
@@ -255,17 +251,25 @@ async def _pipeline(
     pipe = redis.pipeline(transaction=False)
     for sha, keys, args in calls:
         pipe.evalsha(sha, len(keys), *keys, *args)
+    replies, acked = await _execute(pipe, wait)
+    return [Replied(reply, acked) for reply in replies]
+
+
+async def _execute(pipe: Pipeline, wait: ReplicaWait | None) -> tuple[list[Any], int | None]:
+    """Send ``pipe``, then ``WAIT`` when asked; return its replies and the replica count.
+
+    Errors come back as values; the count is ``None`` without ``wait``.
+    """
     if wait is not None:
         pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
     replies = list(await pipe.execute(raise_on_error=False))
     if wait is None:
-        return [Replied(reply, None) for reply in replies]
+        return replies, None
     acked = replies.pop()
     # WAIT can fail where the script did too (a demoted master answers MOVED to
     # the script and refuses WAIT): the script's own answer is what the caller
     # sees, and an unacknowledged write counts as acknowledged by no replica.
-    count = 0 if isinstance(acked, Exception) else int(acked)
-    return [Replied(reply, count) for reply in replies]
+    return replies, 0 if isinstance(acked, Exception) else int(acked)
 
 
 def _stopped() -> RedisConnectionError:

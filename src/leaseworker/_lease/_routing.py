@@ -108,7 +108,7 @@ class ClusterRouter:
         """Run the call; after an ``ASK`` (its slot is migrating), once on the importing node."""
         try:
             return await self._call_once(sha, keys, args, replicated)
-        except MovedError:
+        except MovedError:  # redis-py's MovedError is an AskError: call() handles it
             raise
         except AskError as ask:
             client, _ = self._node((ask.host, int(ask.port)))

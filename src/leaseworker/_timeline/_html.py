@@ -92,19 +92,13 @@ def render_html(history: History, *, title: str = "leaseworker timeline") -> str
     layout = Layout.of(history)
     svg = "\n".join(_Svg(layout).elements())
     total = layout.overlap_total()
-    keys = history.keys()
-    subject = keys[0] if len(keys) == 1 else f"{len(keys)} job keys"
-    summary = (
-        f"timeline of {subject}: {len(history.executions)} executions on "
-        f"{len(layout.pods())} pods, from {layout.started_at()} for {seconds(layout.duration)}"
-    )
     overlap_class = "overlap-total bad" if total > 0 else "overlap-total"
     verdict = "no two executions of one key ran at once" if total == 0 else "executions overlapped"
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
         f"<title>{_e(title)}</title>\n<style>{_STYLE}</style></head><body>\n"
         f"<h1>{_e(title)}</h1>\n"
-        f'<p class="summary">{_e(summary)}</p>\n'
+        f'<p class="summary">{_e(layout.summary())}</p>\n'
         f'<p class="{overlap_class}" data-overlap-ms="{total * 1000:.1f}">'
         f"overlap: {_e(seconds(total))} ({verdict})</p>\n"
         f"{svg}\n"
@@ -201,7 +195,7 @@ class _Svg:
         name, details = describe(step)
         attrs: dict[str, Scalar] = {
             "step": name,
-            "at": f"+{step.at - self._layout.origin:.3f}s",
+            "at": self._layout.offset(step.at),
             **({"details": details} if details else {}),
             **({"duration": seconds(step.duration)} if step.duration else {}),
             "pod": execution.pod,
@@ -225,8 +219,8 @@ class _Svg:
             x1, x2 = self.x(fault.start), self.x(end)
             attrs: dict[str, Scalar] = {
                 "fault": fault.kind,
-                "start": f"+{fault.start - self._layout.origin:.3f}s",
-                "end": f"+{end - self._layout.origin:.3f}s" if fault.end is not None else "none",
+                "start": self._layout.offset(fault.start),
+                "end": self._layout.offset(end) if fault.end is not None else "none",
                 **({"target": fault.target} if fault.target else {}),
                 **dict(fault.attrs),
             }
@@ -332,8 +326,8 @@ def _execution_attrs(layout: Layout, execution: Execution) -> dict[str, Scalar]:
         "loss reason": execution.reason,
         "completion": execution.completion,
         "held": seconds(layout.end_of(execution) - execution.start),
-        "start": f"+{execution.start - layout.origin:.3f}s",
-        "end": f"+{execution.end - layout.origin:.3f}s" if execution.end is not None else None,
+        "start": layout.offset(execution.start),
+        "end": layout.offset(execution.end) if execution.end is not None else None,
         "topic": execution.topic,
         "partition": execution.partition,
         "offset": execution.offset,
@@ -352,7 +346,7 @@ def _table(layout: Layout) -> str:
         for step in sorted(execution.steps, key=step_order):
             name, details = describe(step)
             rows.append(
-                f"<tr><td>+{step.at - layout.origin:.3f}s</td><td>{_e(execution.pod)}</td>"
+                f"<tr><td>{layout.offset(step.at)}</td><td>{_e(execution.pod)}</td>"
                 f"<td>{_e(execution.execution_id[:8])}</td><td>{_e(name)}</td>"
                 f"<td>{_e(details)}</td></tr>"
             )

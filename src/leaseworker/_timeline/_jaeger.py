@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, final
 
+from .._history import Scalar
 from .._telemetry import _names as n
+from ._jaeger_json import JaegerSpan, spans_from_otlp, spans_from_v1, v3_found_nothing
 from ._spans import Span
 
 Api = Literal["auto", "v1", "v3"]
@@ -97,8 +99,8 @@ class JaegerQuery:
                 "query.num_traces": str(limit),
             },
         )
-        if status == 404 and isinstance(_json(body, strict=False).get("error"), dict):
-            return Found([], "/api/v3/traces", 0, truncated=False)  # v3's "no traces found"
+        if status == 404 and v3_found_nothing(body):
+            return Found([], "/api/v3/traces", 0, truncated=False)
         if status != 200:
             raise JaegerError(f"Jaeger /api/v3/traces answered HTTP {status}: {_excerpt(body)}")
         spans = _from_otlp(_json(body).get("result") or {})
@@ -109,16 +111,25 @@ class JaegerQuery:
 
     def _get(self, path: str, query: dict[str, str]) -> tuple[int, bytes]:
         url = f"{self._url}{path}?{urllib.parse.urlencode(query)}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                return int(response.status), bytes(response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return int(exc.code), bytes(exc.read())
+            return http_get(url, timeout=self._timeout)
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise JaegerError(f"cannot reach Jaeger at {self._url}: {reason}") from exc
+
+
+def http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
+    """GET ``url`` asking for JSON; return the status and body, also of a 4xx/5xx answer.
+
+    Jaeger's answers to a search are read from errors too (v3's "no traces" is a 404).
+    """
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), bytes(exc.read())
 
 
 def spans_from_document(document: Any) -> list[Span]:
@@ -131,108 +142,46 @@ def spans_from_document(document: Any) -> list[Span]:
 
 
 def _from_v1(traces: list[dict[str, Any]]) -> list[Span]:
-    spans: list[Span] = []
-    for trace in traces:
-        processes: dict[str, Any] = trace.get("processes") or {}
-        for raw in trace.get("spans") or []:
-            tags = {t["key"]: _v1_value(t) for t in raw.get("tags") or []}
-            parent, links = None, []
-            for ref in raw.get("references") or []:
-                pair = (_hex(ref["traceID"], 32), _hex(ref["spanID"], 16))
-                if ref.get("refType") == "CHILD_OF" and parent is None:
-                    parent = pair[1]
-                else:
-                    links.append(pair)
-            start = int(raw.get("startTime", 0)) / 1e6
-            process = processes.get(raw.get("processID", ""), {})
-            error = str(tags.get("otel.status_code", "")).upper() == "ERROR" or tags.get("error")
-            spans.append(
-                Span(
-                    trace_id=_hex(raw["traceID"], 32),
-                    span_id=_hex(raw["spanID"], 16),
-                    name=str(raw.get("operationName", "")),
-                    start=start,
-                    end=start + int(raw.get("duration", 0)) / 1e6,
-                    attributes=tags,
-                    parent_span_id=parent,
-                    links=tuple(links),
-                    error=bool(error),
-                    service=str(process.get("serviceName", "")),
-                )
-            )
-    return spans
+    """Read a classic answer: a span is an error by its status or by its ``error`` tag."""
+    return [
+        _span(raw, error=raw.status == "error" or bool(raw.attributes.get("error")))
+        for raw in spans_from_v1(traces)
+    ]
 
 
 def _from_otlp(traces_data: dict[str, Any]) -> list[Span]:
-    spans: list[Span] = []
-    for resource_spans in traces_data.get("resourceSpans") or []:
-        resource = _otlp_attributes(resource_spans.get("resource", {}).get("attributes") or [])
-        for scope_spans in resource_spans.get("scopeSpans") or []:
-            for raw in scope_spans.get("spans") or []:
-                status = raw.get("status", {}).get("code", 0)
-                spans.append(
-                    Span(
-                        trace_id=_hex(raw["traceId"], 32),
-                        span_id=_hex(raw["spanId"], 16),
-                        name=str(raw.get("name", "")),
-                        start=int(raw.get("startTimeUnixNano", 0)) / 1e9,
-                        end=int(raw.get("endTimeUnixNano", 0)) / 1e9,
-                        attributes=_otlp_attributes(raw.get("attributes") or []),
-                        parent_span_id=_hex(raw["parentSpanId"], 16)
-                        if raw.get("parentSpanId")
-                        else None,
-                        links=tuple(
-                            (_hex(link["traceId"], 32), _hex(link["spanId"], 16))
-                            for link in raw.get("links") or []
-                        ),
-                        error=status in (2, "STATUS_CODE_ERROR"),
-                        service=str(resource.get("service.name", "")),
-                    )
-                )
-    return spans
+    return [_span(raw, error=raw.status == "error") for raw in spans_from_otlp(traces_data)]
 
 
-def _otlp_attributes(pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {p["key"]: _otlp_value(p.get("value") or {}) for p in pairs}
+def _span(raw: JaegerSpan, *, error: bool) -> Span:
+    """Return the timeline's span: times in seconds, non-scalar attributes shown as JSON."""
+    return Span(
+        trace_id=raw.trace_id,
+        span_id=raw.span_id,
+        name=raw.name,
+        start=raw.start_time_unix_nano / 1e9,
+        end=raw.end_time_unix_nano / 1e9,
+        attributes={key: _scalar(value) for key, value in raw.attributes.items()},
+        parent_span_id=raw.parent_span_id,
+        links=raw.links,
+        error=error,
+        service=raw.service,
+    )
 
 
-def _otlp_value(value: dict[str, Any]) -> Any:
-    for kind, convert in (
-        ("stringValue", str),
-        ("boolValue", bool),
-        ("intValue", int),  # int64 travels as a JSON string
-        ("doubleValue", float),
-    ):
-        if kind in value:
-            return convert(value[kind])
-    return json.dumps(value, sort_keys=True)  # arrays, maps, bytes: shown, not interpreted
+def _scalar(value: Any) -> Scalar:
+    """Keep a text, number or boolean; show anything else (arrays, maps) as its JSON text."""
+    if isinstance(value, str | int | float | bool):
+        return value
+    return json.dumps(value, sort_keys=True)
 
 
-def _v1_value(tag: dict[str, Any]) -> Any:
-    kind, value = tag.get("type"), tag.get("value")
-    if kind == "int64":
-        return int(value)  # type: ignore[arg-type]
-    if kind == "float64":
-        return float(value)  # type: ignore[arg-type]
-    if kind == "bool":
-        return bool(value)
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _hex(value: str, digits: int) -> str:
-    return str(value).lower().rjust(digits, "0")
-
-
-def _json(body: bytes, *, strict: bool = True) -> dict[str, Any]:
+def _json(body: bytes) -> dict[str, Any]:
     try:
         parsed = json.loads(body)
     except ValueError as exc:
-        if not strict:
-            return {}
         raise JaegerError(f"Jaeger answered something that is not JSON: {_excerpt(body)}") from exc
     if not isinstance(parsed, dict):
-        if not strict:
-            return {}
         raise JaegerError(f"Jaeger answered unexpected JSON: {_excerpt(body)}")
     return parsed
 

@@ -98,6 +98,20 @@ class Layout:
         """Return the faults drawn as a band, in start order."""
         return tuple(sorted(self.history.faults, key=lambda f: f.start))
 
+    def summary(self) -> str:
+        """Say what is drawn: ``timeline of KEY: 2 executions on 2 pods, from ... for ...``."""
+        keys = self.history.keys()
+        subject = keys[0] if len(keys) == 1 else f"{len(keys)} job keys"
+        count, pods = len(self.history.executions), len(self.pods())
+        return (
+            f"timeline of {subject}: {count} execution{'s' * (count != 1)} on {pods} "
+            f"pod{'s' * (pods != 1)}, from {self.started_at()} for {seconds(self.duration)}"
+        )
+
+    def offset(self, at: float) -> str:
+        """Write moment ``at`` as the drawings do: seconds after the axis start, ``+1.234s``."""
+        return f"+{at - self.origin:.3f}s"
+
     def started_at(self) -> str:
         """Say when the axis starts: a UTC time for Unix clocks, else the clock's reading."""
         if self.history.clock == "unix":

@@ -45,18 +45,11 @@ def history_from_spans(spans: Iterable[Span], job_key: str | None = None) -> His
     for span in spans:
         if span.name.startswith(_PROCESS):
             process[span.trace_id] = span
-            continue
-        execution_id = span.attributes.get(n.EXECUTION_ID)
-        key = span.attributes.get(n.JOB_KEY)
-        if execution_id is None or (job_key is not None and key != job_key):
-            continue
-        by_execution.setdefault(str(execution_id), []).append(span)
+        elif (execution_id := _execution_of(span, job_key)) is not None:
+            by_execution.setdefault(execution_id, []).append(span)
     for span in process.values():  # answered without an execution span: from the store
-        execution_id = span.attributes.get(n.EXECUTION_ID)
-        key = span.attributes.get(n.JOB_KEY)
-        if execution_id is None or (job_key is not None and key != job_key):
-            continue
-        by_execution.setdefault(str(execution_id), [span])
+        if (execution_id := _execution_of(span, job_key)) is not None:
+            by_execution.setdefault(execution_id, [span])
     executions = [
         _execution(execution_id, group, process.get(group[0].trace_id))
         for execution_id, group in by_execution.items()
@@ -64,6 +57,14 @@ def history_from_spans(spans: Iterable[Span], job_key: str | None = None) -> His
     ]  # (an attempt that found the lease busy left only its ``trigger received``)
     executions.sort(key=lambda e: (e.start, e.execution_id))
     return History(clock="unix", executions=tuple(executions))
+
+
+def _execution_of(span: Span, job_key: str | None) -> str | None:
+    """Return the execution id ``span`` belongs to, if it has one and is of ``job_key``."""
+    execution_id = span.attributes.get(n.EXECUTION_ID)
+    if execution_id is None or (job_key is not None and span.attributes.get(n.JOB_KEY) != job_key):
+        return None
+    return str(execution_id)
 
 
 def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Execution:

@@ -64,9 +64,9 @@ def render_text(history: History, *, width: int = 100, color: bool = False) -> s
     for execution in sorted(history.executions, key=lambda e: (e.start, e.execution_id)):
         lines += _details(layout, execution, width)
     for fault in layout.faults():
-        end = f"..{_at(layout, fault.end)}" if fault.end is not None else " (no end)"
+        end = f"..{layout.offset(fault.end)}" if fault.end is not None else " (no end)"
         target = f" on {fault.target}" if fault.target else ""
-        lines.append(_cut(f"fault {fault.kind}{target}: {_at(layout, fault.start)}{end}", width))
+        lines.append(_cut(f"fault {fault.kind}{target}: {layout.offset(fault.start)}{end}", width))
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
@@ -167,15 +167,7 @@ class _Plot:
 
 
 def _header(layout: Layout) -> list[str]:
-    history = layout.history
-    keys = history.keys()
-    subject = keys[0] if len(keys) == 1 else f"{len(keys)} job keys"
-    pods = layout.pods()
-    count = len(history.executions)
-    lines = [
-        f"timeline of {subject}: {count} execution{'s' * (count != 1)} on {len(pods)} "
-        f"pod{'s' * (len(pods) != 1)}, from {layout.started_at()} for {seconds(layout.duration)}"
-    ]
+    lines = [layout.summary()]
     total = layout.overlap_total()
     verdict = "no two executions of one key ran at once" if total == 0 else "EXECUTIONS OVERLAPPED"
     lines.append(f"overlap: {seconds(total)} ({verdict})")
@@ -202,7 +194,7 @@ def _details(layout: Layout, execution: Execution, width: int) -> list[str]:
     lines = [_cut("  ".join(head), width)]
     for step in sorted(execution.steps, key=step_order):
         name, details = describe(step)
-        lines.append(_cut(f"  {_at(layout, step.at):>9}  {name:<17} {details}", width))
+        lines.append(_cut(f"  {layout.offset(step.at):>9}  {name:<17} {details}", width))
     return lines
 
 
@@ -211,10 +203,6 @@ def _mark(step: Step) -> tuple[str, int] | None:
         char = COMPLETION_MARKS.get(str(step.attrs.get("status", "")))
         return (char, 4) if char else None
     return MARKS.get(step.name)
-
-
-def _at(layout: Layout, at: float) -> str:
-    return f"+{at - layout.origin:.3f}s"
 
 
 def _tick(offset: float, step: float) -> str:

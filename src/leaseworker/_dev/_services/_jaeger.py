@@ -15,14 +15,21 @@ import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Self, TypedDict
+from typing import Any, Self, TypedDict
 
+from ..._timeline._jaeger import http_get
+from ..._timeline._jaeger_json import (
+    V1_SYNTHETIC_TAGS,
+    JaegerSpan,
+    SpanStatus,
+    spans_from_otlp,
+    spans_from_v1,
+    v3_found_nothing,
+)
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 from ._shipped import ToolMissingError, shipped
 
@@ -36,20 +43,6 @@ MAX_TRACES = 100_000
 """How many traces the in-memory store keeps before it drops the oldest."""
 
 _log = logging.getLogger(__name__)
-
-# Tags that Jaeger's OTLP -> v1 model translation adds; they are not span attributes.
-_V1_SYNTHETIC_TAGS = frozenset(
-    {
-        "span.kind",
-        "otel.status_code",
-        "otel.status_description",
-        "otel.scope.name",
-        "otel.scope.version",
-        "internal.span.format",
-    }
-)
-
-SpanStatus = Literal["unset", "ok", "error"]
 
 
 class FoundSpan(TypedDict):
@@ -251,16 +244,14 @@ class LocalJaeger:
                 "query.num_traces": str(limit),
             }
         )
-        status, body = _http_get(f"{self.query_url}/api/v3/traces?{query}")
+        status, body = http_get(f"{self.query_url}/api/v3/traces?{query}")
         if status == 404:
-            # Jaeger answers "no traces" with a JSON error body and 404; a 404
-            # without that body means this Jaeger has no v3 API.
-            if _is_gateway_error(body):
+            if v3_found_nothing(body):
                 return []
             raise _RouteMissingError
         if status != 200:
             raise RuntimeError(f"Jaeger /api/v3/traces answered {status}: {body[:500]!r}")
-        return _spans_from_otlp(json.loads(body).get("result", {}))
+        return [_found(span) for span in spans_from_otlp(json.loads(body).get("result", {}))]
 
     def _find_v1(
         self, service: str, start_min: datetime, start_max: datetime, limit: int
@@ -273,10 +264,10 @@ class LocalJaeger:
                 "limit": str(limit),
             }
         )
-        status, body = _http_get(f"{self.query_url}/api/traces?{query}")
+        status, body = http_get(f"{self.query_url}/api/traces?{query}")
         if status != 200:
             raise RuntimeError(f"Jaeger /api/traces answered {status}: {body[:500]!r}")
-        return _spans_from_v1(json.loads(body))
+        return [_found_v1(span) for span in spans_from_v1(json.loads(body).get("data") or [])]
 
     def _wait_ready(self, timeout: float) -> None:
         """Wait for the query API, then for both OTLP receivers.
@@ -290,7 +281,7 @@ class LocalJaeger:
             if self.process.popen.poll() is not None:
                 raise RuntimeError(f"jaeger exited with {self.process.popen.returncode}")
             with contextlib.suppress(OSError):
-                status, _ = _http_get(url, timeout=1.0)
+                status, _ = http_get(url, timeout=1.0)
                 if status == 200:
                     break
             if time.monotonic() > deadline:
@@ -368,134 +359,26 @@ def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
-    """GET ``url``; return the status and body, also for 4xx/5xx answers."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return int(exc.code), bytes(exc.read())
+def _found(span: JaegerSpan, attributes: dict[str, Any] | None = None) -> FoundSpan:
+    """Return ``span`` as a :class:`FoundSpan` (with ``attributes`` instead of its own)."""
+    return FoundSpan(
+        service=span.service,
+        name=span.name,
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        parent_span_id=span.parent_span_id,
+        start_time_unix_nano=span.start_time_unix_nano,
+        end_time_unix_nano=span.end_time_unix_nano,
+        status=span.status,
+        attributes=span.attributes if attributes is None else attributes,
+    )
 
 
-def _is_gateway_error(body: bytes) -> bool:
-    """Tell whether ``body`` is the v3 API's JSON error object."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
-
-
-def _otlp_value(value: dict[str, Any]) -> Any:
-    """Convert an OTLP/JSON ``AnyValue`` to a plain Python value."""
-    if "stringValue" in value:
-        return str(value["stringValue"])
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "intValue" in value:
-        return int(value["intValue"])  # int64 travels as a JSON string
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "bytesValue" in value:
-        return str(value["bytesValue"])
-    if "arrayValue" in value:
-        return [_otlp_value(v) for v in value["arrayValue"].get("values", [])]
-    if "kvlistValue" in value:
-        return _otlp_attributes(value["kvlistValue"].get("values", []))
-    return None
-
-
-def _otlp_attributes(pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Flatten an OTLP/JSON ``KeyValue`` list into a dict."""
-    return {pair["key"]: _otlp_value(pair.get("value", {})) for pair in pairs}
-
-
-_OTLP_STATUS: dict[int | str, SpanStatus] = {
-    0: "unset",
-    1: "ok",
-    2: "error",
-    "STATUS_CODE_UNSET": "unset",
-    "STATUS_CODE_OK": "ok",
-    "STATUS_CODE_ERROR": "error",
-}
-
-
-def _spans_from_otlp(traces_data: dict[str, Any]) -> list[FoundSpan]:
-    """Normalize an OTLP/JSON ``TracesData`` object (the v3 API's ``result``)."""
-    spans: list[FoundSpan] = []
-    for resource_spans in traces_data.get("resourceSpans", []):
-        resource = _otlp_attributes(resource_spans.get("resource", {}).get("attributes", []))
-        service = str(resource.get("service.name", ""))
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
-                spans.append(
-                    FoundSpan(
-                        service=service,
-                        name=str(span.get("name", "")),
-                        trace_id=str(span["traceId"]).lower(),
-                        span_id=str(span["spanId"]).lower(),
-                        parent_span_id=str(span.get("parentSpanId") or "").lower() or None,
-                        start_time_unix_nano=int(span.get("startTimeUnixNano", 0)),
-                        end_time_unix_nano=int(span.get("endTimeUnixNano", 0)),
-                        status=_OTLP_STATUS.get(span.get("status", {}).get("code", 0), "unset"),
-                        attributes=_otlp_attributes(span.get("attributes", [])),
-                    )
-                )
-    return spans
-
-
-_V1_STATUS: dict[str, SpanStatus] = {"OK": "ok", "ERROR": "error"}
-
-
-def _v1_tag_value(tag: dict[str, Any]) -> Any:
-    """Convert a classic-API tag value (typed by ``tag["type"]``) to Python."""
-    kind, value = tag.get("type"), tag["value"]
-    if kind == "int64":
-        return int(value)
-    if kind == "float64":
-        return float(value)
-    if kind == "bool":
-        return bool(value)
-    return value
-
-
-def _spans_from_v1(payload: dict[str, Any]) -> list[FoundSpan]:
-    """Normalize the classic ``/api/traces`` answer (Jaeger's own JSON model)."""
-    spans: list[FoundSpan] = []
-    for trace in payload.get("data") or []:
-        processes: dict[str, Any] = trace.get("processes", {})
-        for span in trace.get("spans", []):
-            tags = {tag["key"]: _v1_tag_value(tag) for tag in span.get("tags", [])}
-            status = _V1_STATUS.get(str(tags.get("otel.status_code", "")).upper(), "unset")
-            if status == "error" and tags.get("error") is True:
-                # The translation marks error spans with error=true; a real
-                # attribute of that name and value is indistinguishable and dropped.
-                del tags["error"]
-            parent = next(
-                (
-                    ref["spanID"]
-                    for ref in span.get("references", [])
-                    if ref.get("refType") == "CHILD_OF"
-                ),
-                None,
-            )
-            start_us, duration_us = int(span.get("startTime", 0)), int(span.get("duration", 0))
-            process = processes.get(span.get("processID", ""), {})
-            spans.append(
-                FoundSpan(
-                    service=str(process.get("serviceName", "")),
-                    name=str(span.get("operationName", "")),
-                    trace_id=str(span["traceID"]).lower().rjust(32, "0"),
-                    span_id=str(span["spanID"]).lower().rjust(16, "0"),
-                    parent_span_id=str(parent).lower().rjust(16, "0") if parent else None,
-                    start_time_unix_nano=start_us * 1000,
-                    end_time_unix_nano=(start_us + duration_us) * 1000,
-                    status=status,
-                    attributes={
-                        key: value for key, value in tags.items() if key not in _V1_SYNTHETIC_TAGS
-                    },
-                )
-            )
-    return spans
+def _found_v1(span: JaegerSpan) -> FoundSpan:
+    """Return a classic answer's span without the tags its OTLP translation added."""
+    tags = {k: v for k, v in span.attributes.items() if k not in V1_SYNTHETIC_TAGS}
+    if span.status == "error" and tags.get("error") is True:
+        # The translation marks error spans with error=true; a real
+        # attribute of that name and value is indistinguishable and dropped.
+        del tags["error"]
+    return _found(span, tags)
