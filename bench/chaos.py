@@ -3,7 +3,8 @@
 Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``, +1, ...;
 topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``) against
 ``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) until ``--faults-total``
-faults have been planned, then prints the faults played by kind, the
+faults have been played (about nine in ten planned faults play; the rest find
+their target busy all campaign long), then prints the faults played by kind, the
 violations, the worst stop latency, the smallest margin before Redis could
 expire a key, and the wall time. A fault starts every second on average (a
 pod, or the shared services, has one at a time), so 1,000 faults take about
@@ -98,15 +99,15 @@ def main() -> int:
     args = parser.parse_args()
     began = time.monotonic()
     reports: list[dict[str, Any]] = []
-    planned = 0
+    played = 0
     with tempfile.TemporaryDirectory(prefix="leaseworker-chaos-bench-") as scratch:
-        while planned < args.faults_total:
+        while played < args.faults_total:
             index = len(reports)
-            faults = min(args.per_campaign, args.faults_total - planned)
             report = Path(scratch) / f"campaign-{index}.json"
             topology = TOPOLOGIES[index % len(TOPOLOGIES)]
-            reports.append(campaign(args.first_seed + index, faults, topology, report))
-            planned += faults
+            reports.append(campaign(args.first_seed + index, args.per_campaign, topology, report))
+            # Count what played: a fault whose target was busy the whole campaign is skipped.
+            played += sum(reports[-1]["faults_by_kind"].values()) or args.per_campaign
     print(summary(reports, time.monotonic() - began))
     return 0 if all(r["ok"] for r in reports) else 1
 
