@@ -1,20 +1,23 @@
-"""Two pods on a real Redis Cluster and real Kafka: a shard failover loses and overlaps nothing.
+"""Two pods on replicated Redis and real Kafka: a failover loses no trigger, overlaps none.
 
-The pods take their Redis from a ``redis+cluster://`` URL, as ``leaseworker
-run --redis-url`` would (replica acknowledgement on by default there). A
-shard that holds leases fails over mid-run; every trigger still completes,
-and no two executions of one job key ever ran at once (counted by the shared
-recorder from the jobs' own start and stop).
+The pods take their Redis from a ``redis+sentinel://`` or ``redis+cluster://``
+URL, as ``leaseworker run --redis-url`` would (replica acknowledgement on by
+default there). The master (Sentinel) or a shard (Cluster) fails over while
+executions hold leases; every trigger still completes, and no two executions
+of one job key ever ran at once (counted by the shared recorder from the jobs'
+own start and stop).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from leaseworker import Worker
-from leaseworker._dev._services import LocalRedis, LocalRedisCluster
+from leaseworker._dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from leaseworker._dev._services._kafka import LocalKafka
 
 from ..jobs import GateJob, Recorder, on_topic
@@ -23,17 +26,37 @@ from ..waiting import eventually
 from ..worker_util import pod_config, running
 
 
+@dataclass(frozen=True)
+class Topology:
+    """A replicated Redis the pods use: its URL, and how to fail it over."""
+
+    url: str
+    failover: Callable[[], Awaitable[object]]
+    keys: int  # enough job keys to spread over its shards
+
+
+@pytest.fixture(params=["sentinel", "cluster"])
+async def topology(request: pytest.FixtureRequest) -> Topology:
+    """The session's Sentinel group or cluster, healthy again (only the one asked is started)."""
+    if request.param == "sentinel":
+        group: LocalSentinelGroup = request.getfixturevalue("sentinel_group")
+        await group.settle()
+        return Topology(group.url, group.failover, keys=8)
+    cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
+    await cluster.settle()
+    return Topology(cluster.url, lambda: cluster.failover(0), keys=12)
+
+
 @pytest.mark.timeout(180)
-async def test_two_pods_complete_every_trigger_through_a_shard_failover(
-    redis_cluster: LocalRedisCluster,
+async def test_two_pods_complete_every_trigger_through_a_failover(
+    topology: Topology,
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    """CLUSTER FAILOVER of a shard mid-run: all 12 triggers complete and commit; no overlap."""
-    await redis_cluster.settle()
+    """SENTINEL FAILOVER / CLUSTER FAILOVER mid-run: every trigger completes and commits."""
     kafka_server.create_topics([kafka_names.topic], partitions=2)
     recorder = Recorder()
     job = on_topic(GateJob, kafka_names.topic, lease_duration=3.0)
@@ -45,14 +68,14 @@ async def test_two_pods_complete_every_trigger_through_a_shard_failover(
             kafka_names,
             namespace,
             pod=pod,
-            redis_url=redis_cluster.url,
+            redis_url=topology.url,
             store_url=store,
             redis_timeout=1.0,
         )
         for pod in ("pod-a", "pod-b")
     ]
     assert all(config.replicas == 1 for config in configs)
-    keys = [f"report:{i}" for i in range(12)]  # spread over the three shards
+    keys = [f"report:{i}" for i in range(topology.keys)]
     async with (
         running(Worker(job(recorder), configs[0])),
         running(Worker(job(recorder), configs[1])),
@@ -63,7 +86,7 @@ async def test_two_pods_complete_every_trigger_through_a_shard_failover(
             [(key.encode(), payload(key, seconds=1.5)) for key in keys],
         )
         await recorder.until(lambda: len(recorder.runs) >= 2, within=60)
-        await redis_cluster.failover(0)
+        await topology.failover()
         await recorder.until(lambda: all(recorder.done(key) >= 1 for key in keys), within=120)
 
         async def all_committed() -> bool:
