@@ -7,6 +7,7 @@
     ├── MalformedTrigger            a Kafka record that cannot become a job (carries .reason)
     ├── BadResult                   a job's result no completion store can keep (carries .key)
     ├── StoreUnavailable            the completion store failed or timed out (carries .key)
+    ├── TransactionRefused          a job's transaction met a higher fence (carries .status)
     └── LeaseError                  about one job key's lease (carries .key)
         ├── LeaseBusy               another owner holds the lease
         ├── LeaseUnavailable        Redis did not answer an acquire in time
@@ -84,6 +85,26 @@ class StoreUnavailable(LeaseworkerError):
         super().__init__(f"completion store unavailable{where}: {detail}")
         self.key = key
         self.detail = detail
+
+
+class TransactionRefused(LeaseworkerError):
+    """Raised by ``ctx.transaction()`` when the job key's store refuses this execution's writes.
+
+    ``status`` is ``stale`` (a fence above this execution's ``fence`` was
+    seen: a newer execution claimed or completed the job key) or
+    ``duplicate`` (the identity completed meanwhile); ``seen`` is the highest
+    fence the store has seen. Nothing was written; the execution ends
+    ``lost`` (``stale``) or ``duplicate`` as the store's answer says.
+    """
+
+    def __init__(self, key: str, *, status: str, fence: int, seen: int) -> None:
+        super().__init__(
+            f"transaction of {key!r} refused ({status}): fence {fence}, highest fence seen {seen}"
+        )
+        self.key = key
+        self.status = status
+        self.fence = fence
+        self.seen = seen
 
 
 class LeaseError(LeaseworkerError):

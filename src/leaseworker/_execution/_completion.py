@@ -8,6 +8,7 @@ See docs/design.md#the-completion-step.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -21,6 +22,8 @@ from .._errors import StoreUnavailable
 from .._lease import HeldLease, now
 from .._retry import STORE, Retries
 from .._store import CompletionRequest, CompletionResult, CompletionStore
+from .._store._effects import Message, effect_id
+from . import _effects
 from ._result import DEFAULT_MAX_RESULT_BYTES, check_result
 from ._trigger import Trigger
 
@@ -71,14 +74,15 @@ class Completer:
         retry: BusyPolicy = STORE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
-        self._store = store
-        self._held = held
+        self.store = store
+        self.held = held
         self.key = key
         self.input_version = input_version
         self._execution_id = execution_id
         self._pod = pod
-        self._retry = retry
-        self._max_result_bytes = max_result_bytes
+        self.retry = retry
+        self.max_result_bytes = max_result_bytes
+        self.messages: list[Message] = []  # published by the job, committed with the completion
         self.called = False
         self.result: CompletionResult | None = None
         self.elapsed = 0.0
@@ -89,48 +93,74 @@ class Completer:
         A result no store can keep raises :class:`~leaseworker.BadResult` first
         (see ``_result``), and does not count as the one call.
         """
-        check_result(self._held.key, result, max_bytes=self._max_result_bytes)
-        if self.called:
-            raise RuntimeError(
-                f"complete() was already called for execution {self._execution_id} "
-                f"of {self._held.key!r}; an execution completes once"
-            )
-        self.called = True
+        check_result(self.held.key, result, max_bytes=self.max_result_bytes)
+        self.begin()
         await anyio.lowlevel.checkpoint_if_cancelled()  # a known loss refuses here
-        fence = self._held.fence
+        if self.messages:  # ctx.publish(): the messages commit in the completion's transaction
+            return await _effects.complete_with_messages(self, result)
+        fence = self.held.fence
         begun = now()
-        retries = Retries(self._retry)  # its sleep is cancelled if the lease is lost meanwhile
+        retries = Retries(self.retry)  # its sleep is cancelled if the lease is lost meanwhile
         while True:
             try:
                 with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
-                    answer = await self._store.complete(
-                        CompletionRequest(
-                            job_key=self.key,
-                            input_version=self.input_version,
-                            fence=fence,
-                            result=result,
-                            execution_id=self._execution_id,
-                            pod=self._pod,
-                        )
-                    )
+                    answer = await self.store.complete(self.request(result))
             except StoreUnavailable as exc:
-                await retries.wait(functools.partial(self._failed, fence, exc))
-                await self._held.checkpoint()  # LeaseLost once ownership is uncertain
+                await retries.wait(functools.partial(self.failed, fence, exc))
+                await self.held.checkpoint()  # LeaseLost once ownership is uncertain
                 continue
             self.elapsed = now() - begun
             self.result = answer
             return answer
 
-    def _failed(self, fence: int, exc: StoreUnavailable, delay: float, attempt: int) -> None:
+    def begin(self) -> None:
+        """Count the execution's one completion (``complete``, a transaction); raise on a second."""
+        if self.called:
+            raise RuntimeError(
+                f"complete() was already called for execution {self._execution_id} "
+                f"of {self.held.key!r}; an execution completes once"
+            )
+        self.called = True
+
+    def request(self, result: object) -> CompletionRequest:
+        """Return the completion request of ``result`` with this execution's identity and fence."""
+        return CompletionRequest(
+            job_key=self.key,
+            input_version=self.input_version,
+            fence=self.held.fence,
+            result=result,
+            execution_id=self._execution_id,
+            pod=self._pod,
+        )
+
+    def publish(
+        self,
+        topic: str,
+        value: object,
+        *,
+        key: str | bytes | None = None,
+        headers: _effects.Headers | None = None,
+    ) -> str:
+        """Add a message to commit with the completion; return its effect id."""
+        if self.result is not None:
+            raise RuntimeError(f"{self.held.key!r} completed already: publish before completing")
+        self.messages.append(Message.build(topic, value, key=key, headers=headers))
+        return effect_id(self.key, self.input_version, len(self.messages) - 1)
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[_effects.Transaction]:
+        """Open the job's transaction; see :func:`._effects.transaction`."""
+        return _effects.transaction(self)
+
+    def failed(self, fence: int, exc: StoreUnavailable, delay: float, attempt: int) -> None:
         logger.warning(
             "completion of %r (fence %d) failed: %s; retrying in %.2fs (lease held)",
-            self._held.key,
+            self.held.key,
             fence,
             exc.detail,
             delay,
             extra={
                 "event": "completion_retry",
-                "jobId": self._held.key,
+                "jobId": self.held.key,
                 "executionId": self._execution_id,
                 "pod": self._pod,
                 "fence": fence,

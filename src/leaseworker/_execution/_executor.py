@@ -323,6 +323,8 @@ class Executor:
                 self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
                 return ending, None
             ending = losses.charge(Ending.of_error(held.outcome or "failed", exc, held.loss_reason))
+            if isinstance(exc, StoreUnavailable) and held.outcome is None:
+                ending = Ending("lost", reason="store_unavailable")  # a commit failed: retried
             self._finished(trigger, job_key, execution_id, begun, held, ending, error=exc)
             return ending, None
         ending = Ending("completed")

@@ -11,6 +11,7 @@ completion store (see ``_completion``).
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import ClassVar, final
 
 from .._backoff import BusyPolicy
@@ -19,6 +20,7 @@ from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
 from .._retry import BUSY
 from .._store import CompletionResult
 from ._completion import Completer, default_input_version
+from ._effects import Headers, Transaction
 from ._result import DEFAULT_MAX_RESULT_BYTES
 from ._trigger import Trigger, default_job_key
 
@@ -188,6 +190,47 @@ class JobContext:
                 "the worker (or an Executor with a store) runs"
             )
         return await self._completer.complete(result)
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Transaction]:
+        """Open one transaction in the completion store's database for this execution's effects.
+
+        ``async with ctx.transaction() as tx:`` holds the job key's head lock
+        from its start; if the store has seen a fence above ``ctx.fence``
+        (claims included) it raises :class:`~leaseworker.effects.TransactionRefused`
+        and nothing is written (the execution ends ``lost``, ``stale``). Run the
+        job's statements with ``await tx.execute(sql, params)``, add messages
+        with ``tx.publish(...)``, name the result with ``tx.complete(result)``:
+        when the block ends, the completion is recorded in the same
+        transaction, so rows, messages and completion commit together or not
+        at all. It counts as the execution's one completion. See docs/effects.md.
+        """
+        return self._require_completer().transaction()
+
+    def publish(
+        self,
+        topic: str,
+        value: object,
+        *,
+        key: str | bytes | None = None,
+        headers: Headers | None = None,
+    ) -> str:
+        """Add a message to the outbox, in the completion's transaction; return its effect id.
+
+        ``value``: bytes, ``str`` (UTF-8) or JSON. The message is committed with
+        this execution's completion (``ctx.complete``, ``run()``'s return value
+        or ``ctx.transaction()``), and not at all if it is refused; a relay then
+        sends it to Kafka with the headers ``leaseworker-effect-id``,
+        ``leaseworker-job-key`` and ``leaseworker-fence``.
+        """
+        return self._require_completer().publish(topic, value, key=key, headers=headers)
+
+    def _require_completer(self) -> Completer:
+        if self._completer is None:
+            raise RuntimeError(
+                "this JobContext has no completion store: effects work in executions "
+                "the worker (or an Executor with a store) runs"
+            )
+        return self._completer
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,8 @@ before it. See docs/design.md#group-commit.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, final
 
@@ -106,13 +107,23 @@ class Batcher:
 
     async def close(self, closer: Callable[[], Awaitable[object]]) -> None:
         """Await ``closer`` once no batch is running, and before any next one."""
+        async with self.exclusive():
+            await closer()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold the database alone: once no batch runs, and until the block ends none starts.
+
+        For ``close`` and for a job's transaction on the one SQLite connection;
+        calls queued meanwhile run in the next batch.
+        """
         while self._running:
             if self._idle is None:
                 self._idle = anyio.Event()
             await self._idle.wait()
         self._running = self._max_in_flight
         try:
-            await closer()
+            yield
         finally:
             self._running = 0
             self._hand_over()

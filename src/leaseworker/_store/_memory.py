@@ -8,11 +8,17 @@ See docs/design.md#the-memory-store.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import final
 
+import anyio
+
 from .._errors import StoreUnavailable
+from ._effects import OutboxRow, Params
+from ._memory_effects import MemoryOutbox, MemoryTransaction
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -59,10 +65,20 @@ class MemoryStore:
         self._rows: dict[tuple[str, str], _Row] = {}
         self._heads: dict[str, Head] = {}
         self._claims: dict[str, int] = {}  # job key -> highest claimed fence
+        self._locks: dict[str, anyio.Event] = {}  # job keys a transaction holds, set on its end
+        self.outbox_rows = MemoryOutbox()
+        self.statements: list[tuple[str, Params]] = []  # of committed transactions, in order
         self._closed = False
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
+        completion_params(request)
+        self._check_open(request.job_key)
+        await self._unlocked(request.job_key)
+        return self.record(request)
+
+    def record(self, request: CompletionRequest) -> CompletionResult:
+        """Apply ``decide``; record an accepted completion at once (the caller holds the key)."""
         params = completion_params(request)
         key, version = request.job_key, request.input_version
         self._check_open(key)
@@ -96,6 +112,7 @@ class MemoryStore:
         """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``."""
         check_call(job_key, fence, input_version)
         self._check_open(job_key)
+        await self._unlocked(job_key)
         standing = self._find(job_key, input_version)
         head = self._heads.get(job_key)
         claimed = self._claims.get(job_key, NO_FENCE)
@@ -109,6 +126,54 @@ class MemoryStore:
             highest_fence=highest(head, self._claims[job_key]),
             completion=standing,
         )
+
+    @asynccontextmanager
+    async def transaction(
+        self, job_key: str, input_version: str, fence: int
+    ) -> AsyncIterator[MemoryTransaction]:
+        """Hold ``job_key`` as a head row lock would; see ``EffectStore.transaction``.
+
+        Claims, completions and transactions of the key wait until the block ends.
+        """
+        check_call(job_key, fence, input_version)
+        self._check_open(job_key)
+        await self._unlocked(job_key)
+        self._locks[job_key] = released = anyio.Event()
+        try:
+            standing = self._find(job_key, input_version)
+            head = self._heads.get(job_key)
+            claimed = self._claims.get(job_key, NO_FENCE)
+            opened = ClaimResult(
+                status=decide_claim(standing, head, fence, claimed=claimed),
+                job_key=job_key,
+                input_version=input_version,
+                fence=fence,
+                highest_fence=highest(head, claimed),
+                completion=standing,
+            )
+            yield MemoryTransaction(self, opened)
+        finally:
+            del self._locks[job_key]
+            released.set()
+
+    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        """Claim unsent messages; see ``EffectStore.claim_outbox``."""
+        self._check_open(None)
+        return self.outbox_rows.claim(relay, limit=limit, hold=hold)
+
+    async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
+        """Mark claimed messages sent; see ``EffectStore.mark_sent``."""
+        self._check_open(None)
+        return self.outbox_rows.mark_sent(relay, ids)
+
+    async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
+        """Give up claims; see ``EffectStore.release_outbox``."""
+        self._check_open(None)
+        self.outbox_rows.release(relay, ids)
+
+    async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
+        """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
+        return self.outbox_rows.rows(job_key)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
@@ -131,12 +196,19 @@ class MemoryStore:
         self._rows.clear()
         self._heads.clear()
         self._claims.clear()
+        self.outbox_rows.clear()
+        self.statements.clear()
 
     def _find(self, job_key: str, input_version: str) -> Completion | None:
         row = self._rows.get((job_key, input_version))
         return None if row is None else row.completion(job_key, input_version)
 
-    def _check_open(self, job_key: str) -> None:
+    async def _unlocked(self, job_key: str) -> None:
+        """Wait while a transaction holds ``job_key`` (as for a PostgreSQL row lock)."""
+        while (held := self._locks.get(job_key)) is not None:
+            await held.wait()
+
+    def _check_open(self, job_key: str | None) -> None:
         if self._closed:
             raise StoreUnavailable(job_key, "the store is closed")
 

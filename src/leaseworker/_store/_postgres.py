@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Literal, TypeVar, cast, final
+from typing import Any, Literal, TypeVar, cast, final
 
 import anyio
 import psycopg
@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
+from ._effects import OutboxRow
 from ._model import (
     ClaimResult,
     Completion,
@@ -165,6 +166,36 @@ class PostgresStore:
             return None if row is None else _completion(job_key, row)
 
         return await self._run(job_key, read)
+
+    def transaction(self, job_key: str, input_version: str, fence: int) -> Any:
+        """Begin a job's transaction; see ``EffectStore.transaction`` and ``_pg_effects``."""
+        from . import _pg_effects
+
+        return _pg_effects.transaction(self, job_key, input_version, fence)
+
+    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        """Claim unsent messages; see ``EffectStore.claim_outbox``."""
+        from . import _pg_effects
+
+        return await _pg_effects.claim_outbox(self, relay, limit, hold)
+
+    async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
+        """Mark claimed messages sent; see ``EffectStore.mark_sent``."""
+        from . import _pg_effects
+
+        return await _pg_effects.update(self, _pg_effects.MARK, relay, ids)
+
+    async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
+        """Give up claims; see ``EffectStore.release_outbox``."""
+        from . import _pg_effects
+
+        await _pg_effects.update(self, _pg_effects.RELEASE, relay, ids)
+
+    async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
+        """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
+        from . import _pg_effects
+
+        return await _pg_effects.rows(self, job_key)
 
     async def aclose(self) -> None:
         """Close the pool once no batch runs (waiting up to ``call_timeout`` for connections)."""

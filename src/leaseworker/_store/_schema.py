@@ -283,6 +283,61 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         sqlite=(),  # SQLite batches its calls in the store (group commit)
     ),
+    Migration(
+        version=5,
+        description="leaseworker_outbox: messages committed with completions, for the relay",
+        postgresql=(
+            # id orders one job key's rows in commit order: they are inserted
+            # under the key's head row lock. claimed_by/claimed_until: a relay's
+            # claim, taken over once expired; sent_at: the broker acknowledged.
+            """
+            CREATE TABLE leaseworker_outbox (
+                id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                job_key       text NOT NULL,
+                input_version text NOT NULL,
+                seq           integer NOT NULL,
+                fence         bigint NOT NULL,
+                topic         text NOT NULL,
+                msg_key       bytea,
+                value         bytea NOT NULL,
+                headers       text NOT NULL,
+                trace         text NOT NULL,
+                committed_at  timestamptz NOT NULL DEFAULT now(),
+                claimed_by    text,
+                claimed_until timestamptz,
+                sent_at       timestamptz,
+                UNIQUE (job_key, input_version, seq)
+            )
+            """,
+            "CREATE INDEX leaseworker_outbox_unsent ON leaseworker_outbox (id)"
+            " WHERE sent_at IS NULL",
+            "CREATE INDEX leaseworker_outbox_key ON leaseworker_outbox (job_key, id)"
+            " WHERE sent_at IS NULL",
+        ),
+        sqlite=(
+            """
+            CREATE TABLE leaseworker_outbox (
+                id            INTEGER PRIMARY KEY AUTOINCREMENT,
+                job_key       TEXT NOT NULL,
+                input_version TEXT NOT NULL,
+                seq           INTEGER NOT NULL,
+                fence         INTEGER NOT NULL,
+                topic         TEXT NOT NULL,
+                msg_key       BLOB,
+                value         BLOB NOT NULL,
+                headers       TEXT NOT NULL,
+                trace         TEXT NOT NULL,
+                committed_at  INTEGER NOT NULL,
+                claimed_by    TEXT,
+                claimed_until INTEGER,
+                sent_at       INTEGER,
+                UNIQUE (job_key, input_version, seq)
+            )
+            """,
+            "CREATE INDEX leaseworker_outbox_unsent ON leaseworker_outbox (id)"
+            " WHERE sent_at IS NULL",
+        ),
+    ),
 )
 
 

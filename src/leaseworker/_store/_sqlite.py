@@ -23,6 +23,7 @@ import anyio
 
 from .._errors import ConfigError, StoreUnavailable
 from ._batch import Batcher, Call
+from ._effects import OutboxRow
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -184,6 +185,37 @@ class SqliteStore:
         check_call(job_key, 0)
 
         return await self._run(job_key, lambda conn: _state(conn, job_key), writes=False)
+
+    def transaction(self, job_key: str, input_version: str, fence: int) -> Any:
+        """Begin a job's transaction; see ``EffectStore.transaction`` and ``_sqlite_effects``."""
+        from . import _sqlite_effects
+
+        return _sqlite_effects.transaction(self, job_key, input_version, fence)
+
+    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        """Claim unsent messages; see ``EffectStore.claim_outbox``."""
+        from ._sqlite_effects import claim_outbox
+
+        return await self._run(None, lambda c: claim_outbox(c, relay, limit, hold), writes=True)
+
+    async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
+        """Mark claimed messages sent; see ``EffectStore.mark_sent``."""
+        from ._sqlite_effects import mark_sent
+
+        return await self._run(None, lambda c: mark_sent(c, relay, ids), writes=True) if ids else 0
+
+    async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
+        """Give up claims; see ``EffectStore.release_outbox``."""
+        from ._sqlite_effects import release
+
+        if ids:
+            await self._run(None, lambda c: release(c, relay, ids), writes=True)
+
+    async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
+        """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
+        from ._sqlite_effects import rows
+
+        return await self._run(job_key, lambda c: rows(c, job_key), writes=False)
 
     async def aclose(self) -> None:
         """Close the connection once the call using it (if any) has finished."""

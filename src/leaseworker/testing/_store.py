@@ -8,11 +8,13 @@ completion (another pod's takeover).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Literal, final
 
 from .._errors import StoreUnavailable
 from .._store import ClaimResult, Completion, CompletionRequest, CompletionResult, CompletionStore
+from .._store._effects import OutboxRow, StoreTransaction, effect_store
 
 StoreCall = Literal["complete", "lookup", "claim"]
 """A store call an outage can hit (:class:`~leaseworker.testing.StoreOutage`)."""
@@ -61,6 +63,34 @@ class FaultyStore:
         self._check("lookup", job_key)
         return await self.inner.lookup(job_key, input_version)
 
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, job_key: str, input_version: str, fence: int
+    ) -> AsyncIterator[StoreTransaction]:
+        """Open a job's transaction; an outage of ``complete`` and the takeover hook hit it too."""
+        self._check("complete", job_key)
+        hook, self._before_complete = self._before_complete, None
+        if hook is not None:  # the takeover lands just before the transaction
+            await hook(self.inner, _opening(job_key, input_version, fence))
+        async with effect_store(self.inner).transaction(job_key, input_version, fence) as tx:
+            yield tx
+
+    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        """Claim unsent messages (see ``EffectStore.claim_outbox``)."""
+        return await effect_store(self.inner).claim_outbox(relay, limit=limit, hold=hold)
+
+    async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
+        """Mark claimed messages sent."""
+        return await effect_store(self.inner).mark_sent(relay, ids)
+
+    async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
+        """Give up claims."""
+        await effect_store(self.inner).release_outbox(relay, ids)
+
+    async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
+        """Every outbox row with whether it was sent."""
+        return await effect_store(self.inner).outbox(job_key)
+
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
         return await self.inner.state(job_key)
@@ -74,3 +104,15 @@ class FaultyStore:
         if left > 0:
             self._outages[call] = left - 1
             raise StoreUnavailable(job_key, f"injected outage of {call} (leaseworker.testing)")
+
+
+def _opening(job_key: str, input_version: str, fence: int) -> CompletionRequest:
+    """Return the request a takeover hook sees for a transaction: identity, fence, no result."""
+    return CompletionRequest(
+        job_key=job_key,
+        input_version=input_version,
+        fence=fence,
+        result=None,
+        execution_id="opening",
+        pod="opening",
+    )

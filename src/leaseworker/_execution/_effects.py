@@ -1,0 +1,179 @@
+"""A job's effects in the completion's transaction: ``ctx.transaction()`` and ``ctx.publish()``.
+
+``transaction(completer)`` opens one transaction in the completion store's
+database that holds the job key's head lock and refuses (nothing written,
+:class:`~leaseworker.effects.TransactionRefused`) when a fence above this
+execution's has been seen; the job's statements run on it, and its
+completion and messages are recorded in it when the block ends. A job that
+only publishes gets the same transaction at its completion
+(:func:`complete_with_messages`). See docs/effects.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+
+from .._errors import StoreUnavailable, TransactionRefused
+from .._retry import Retries
+from .._store import CompletionResult, Status
+from .._store._effects import EffectStore, Params, StoreTransaction, effect_store
+from .._store._model import ClaimResult, answer_to
+from ._result import check_result
+
+if TYPE_CHECKING:
+    from ._completion import Completer
+
+Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
+"""A message's own headers: a mapping or ``(name, value)`` pairs; ``str`` values as UTF-8."""
+
+_UNSET: Any = object()
+
+
+@final
+class Transaction:
+    """The transaction ``async with ctx.transaction() as tx:`` gives the job.
+
+    ::
+
+        async with ctx.transaction() as tx:
+            await tx.execute("INSERT INTO report (tenant, total) VALUES (%s, %s)", (t, total))
+            tx.publish("reports.ready", {"tenant": t}, key=t)
+            tx.complete({"total": total})
+        # committed here, with the completion: tx.answer.status == "accepted"
+
+    ``tx.complete(result)`` names the execution's result; the block's end
+    records it with the statements and messages, in one commit. A block
+    that ends without ``complete`` raises ``RuntimeError`` and writes
+    nothing. ``execute`` takes the driver's placeholders (``%s`` on
+    PostgreSQL, ``?`` on SQLite); ``connection`` is psycopg's connection on
+    PostgreSQL (``sqlite3``'s on SQLite, ``None`` on ``memory://``).
+    """
+
+    def __init__(self, store_tx: StoreTransaction, completer: Completer) -> None:
+        self._tx = store_tx
+        self._completer = completer
+        self.result: Any = _UNSET
+        self.answer: CompletionResult | None = None
+
+    @property
+    def connection(self) -> Any:
+        """The database driver's connection, inside this transaction."""
+        return self._tx.connection
+
+    @property
+    def statements(self) -> list[tuple[str, Params]]:
+        """The job's statements run on this transaction so far, with their parameters."""
+        return self._tx.statements
+
+    async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+        """Run one statement in the transaction; return its rows (``[]`` when it has none)."""
+        return await self._tx.execute(sql, params)
+
+    def publish(
+        self,
+        topic: str,
+        value: object,
+        *,
+        key: str | bytes | None = None,
+        headers: Headers | None = None,
+    ) -> str:
+        """Add a message to the outbox, sent once this transaction commits; return its effect id."""
+        return self._completer.publish(topic, value, key=key, headers=headers)
+
+    def complete(self, result: object) -> None:
+        """Name this execution's result (JSON); it is recorded when the block ends."""
+        check_result(self._completer.held.key, result, max_bytes=self._completer.max_result_bytes)
+        if self.result is not _UNSET:
+            raise RuntimeError("tx.complete() was already called; an execution completes once")
+        self.result = result
+
+
+@contextlib.asynccontextmanager
+async def transaction(completer: Completer) -> AsyncIterator[Transaction]:
+    """Open the job's transaction, run the block on it, commit the completion at its end."""
+    store = _effect_store(completer)
+    completer.begin()
+    async with contextlib.AsyncExitStack() as stack:
+        store_tx = await _open(completer, store, stack)
+        tx = Transaction(store_tx, completer)
+        yield tx
+        if tx.result is _UNSET:
+            raise RuntimeError(
+                f"the transaction of {completer.held.key!r} ended without tx.complete(result): "
+                "nothing was written"
+            )
+        tx.answer = await _commit(completer, store_tx, tx.result)
+
+
+async def complete_with_messages(completer: Completer, result: object) -> CompletionResult:
+    """Record ``result`` and the messages ``ctx.publish`` added, in one transaction.
+
+    Retried whole while the lease holds: a commit whose answer was lost is
+    found by the next try (``duplicate`` with this execution's id: its own).
+    """
+    store = _effect_store(completer)
+    retries = Retries(completer.retry)
+    while True:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                store_tx = await _open(completer, store, stack)
+                return await _commit(completer, store_tx, result)
+        except TransactionRefused:
+            assert completer.result is not None
+            return completer.result
+        except StoreUnavailable as exc:
+            await retries.wait(functools.partial(completer.failed, completer.held.fence, exc))
+            await completer.held.checkpoint()
+
+
+async def _open(
+    completer: Completer, store: EffectStore, stack: contextlib.AsyncExitStack
+) -> StoreTransaction:
+    """Begin, retrying while the store is down and the lease holds; raise if refused."""
+    fence = completer.held.fence
+    retries = Retries(completer.retry)
+    while True:
+        try:
+            store_tx: StoreTransaction = await stack.enter_async_context(
+                store.transaction(completer.key, completer.input_version, fence)
+            )
+            break
+        except StoreUnavailable as exc:
+            await retries.wait(functools.partial(completer.failed, fence, exc))
+            await completer.held.checkpoint()  # LeaseLost once ownership is uncertain
+    opened = store_tx.opened
+    if opened.status != "claimed":
+        completer.result = _refusal(completer, opened)
+        raise TransactionRefused(
+            completer.held.key, status=opened.status, fence=fence, seen=opened.highest_fence
+        )
+    return store_tx
+
+
+async def _commit(
+    completer: Completer, store_tx: StoreTransaction, result: object
+) -> CompletionResult:
+    """Commit the completion and the messages; the store's answer decides (shielded)."""
+    request = completer.request(result)
+    with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
+        answer = await store_tx.commit(request, tuple(completer.messages))
+    completer.result = answer
+    return answer
+
+
+def _refusal(completer: Completer, opened: ClaimResult) -> CompletionResult:
+    """Return the completion answer a refused transaction stands for (stale or duplicate)."""
+    status: Status = "duplicate" if opened.status == "duplicate" else "stale"
+    request = completer.request(None)
+    return answer_to(
+        request, status, winning_fence=opened.highest_fence, completion=opened.completion
+    )
+
+
+def _effect_store(completer: Completer) -> EffectStore:
+    return effect_store(completer.store)

@@ -1,0 +1,269 @@
+"""The values a job's effects travel in: outbox messages, effect ids, the store's transaction.
+
+A job's own statements and its messages commit in the completion's
+transaction (:class:`StoreTransaction`); each message becomes an outbox row
+(:class:`OutboxRow`) that a relay sends to Kafka with the headers named here.
+The effect id is stable across executions of one identity: job key, input
+version and the message's sequence number in its execution.
+See docs/effects.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ._model import (
+    ClaimResult,
+    CompletionRequest,
+    CompletionResult,
+    check_text,
+    encode_result,
+)
+from ._protocol import CompletionStore
+
+EFFECT_ID_HEADER = "leaseworker-effect-id"
+JOB_KEY_HEADER = "leaseworker-job-key"
+FENCE_HEADER = "leaseworker-fence"
+RESERVED_HEADERS = frozenset({EFFECT_ID_HEADER, JOB_KEY_HEADER, FENCE_HEADER})
+"""Headers the relay sets on every message; a job's own headers may not use these names."""
+
+Params = Sequence[Any] | Mapping[str, Any] | None
+"""A statement's parameters, as the database driver takes them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message a job publishes, before it commits: topic, value, key, headers.
+
+    Value, key and headers stay out of the repr: they may carry payload data.
+    """
+
+    topic: str
+    value: bytes = field(repr=False)
+    key: bytes | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    trace: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        topic: str,
+        value: object,
+        *,
+        key: str | bytes | None = None,
+        headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None = None,
+    ) -> Message:
+        """Check and encode ``publish()``'s arguments (``ValueError``/``TypeError``, before I/O).
+
+        ``value``: bytes as they are, ``str`` as UTF-8, anything else as strict
+        compact JSON. ``key``: ``str`` as UTF-8. Header names may not be the
+        reserved ``leaseworker-*`` ones.
+        """
+        check_text("topic", topic)
+        if isinstance(value, bytes | bytearray):
+            encoded = bytes(value)
+        elif isinstance(value, str):
+            encoded = value.encode()
+        else:
+            encoded = encode_result(topic, value).encode()
+        pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+        checked = []
+        for name, raw in pairs:
+            check_text("header name", name)
+            if name in RESERVED_HEADERS:
+                raise ValueError(f"header {name!r} is set by leaseworker's relay")
+            checked.append((name, raw.encode() if isinstance(raw, str) else bytes(raw)))
+        return cls(
+            topic=topic,
+            value=encoded,
+            key=key.encode() if isinstance(key, str) else key,
+            headers=tuple(checked),
+        )
+
+
+def effect_id(job_key: str, input_version: str, seq: int) -> str:
+    """Return the effect id of message ``seq`` of an identity: stable, short, a valid job key.
+
+    ``lw1:`` + 32 hex digits of sha256 over the identity + ``:seq``: the same
+    for every execution of the identity, so a receiver keyed by it drops what
+    it has seen whichever execution committed it.
+    """
+    digest = hashlib.sha256(json.dumps([job_key, input_version]).encode()).hexdigest()
+    return f"lw1:{digest[:32]}:{seq}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxRow:
+    """One committed message as the relay claims it: its row id and where it came from.
+
+    ``id`` orders the rows of one job key in commit order (the head row's
+    lock serialises their transactions).
+    """
+
+    id: int
+    job_key: str
+    input_version: str
+    seq: int
+    fence: int
+    message: Message
+
+    @property
+    def effect_id(self) -> str:
+        """The message's effect id (see :func:`effect_id`)."""
+        return effect_id(self.job_key, self.input_version, self.seq)
+
+    def kafka_headers(self) -> list[tuple[str, bytes]]:
+        """Return the headers to send: the job's, the trace context, and leaseworker's three."""
+        return [
+            *self.message.headers,
+            *self.message.trace,
+            (EFFECT_ID_HEADER, self.effect_id.encode()),
+            (JOB_KEY_HEADER, self.job_key.encode()),
+            (FENCE_HEADER, str(self.fence).encode()),
+        ]
+
+
+def pick_claims(
+    unsent: Iterable[tuple[int, str, str | None, float]], relay: str, *, now: float, limit: int
+) -> list[int]:
+    """Return the ids ``relay`` may claim of ``unsent`` ``(id, job key, claimed by, until)``.
+
+    ``unsent`` in id (commit) order. A row another relay holds (its claim not
+    expired) blocks its job key's later rows, so one key's messages are never
+    sent by two relays at once, nor out of order. The stores that cannot say
+    this in SQL (SQLite, ``memory://``) apply it here.
+    """
+    blocked: set[str] = set()
+    taken: list[int] = []
+    for row_id, job_key, claimed_by, until in unsent:
+        if len(taken) >= limit:
+            break
+        if job_key in blocked:
+            continue
+        if claimed_by not in (None, relay) and until > now:
+            blocked.add(job_key)
+            continue
+        taken.append(row_id)
+    return taken
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
+    """Return headers as the JSON text an outbox row keeps (values base64)."""
+    return json.dumps([[name, base64.b64encode(value).decode()] for name, value in headers])
+
+
+def decode_headers(text: str) -> tuple[tuple[str, bytes], ...]:
+    """Inverse of :func:`encode_headers`."""
+    return tuple((name, base64.b64decode(value)) for name, value in json.loads(text))
+
+
+def outbox_params(request: CompletionRequest, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Return one named-parameter row per message of ``request``'s execution, in order."""
+    return [
+        {
+            "job_key": request.job_key,
+            "input_version": request.input_version,
+            "seq": seq,
+            "fence": request.fence,
+            "topic": message.topic,
+            "msg_key": message.key,
+            "value": message.value,
+            "headers": encode_headers(message.headers),
+            "trace": encode_headers(message.trace),
+        }
+        for seq, message in enumerate(messages)
+    ]
+
+
+def outbox_row(row: Sequence[Any]) -> OutboxRow:
+    """Build an :class:`OutboxRow` from an outbox table's columns (both SQL stores)."""
+    row_id, job_key, version, seq, fence, topic, key, value, headers, trace = row
+    return OutboxRow(
+        id=row_id,
+        job_key=job_key,
+        input_version=version,
+        seq=seq,
+        fence=fence,
+        message=Message(
+            topic=topic,
+            value=bytes(value),
+            key=None if key is None else bytes(key),
+            headers=decode_headers(headers),
+            trace=decode_headers(trace),
+        ),
+    )
+
+
+class StoreTransaction(Protocol):
+    """One open transaction in the completion store's database, holding a job key's head lock.
+
+    ``opened`` is what stood under the lock when it began: only ``claimed``
+    lets the job write. ``commit`` records the completion and the messages in
+    this transaction and commits it; leaving the ``transaction()`` block
+    without committing rolls everything back.
+    """
+
+    opened: ClaimResult
+    statements: list[tuple[str, Params]]
+
+    @property
+    def connection(self) -> Any:
+        """The database driver's connection (psycopg's on PostgreSQL), inside the transaction."""
+        ...
+
+    async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+        """Run one of the job's statements in the transaction; return its rows (if any)."""
+        ...
+
+    async def commit(
+        self, request: CompletionRequest, messages: Sequence[Message]
+    ) -> CompletionResult:
+        """Record ``request``'s completion and ``messages`` in the transaction; commit."""
+        ...
+
+
+@runtime_checkable
+class EffectStore(CompletionStore, Protocol):
+    """A completion store that runs jobs' transactions and keeps their outbox."""
+
+    def transaction(
+        self, job_key: str, input_version: str, fence: int
+    ) -> Any:  # an async context manager yielding a StoreTransaction
+        """Begin a transaction holding ``job_key``'s head lock; see :class:`StoreTransaction`."""
+        ...
+
+    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        """Claim up to ``limit`` unsent messages for ``hold`` seconds, oldest first, key order kept.
+
+        A message is claimed only with every earlier unsent message of its job
+        key, so no two relays ever send one key's messages out of order. A
+        claim that expired (its relay died) may be taken over.
+        """
+        ...
+
+    async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
+        """Mark the messages ``ids`` this relay claimed as sent; return how many were."""
+        ...
+
+    async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
+        """Give up this relay's claims on ``ids`` so another relay may take them at once."""
+        ...
+
+    async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
+        """Every outbox row (of ``job_key``), in order, with whether it was sent."""
+        ...
+
+
+def effect_store(store: CompletionStore) -> EffectStore:
+    """Return ``store`` as an :class:`EffectStore`, or raise ``TypeError`` if it runs no effects."""
+    if not isinstance(store, EffectStore):
+        raise TypeError(
+            f"{type(store).__name__} runs no transactions: ctx.transaction() and ctx.publish() "
+            "need the PostgreSQL, SQLite or memory:// store"
+        )
+    return store

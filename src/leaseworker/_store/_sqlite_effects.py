@@ -1,0 +1,221 @@
+"""SQLite's transactions for jobs and its outbox, on the store's one connection.
+
+A job's transaction holds the connection alone (no batch runs meanwhile) and
+the file's write lock (``BEGIN IMMEDIATE``) from its first step to its
+commit, so the fence read at its start still stands when it commits. Each
+step runs on a worker thread (inline for ``:memory:``) under the store's
+timeout. The relay's claims are write calls of the ordinary batches.
+See docs/effects.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar, final
+
+import anyio
+
+from .._errors import StoreUnavailable
+from ._effects import (
+    Message,
+    OutboxRow,
+    Params,
+    outbox_params,
+    outbox_row,
+    pick_claims,
+)
+from ._model import (
+    NO_FENCE,
+    ClaimResult,
+    CompletionRequest,
+    CompletionResult,
+    Head,
+    check_call,
+    completion_params,
+    decide_claim,
+    highest,
+)
+from ._sqlite import _HEAD, SqliteStore, _complete, _find, _first_line
+
+_T = TypeVar("_T")
+
+_INSERT = """
+    INSERT INTO leaseworker_outbox
+        (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, committed_at)
+    VALUES (:job_key, :input_version, :seq, :fence, :topic, :msg_key, :value, :headers, :trace,
+            :now)
+"""
+_UNSENT = """
+    SELECT id, job_key, claimed_by, coalesce(claimed_until, 0) FROM leaseworker_outbox
+    WHERE sent_at IS NULL ORDER BY id LIMIT ?
+"""
+_COLUMNS = "id, job_key, input_version, seq, fence, topic, msg_key, value, headers, trace"
+SCAN = 8
+"""Unsent rows looked at per row claimed: the rule reads a prefix in commit order."""
+
+
+async def step(
+    store: SqliteStore, key: str, op: Callable[[sqlite3.Connection], _T], *, theirs: bool = False
+) -> _T:
+    """Run ``op(conn)`` under the store's timeout, off the loop; translate SQLite's errors.
+
+    ``theirs``: the job's own statement, whose errors other than operational
+    ones (locks, deadlines, I/O) are the job's and pass through unchanged.
+    """
+
+    def run() -> _T:
+        store._deadline = time.monotonic() + store._timeout
+        if not store._inline:
+            store._bound_lock_waits(max(1, int(store._timeout * 1000)))
+        return op(store._conn)
+
+    try:
+        return run() if store._inline else await anyio.to_thread.run_sync(run)
+    except sqlite3.Error as exc:
+        if theirs and not isinstance(exc, sqlite3.OperationalError):
+            raise
+        raise StoreUnavailable(key, _first_line(exc)) from exc
+
+
+@contextlib.asynccontextmanager
+async def transaction(
+    store: SqliteStore, job_key: str, input_version: str, fence: int
+) -> AsyncIterator[SqliteTransaction]:
+    """Hold the connection and the write lock; see ``EffectStore.transaction``."""
+    check_call(job_key, fence, input_version)
+    async with store._batcher.exclusive():
+        try:
+            opened = await step(store, job_key, lambda c: _begin(c, job_key, input_version, fence))
+            yield SqliteTransaction(store, opened)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await step(store, job_key, _rollback)
+
+
+def _begin(conn: sqlite3.Connection, job_key: str, input_version: str, fence: int) -> ClaimResult:
+    conn.execute("BEGIN IMMEDIATE")
+    row = conn.execute(_HEAD, (job_key,)).fetchone()
+    head_fence, head_version, claimed = (NO_FENCE, "", NO_FENCE) if row is None else row
+    head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
+    standing = _find(conn, job_key, input_version)
+    return ClaimResult(
+        status=decide_claim(standing, head, fence, claimed=claimed),
+        job_key=job_key,
+        input_version=input_version,
+        fence=fence,
+        highest_fence=highest(head, claimed),
+        completion=standing,
+    )
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+@final
+class SqliteTransaction:
+    """A job's transaction on the SQLite store; see ``StoreTransaction``."""
+
+    def __init__(self, store: SqliteStore, opened: ClaimResult) -> None:
+        self._store = store
+        self.opened = opened
+        self.statements: list[tuple[str, Params]] = []
+        self._done = False
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The store's ``sqlite3`` connection (blocking: prefer :meth:`execute`)."""
+        return self._store._conn
+
+    async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+        """Run one statement of the job's in the transaction; return its rows."""
+        self._check()
+        self.statements.append((sql, params))
+        return await step(
+            self._store,
+            self.opened.job_key,
+            lambda conn: conn.execute(sql, params or ()).fetchall(),
+            theirs=True,
+        )
+
+    async def commit(
+        self, request: CompletionRequest, messages: Sequence[Message]
+    ) -> CompletionResult:
+        """Record the completion and the messages, then commit (or roll back if refused)."""
+        self._check()
+        self._done = True
+        params = completion_params(request)
+        rows = outbox_params(request, messages)
+        return await step(self._store, request.job_key, lambda c: _commit(c, request, params, rows))
+
+    def _check(self) -> None:
+        if self._done or self.opened.status != "claimed":
+            raise StoreUnavailable(self.opened.job_key, "the transaction is not open")
+
+
+def _commit(
+    conn: sqlite3.Connection,
+    request: CompletionRequest,
+    params: dict[str, Any],
+    rows: list[dict[str, Any]],
+) -> CompletionResult:
+    answer = _complete(conn, request, params)
+    if answer.status != "accepted":
+        conn.execute("ROLLBACK")
+        return answer
+    now = time.time_ns() // 1000
+    conn.executemany(_INSERT, [{**row, "now": now} for row in rows])
+    conn.execute("COMMIT")
+    return answer
+
+
+def claim_outbox(conn: sqlite3.Connection, relay: str, limit: int, hold: float) -> list[OutboxRow]:
+    """Claim as ``EffectStore.claim_outbox`` says; runs in a batch's write transaction."""
+    now = time.time_ns() // 1000
+    unsent = conn.execute(_UNSENT, (limit * SCAN,)).fetchall()
+    ids = pick_claims(unsent, relay, now=now, limit=limit)
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    until = now + int(hold * 1_000_000)
+    conn.execute(
+        f"UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ? WHERE id IN ({marks})",
+        (relay, until, *ids),
+    )
+    found = conn.execute(
+        f"SELECT {_COLUMNS} FROM leaseworker_outbox WHERE id IN ({marks}) ORDER BY id", ids
+    ).fetchall()
+    return [outbox_row(row) for row in found]
+
+
+def mark_sent(conn: sqlite3.Connection, relay: str, ids: Sequence[int]) -> int:
+    """Mark ``relay``'s claimed rows sent; runs in a batch's write transaction."""
+    marks = ",".join("?" * len(ids))
+    return conn.execute(
+        f"UPDATE leaseworker_outbox SET sent_at = ? WHERE id IN ({marks})"
+        " AND claimed_by = ? AND sent_at IS NULL",
+        (time.time_ns() // 1000, *ids, relay),
+    ).rowcount
+
+
+def release(conn: sqlite3.Connection, relay: str, ids: Sequence[int]) -> int:
+    """Drop ``relay``'s claims on ``ids``; runs in a batch's write transaction."""
+    marks = ",".join("?" * len(ids))
+    return conn.execute(
+        "UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL"
+        f" WHERE id IN ({marks}) AND claimed_by = ? AND sent_at IS NULL",
+        (*ids, relay),
+    ).rowcount
+
+
+def rows(conn: sqlite3.Connection, job_key: str | None) -> list[tuple[OutboxRow, bool]]:
+    """Every outbox row (of ``job_key``) with whether it was sent."""
+    where, args = ("WHERE job_key = ?", (job_key,)) if job_key is not None else ("", ())
+    found = conn.execute(
+        f"SELECT {_COLUMNS}, sent_at IS NOT NULL FROM leaseworker_outbox {where} ORDER BY id", args
+    ).fetchall()
+    return [(outbox_row(row[:-1]), bool(row[-1])) for row in found]

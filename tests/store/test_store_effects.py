@@ -1,0 +1,239 @@
+"""Jobs' transactions and the outbox, on every backend: the store side of docs/effects.md.
+
+A transaction holds the job key's head lock, refuses (writes nothing) below
+the highest fence seen, claims included, and commits the job's rows, its
+messages and its completion together or not at all. The relays' claims keep
+each job key's commit order and are taken over once expired. Tests that need
+no table of the job's own run on all three backends (``any_store``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import pytest
+
+from leaseworker import CompletionRequest, CompletionResult, open_store
+from leaseworker._store._effects import EffectStore, Message, effect_store
+
+from .test_store import now_fence, raw
+
+KEY = "report:acme:2026-11"
+
+
+@pytest.fixture(params=["postgresql", "sqlite", "memory"])
+async def any_store(
+    request: pytest.FixtureRequest, store_url_for: Callable[[str], str]
+) -> AsyncIterator[EffectStore]:
+    """An open store on each backend in turn, ``memory://`` included."""
+    async with open_store(store_url_for(request.param)) as opened:
+        yield effect_store(opened)
+
+
+@pytest.fixture
+async def sql_store(store_url: str) -> AsyncIterator[tuple[EffectStore, str]]:
+    """A durable store with the job's own table ``report``, and its URL."""
+    await raw(store_url, "CREATE TABLE report (k text PRIMARY KEY, fence bigint NOT NULL)")
+    async with open_store(store_url) as opened:
+        yield effect_store(opened), store_url
+
+
+def request(fence: int, version: str = "v1", key: str = KEY) -> CompletionRequest:
+    """A completion request naming its fence in its result."""
+    return CompletionRequest(
+        job_key=key,
+        input_version=version,
+        fence=fence,
+        result={"fence": fence},
+        execution_id=f"exec-{fence}",
+        pod="pod-a",
+    )
+
+
+def insert(url: str) -> str:
+    """The job's own insert, in its driver's placeholders."""
+    sql = "INSERT INTO report (k, fence) VALUES (%s, %s)"
+    return sql.replace("%s", "?") if url.startswith("sqlite") else sql
+
+
+async def write(
+    store: EffectStore,
+    fence: int,
+    *,
+    url: str | None = None,
+    version: str = "v1",
+    messages: int = 1,
+) -> CompletionResult | str:
+    """Run one job transaction at ``fence``: a row (with ``url``), messages, the completion.
+
+    Return the commit's answer, or the opening's status when it was refused.
+    """
+    async with store.transaction(KEY, version, fence) as tx:
+        if tx.opened.status != "claimed":
+            return str(tx.opened.status)
+        if url is not None:
+            await tx.execute(insert(url), (f"{version}-{fence}", fence))
+        sent = [Message.build("reports.ready", {"fence": fence, "n": n}) for n in range(messages)]
+        return await tx.commit(request(fence, version), sent)
+
+
+async def test_rows_messages_and_completion_commit_together(
+    sql_store: tuple[EffectStore, str],
+) -> None:
+    """One commit: the job's row, its two messages (in order) and the completion all appear."""
+    store, url = sql_store
+    answer = await write(store, 10, url=url, messages=2)
+    assert isinstance(answer, CompletionResult)
+    assert answer.status == "accepted"
+    assert await raw(url, "SELECT k, fence FROM report") == [("v1-10", 10)]
+    rows = await store.outbox(KEY)
+    assert [(row.seq, row.fence, sent) for row, sent in rows] == [(0, 10, False), (1, 10, False)]
+    assert rows[0][0].effect_id != rows[1][0].effect_id
+    found = await store.lookup(KEY, "v1")
+    assert found is not None
+    assert found.fence == 10
+
+
+async def test_a_failure_in_the_block_writes_nothing(sql_store: tuple[EffectStore, str]) -> None:
+    """The job raises after its insert: no row, no message, no completion."""
+    store, url = sql_store
+    with pytest.raises(ZeroDivisionError):
+        async with store.transaction(KEY, "v1", 10) as tx:
+            await tx.execute(insert(url), ("v1-10", 10))
+            raise ZeroDivisionError
+    assert await raw(url, "SELECT count(*) FROM report") == [(0,)]
+    assert await store.outbox() == []
+    assert await store.lookup(KEY, "v1") is None
+
+
+async def test_a_block_left_without_commit_rolls_back(sql_store: tuple[EffectStore, str]) -> None:
+    """Leaving the block without ``commit`` (the job never completed) keeps nothing."""
+    store, url = sql_store
+    async with store.transaction(KEY, "v1", 10) as tx:
+        await tx.execute(insert(url), ("v1-10", 10))
+    assert await raw(url, "SELECT count(*) FROM report") == [(0,)]
+    assert await store.claim(KEY, "v1", 10) is not None  # the key is free again
+
+
+async def test_a_higher_claim_refuses_the_transaction_before_anything_is_written(
+    any_store: EffectStore,
+) -> None:
+    """B claimed fence 20 and has not completed; A (fence 10) opens: ``stale``, nothing written."""
+    await any_store.claim(KEY, "v2", 20)
+    async with any_store.transaction(KEY, "v1", 10) as tx:
+        assert (tx.opened.status, tx.opened.highest_fence) == ("stale", 20)
+    assert await any_store.outbox() == []
+    assert await any_store.lookup(KEY, "v1") is None
+    answer = await write(any_store, 20, version="v2")
+    assert isinstance(answer, CompletionResult)
+    assert answer.status == "accepted"
+
+
+async def test_a_completed_identity_is_refused_as_duplicate(any_store: EffectStore) -> None:
+    """A redelivered identity opens ``duplicate`` with the earlier completion; nothing written."""
+    assert isinstance(await write(any_store, 10), CompletionResult)
+    async with any_store.transaction(KEY, "v1", 11) as tx:
+        assert tx.opened.status == "duplicate"
+        assert tx.opened.completion is not None
+        assert tx.opened.completion.fence == 10
+    assert len(await any_store.outbox()) == 1
+
+
+async def test_a_claim_waits_for_the_open_transaction_then_sees_its_completion(
+    any_store: EffectStore,
+) -> None:
+    """A newer claim arriving mid-transaction waits for the head lock; it then finds the completion.
+
+    So the open transaction's fence check still holds when it commits: no
+    newer execution can start between its check and its commit.
+    """
+    claimed: list[str] = []
+    async with anyio.create_task_group() as tg, any_store.transaction(KEY, "v1", 10) as tx:
+        assert tx.opened.status == "claimed"
+
+        async def claim() -> None:
+            claimed.append((await any_store.claim(KEY, "v1", 20)).status)
+
+        tg.start_soon(claim)
+        with anyio.move_on_after(0.3):  # the claim must not get through while the lock is held
+            while not claimed:
+                await anyio.sleep(0.01)
+        assert claimed == []
+        assert (await tx.commit(request(10), [])).status == "accepted"
+    assert claimed == ["duplicate"]
+
+
+async def test_fifty_concurrent_transactions_leave_only_the_highest_fence_writing(
+    any_store: EffectStore,
+) -> None:
+    """50 executions racing, each claiming then writing a message: only unrefused ones commit.
+
+    Every answer is a commit (``accepted``) or a refusal (``stale``); the
+    highest fence commits; every committed fence was the highest seen when
+    it committed (the committed fences rise in commit order), and the outbox
+    holds exactly the committed executions' messages, in that order.
+    """
+    rng = random.Random(1729)
+    base = now_fence()
+    fences = rng.sample(range(base, base + 1_000_000), 50)
+    gate = anyio.Event()
+    answers: dict[int, str] = {}
+    committed: list[int] = []
+
+    async def execution(i: int, fence: int) -> None:
+        await gate.wait()
+        await any_store.claim(KEY, f"v{i}", fence)
+        answer = await write(any_store, fence, version=f"v{i}")
+        if isinstance(answer, CompletionResult):
+            committed.append(fence)
+            answers[i] = answer.status
+        else:
+            answers[i] = answer
+
+    async with anyio.create_task_group() as tg:
+        for i, fence in enumerate(fences):
+            tg.start_soon(execution, i, fence)
+        gate.set()
+    assert set(answers.values()) <= {"accepted", "stale"}
+    assert answers[fences.index(max(fences))] == "accepted"
+    assert committed == sorted(committed)
+    assert [row.fence for row, _ in await any_store.outbox(KEY)] == committed
+
+
+async def test_relays_keep_each_keys_order_and_take_over_expired_claims(
+    any_store: EffectStore,
+) -> None:
+    """Two relays: a key's later message is never claimed while an earlier one is held.
+
+    Relay A holds key 1's first message; relay B gets key 2's messages but
+    none of key 1's. Once A's claim expires, B takes key 1's messages over,
+    in order; A cannot mark them sent after losing them.
+    """
+    for key, fence in (("k1", 1), ("k2", 2), ("k1", 3)):
+        async with any_store.transaction(key, f"v{fence}", fence) as tx:
+            message = Message.build("t", {"key": key, "fence": fence})
+            await tx.commit(request(fence, f"v{fence}", key), [message])
+    first = await any_store.claim_outbox("relay-a", limit=1, hold=0.3)
+    assert [(row.job_key, row.fence) for row in first] == [("k1", 1)]
+    second = await any_store.claim_outbox("relay-b", limit=10, hold=30)
+    assert [(row.job_key, row.fence) for row in second] == [("k2", 2)]
+    await anyio.sleep(0.4)  # A's claim expires (A died)
+    taken = await any_store.claim_outbox("relay-b", limit=10, hold=30)
+    assert [(row.job_key, row.fence) for row in taken] == [("k1", 1), ("k2", 2), ("k1", 3)]
+    assert await any_store.mark_sent("relay-a", [first[0].id]) == 0
+    assert await any_store.mark_sent("relay-b", [row.id for row in taken]) == 3
+    assert all(sent for _, sent in await any_store.outbox())
+    assert await any_store.claim_outbox("relay-a", limit=10, hold=30) == []
+
+
+async def test_released_messages_are_claimed_again_at_once(any_store: EffectStore) -> None:
+    """A relay stopping (SIGTERM) releases its unsent claims: another takes them without waiting."""
+    async with any_store.transaction(KEY, "v1", 1) as tx:
+        await tx.commit(request(1), [Message.build("t", "one"), Message.build("t", "two")])
+    held = await any_store.claim_outbox("relay-a", limit=10, hold=300)
+    assert await any_store.claim_outbox("relay-b", limit=10, hold=300) == []
+    await any_store.release_outbox("relay-a", [row.id for row in held])
+    again = await any_store.claim_outbox("relay-b", limit=10, hold=300)
+    assert [row.message.value for row in again] == [b"one", b"two"]
