@@ -150,16 +150,17 @@ async def test_a_claim_waits_for_the_open_transaction_then_sees_its_completion(
     newer execution can start between its check and its commit.
     """
     claimed: list[str] = []
+    answered = anyio.Event()
     async with anyio.create_task_group() as tg, any_store.transaction(KEY, "v1", 10) as tx:
         assert tx.opened.status == "claimed"
 
         async def claim() -> None:
             claimed.append((await any_store.claim(KEY, "v1", 20)).status)
+            answered.set()
 
         tg.start_soon(claim)
         with anyio.move_on_after(0.3):  # the claim must not get through while the lock is held
-            while not claimed:
-                await anyio.sleep(0.01)
+            await answered.wait()
         assert claimed == []
         assert (await tx.commit(request(10), [])).status == "accepted"
     assert claimed == ["duplicate"]
