@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -233,7 +234,7 @@ class EffectStore(CompletionStore, Protocol):
 
     def transaction(
         self, job_key: str, input_version: str, fence: int
-    ) -> Any:  # an async context manager yielding a StoreTransaction
+    ) -> AbstractAsyncContextManager[StoreTransaction]:
         """Begin a transaction holding ``job_key``'s head lock; see :class:`StoreTransaction`."""
         ...
 

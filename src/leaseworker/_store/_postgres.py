@@ -20,9 +20,10 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, Literal, TypeVar, cast, final
+from typing import Literal, TypeVar, cast, final
 
 import anyio
 import psycopg
@@ -31,7 +32,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
-from ._effects import OutboxRow
+from ._effects import OutboxRow, StoreTransaction
 from ._model import (
     ClaimResult,
     Completion,
@@ -167,7 +168,9 @@ class PostgresStore:
 
         return await self._run(job_key, read)
 
-    def transaction(self, job_key: str, input_version: str, fence: int) -> Any:
+    def transaction(
+        self, job_key: str, input_version: str, fence: int
+    ) -> AbstractAsyncContextManager[StoreTransaction]:
         """Begin a job's transaction; see ``EffectStore.transaction`` and ``_pg_effects``."""
         from . import _pg_effects
 

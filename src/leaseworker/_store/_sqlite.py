@@ -16,6 +16,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, final
 
@@ -23,7 +24,7 @@ import anyio
 
 from .._errors import ConfigError, StoreUnavailable
 from ._batch import Batcher, Call
-from ._effects import OutboxRow
+from ._effects import OutboxRow, StoreTransaction
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -186,7 +187,9 @@ class SqliteStore:
 
         return await self._run(job_key, lambda conn: _state(conn, job_key), writes=False)
 
-    def transaction(self, job_key: str, input_version: str, fence: int) -> Any:
+    def transaction(
+        self, job_key: str, input_version: str, fence: int
+    ) -> AbstractAsyncContextManager[StoreTransaction]:
         """Begin a job's transaction; see ``EffectStore.transaction`` and ``_sqlite_effects``."""
         from . import _sqlite_effects
 
