@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._errors import MalformedTrigger
+from .._store._effects import EFFECT_ID_HEADER
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 """Payloads larger than this (1 MiB) are malformed: a trigger asks for a job, it is not the data."""
@@ -94,7 +95,14 @@ def decode_trigger(
 
 
 def default_job_key(trigger: Trigger) -> str:
-    """Return the record key, else the payload's ``jobId``; raise when neither exists."""
+    """Return the effect id, else the record key, else the payload's ``jobId``; or raise.
+
+    A record the outbox relay sent carries ``leaseworker-effect-id``: keyed by
+    it, a job consuming an effects topic completes each effect once.
+    """
+    for name, value in trigger.headers:
+        if name == EFFECT_ID_HEADER and value:
+            return value.decode("utf-8", "replace")
     if trigger.key:
         return trigger.key
     job_id = trigger.payload.get("jobId")

@@ -9,6 +9,7 @@ failed triggers; ``_clients`` building and starting the aiokafka clients;
 ``_logs`` how log lines name partitions and errors; ``_security`` SASL/TLS
 settings for every Kafka client; ``_settings`` the settings the source reads;
 ``_quiet`` keeps a Kafka outage quiet and cheap for every client;
+``_outbox`` the relay's idempotent producer (``KafkaSender``);
 ``_producer`` sends one trigger (``leaseworker trigger``); ``_topic_admin``
 creates topics (``leaseworker topics create``) and ``_topics`` checks them at
 start, both with an admin client from ``_admin``. The only part of
@@ -25,6 +26,7 @@ from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
 from ._hooks import NO_HOOKS as NO_HOOKS
 from ._hooks import SourceHooks as SourceHooks
 from ._logs import describe as describe_kafka_error
+from ._outbox import KafkaSender as KafkaSender
 from ._producer import send_trigger as send_trigger
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
@@ -40,6 +42,7 @@ __all__ = [
     "NO_HOOKS",
     "KafkaError",
     "KafkaSecurity",
+    "KafkaSender",
     "KafkaTriggerSource",
     "SourceHooks",
     "SourceStats",

@@ -26,6 +26,7 @@ from .._lease import now
 from .._store import Completion
 from .._store._memory import MemoryStore
 from ._clock import run_in_virtual_time
+from ._effects import effects_mark, with_effects
 from ._faults import Fault
 from ._leases import MemoryLeases
 from ._result import JobResult
@@ -114,7 +115,9 @@ class JobEnvironment:
             job_key = resolve_job_key(self.job.job_key, trigger)
         except MalformedTrigger as exc:
             return _malformed(exc)
-        return await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
+        mark = effects_mark(self.store)
+        result = await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
+        return with_effects(result, self.store, mark)
 
     async def run_record(
         self,
@@ -147,7 +150,9 @@ class JobEnvironment:
         except MalformedTrigger as exc:
             return _malformed(exc)
         # The job key decode_record resolved: job_key() runs once per record, as in a pod.
-        return await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
+        mark = effects_mark(self.store)
+        result = await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
+        return with_effects(result, self.store, mark)
 
     def run_sync(
         self,

@@ -14,6 +14,7 @@ from .._errors import LeaseLost
 from .._execution import Ending, ExecutionEvent
 from .._history import Scalar, Step
 from .._outcome import EndingReason, Outcome
+from .._store._effects import OutboxRow
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +51,10 @@ class JobResult:
     executions: int = 0
     checkpoints: int = 0
     events: tuple[Step, ...] = ()
+    statements: tuple[tuple[str, Any], ...] = ()
+    """The job's statements (SQL, parameters) its committed transactions ran, in order."""
+    messages: tuple[OutboxRow, ...] = ()
+    """The messages committed to the outbox (none when the run was refused or failed)."""
 
     @property
     def names(self) -> list[str]:

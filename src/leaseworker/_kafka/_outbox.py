@@ -1,0 +1,81 @@
+"""``KafkaSender``: the outbox relay's idempotent producer (``acks=all``).
+
+The relay (``leaseworker._effects``) hands it one outbox row at a time and
+waits for the broker's acknowledgement before marking the row sent; the
+producer is started on first use and kept, reconnecting by itself while a
+broker restarts. Every send is bounded by ``timeout``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import anyio
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+from .._store._effects import OutboxRow
+from ._quiet import quiet
+from ._security import KafkaSecurity
+
+
+@final
+class KafkaSender:
+    """Send outbox rows with the idempotent producer; see the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        security: KafkaSecurity | None = None,
+        client_id: str = "leaseworker-relay",
+        timeout: float = 10.0,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._security = security or KafkaSecurity()
+        self._client_id = client_id
+        self._timeout = timeout
+        self._producer: Any = None
+        self._starting = anyio.Lock()
+
+    async def send(self, row: OutboxRow) -> tuple[int, int]:
+        """Send ``row`` and return (partition, offset) once every in-sync replica has it."""
+        producer = await self._started()
+        message = row.message
+        with anyio.fail_after(self._timeout):
+            delivery = await producer.send(
+                message.topic,
+                value=message.value,
+                key=message.key,
+                headers=row.kafka_headers(),
+            )
+            meta = await delivery
+        return int(meta.partition), int(meta.offset)
+
+    async def aclose(self) -> None:
+        """Stop the producer (flushing what it holds, within ``timeout``)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+                await producer.stop()
+
+    async def _started(self) -> Any:
+        async with self._starting:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self._bootstrap,
+                    acks="all",
+                    enable_idempotence=True,
+                    request_timeout_ms=max(1, int(self._timeout * 1000)),
+                    client_id=self._client_id,
+                    **self._security.client_kwargs(),
+                )
+                quiet(producer.client)
+                try:
+                    with anyio.fail_after(self._timeout):
+                        await producer.start()
+                except BaseException:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+                        await producer.stop()
+                    raise
+                self._producer = producer
+            return self._producer
