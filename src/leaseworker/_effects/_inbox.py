@@ -46,6 +46,11 @@ _RAISE = """
     ON CONFLICT (receiver, job_key) DO UPDATE SET fence = greatest(f.fence, EXCLUDED.fence)
     RETURNING f.fence
 """
+_RAISE_SQLITE = """
+    INSERT INTO leaseworker_inbox_fences (receiver, job_key, fence) VALUES (?, ?, ?)
+    ON CONFLICT (receiver, job_key) DO UPDATE SET fence = max(fence, excluded.fence)
+    RETURNING fence
+"""
 _RECORD = """
     INSERT INTO leaseworker_inbox (receiver, effect_id, job_key, fence) VALUES (%s, %s, %s, %s)
     ON CONFLICT (receiver, effect_id) DO NOTHING
@@ -128,10 +133,8 @@ class SqliteInbox:
 
     def accept(self, conn: Any, effect: Effect) -> EffectStatus:
         """Record ``effect`` in the connection's open transaction; say whether to process it."""
-        raise_sql = _RAISE.replace("%s", "?").replace("greatest(", "max(")
-        (highest,) = conn.execute(
-            raise_sql, (self.receiver, effect.job_key, effect.fence)
-        ).fetchone()
+        key = (self.receiver, effect.job_key, effect.fence)
+        (highest,) = conn.execute(_RAISE_SQLITE, key).fetchone()
         args = (self.receiver, effect.effect_id, effect.job_key, effect.fence)
         inserted = conn.execute(_RECORD.replace("%s", "?"), args).rowcount == 1
         return _status(inserted, highest, effect)

@@ -44,8 +44,8 @@ class Relay:
 
     ``name`` identifies its claims (the pod name); ``batch`` rows per round;
     ``hold`` seconds a claim lasts before another relay may take it over
-    (longer than a round's sends); ``idle`` seconds between rounds that
-    found nothing to send.
+    (longer than a round's sends); after a round that found nothing to send
+    it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes.
     """
 
     def __init__(
@@ -56,7 +56,8 @@ class Relay:
         name: str,
         batch: int = 100,
         hold: float = 30.0,
-        idle: float = 0.2,
+        idle: float = 0.05,
+        idle_max: float = 1.0,
         retry: BusyPolicy = RELAY_RETRY,
     ) -> None:
         self._store = store
@@ -65,12 +66,14 @@ class Relay:
         self._batch = batch
         self._hold = hold
         self._idle = idle
+        self._idle_max = idle_max
         self._retry = retry
         self.sent = 0  # messages acknowledged and marked sent by this relay
 
     async def run(self, stop: anyio.Event) -> None:
         """Relay rounds until ``stop`` is set; the round in progress finishes first."""
         retries = Retries(self._retry)
+        idle = self._idle
         while not stop.is_set():
             try:
                 claimed, failed = await self.relay_once()
@@ -81,9 +84,12 @@ class Relay:
                 await retries.wait(lambda delay, attempt: None)
                 continue
             retries.reset()
-            if not claimed:
-                with anyio.move_on_after(self._idle):
-                    await stop.wait()
+            if claimed:
+                idle = self._idle
+                continue
+            with anyio.move_on_after(idle):
+                await stop.wait()
+            idle = min(idle * 2, self._idle_max)
 
     async def relay_once(self) -> tuple[int, int]:
         """Claim one batch, send it, mark what was acknowledged; return (claimed, failed).

@@ -197,8 +197,11 @@ class SqliteStore:
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
         """Claim unsent messages; see ``EffectStore.claim_outbox``."""
-        from ._sqlite_effects import claim_outbox
+        from ._sqlite_effects import claim_outbox, claimable
 
+        # A read first: a relay with nothing to send never takes the write lock.
+        if not await self._run(None, lambda c: claimable(c, relay, limit), writes=False):
+            return []
         return await self._run(None, lambda c: claim_outbox(c, relay, limit, hold), writes=True)
 
     async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:

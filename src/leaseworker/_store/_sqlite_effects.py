@@ -173,11 +173,16 @@ def _commit(
     return answer
 
 
+def claimable(conn: sqlite3.Connection, relay: str, limit: int) -> list[int]:
+    """Return the ids ``relay`` could claim now (a read: the claim itself re-reads them)."""
+    unsent = conn.execute(_UNSENT, (limit * SCAN,)).fetchall()
+    return pick_claims(unsent, relay, now=time.time_ns() // 1000, limit=limit)
+
+
 def claim_outbox(conn: sqlite3.Connection, relay: str, limit: int, hold: float) -> list[OutboxRow]:
     """Claim as ``EffectStore.claim_outbox`` says; runs in a batch's write transaction."""
     now = time.time_ns() // 1000
-    unsent = conn.execute(_UNSENT, (limit * SCAN,)).fetchall()
-    ids = pick_claims(unsent, relay, now=now, limit=limit)
+    ids = claimable(conn, relay, limit)
     if not ids:
         return []
     marks = ",".join("?" * len(ids))

@@ -41,6 +41,7 @@ from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
 from ._config import WorkerConfig
 from ._recorder import HistoryRecorder
+from ._relay import outbox_relay
 
 logger = logging.getLogger("leaseworker.worker")
 
@@ -154,14 +155,16 @@ class Worker:
                 task_status.started()  # stopped before Redis answered: nothing to wait for
                 return
             if self._store is not None:
-                await self._source.run(task_status=task_status)
+                async with outbox_relay(self._store, self._config):
+                    await self._source.run(task_status=task_status)
                 return
             async with self._open_store() as store:
                 if store is None:
                     task_status.started()  # stopped before the store opened
                     return
                 self._executor = self._make_executor(store)
-                await self._source.run(task_status=task_status)
+                async with outbox_relay(store, self._config):
+                    await self._source.run(task_status=task_status)
         finally:
             if self._redis is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):

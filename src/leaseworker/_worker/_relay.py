@@ -1,0 +1,44 @@
+"""The pod's outbox relay: started with the pod's store, stopped after its consumer.
+
+Every pod runs one against its completion store (any store that keeps an
+outbox); its Kafka producer starts only once there is a message to send.
+On stop the round in progress finishes (each send bounded), or, if the pod's
+shutdown cancels it, releases its claims for the other pods' relays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import anyio
+
+from .._effects import Relay
+from .._kafka import KafkaSender
+from .._store import CompletionStore
+from .._store._effects import EffectStore
+from ._config import WorkerConfig
+
+
+@contextlib.asynccontextmanager
+async def outbox_relay(store: CompletionStore, config: WorkerConfig) -> AsyncIterator[Relay | None]:
+    """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox)."""
+    if not isinstance(store, EffectStore):
+        yield None
+        return
+    sender = KafkaSender(
+        config.bootstrap_servers,
+        security=config.kafka_security,
+        client_id=f"leaseworker-relay-{config.pod}",
+    )
+    relay = Relay(store, sender, name=config.pod)
+    stop = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay.run, stop)
+            try:
+                yield relay
+            finally:
+                stop.set()
+    finally:
+        await sender.aclose()

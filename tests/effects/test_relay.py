@@ -1,0 +1,253 @@
+"""The outbox relay: each key's messages in commit order, marked sent only once acknowledged.
+
+The first tests use a fake sender (the logic: order, failures, cancellation,
+takeover); the last ones a real broker and a real PostgreSQL store: a relay
+killed between the broker's acknowledgement and its mark, and a broker
+restart, with a receiver's inbox processing every effect exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from leaseworker import CompletionRequest, open_store
+from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._kafka import KafkaSender
+from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_store
+from leaseworker.effects import Effect, MemoryInbox, Relay
+
+from ..kafka_util import KafkaNames, read_topic
+
+
+class FakeSender:
+    """Acknowledges every row, except those whose value is in ``refuse``; may block on one."""
+
+    def __init__(self, refuse: frozenset[bytes] = frozenset()) -> None:
+        self.refuse = refuse
+        self.sent: list[tuple[str, bytes]] = []
+        self.block_on: bytes | None = None
+        self.blocked = anyio.Event()
+
+    async def send(self, row: OutboxRow) -> tuple[int, int]:
+        """Record ``row`` as acknowledged, or raise as a broker that is down would."""
+        if row.message.value == self.block_on:
+            self.blocked.set()
+            await anyio.sleep_forever()
+        if row.message.value in self.refuse:
+            raise ConnectionError("broker down")
+        self.sent.append((row.job_key, row.message.value))
+        return 0, len(self.sent) - 1
+
+
+class Counting:
+    """Forwards to ``inner``; ``reached`` is set once ``target`` sends were acknowledged."""
+
+    def __init__(self, inner: KafkaSender | FakeSender, target: int) -> None:
+        self.inner = inner
+        self.target = target
+        self.acked = 0
+        self.reached = anyio.Event()
+
+    async def send(self, row: OutboxRow) -> tuple[int, int]:
+        """Send through ``inner`` and count the acknowledgement."""
+        where = await self.inner.send(row)
+        self.acked += 1
+        if self.acked >= self.target:
+            self.reached.set()
+        return where
+
+
+async def commit(store: EffectStore, key: str, fence: int, *values: bytes) -> None:
+    """Commit one execution of ``key`` at ``fence`` with messages ``values``."""
+    async with store.transaction(key, f"v{fence}", fence) as tx:
+        request = CompletionRequest(
+            job_key=key,
+            input_version=f"v{fence}",
+            fence=fence,
+            result=None,
+            execution_id=f"e{fence}",
+            pod="p",
+        )
+        await tx.commit(request, [Message.build("effects", value) for value in values])
+
+
+@pytest.fixture
+async def memory() -> AsyncIterator[EffectStore]:
+    """An empty ``memory://`` store."""
+    async with open_store("memory://") as opened:
+        yield effect_store(opened)
+
+
+async def test_each_keys_messages_go_in_commit_order_and_only_acknowledged_ones_are_marked(
+    memory: EffectStore,
+) -> None:
+    """k1's first message fails: its second waits (not sent, not marked); k2's go through.
+
+    Next round, with the broker back, k1's two go in order; everything is marked sent.
+    """
+    await commit(memory, "k1", 1, b"k1-a", b"k1-b")
+    await commit(memory, "k2", 2, b"k2-a")
+    await commit(memory, "k2", 3, b"k2-b")
+    sender = FakeSender(refuse=frozenset({b"k1-a"}))
+    relay = Relay(memory, sender, name="relay-a")
+    assert await relay.relay_once() == (4, 1)
+    assert sender.sent == [("k2", b"k2-a"), ("k2", b"k2-b")]
+    assert [sent for _, sent in await memory.outbox("k1")] == [False, False]
+    sender.refuse = frozenset()
+    assert await relay.relay_once() == (2, 0)
+    assert sender.sent[2:] == [("k1", b"k1-a"), ("k1", b"k1-b")]
+    assert all(sent for _, sent in await memory.outbox())
+    assert relay.sent == 4
+
+
+async def test_a_relay_stopped_mid_round_releases_what_it_did_not_send(
+    memory: EffectStore,
+) -> None:
+    """Cancelled while a send hangs: acknowledged rows are marked, the rest released at once."""
+    await commit(memory, "k1", 1, b"one", b"two")
+    await commit(memory, "k2", 2, b"three")
+    sender = FakeSender()
+    sender.block_on = b"two"
+    relay = Relay(memory, sender, name="relay-a", hold=300)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.relay_once)
+        await sender.blocked.wait()
+        tg.cancel_scope.cancel()
+    assert {value for _, value in sender.sent} == {b"one", b"three"}
+    taken = await memory.claim_outbox("relay-b", limit=10, hold=300)
+    assert [row.message.value for row in taken] == [b"two"]
+
+
+async def test_another_relay_takes_over_a_dead_relays_claims_once_they_expire(
+    memory: EffectStore,
+) -> None:
+    """Relay A claims and dies (never sends, never marks); B sends everything after ``hold``."""
+    await commit(memory, "k1", 1, b"one", b"two")
+    assert len(await memory.claim_outbox("relay-a", limit=10, hold=0.2)) == 2
+    sender = FakeSender()
+    relay_b = Relay(memory, sender, name="relay-b")
+    assert await relay_b.relay_once() == (0, 0)  # still A's
+    await anyio.sleep(0.3)
+    assert await relay_b.relay_once() == (2, 0)
+    assert sender.sent == [("k1", b"one"), ("k1", b"two")]
+
+
+async def test_run_stops_after_its_round_when_told(memory: EffectStore) -> None:
+    """``run(stop)`` relays what is committed and returns once ``stop`` is set (SIGTERM)."""
+    await commit(memory, "k1", 1, b"one")
+    sender = FakeSender()
+    counting = Counting(sender, 1)
+    stop = anyio.Event()
+    relay = Relay(memory, counting, name="relay-a", idle=0.01)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.run, stop)
+        with anyio.fail_after(5):
+            await counting.reached.wait()
+        stop.set()
+    assert sender.sent == [("k1", b"one")]
+    assert relay.sent == 1
+
+
+def receive(records: list[Any], inbox: MemoryInbox) -> list[tuple[str, str]]:
+    """Pass ``records`` through ``inbox``; return (effect id, answer) per record."""
+    answers: list[tuple[str, str]] = []
+    for record in records:
+        effect = Effect.from_headers(record.headers)
+        assert effect is not None
+        answers.append((effect.effect_id, inbox.accept(effect)))
+    return answers
+
+
+@pytest.fixture
+async def pg(store_url_for: Callable[[str], str]) -> AsyncIterator[EffectStore]:
+    """A PostgreSQL store of the test's own."""
+    async with open_store(store_url_for("postgresql")) as opened:
+        yield effect_store(opened)
+
+
+async def test_a_relay_killed_between_the_acknowledgement_and_its_mark_loses_nothing(
+    pg: EffectStore, kafka_server: LocalKafka, kafka_names: KafkaNames
+) -> None:
+    """A sends to the real broker and dies before marking; B sends again after A's claim expires.
+
+    The topic holds every message twice; the receiver's inbox processes each
+    effect once and drops the second copy as a duplicate; all rows end sent.
+    """
+    topic = f"{kafka_names.topic}-effects"
+    kafka_server.create_topics([topic])
+    for fence in (1, 2, 3):
+        async with pg.transaction("k1", f"v{fence}", fence) as tx:
+            request = CompletionRequest(
+                job_key="k1",
+                input_version=f"v{fence}",
+                fence=fence,
+                result=None,
+                execution_id=f"e{fence}",
+                pod="p",
+            )
+            await tx.commit(request, [Message.build(topic, {"n": fence})])
+    sender = KafkaSender(kafka_server.bootstrap_servers)
+    try:
+        for row in await pg.claim_outbox("relay-a", limit=10, hold=0.5):
+            await sender.send(row)  # acknowledged; relay A is killed before it marks
+        await anyio.sleep(0.6)
+        relay_b = Relay(pg, sender, name="relay-b")
+        assert await relay_b.relay_once() == (3, 0)
+    finally:
+        await sender.aclose()
+    assert all(sent for _, sent in await pg.outbox())
+    records = await read_topic(kafka_server.bootstrap_servers, topic, 6)
+    answers = receive(records, MemoryInbox())
+    assert [answer for _, answer in answers] == ["new"] * 3 + ["duplicate"] * 3
+    fences = [int(dict(r.headers)["leaseworker-fence"]) for r in records[:3]]
+    assert fences == [1, 2, 3]  # commit order
+
+
+async def test_a_broker_restart_delays_messages_but_loses_none(
+    pg: EffectStore, kafka_server: LocalKafka, kafka_names: KafkaNames
+) -> None:
+    """Messages committed while the broker is down are sent once it is back, each marked once.
+
+    No row is marked sent before the broker has it: while it is down, every
+    row stays unsent.
+    """
+    topic = f"{kafka_names.topic}-effects-restart"
+    kafka_server.create_topics([topic])
+    sender = KafkaSender(kafka_server.bootstrap_servers, timeout=2.0)
+    counting = Counting(sender, 2)
+    stop = anyio.Event()
+    relay = Relay(pg, counting, name="relay-a", idle=0.05, hold=5.0)
+    try:
+        await anyio.to_thread.run_sync(kafka_server.down)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay.run, stop)
+            for fence in (1, 2):
+                async with pg.transaction("k1", f"v{fence}", fence) as tx:
+                    request = CompletionRequest(
+                        job_key="k1",
+                        input_version=f"v{fence}",
+                        fence=fence,
+                        result=None,
+                        execution_id=f"e{fence}",
+                        pod="p",
+                    )
+                    await tx.commit(request, [Message.build(topic, {"n": fence})])
+            await anyio.sleep(3)  # the relay tries and backs off meanwhile
+            assert [sent for _, sent in await pg.outbox()] == [False, False]
+            await anyio.to_thread.run_sync(kafka_server.up)
+            with anyio.fail_after(60):
+                await counting.reached.wait()
+            stop.set()  # the round finishes: its rows are marked
+    finally:
+        await sender.aclose()
+        await anyio.to_thread.run_sync(kafka_server.up)
+    assert relay.sent == 2
+    assert all(sent for _, sent in await pg.outbox())
+    records = await read_topic(kafka_server.bootstrap_servers, topic, 2)
+    answers = receive(records, MemoryInbox())
+    assert [answer for _, answer in answers] == ["new", "new"]
+    assert [int(dict(r.headers)["leaseworker-fence"]) for r in records] == [1, 2]
