@@ -8,6 +8,7 @@ takeover would.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
 from leaseworker import JobContext, ReportJob
@@ -146,3 +147,28 @@ def test_a_job_consuming_an_effects_topic_is_keyed_by_effect_id() -> None:
     assert env.run_sync(record).outcome == "duplicate"
     other = make_trigger({}, key="acme", headers=[(EFFECT_ID_HEADER, effect[:-1] + b"1")])
     assert env.run_sync(other).outcome == "completed"  # the next effect of the same key
+
+
+class SwallowsTheFailure(ReportJob):
+    """Catches its transaction's failure and returns: completed as if it had none."""
+
+    topic = "reports.requested"
+
+    async def run(self, ctx: JobContext) -> object:
+        """Publish in a transaction that fails, catch it, return a result."""
+        with contextlib.suppress(ValueError):
+            async with ctx.transaction() as tx:
+                tx.publish("reports.ready", "dropped with the rollback")
+                _fail()
+        return {"fallback": True}
+
+
+def _fail() -> None:
+    raise ValueError("the job's own bug")
+
+
+def test_a_failed_transaction_the_job_catches_commits_none_of_its_messages() -> None:
+    """The rolled-back block's message is dropped; ``run()``'s return value is the completion."""
+    env = JobEnvironment(SwallowsTheFailure())
+    result = env.run_sync(TRIGGER)
+    assert (result.outcome, result.completion, result.messages) == ("completed", "accepted", ())

@@ -238,3 +238,47 @@ async def test_released_messages_are_claimed_again_at_once(any_store: EffectStor
     await any_store.release_outbox("relay-a", [row.id for row in held])
     again = await any_store.claim_outbox("relay-b", limit=10, hold=300)
     assert [row.message.value for row in again] == [b"one", b"two"]
+
+
+async def test_transactions_and_batches_of_two_pods_on_the_same_keys_never_deadlock(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """Pod A's jobs hold 12 keys' head rows in transactions while pod B batches all 24 keys.
+
+    B's batch locks head rows in job key order and waits on A's; A's
+    transactions wait for nothing of B's, so they commit and B goes on: no
+    cycle, every call answers (a deadlock would end in StoreUnavailable).
+    Each key ends with the higher fence, and A's messages are all there.
+    """
+    url = store_url_for("postgresql")
+    keys = [f"report:{n:02d}" for n in range(24)]
+    async with open_store(url) as first, open_store(url) as second:
+        a, b = effect_store(first), effect_store(second)
+        statuses: list[str] = []
+        committed: list[str] = []
+
+        async def transact(key: str) -> None:
+            async with a.transaction(key, "v10", 10) as tx:
+                if tx.opened.status != "claimed":  # B's claim came first
+                    return
+                await anyio.sleep(0.05)  # B's batch arrives meanwhile and waits on this row
+                answer = await tx.commit(request(10, key=key), [Message.build("t", key)])
+            assert answer.status == "accepted"
+            committed.append(key)
+
+        async def claim_then_complete(key: str) -> None:
+            statuses.append((await b.claim(key, "v11", 11)).status)
+            statuses.append((await b.complete(request(11, "v11", key))).status)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for key in keys[::2]:
+                    tg.start_soon(transact, key)
+                for key in keys[::-1]:
+                    tg.start_soon(claim_then_complete, key)
+        states = [await first.state(key) for key in keys]
+        messages = await a.outbox()
+    assert set(statuses) <= {"claimed", "accepted"}  # B's fence is the higher one
+    assert all(state is not None and state.fence == 11 for state in states)
+    assert committed  # A's transactions did hold rows B waited for
+    assert sorted(row.job_key for row, _ in messages) == sorted(committed)

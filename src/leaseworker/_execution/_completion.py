@@ -122,6 +122,11 @@ class Completer:
             )
         self.called = True
 
+    def undo(self, mark: int) -> None:
+        """Forget a completion that never reached the store, and the messages after ``mark``."""
+        del self.messages[mark:]
+        self.called = False
+
     def request(self, result: object) -> CompletionRequest:
         """Return the completion request of ``result`` with this execution's identity and fence."""
         return CompletionRequest(

@@ -95,19 +95,25 @@ class Transaction:
 
 @contextlib.asynccontextmanager
 async def transaction(completer: Completer) -> AsyncIterator[Transaction]:
-    """Open the job's transaction, run the block on it, commit the completion at its end."""
+    """Open the job's transaction, run the block on it, commit the completion at its end.
+
+    A block that fails before the store answered does not count as the
+    execution's completion: its messages are dropped, and a job that goes on
+    and returns is completed with ``run()``'s return value, as without one.
+    """
     store = _effect_store(completer)
+    mark = len(completer.messages)
     completer.begin()
-    async with contextlib.AsyncExitStack() as stack:
-        store_tx = await _open(completer, store, stack)
-        tx = Transaction(store_tx, completer)
-        yield tx
-        if tx.result is _UNSET:
-            raise RuntimeError(
-                f"the transaction of {completer.held.key!r} ended without tx.complete(result): "
-                "nothing was written"
-            )
-        tx.answer = await _commit(completer, store_tx, tx.result)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            store_tx = await _open(completer, store, stack)
+            tx = Transaction(store_tx, completer)
+            yield tx
+            tx.answer = await _commit(completer, store_tx, _named(tx, completer))
+    except BaseException:
+        if completer.result is None:  # nothing was decided: as if it never began
+            completer.undo(mark)
+        raise
 
 
 async def complete_with_messages(completer: Completer, result: object) -> CompletionResult:
@@ -164,6 +170,16 @@ async def _commit(
         answer = await store_tx.commit(request, tuple(completer.messages))
     completer.result = answer
     return answer
+
+
+def _named(tx: Transaction, completer: Completer) -> object:
+    """Return the result ``tx.complete`` named; raise if the block ended without one."""
+    if tx.result is _UNSET:
+        raise RuntimeError(
+            f"the transaction of {completer.held.key!r} ended without tx.complete(result): "
+            "nothing was written"
+        )
+    return tx.result
 
 
 def _refusal(completer: Completer, opened: ClaimResult) -> CompletionResult:
