@@ -9,6 +9,7 @@ shutdown cancels it, releases its claims for the other pods' relays.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 
 import anyio
@@ -31,7 +32,8 @@ async def outbox_relay(store: CompletionStore, config: WorkerConfig) -> AsyncIte
         security=config.kafka_security,
         client_id=f"leaseworker-relay-{config.pod}",
     )
-    relay = Relay(store, sender, name=config.pod)
+    # Unique per process: two pods of one name must not take each other's claims for their own.
+    relay = Relay(store, sender, name=f"{config.pod}:{uuid.uuid4().hex[:8]}")
     stop = anyio.Event()
     try:
         async with anyio.create_task_group() as tg:
