@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from leaseworker import CompletionRequest, open_store
+from leaseworker import BusyPolicy, CompletionRequest, StoreUnavailable, open_store
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
 from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_store
@@ -251,3 +251,39 @@ async def test_a_broker_restart_delays_messages_but_loses_none(
     answers = receive(records, MemoryInbox())
     assert [answer for _, answer in answers] == ["new", "new"]
     assert [int(dict(r.headers)["leaseworker-fence"]) for r in records] == [1, 2]
+
+
+class DownFor:
+    """An effect store whose relay calls fail ``calls`` times (a store outage), then pass."""
+
+    def __init__(self, inner: EffectStore, calls: int) -> None:
+        self.inner = inner
+        self.calls = calls
+
+    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        """Fail while the outage lasts, else claim on the inner store."""
+        if self.calls:
+            self.calls -= 1
+            raise StoreUnavailable(None, "injected outage")
+        return await self.inner.claim_outbox(relay, limit=limit, hold=hold)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_store_outage_is_waited_out_and_nothing_is_lost(memory: EffectStore) -> None:
+    """Three failed claims (store down): the relay backs off and then sends everything once."""
+    await commit(memory, "k1", 1, b"one", b"two")
+    sender = FakeSender()
+    counting = Counting(sender, 2)
+    stop = anyio.Event()
+    flaky = DownFor(memory, 3)
+    relay = Relay(flaky, counting, name="relay-a", retry=BusyPolicy(initial=0.01, cap=0.02))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.run, stop)
+        with anyio.fail_after(5):
+            await counting.reached.wait()
+        stop.set()
+    assert flaky.calls == 0
+    assert sender.sent == [("k1", b"one"), ("k1", b"two")]
+    assert all(sent for _, sent in await memory.outbox())
