@@ -3,7 +3,7 @@
 ``_config`` ``WorkerConfig``; ``_worker`` the ``Worker`` and ``serve``;
 ``_health`` the ``/healthz``, ``/readyz`` and ``/metrics`` server;
 ``_looplag`` the event-loop lag monitor; ``_recorder`` the execution
-recorder (``--record-history``).
+recorder (``--record-history``); ``_relay`` the pod's outbox relay.
 """
 
 from ._config import WorkerConfig as WorkerConfig
