@@ -4,9 +4,10 @@
 ``ReportJob`` and ``JobContext``; ``_checks`` a job class's checks at start;
 ``_result`` a result's checks before it is stored; ``_completion`` the fenced
 completion of one execution; ``_effects`` its transaction and messages
-(``ctx.transaction()``, ``ctx.publish()``); ``_executor`` runs a trigger's executions (lookup, lease, job,
-completion, retries); ``_events`` the execution lifecycle events and the
-logging observer. Knows no Kafka client, telemetry or CLI (an import contract).
+(``ctx.transaction()``, ``ctx.publish()``); ``_executor`` runs a trigger's
+executions (lookup, lease, job, completion, retries); ``_events`` the
+execution lifecycle events and the logging observer. Knows no Kafka client,
+telemetry or CLI (an import contract).
 """
 
 from ._checks import check_job_class as check_job_class

@@ -3,8 +3,8 @@
 ``_environment`` ``JobEnvironment``, which runs a job on one trigger through
 the pod's executor in memory; ``_run`` one such run (its observers, probe and
 faults); ``_result`` ``JobResult``, how a trigger ended; ``_faults`` the
-faults it injects on demand; ``_store`` the completion store with outages; ``_effects`` the statements and
-messages a run committed;
+faults it injects on demand; ``_store`` the completion store with outages;
+``_effects`` the statements and messages a run committed;
 ``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's rules
 (the lease conformance suite runs on both); ``_clock`` ``VirtualTimeLoop``,
 asyncio on virtual time; ``_triggers`` triggers built by the pod's decoder;
