@@ -16,7 +16,10 @@ from leaseworker.effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER, 
 from leaseworker.testing import JobEnvironment, StoreOutage, Superseded, make_trigger
 
 INSERT = "INSERT INTO report (tenant, total) VALUES (%s, %s)"
-TRIGGER = make_trigger({"tenant": "acme"}, key="report:acme")
+TRACEPARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+TRIGGER = make_trigger(
+    {"tenant": "acme"}, key="report:acme", headers=[("traceparent", TRACEPARENT)]
+)
 
 
 class RowAndMessage(ReportJob):
@@ -81,6 +84,7 @@ def test_row_message_and_completion_commit_together_and_a_redelivery_is_a_duplic
     assert message.message.value == b'{"tenant":"acme"}'
     sent = headers(message)
     assert sent["kind"] == b"ready"
+    assert sent["traceparent"] == TRACEPARENT  # the request's trace goes on with the message
     assert sent[FENCE_HEADER] == str(result.fence).encode()
     assert sent[JOB_KEY_HEADER] == message.job_key.encode()
     assert sent[EFFECT_ID_HEADER] == effect_id(message.job_key, message.input_version, 0).encode()

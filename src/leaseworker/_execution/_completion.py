@@ -9,6 +9,7 @@ See docs/design.md#the-completion-step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -83,6 +84,7 @@ class Completer:
         self.retry = retry
         self.max_result_bytes = max_result_bytes
         self.messages: list[Message] = []  # published by the job, committed with the completion
+        self.trace: tuple[tuple[str, bytes], ...] = ()  # the trigger's trace context, for them
         self.called = False
         self.result: CompletionResult | None = None
         self.elapsed = 0.0
@@ -149,7 +151,8 @@ class Completer:
         """Add a message to commit with the completion; return its effect id."""
         if self.result is not None:
             raise RuntimeError(f"{self.held.key!r} completed already: publish before completing")
-        self.messages.append(Message.build(topic, value, key=key, headers=headers))
+        message = Message.build(topic, value, key=key, headers=headers)
+        self.messages.append(dataclasses.replace(message, trace=self.trace))
         return effect_id(self.key, self.input_version, len(self.messages) - 1)
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[_effects.Transaction]:

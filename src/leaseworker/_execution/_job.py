@@ -19,6 +19,7 @@ from .._errors import ConfigError
 from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
 from .._retry import BUSY
 from .._store import CompletionResult
+from .._store._effects import trace_of
 from ._completion import Completer, default_input_version
 from ._effects import Headers, Transaction
 from ._result import DEFAULT_MAX_RESULT_BYTES
@@ -138,6 +139,8 @@ class JobContext:
     ) -> None:
         self._held = held
         self._completer = completer
+        if completer is not None:  # its messages carry the trigger's trace context
+            completer.trace = trace_of(trigger.headers)
         self.job_key = job_key
         self.execution_id = execution_id
         self.pod = pod

@@ -30,7 +30,9 @@ from ._protocol import CompletionStore
 EFFECT_ID_HEADER = "leaseworker-effect-id"
 JOB_KEY_HEADER = "leaseworker-job-key"
 FENCE_HEADER = "leaseworker-fence"
-RESERVED_HEADERS = frozenset({EFFECT_ID_HEADER, JOB_KEY_HEADER, FENCE_HEADER})
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""The W3C trace context headers a message takes over from its trigger."""
+RESERVED_HEADERS = frozenset({EFFECT_ID_HEADER, JOB_KEY_HEADER, FENCE_HEADER, *TRACE_HEADERS})
 """Headers the relay sets on every message; a job's own headers may not use these names."""
 
 Params = Sequence[Any] | Mapping[str, Any] | None
@@ -77,7 +79,7 @@ class Message:
         for name, raw in pairs:
             check_text("header name", name)
             if name in RESERVED_HEADERS:
-                raise ValueError(f"header {name!r} is set by leaseworker's relay")
+                raise ValueError(f"header {name!r} is set by leaseworker")
             checked.append((name, raw.encode() if isinstance(raw, str) else bytes(raw)))
         return cls(
             topic=topic,
@@ -85,6 +87,11 @@ class Message:
             key=key.encode() if isinstance(key, str) else key,
             headers=tuple(checked),
         )
+
+
+def trace_of(headers: Sequence[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
+    """Return the W3C trace context among a trigger's ``headers``, for its messages to carry."""
+    return tuple((name, value) for name, value in headers if name.lower() in TRACE_HEADERS)
 
 
 def effect_id(job_key: str, input_version: str, seq: int) -> str:
