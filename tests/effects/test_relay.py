@@ -8,6 +8,7 @@ restart, with a receiver's inbox processing every effect exactly once.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -287,3 +288,26 @@ async def test_a_store_outage_is_waited_out_and_nothing_is_lost(memory: EffectSt
     assert flaky.calls == 0
     assert sender.sent == [("k1", b"one"), ("k1", b"two")]
     assert all(sent for _, sent in await memory.outbox())
+
+
+async def test_brokers_down_at_start_fail_a_round_of_many_keys_in_one_timeout(
+    memory: EffectStore,
+) -> None:
+    """Ten keys, a broker that never answers: one failed start answers every chain.
+
+    A start per key would take 10 x 0.5 s; the round ends after one.
+    """
+    for n in range(10):
+        await commit(memory, f"k{n}", n + 1, b"x")
+    with socket.socket() as silent:  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        sender = KafkaSender(f"127.0.0.1:{port}", timeout=0.5)
+        relay = Relay(memory, sender, name="relay-a")
+        try:
+            with anyio.fail_after(3):
+                assert await relay.relay_once() == (10, 10)
+        finally:
+            await sender.aclose()
+    assert not any(sent for _, sent in await memory.outbox())

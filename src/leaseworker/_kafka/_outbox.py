@@ -36,6 +36,7 @@ class KafkaSender:
         self._timeout = timeout
         self._producer: Any = None
         self._starting = anyio.Lock()
+        self._start_failed: tuple[float, BaseException] | None = None  # (when, why)
 
     async def send(self, row: OutboxRow) -> tuple[int, int]:
         """Send ``row`` and return (partition, offset) once every in-sync replica has it."""
@@ -59,7 +60,16 @@ class KafkaSender:
                 await producer.stop()
 
     async def _started(self) -> Any:
+        """Return the started producer; start it first (a start that just failed is not retried).
+
+        The relay's chains all wait here while the brokers are down: the first
+        one's failure answers the others at once, for ``timeout`` seconds, so a
+        round of many keys fails in one ``timeout``, not one per key.
+        """
         async with self._starting:
+            failed = self._start_failed
+            if failed is not None and anyio.current_time() - failed[0] < self._timeout:
+                raise failed[1]
             if self._producer is None:
                 producer = AIOKafkaProducer(
                     bootstrap_servers=self._bootstrap,
@@ -73,9 +83,10 @@ class KafkaSender:
                 try:
                     with anyio.fail_after(self._timeout):
                         await producer.start()
-                except BaseException:
+                except BaseException as exc:
+                    self._start_failed = (anyio.current_time(), exc)
                     with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
                         await producer.stop()
                     raise
-                self._producer = producer
+                self._producer, self._start_failed = producer, None
             return self._producer
