@@ -90,8 +90,8 @@ async def transaction(
         try:
             opened = await step(store, job_key, lambda c: _begin(c, job_key, input_version, fence))
             yield SqliteTransaction(store, opened)
-        finally:
-            with anyio.CancelScope(shield=True):
+        finally:  # a failed rollback must not hide the block's own outcome
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnavailable):
                 await step(store, job_key, _rollback)
 
 
