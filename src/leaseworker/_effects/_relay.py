@@ -80,6 +80,9 @@ class Relay:
             except StoreUnavailable as exc:
                 logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
                 claimed, failed = 0, 1
+            except Exception:  # a bug must not stop the pod: logged, retried with backoff
+                logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
+                claimed, failed = 0, 1
             if failed:
                 await retries.wait(lambda delay, attempt: None)
                 continue

@@ -35,12 +35,17 @@ async def outbox_relay(store: CompletionStore, config: WorkerConfig) -> AsyncIte
     # Unique per process: two pods of one name must not take each other's claims for their own.
     relay = Relay(store, sender, name=f"{config.pod}:{uuid.uuid4().hex[:8]}")
     stop = anyio.Event()
+    failure: Exception | None = None
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.run, stop)
             try:
                 yield relay
+            except Exception as exc:  # the pod's own error: raised as it is, once the relay stopped
+                failure = exc
             finally:
                 stop.set()
     finally:
         await sender.aclose()
+    if failure is not None:
+        raise failure
