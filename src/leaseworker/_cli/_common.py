@@ -14,9 +14,11 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
+from .._secrets import SecretFile
 from .._worker import WorkerConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -66,9 +68,14 @@ class Setting:
     kind: Callable[[str], Any] = str
     choices: tuple[str, ...] | None = None
     field: str | None = None
+    secret: bool = False
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        """Add the flag with its env-var default and the default shown in its help."""
+        """Add the flag with its env-var default and the default shown in its help.
+
+        A ``secret`` setting gets a second flag, ``<flag>-file`` (env
+        ``LEASEWORKER_<FLAG>_FILE``), naming a file that holds the value.
+        """
         shown = "none" if self.default is None else self.default
         parser.add_argument(
             self.flag,
@@ -77,11 +84,38 @@ class Setting:
             choices=self.choices,
             help=f"{self.help} (env {env_name(self.flag)}; default {shown})",
         )
+        if self.secret:
+            parser.add_argument(
+                self.file_flag,
+                default=env_default(self.file_flag),
+                metavar="PATH",
+                help=f"read {self.flag} from this file instead, again on every reconnect "
+                f"(a mounted Secret; env {env_name(self.file_flag)})",
+            )
+
+    @property
+    def file_flag(self) -> str:
+        """The flag naming a file that holds a ``secret`` setting's value."""
+        return f"{self.flag}-file"
 
     def value(self, args: argparse.Namespace) -> Any:
-        """Return the parsed value (``None`` for an empty value of a setting without default)."""
+        """Return the parsed value (``None`` for an empty value of a setting without default).
+
+        A ``secret`` setting given as a file is read from it now (ConfigError if it cannot
+        be, or if the value is given as well).
+        """
         value = getattr(args, dest(self.flag))
+        source = self.file(args)
+        if source is not None:
+            if value not in (None, "", self.default):
+                raise ConfigError(f"give {self.flag} or {self.file_flag}, not both")
+            return self.kind(source.read())
         return None if value == "" and self.default is None else value
+
+    def file(self, args: argparse.Namespace) -> SecretFile | None:
+        """Return the file a ``secret`` setting is to be read from, if one is given."""
+        path = getattr(args, dest(self.file_flag), None) if self.secret else None
+        return SecretFile(Path(path), self.file_flag) if path else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

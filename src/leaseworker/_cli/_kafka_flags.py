@@ -13,6 +13,10 @@ import logging
 from .._kafka import KafkaSecurity
 from ._common import Setting, config_default, env_default, env_name
 
+_SASL_PASSWORD = Setting(
+    flag="--kafka-sasl-password", help="SASL password; prefer the env var or the file", secret=True
+)
+
 KAFKA_SECURITY_SETTINGS = (
     Setting(
         flag="--kafka-security-protocol",
@@ -21,7 +25,7 @@ KAFKA_SECURITY_SETTINGS = (
     ),
     Setting(flag="--kafka-sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
     Setting(flag="--kafka-sasl-username", help="SASL username"),
-    Setting(flag="--kafka-sasl-password", help="SASL password; prefer the env var"),
+    _SASL_PASSWORD,
     Setting(flag="--kafka-ssl-cafile", help="CA bundle for the brokers; unset: system CAs"),
 )
 """The Kafka SASL/TLS flags, passed through to aiokafka (see KafkaSecurity)."""
@@ -39,7 +43,7 @@ def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
         protocol=args.kafka_security_protocol,
         sasl_mechanism=args.kafka_sasl_mechanism or None,
         sasl_username=args.kafka_sasl_username or None,
-        sasl_password=args.kafka_sasl_password or None,
+        sasl_password=_SASL_PASSWORD.value(args) or None,
         ssl_cafile=args.kafka_ssl_cafile or None,
     )
 

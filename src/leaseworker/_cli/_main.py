@@ -21,7 +21,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def build_parser() -> argparse.ArgumentParser:
     """Assemble the parser from every subcommand module."""
-    from . import _chaos, _demo, _inspect, _run, _timeline, _topics, _trigger
+    from . import _chaos, _demo, _inspect, _run, _store, _timeline, _topics, _trigger
 
     parser = argparse.ArgumentParser(
         prog="leaseworker",
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_demo, _inspect, _run, _trigger, _topics, _timeline, _chaos):
+    for module in (_demo, _inspect, _run, _trigger, _topics, _store, _timeline, _chaos):
         module.add_parser(subparsers)
     return parser
 

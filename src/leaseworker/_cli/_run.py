@@ -48,15 +48,22 @@ from ._common import (
 from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
 
 
-def _field(flag: str, help: str, kind: Callable[[str], Any] = str) -> Setting:
-    """Make the row of a flag that sets the WorkerConfig field of its name (and its default)."""
+def _field(
+    flag: str, help: str, kind: Callable[[str], Any] = str, *, secret: bool = False
+) -> Setting:
+    """Make the row of a flag that sets the WorkerConfig field of its name (and its default).
+
+    ``secret``: it may come from a file too (``<flag>-file``), which the pod reads again
+    on every reconnect (WorkerConfig's ``<field>_file``).
+    """
     name = dest(flag)
-    return Setting(flag=flag, help=help, default=config_default(name), kind=kind, field=name)
+    default = config_default(name)
+    return Setting(flag=flag, help=help, default=default, kind=kind, field=name, secret=secret)
 
 
 RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     _field("--bootstrap-servers", "Kafka bootstrap servers, host:port[,...]"),
-    _field("--redis-url", "Redis URL for the leases"),
+    _field("--redis-url", "Redis URL for the leases", secret=True),
     _field("--group", "Kafka consumer group id"),
     _field("--pod", "this pod's name in logs and lease owners"),
     _field("--namespace", "lease key prefix in Redis"),
@@ -73,6 +80,7 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         "completion store: postgresql://user:pw@host/db or sqlite:///path; the default is "
         "an embedded SQLite file in the working directory (one per host: share a "
         "PostgreSQL database between pods)",
+        secret=True,
     ),
     _field("--store-timeout", "seconds a completion store call may take", positive_seconds),
     # Kafka timing, call timeouts, the payload bound, lease pipelining.
@@ -256,6 +264,10 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
     fields: dict[str, Any] = {
         row.field: row.value(args) for row in RUN_SETTINGS if row.field is not None
     }
+    for row in RUN_SETTINGS:
+        if isinstance(row, Setting) and row.secret and row.field is not None:
+            source = row.file(args)
+            fields[f"{row.field}_file"] = None if source is None else source.path
     return WorkerConfig(**fields, kafka_security=kafka_security_from(args))
 
 

@@ -14,6 +14,7 @@ from .._outcome import Outcome as Outcome
 from ._clients import RedisTarget as RedisTarget
 from ._clients import parse_redis_url as parse_redis_url
 from ._clients import redis_from_url as redis_from_url
+from ._clients import with_tls_files as with_tls_files
 from ._events import LeaseEvent as LeaseEvent
 from ._events import LeaseObserver as LeaseObserver
 from ._hold import HeldLease as HeldLease
@@ -22,6 +23,8 @@ from ._leases import Lease as Lease
 from ._leases import LeaseInfo as LeaseInfo
 from ._leases import LeaseStore as LeaseStore
 from ._leases import RedisLeases as RedisLeases
+from ._probe import check_redis as check_redis
+from ._probe import redis_refusal as redis_refusal
 from ._scripts import RELEASE as RELEASE
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
@@ -40,8 +43,11 @@ __all__ = [
     "Outcome",
     "RedisLeases",
     "RedisTarget",
+    "check_redis",
     "hold",
     "now",
     "parse_redis_url",
     "redis_from_url",
+    "redis_refusal",
+    "with_tls_files",
 ]

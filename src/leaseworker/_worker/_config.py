@@ -14,12 +14,14 @@ import dataclasses
 import math
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import KafkaSecurity
 from .._lease import parse_redis_url
+from .._secrets import SecretFile
 from .._store import DEFAULT_URL, parse_store_url, redact
 
 
@@ -59,6 +61,13 @@ class WorkerConfig:
     ``redis+sentinel://host:port[,host:port...]/<service>[/db]`` or
     ``redis+cluster://host:port[,host:port...]`` (``rediss+...`` for TLS). It
     carries Redis AUTH (``rediss://user:pw@host``), so it is left out of the repr.
+    """
+
+    redis_url_file: Path | None = None
+    """A file holding :attr:`redis_url` (a mounted Secret), read again on every reconnect.
+
+    The topology and hosts are those of the URL read at start; a new user or
+    password in the file is used by the next connection made.
     """
 
     group: str = "leaseworker"
@@ -129,6 +138,9 @@ class WorkerConfig:
     It may hold a password, so it is left out of the repr.
     """
 
+    store_url_file: Path | None = None
+    """A file holding :attr:`store_url`, read again whenever the store opens a connection."""
+
     store_timeout: float = 5.0
     """The bound of every completion store call."""
 
@@ -181,6 +193,10 @@ class WorkerConfig:
     """
 
     def __post_init__(self) -> None:
+        for name in ("redis_url", "store_url"):  # a file's content wins, as it will on reconnect
+            source = getattr(self, f"{name}_file")
+            if source is not None:
+                object.__setattr__(self, name, SecretFile(Path(source), f"{name}_file").read())
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
         parse_redis_url(self.redis_url)  # ConfigError for a malformed URL, before any I/O
         _require(
@@ -353,6 +369,7 @@ class LeaseSettings:
     """
 
     redis_url: str = field(repr=False)
+    redis_url_file: Path | None
     namespace: str
     redis_timeout: float
     lease_pipelining: bool
@@ -368,6 +385,7 @@ class StoreSettings:
     """
 
     store_url: str = field(repr=False)
+    store_url_file: Path | None
     store_timeout: float
 
 

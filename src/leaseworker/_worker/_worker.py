@@ -35,7 +35,16 @@ from .._execution import (
     Trigger,
 )
 from .._kafka import KafkaTriggerSource, SourceStats
-from .._lease import LeaseEvent, LeaseObserver, LeaseStore, RedisLeases, redis_from_url
+from .._lease import (
+    LeaseEvent,
+    LeaseObserver,
+    LeaseStore,
+    RedisLeases,
+    check_redis,
+    parse_redis_url,
+    redis_from_url,
+    redis_refusal,
+)
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
@@ -83,7 +92,11 @@ class Worker:
         self._redis: Redis | RedisCluster | None = None
         self._own_leases: RedisLeases | None = None  # built here from the URL: closed here
         if leases is None:
-            self._redis = redis_from_url(config.redis_url, connect_timeout=config.redis_timeout)
+            self._redis = redis_from_url(
+                config.redis_url,
+                connect_timeout=config.redis_timeout,
+                url_file=config.redis_url_file,
+            )
             leases = self._own_leases = RedisLeases(
                 self._redis,
                 namespace=config.namespace,
@@ -209,7 +222,11 @@ class Worker:
         async with contextlib.AsyncExitStack() as stack:
             while True:
                 try:
-                    opening = open_store(config.store_url, call_timeout=config.store_timeout)
+                    opening = open_store(
+                        config.store_url,
+                        call_timeout=config.store_timeout,
+                        url_file=config.store_url_file,
+                    )
                     store = await stack.enter_async_context(opening)
                 except StoreUnavailable as exc:
                     log = functools.partial(_store_unavailable, config, exc, self._source)
@@ -261,10 +278,24 @@ class Worker:
                     f"Redis URL ({type(exc).__name__})"
                 ) from None
             except (RedisError, OSError, TimeoutError) as exc:
+                refused = redis_refusal(exc)  # a TLS refusal does not heal by waiting either
+                if refused is not None:
+                    raise ConfigError(
+                        f"Redis at {self._config.redacted_redis()} refused the connection: "
+                        f"{refused}"
+                    ) from None
                 log = functools.partial(_redis_unavailable, self._config, exc, self._source)
                 if not await retries.wait(log):
                     return False
                 continue
+            if self._own_leases is not None:  # the URL's topology and the ACL, tried once
+                await check_redis(
+                    self._redis,
+                    self._own_leases,
+                    target=parse_redis_url(self._config.redis_url),
+                    where=self._config.redacted_redis(),
+                    bound=self._config.redis_timeout,
+                )
             self._source.waiting_for(None)
             if retries.count:
                 logger.info(

@@ -6,12 +6,14 @@ certificates, and the certificates a refusal test needs: an expired one and
 one for another host. Each is written as :class:`TLSFiles` (CA bundle,
 certificate chain, private key), the three paths every server and client
 takes. A second ``TestCA`` is "an unknown CA" to the first one's peers.
+:class:`ServiceTLS` is what a secured local service is started with.
 """
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, final
@@ -85,3 +87,44 @@ class TestCA:
         key.write_bytes(leaf.private_key_pem.bytes())
         key.chmod(0o600)
         return TLSFiles(ca=self.ca_file, cert=cert, key=key)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceTLS:
+    """A secured local service: its server identity and the client one its controls present.
+
+    ``auth_clients``: whether the server asks every client for a certificate
+    (Redis ``tls-auth-clients yes``); the service's own control connections
+    (readiness probes, failovers) always present ``client``.
+    """
+
+    server: TLSFiles
+    client: TLSFiles
+    auth_clients: bool = True
+
+    def client_context(self) -> ssl.SSLContext:
+        """Return a client ``SSLContext`` trusting the CA and presenting ``client``."""
+        context = ssl.create_default_context(cafile=str(self.server.ca))
+        context.load_cert_chain(str(self.client.cert), str(self.client.key))
+        return context
+
+    def redis_kwargs(self) -> dict[str, object]:
+        """Return redis-py's keyword arguments for a control client of this service."""
+        return {
+            "ssl": True,
+            "ssl_ca_certs": str(self.server.ca),
+            "ssl_certfile": str(self.client.cert),
+            "ssl_keyfile": str(self.client.key),
+        }
+
+    def redis_config(self, port: int) -> list[str]:
+        """Return ``redis.conf`` lines serving TLS only on ``port`` (replication on TLS too)."""
+        return [
+            "port 0",
+            f"tls-port {port}",
+            f"tls-cert-file {self.server.cert}",
+            f"tls-key-file {self.server.key}",
+            f"tls-ca-cert-file {self.server.ca}",
+            f"tls-auth-clients {'yes' if self.auth_clients else 'no'}",
+            "tls-replication yes",
+        ]
