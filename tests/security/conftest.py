@@ -4,8 +4,10 @@
 - ``secure_postgres``: ``ssl = on`` and SCRAM passwords over ``hostssl`` only; an
   owner role that migrated the store's database (``store migrate --grant-to``)
   and the runtime role the pods use, which may read and write but not create.
-- ``redis_tls``: one TLS-only node asking for client certificates, with the
-  ACL user of docs/operations.md.
+- ``redis_tls``, ``sentinel_tls``, ``cluster_tls``: one node, a Sentinel group
+  and a Cluster, TLS only (replication, sentinels and the cluster bus too),
+  asking for client certificates, with the ACL user of docs/operations.md on
+  every data node.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import anyio
 import pytest
 import redis
 
-from leaseworker._dev._services import LocalPostgres, LocalRedis
+from leaseworker._dev._services import (
+    LocalPostgres,
+    LocalRedis,
+    LocalRedisCluster,
+    LocalSentinelGroup,
+)
+from leaseworker._dev._services._nodes import RedisNode
 from leaseworker._dev._services._tls import ServiceTLS, TestCA
 from leaseworker._store._grants import migrate_store
 
@@ -95,33 +103,70 @@ def documented_acl(user: str, password: str) -> list[str]:
 
 @dataclass(frozen=True)
 class SecureRedis:
-    """A TLS Redis, the documented ACL user's name and password, and its client files."""
+    """A TLS Redis topology, its URL, the documented ACL user's name and password."""
 
-    server: LocalRedis
+    base_url: str
     tls: ServiceTLS
     user: str
     password: str
+    ports: tuple[int, ...]  # the data nodes', where the ACL users live
 
     def url(self, *, user: str | None = None, password: str | None = None) -> str:
-        """Return a ``rediss://`` URL as the ACL user (or another), with CA and client cert."""
+        """Return the topology's TLS URL as the ACL user (or another), with CA and client cert."""
         name, secret = user or self.user, self.password if password is None else password
-        return self.server.url.replace("rediss://", f"rediss://{name}:{secret}@", 1)
+        scheme, _, rest = self.base_url.partition("://")
+        return f"{scheme}://{name}:{secret}@{rest}"
+
+    def set_user(self, *argv: str) -> None:
+        """Run ``ACL SETUSER ARGV`` on every data node (ACLs are per node, not replicated)."""
+        for port in self.ports:
+            with admin_client(port, self.tls) as admin:
+                admin.execute_command("ACL", "SETUSER", *argv)
+
+
+def _secured(base_url: str, tls: ServiceTLS, nodes: list[int]) -> SecureRedis:
+    secured = SecureRedis(base_url, tls, "leaseworker", uuid.uuid4().hex, tuple(nodes))
+    secured.set_user(*documented_acl(secured.user, secured.password)[2:])
+    return secured
+
+
+def _service_tls(test_ca: TestCA) -> ServiceTLS:
+    return ServiceTLS(server=test_ca.server(), client=test_ca.client("leaseworker"))
 
 
 @pytest.fixture(scope="session")
 def redis_tls(test_ca: TestCA) -> Iterator[SecureRedis]:
     """One TLS-only Redis asking for client certificates, with the documented ACL user."""
-    tls = ServiceTLS(server=test_ca.server(), client=test_ca.client("leaseworker"))
+    tls = _service_tls(test_ca)
     server = LocalRedis.start(tls=tls)
     try:
-        user, password = "leaseworker", uuid.uuid4().hex
-        with admin_client(server, tls) as admin:
-            admin.execute_command(*documented_acl(user, password))
-        yield SecureRedis(server, tls, user, password)
+        yield _secured(server.url, tls, [server.port])
     finally:
         server.stop()
 
 
-def admin_client(server: LocalRedis, tls: ServiceTLS) -> redis.Redis:
+@pytest.fixture(scope="session")
+def sentinel_tls(test_ca: TestCA) -> Iterator[SecureRedis]:
+    """A Sentinel group (master, two replicas, three sentinels), all TLS only."""
+    tls = _service_tls(test_ca)
+    group = LocalSentinelGroup.start(tls=tls)
+    try:
+        yield _secured(group.url, tls, [node.port for node in group.servers])
+    finally:
+        group.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_tls(test_ca: TestCA) -> Iterator[tuple[SecureRedis, list[RedisNode]]]:
+    """A six-node Cluster on TLS (``tls-cluster yes``), and its nodes."""
+    tls = _service_tls(test_ca)
+    cluster = LocalRedisCluster.start(tls=tls)
+    try:
+        yield _secured(cluster.url, tls, [node.port for node in cluster.nodes]), cluster.nodes
+    finally:
+        cluster.stop()
+
+
+def admin_client(port: int, tls: ServiceTLS) -> redis.Redis:
     """A synchronous client of the default (admin) user, over TLS; close it after use."""
-    return redis.Redis(host="127.0.0.1", port=server.port, **tls.redis_kwargs())  # type: ignore[arg-type]
+    return redis.Redis(host="127.0.0.1", port=port, **tls.redis_kwargs())  # type: ignore[arg-type]

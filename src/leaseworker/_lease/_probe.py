@@ -17,8 +17,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import MovedError, NoPermissionError, RedisError, ResponseError
+from redis.exceptions import (
+    MovedError,
+    NoPermissionError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 
 from .._errors import ConfigError, LeaseLost, LeaseUnavailable
 from ._clients import RedisTarget
@@ -26,6 +33,9 @@ from ._leases import RedisLeases
 
 PROBE_KEY = "leaseworker-startup-probe"
 """The job key of the lease every pod takes and releases at start (one key, whatever the pods)."""
+
+_DENIALS = ("NOPERM", "no permissions", "can't run this command")
+"""How Redis words an ACL refusal: of a command, or of a command inside a script."""
 
 _SPREAD = 16
 """Keys in as many slot ranges tried for ``MOVED``: some is not on any one node of a cluster."""
@@ -54,7 +64,7 @@ async def check_redis(
     """
     if target.topology == "single":
         await _not_a_cluster_node(client, leases.namespace, where, bound)
-    await _commands_allowed(leases, where)
+    await _commands_allowed(client, leases, where)
 
 
 async def _not_a_cluster_node(client: Any, namespace: str, where: str, bound: float) -> None:
@@ -71,7 +81,23 @@ async def _not_a_cluster_node(client: Any, namespace: str, where: str, bound: fl
             return  # NOPERM is the next check's to name; an outage is not this check's
 
 
-async def _commands_allowed(leases: RedisLeases, where: str) -> None:
+async def _commands_allowed(client: Any, leases: RedisLeases, where: str) -> None:
+    if leases.replicas:  # a refused WAIT reads as "0 replicas acknowledged": ask it alone
+        try:
+            # On a cluster, to the probe key's node as the leases reach it (RedisCluster's
+            # own routing would first ask for COMMAND, which the pod never needs).
+            node = (
+                await leases._router_client(PROBE_KEY)
+                if isinstance(client, RedisCluster)
+                else client
+            )
+            await node.execute_command("WAIT", 0, 0)
+        except NoPermissionError as exc:
+            raise ConfigError(
+                f"Redis at {where} refused a command the pod needs (NOPERM): {_first_line(exc)}"
+            ) from None
+        except (RedisError, RedisClusterException, OSError, TimeoutError):
+            pass
     try:
         lease = await leases.acquire(PROBE_KEY, 5.0)
         if lease is None:
@@ -81,20 +107,56 @@ async def _commands_allowed(leases: RedisLeases, where: str) -> None:
     except (LeaseUnavailable, LeaseLost) as exc:
         denied = _denied(exc)
         if denied is not None:
+            if "script" in denied:  # Redis does not say which of the script's commands
+                node = (
+                    await leases._router_client(PROBE_KEY)
+                    if isinstance(client, RedisCluster)
+                    else client
+                )
+                denied = await _denied_script_command(node, leases.namespace) or denied
             raise ConfigError(
                 f"Redis at {where} refused a command the pod needs (NOPERM): {denied}"
             ) from None
 
 
+_SCRIPT_COMMANDS: dict[str, tuple[str, ...]] = {
+    "GET": (),
+    "SET": ("1", "PX", "1000"),
+    "PTTL": (),
+    "PEXPIRE": ("1000",),
+    "DEL": (),
+}
+"""Each command the lease scripts run on a key, with the arguments a probe sends (and TIME)."""
+
+
+async def _denied_script_command(node: Any, namespace: str) -> str | None:
+    """Send each command the scripts run, alone, on a probe key; return the first refusal."""
+    key = f"{namespace}:{{{PROBE_KEY}}}:probe"
+    commands = [(name, (key, *args)) for name, args in _SCRIPT_COMMANDS.items()]
+    for name, args in [*commands, ("TIME", ())]:
+        try:
+            await node.execute_command(name, *args)
+        except NoPermissionError as exc:
+            return _first_line(exc)
+        except (RedisError, OSError, TimeoutError):
+            return None
+    return None
+
+
 def _denied(exc: BaseException) -> str | None:
     """Return Redis's first line for a permission refusal in ``exc``'s causes, or ``None``."""
     for cause in _chain(exc):
-        text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        text = _first_line(cause)
         if isinstance(cause, NoPermissionError) or (
-            isinstance(cause, ResponseError) and ("NOPERM" in text or "no permissions" in text)
+            isinstance(cause, ResponseError) and any(sign in text for sign in _DENIALS)
         ):
             return text
     return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -151,7 +151,7 @@ def spawn_redis(
     ``tls`` the PING goes over TLS, presenting the service's client certificate.
     """
     process = LocalProcess.spawn(label, argv, log_path=log_path)
-    probe = _answers_ping if tls is None else _answers_ping_over(tls.client_context())
+    probe = _answers_ping if tls is None else _answers_ping_over(tls.client_context(verify=False))
     try:
         wait_for_port(port, timeout=15, process=process.popen, probe=probe)
     except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it

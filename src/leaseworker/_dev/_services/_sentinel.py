@@ -24,11 +24,14 @@ from ._nodes import (
     cut_off,
     in_thread,
     installed,
+    listen_config,
     pairs,
     wait_until,
     write_config,
 )
 from ._proc import LOOPBACK, distinct_free_ports
+from ._redis import tls_query
+from ._tls import ServiceTLS
 
 SENTINELS = 3
 QUORUM = 2
@@ -61,6 +64,7 @@ class LocalSentinelGroup:
     servers: list[RedisNode] = field(default_factory=list)
     sentinels: list[RedisNode] = field(default_factory=list)
     timeout: float = 30.0
+    tls: ServiceTLS | None = None
 
     @classmethod
     def start(
@@ -71,17 +75,20 @@ class LocalSentinelGroup:
         down_after_ms: int = 1500,
         failover_timeout_ms: int = 3000,
         timeout: float = 30.0,
+        tls: ServiceTLS | None = None,
     ) -> Self:
         """Start the master, ``replicas`` replicas and three sentinels; wait until settled.
 
         Settled means: every replica replicates from the master, and every
         sentinel names that master, sees every replica and both other sentinels.
+        ``tls``: every server and sentinel serves TLS only, replication and
+        the sentinels' links included.
         """
         if replicas < 1:
             raise ValueError("a Sentinel group needs at least one replica to fail over to")
         server_bin, sentinel_bin = _binaries()
         workdir = Path(tempfile.mkdtemp(prefix="leaseworker-sentinel-"))
-        group = cls(service=service, workdir=workdir, timeout=timeout)
+        group = cls(service=service, workdir=workdir, timeout=timeout, tls=tls)
         try:
             ports = distinct_free_ports(1 + replicas + SENTINELS)
             group._start_servers(server_bin, ports[: 1 + replicas])
@@ -106,7 +113,9 @@ class LocalSentinelGroup:
     def url(self) -> str:
         """``redis+sentinel://host:port,.../<service>``, the URL ``--redis-url`` takes for it."""
         hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
-        return f"redis+sentinel://{hosts}/{self.service}"
+        if self.tls is None:
+            return f"redis+sentinel://{hosts}/{self.service}"
+        return f"rediss+sentinel://{hosts}/{self.service}?{tls_query(self.tls)}"
 
     @contextlib.asynccontextmanager
     async def master_client(self, **kwargs: Any) -> AsyncIterator[Redis]:
@@ -214,10 +223,10 @@ class LocalSentinelGroup:
             name = "master" if index == 0 else f"replica{index}"
             replicaof = [] if index == 0 else [f"replicaof {LOOPBACK} {master_port}"]
             config = self.workdir / name / "redis.conf"
-            write_config(config, [*_server_config(port, config.parent), *replicaof])
+            write_config(config, [*_server_config(port, config.parent, self.tls), *replicaof])
             log = self.workdir / f"{name}.log"
             self.servers.append(
-                RedisNode.start(name, [binary, str(config)], port=port, log_path=log)
+                RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
             )
 
     def _wait_replicating(self, master: RedisNode) -> None:
@@ -245,7 +254,7 @@ class LocalSentinelGroup:
         write_config(
             config,
             [
-                f"port {port}",
+                *listen_config(port, self.tls),
                 f"bind {LOOPBACK}",
                 "daemonize no",
                 f"dir {config.parent}",
@@ -256,7 +265,7 @@ class LocalSentinelGroup:
             ],
         )
         log = self.workdir / f"{name}.log"
-        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log)
+        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
 
     # -- observing
 
@@ -369,10 +378,10 @@ class LocalSentinelGroup:
         return master
 
 
-def _server_config(port: int, directory: Path) -> list[str]:
+def _server_config(port: int, directory: Path, tls: ServiceTLS | None) -> list[str]:
     """Return the settings of every server: loopback, no persistence, no sync delay."""
     return [
-        f"port {port}",
+        *listen_config(port, tls),
         f"bind {LOOPBACK}",
         "daemonize no",
         f"dir {directory}",
