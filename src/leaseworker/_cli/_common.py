@@ -102,12 +102,13 @@ class Setting:
         """Return the parsed value (``None`` for an empty value of a setting without default).
 
         A ``secret`` setting given as a file is read from it now (ConfigError if it cannot
-        be, or if the value is given as well).
+        be, or if the value is given as a flag as well); the file wins over the value's
+        environment variable.
         """
         value = getattr(args, dest(self.flag))
         source = self.file(args)
         if source is not None:
-            if value not in (None, "", self.default):
+            if value not in (None, "", self.default, env_default(self.flag)):
                 raise ConfigError(f"give {self.flag} or {self.file_flag}, not both")
             return self.kind(source.read())
         return None if value == "" and self.default is None else value
@@ -193,3 +194,20 @@ def env_switch(flag: str) -> bool:
     if text in ("", "0", "false", "no", "off"):
         return False
     raise ConfigError(f"{env_name(flag)} must be 1 or 0 (true/false, yes/no, on/off), got {text!r}")
+
+
+REDIS_TLS_SETTINGS = (
+    Setting(flag="--redis-ssl-cafile", help="CA bundle the Redis servers' certificates chain to"),
+    Setting(flag="--redis-ssl-certfile", help="client certificate (PEM) for Redis mutual TLS"),
+    Setting(flag="--redis-ssl-keyfile", help="the client certificate's unencrypted key (PEM)"),
+)
+"""TLS files for a ``rediss://`` URL of any topology; the URL's own query options win."""
+
+
+def redis_url_with_tls(args: argparse.Namespace, url: str) -> str:
+    """Return ``url`` with the ``--redis-ssl-*`` files as its TLS query options."""
+    from .._lease import with_tls_files
+
+    cafile, certfile, keyfile = (row.value(args) for row in REDIS_TLS_SETTINGS)
+    files = {"ssl_ca_certs": cafile, "ssl_certfile": certfile, "ssl_keyfile": keyfile}
+    return with_tls_files(url, files)

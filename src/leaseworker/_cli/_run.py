@@ -36,6 +36,7 @@ from .._worker import (
 )
 from ._common import (
     LOG_FORMATS,
+    REDIS_TLS_SETTINGS,
     Setting,
     Switch,
     config_default,
@@ -44,6 +45,7 @@ from ._common import (
     port,
     positive_int,
     positive_seconds,
+    redis_url_with_tls,
 )
 from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
 
@@ -64,6 +66,7 @@ def _field(
 RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     _field("--bootstrap-servers", "Kafka bootstrap servers, host:port[,...]"),
     _field("--redis-url", "Redis URL for the leases", secret=True),
+    *REDIS_TLS_SETTINGS,  # added to the URL's query (redis_url_with_tls)
     _field("--group", "Kafka consumer group id"),
     _field("--pod", "this pod's name in logs and lease owners"),
     _field("--namespace", "lease key prefix in Redis"),
@@ -268,6 +271,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         if isinstance(row, Setting) and row.secret and row.field is not None:
             source = row.file(args)
             fields[f"{row.field}_file"] = None if source is None else source.path
+    fields["redis_url"] = redis_url_with_tls(args, fields["redis_url"])
     return WorkerConfig(**fields, kafka_security=kafka_security_from(args))
 
 

@@ -24,6 +24,8 @@ from .._lease import parse_redis_url
 from .._secrets import SecretFile
 from .._store import DEFAULT_URL, parse_store_url, redact
 
+_DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConfig:
@@ -54,7 +56,7 @@ class WorkerConfig:
     bootstrap_servers: str = "127.0.0.1:9092"
     """Kafka bootstrap servers, ``host:port[,...]``."""
 
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    redis_url: str = field(default=_DEFAULT_REDIS_URL, repr=False)
     """The lease Redis, any topology (see :func:`~leaseworker.redis_from_url`).
 
     ``redis://``, ``rediss://`` (TLS), ``unix://``,
@@ -66,8 +68,10 @@ class WorkerConfig:
     redis_url_file: Path | None = None
     """A file holding :attr:`redis_url` (a mounted Secret), read again on every reconnect.
 
-    The topology and hosts are those of the URL read at start; a new user or
-    password in the file is used by the next connection made.
+    Read at construction unless ``redis_url`` is given too (the CLI passes the
+    URL it read, with the ``--redis-ssl-*`` files added). The topology, hosts
+    and TLS options are the first URL's; a new user or password in the file is
+    used by the next connection made.
     """
 
     group: str = "leaseworker"
@@ -139,7 +143,10 @@ class WorkerConfig:
     """
 
     store_url_file: Path | None = None
-    """A file holding :attr:`store_url`, read again whenever the store opens a connection."""
+    """A file holding :attr:`store_url`, read again whenever the store opens a connection.
+
+    Read at construction unless ``store_url`` is given too.
+    """
 
     store_timeout: float = 5.0
     """The bound of every completion store call."""
@@ -193,9 +200,9 @@ class WorkerConfig:
     """
 
     def __post_init__(self) -> None:
-        for name in ("redis_url", "store_url"):  # a file's content wins, as it will on reconnect
+        for name, default in (("redis_url", _DEFAULT_REDIS_URL), ("store_url", DEFAULT_URL)):
             source = getattr(self, f"{name}_file")
-            if source is not None:
+            if source is not None and getattr(self, name) == default:  # the URL from the file
                 object.__setattr__(self, name, SecretFile(Path(source), f"{name}_file").read())
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
         parse_redis_url(self.redis_url)  # ConfigError for a malformed URL, before any I/O
