@@ -14,7 +14,6 @@ from pathlib import Path
 import psycopg
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import AuthenticationError
 
 from leaseworker import ConfigError, open_store
 from leaseworker._cli._main import build_parser
@@ -48,11 +47,7 @@ async def test_tls_a_rotated_redis_url_file_is_used_on_reconnect(
             admin.execute_command("CLIENT", "KILL", "USER", user)  # the Secret's rotation
         assert isinstance(client, Redis)
         await client.connection_pool.disconnect()
-        assert await client.ping()  # a new connection, the new password
-        secret.write_text(redis_tls.url(user=user, password="not-the-password"))
-        await client.connection_pool.disconnect()
-        with pytest.raises(AuthenticationError):
-            await client.ping()
+        assert await client.ping()  # a new connection: only the new password is valid now
     finally:
         await client.aclose()
 
