@@ -8,8 +8,12 @@ within 10 s with one line naming the store and the reason, never a password.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -195,3 +199,39 @@ async def test_a_server_that_is_down_is_waited_for_not_refused(
         async with open_store(url, call_timeout=1):
             pass
     assert not issubclass(StoreUnavailable, ConfigError)
+
+
+@pytest.fixture(scope="module")
+def german_postgres() -> Iterator[LocalPostgres]:
+    """A PostgreSQL whose messages are German (de_DE compiled into a directory of its own)."""
+    if shutil.which("localedef") is None or not Path("/usr/share/i18n/locales/de_DE").exists():
+        pytest.skip("no localedef or de_DE locale source to compile a German locale from")
+    locales = Path(tempfile.mkdtemp(prefix="leaseworker-locale-"))
+    locales.chmod(0o755)
+    try:
+        subprocess.run(
+            ["localedef", "-i", "de_DE", "-f", "UTF-8", str(locales / "de_DE.UTF-8")],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        server = LocalPostgres.start(
+            settings={"lc_messages": "de_DE.UTF-8"}, env={"LOCPATH": str(locales)}
+        )
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(locales, ignore_errors=True)
+
+
+def test_a_refused_login_in_german_exits_2_all_the_same(
+    german_postgres: LocalPostgres, redis_server: LocalRedis
+) -> None:
+    """The classification reads no message text: a German 28P01 is permanent too."""
+    url = german_postgres.url_for("leaseworker", password="falsch-8d2")
+    line = run_pod("--redis-url", redis_server.url, "--store-url", url).refusal()
+    assert "refused the connection after the password" in line
+    assert "Passwort-Authentifizierung" in line  # the server's own words, shown
+    assert "falsch-8d2" not in line

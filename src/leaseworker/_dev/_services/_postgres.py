@@ -20,6 +20,7 @@ import ssl
 import struct
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
@@ -203,7 +204,13 @@ class LocalPostgres:
 
     @classmethod
     def start(
-        cls, *, workdir: Path | None = None, timeout: float = 60.0, tls: TLSFiles | None = None
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 60.0,
+        tls: TLSFiles | None = None,
+        settings: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Self:
         """Create a fresh cluster, start the server, and wait until it serves queries.
 
@@ -212,6 +219,8 @@ class LocalPostgres:
         short: the Unix socket path inside it is limited to 107 bytes. Without
         ``workdir`` a temporary directory is used and removed again by :meth:`stop`.
         ``tls``: serve TLS only, with this certificate and key (see :data:`TLS_ONLY_HBA`).
+        ``settings`` are added to the server's (``lc_messages``, say), ``env`` to its
+        environment (``LOCPATH`` for a locale compiled apart).
         """
         bindir = find_bindir()
         run_as = _RunAs.for_current_process()
@@ -224,9 +233,9 @@ class LocalPostgres:
         password = secrets.token_hex(16)
         try:
             _initdb(bindir, workdir, password, run_as, timeout=timeout)
-            settings = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
+            chosen = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
             port = free_port()
-            process = _spawn(bindir, workdir, port, run_as, settings)
+            process = _spawn(bindir, workdir, port, run_as, {**chosen, **(settings or {})}, env)
         except BaseException:
             if remove:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -412,7 +421,12 @@ def _tls_settings(workdir: Path, tls: TLSFiles, run_as: _RunAs) -> dict[str, str
 
 
 def _spawn(
-    bindir: Path, workdir: Path, port: int, run_as: _RunAs, settings: dict[str, str]
+    bindir: Path,
+    workdir: Path,
+    port: int,
+    run_as: _RunAs,
+    settings: dict[str, str],
+    env: Mapping[str, str] | None,
 ) -> LocalProcess:
     """Start the ``postgres`` server in the foreground, logging to ``postgres.log``."""
     argv = [
@@ -432,7 +446,7 @@ def _spawn(
         "postgres",
         argv,
         log_path=workdir / "postgres.log",
-        env=run_as.env(),
+        env={**run_as.env(), **(env or {})},
         cwd=workdir,
         user=run_as.uid,
         group=run_as.gid,
