@@ -85,7 +85,7 @@ def test_url_files_and_the_kafka_password_file_come_from_flags_and_env(
     monkeypatch.setenv("LEASEWORKER_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
     monkeypatch.setenv("LEASEWORKER_KAFKA_SASL_USERNAME", "lw")
     monkeypatch.setenv("LEASEWORKER_KAFKA_SASL_PASSWORD_FILE", str(kafka_file))
-    argv = ["run", "--store-url-file", str(store_file), "--redis-ssl-cafile", "/ca.crt"]
+    argv = ["run", "--store-url-file", str(store_file), "--redis-ca-file", "/ca.crt"]
     config = build_config(build_parser().parse_args([*argv, "tests.jobs:MarkerJob"]))
     assert config.redis_url == "rediss://lw:redis-pw@redis:6380/0?ssl_ca_certs=/ca.crt"
     assert config.redis_url_file == redis_file

@@ -2,7 +2,7 @@
 
 Redis TLS with the documented ACL user, PostgreSQL verify-full as the runtime
 role, both credentials from files, the CA and client certificate from the
-``--redis-ssl-*`` flags and variables.
+``--redis-ca-file``, ``--redis-cert-file``, ``--redis-key-file`` flags and variables.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ async def test_tls_a_pod_completes_a_job_through_redis_tls_acl_and_postgres_veri
         "LW_TEST_MARKERS": str(markers),
         "LEASEWORKER_REDIS_URL_FILE": str(redis_file),
         "LEASEWORKER_STORE_URL_FILE": str(store_file),
-        "LEASEWORKER_REDIS_SSL_CAFILE": str(files.server.ca),
+        "LEASEWORKER_REDIS_CA_FILE": str(files.server.ca),
     }
     pod = spawn_pod(
         "secured",
@@ -51,9 +51,9 @@ async def test_tls_a_pod_completes_a_job_through_redis_tls_acl_and_postgres_veri
         kafka_server.bootstrap_servers,
         "--group",
         kafka_names.group,
-        "--redis-ssl-certfile",
+        "--redis-cert-file",
         str(files.client.cert),
-        "--redis-ssl-keyfile",
+        "--redis-key-file",
         str(files.client.key),
     )
     try:

@@ -197,15 +197,15 @@ def env_switch(flag: str) -> bool:
 
 
 REDIS_TLS_SETTINGS = (
-    Setting(flag="--redis-ssl-cafile", help="CA bundle the Redis servers' certificates chain to"),
-    Setting(flag="--redis-ssl-certfile", help="client certificate (PEM) for Redis mutual TLS"),
-    Setting(flag="--redis-ssl-keyfile", help="the client certificate's unencrypted key (PEM)"),
+    Setting(flag="--redis-ca-file", help="CA bundle the Redis servers' certificates chain to"),
+    Setting(flag="--redis-cert-file", help="client certificate (PEM) for Redis mutual TLS"),
+    Setting(flag="--redis-key-file", help="the client certificate's unencrypted key (PEM)"),
 )
 """TLS files for a ``rediss://`` URL of any topology; the URL's own query options win."""
 
 
 def redis_url_with_tls(args: argparse.Namespace, url: str) -> str:
-    """Return ``url`` with the ``--redis-ssl-*`` files as its TLS query options."""
+    """Return ``url`` with ``--redis-ca-file``, ``-cert-file``, ``-key-file`` as TLS options."""
     from .._lease import with_tls_files
 
     cafile, certfile, keyfile = (row.value(args) for row in REDIS_TLS_SETTINGS)

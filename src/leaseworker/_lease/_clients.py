@@ -137,7 +137,8 @@ def redis_from_url(
 def with_tls_files(url: str, files: dict[str, str | None]) -> str:
     """Return ``url`` with the TLS files of ``files`` (``ssl_ca_certs`` ...) as query options.
 
-    For the ``--redis-ssl-*`` flags; an option the URL sets already is kept.
+    For ``--redis-ca-file``, ``--redis-cert-file`` and ``--redis-key-file``; an
+    option the URL sets already is kept.
     """
     given = {name: path for name, path in files.items() if path}
     if not given:

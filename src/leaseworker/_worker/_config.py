@@ -69,9 +69,9 @@ class WorkerConfig:
     """A file holding :attr:`redis_url` (a mounted Secret), read again on every reconnect.
 
     Read at construction unless ``redis_url`` is given too (the CLI passes the
-    URL it read, with the ``--redis-ssl-*`` files added). The topology, hosts
-    and TLS options are the first URL's; a new user or password in the file is
-    used by the next connection made.
+    URL it read, with ``--redis-ca-file``, ``-cert-file`` and ``-key-file``
+    added). The topology, hosts and TLS options are the first URL's; a new
+    user or password in the file is used by the next connection made.
     """
 
     group: str = "leaseworker"
