@@ -8,6 +8,7 @@ connection, the store's pool the URL for every new connection.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from leaseworker._cli._main import build_parser
 from leaseworker._cli._run import build_config
 from leaseworker._lease import redis_from_url
 
-from .cli import run_pod
+from .cli import leaseworker, run_pod
 from .conftest import SecurePostgres, SecureRedis, admin_client, documented_acl
 
 
@@ -125,3 +126,28 @@ def test_an_unreadable_secret_file_exits_2_naming_the_path(tmp_path: Path) -> No
     missing = tmp_path / "no-such-secret"
     line = run_pod("--store-url-file", str(missing)).refusal()
     assert f"cannot read --store-url-file {missing}" in line
+
+
+def test_tls_inspect_reads_through_the_secured_peers_with_url_files(
+    redis_tls: SecureRedis, secure_postgres: SecurePostgres, tmp_path: Path
+) -> None:
+    """``leaseworker inspect`` as the ACL user and the runtime role, both URLs from files."""
+    redis_file, store_file = tmp_path / "redis-url", tmp_path / "store-url"
+    redis_file.write_text(redis_tls.url().partition("?")[0])
+    store_file.write_text(secure_postgres.url("lw_runtime"))
+    files = redis_tls.tls
+    ended = leaseworker(
+        "inspect",
+        "report:never-run",
+        "--redis-url-file",
+        str(redis_file),
+        "--redis-ca-file",
+        str(files.server.ca),
+        "--redis-cert-file",
+        str(files.client.cert),
+        "--redis-key-file",
+        str(files.client.key),
+        env={"LEASEWORKER_STORE_URL_FILE": str(store_file)},
+    )
+    assert ended.code == 0, ended.stderr
+    assert json.loads(ended.stdout)["fence"] is None
