@@ -64,7 +64,7 @@ async def check_redis(
     """
     if target.topology == "single":
         await _not_a_cluster_node(client, leases.namespace, where, bound)
-    await _commands_allowed(client, leases, where)
+    await _commands_allowed(client, leases, where, bound)
 
 
 async def _not_a_cluster_node(client: Any, namespace: str, where: str, bound: float) -> None:
@@ -81,21 +81,13 @@ async def _not_a_cluster_node(client: Any, namespace: str, where: str, bound: fl
             return  # NOPERM is the next check's to name; an outage is not this check's
 
 
-async def _commands_allowed(client: Any, leases: RedisLeases, where: str) -> None:
+async def _commands_allowed(client: Any, leases: RedisLeases, where: str, bound: float) -> None:
     if leases.replicas:  # a refused WAIT reads as "0 replicas acknowledged": ask it alone
         try:
-            # On a cluster, to the probe key's node as the leases reach it (RedisCluster's
-            # own routing would first ask for COMMAND, which the pod never needs).
-            node = (
-                await leases._router_client(PROBE_KEY)
-                if isinstance(client, RedisCluster)
-                else client
-            )
-            await node.execute_command("WAIT", 0, 0)
+            with anyio.fail_after(bound * 2):
+                await (await _node(client, leases)).execute_command("WAIT", 0, 0)
         except NoPermissionError as exc:
-            raise ConfigError(
-                f"Redis at {where} refused a command the pod needs (NOPERM): {_first_line(exc)}"
-            ) from None
+            raise _needs(where, _first_line(exc)) from None
         except (RedisError, RedisClusterException, OSError, TimeoutError):
             pass
     try:
@@ -106,17 +98,27 @@ async def _commands_allowed(client: Any, leases: RedisLeases, where: str) -> Non
         await leases.release(lease)
     except (LeaseUnavailable, LeaseLost) as exc:
         denied = _denied(exc)
-        if denied is not None:
-            if "script" in denied:  # Redis does not say which of the script's commands
-                node = (
-                    await leases._router_client(PROBE_KEY)
-                    if isinstance(client, RedisCluster)
-                    else client
-                )
-                denied = await _denied_script_command(node, leases.namespace) or denied
-            raise ConfigError(
-                f"Redis at {where} refused a command the pod needs (NOPERM): {denied}"
-            ) from None
+        if denied is None:
+            return
+        if "script" in denied:  # Redis does not say which of the script's commands
+            node = await _node(client, leases)
+            denied = await _denied_script_command(node, leases.namespace, bound) or denied
+        raise _needs(where, denied) from None
+
+
+async def _node(client: Any, leases: RedisLeases) -> Any:
+    """Return the client for the probe key's node, as the leases reach it.
+
+    On a cluster RedisCluster's own routing would first ask for ``COMMAND``,
+    which the pod never needs (nor its ACL allows).
+    """
+    if isinstance(client, RedisCluster):
+        return await leases._router_client(PROBE_KEY)
+    return client
+
+
+def _needs(where: str, denied: str) -> ConfigError:
+    return ConfigError(f"Redis at {where} refused a command the pod needs (NOPERM): {denied}")
 
 
 _SCRIPT_COMMANDS: dict[str, tuple[str, ...]] = {
@@ -129,13 +131,14 @@ _SCRIPT_COMMANDS: dict[str, tuple[str, ...]] = {
 """Each command the lease scripts run on a key, with the arguments a probe sends (and TIME)."""
 
 
-async def _denied_script_command(node: Any, namespace: str) -> str | None:
+async def _denied_script_command(node: Any, namespace: str, bound: float) -> str | None:
     """Send each command the scripts run, alone, on a probe key; return the first refusal."""
     key = f"{namespace}:{{{PROBE_KEY}}}:probe"
     commands = [(name, (key, *args)) for name, args in _SCRIPT_COMMANDS.items()]
     for name, args in [*commands, ("TIME", ())]:
         try:
-            await node.execute_command(name, *args)
+            with anyio.fail_after(bound * 2):
+                await node.execute_command(name, *args)
         except NoPermissionError as exc:
             return _first_line(exc)
         except (RedisError, OSError, TimeoutError):
