@@ -11,16 +11,20 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from leaseworker import RedisLeases
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._nodes import RedisNode
+from leaseworker._dev._services._proc import free_port
 from leaseworker._dev._services._tls import ServiceTLS, TestCA
 from leaseworker._lease import check_redis, parse_redis_url, redis_from_url
 
-from .cli import run_pod
+from ..health_util import spawn
+from ..waiting import eventually
+from .cli import JOB, run_pod
 from .conftest import SecureRedis, documented_acl
 
 
@@ -127,3 +131,33 @@ def test_the_probe_tries_every_command_the_lease_scripts_run() -> None:
         used |= set(re.findall(r"redis\.call\('([A-Z]+)'", script))
     assert used
     assert used <= {*_SCRIPT_COMMANDS, "TIME"}
+
+
+def test_tls_sentinel_acl_without_wait_exits_2_naming_it(sentinel_tls: SecureRedis) -> None:
+    """A refused WAIT would read as "0 replicas acknowledged" forever: the probe asks it alone."""
+    user, password = f"lw-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    sentinel_tls.set_user(*[a for a in documented_acl(user, password)[2:] if a != "+wait"])
+    url = sentinel_tls.url(user=user, password=password)
+    line = run_pod("--redis-url", url, "--store-url", "memory://").refusal()
+    assert "refused a command the pod needs (NOPERM)" in line
+    assert "'wait'" in line
+
+
+async def test_tls_redis_that_is_not_up_is_waited_for_with_a_warning_per_attempt(
+    redis_tls: SecureRedis, tmp_path: Path
+) -> None:
+    """Nothing listens on the port yet: no TLS refusal, the pod keeps waiting and says so."""
+    url = redis_tls.url().replace(f":{redis_tls.ports[0]}/", f":{free_port()}/")
+    pod = spawn(
+        "waiting", JOB, tmp_path, {"LEASEWORKER_REDIS_URL": url}, "--store-url", "memory://"
+    )
+    try:
+
+        async def warned_twice() -> bool:
+            return pod.log_text().count("unavailable (ConnectionError); retrying in") >= 2
+
+        await eventually(warned_twice, within=30)
+        assert pod.process.poll() is None  # still waiting, not exited
+    finally:
+        pod.kill()
+    assert redis_tls.password not in pod.log_text()
