@@ -16,7 +16,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md"))
-PAGES = [REPO / "README.md", REPO / "bench" / "README.md", *DOCS]
+PAGES = [
+    REPO / "README.md",
+    REPO / "CHANGELOG.md",
+    REPO / "bench" / "README.md",
+    *DOCS,
+    *sorted((REPO / "examples").rglob("*.md")),
+]
 DOCS_WORD_LIMIT = 15_000
 README_CHAR_LIMIT = 12_000
 
