@@ -29,10 +29,10 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
+from .._chaos import ChaosProxy
 from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
 from .._history import Execution, Fault, History, header_line, merge
-from ..testing import ChaosProxy
 from ._checker import Verdict, check
 from ._faults import Injector
 from ._payloads import Generator

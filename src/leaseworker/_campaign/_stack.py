@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 import anyio
 
+from .._chaos import ChaosProxy
 from .._dev._pods import start_in_parallel
 from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
-from ..testing import ChaosProxy
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
 Topology = Literal["single", "sentinel", "cluster"]

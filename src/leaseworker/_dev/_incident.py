@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import anyio
 from redis.asyncio import Redis
 
+from .._chaos import ChaosProxy
 from .._errors import LeaseBusy, LeaseLost
 from .._lease import RELEASE, RedisLeases, hold
-from ..testing import ChaosProxy
 from ._services import LocalRedis
 
 KEY = "report:acme:2026-11"

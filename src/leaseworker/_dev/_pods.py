@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
-from ..testing import ChaosProxy
+from .._chaos import ChaosProxy
 from ._services import LocalJaeger, LocalRedis
 from ._services._kafka import LocalKafka
 from ._services._shipped import shipped

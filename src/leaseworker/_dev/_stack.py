@@ -23,9 +23,9 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
+from .._chaos import ChaosProxy
 from .._history import Fault, History
 from .._timeline import render_html, render_text
-from ..testing import ChaosProxy
 from ._jaeger_links import key_history, lost_trace_url
 from ._marks import Execution, Position, completed_positions, overlaps, read_executions
 from ._pods import PodProcess, Stack, committed_total, local_stack, spawn_pod, telemetry_flags
