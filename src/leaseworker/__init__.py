@@ -138,7 +138,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """The public names (loaded or not), the subpackages imported so far, the private ones."""
+    """List the public names (loaded or not), the subpackages imported so far, the private ones."""
     return sorted({*__all__, *(n for n in globals() if n.startswith("_") or n == "testing")})
 
 
