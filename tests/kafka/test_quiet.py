@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import aiokafka  # type: ignore[import-untyped]
 import pytest
 
 from leaseworker._kafka import _quiet
@@ -60,7 +61,7 @@ def test_the_metadata_patch_stands_down_with_one_warning_outside_its_releases(
 
     One WARNING names the version, however many clients are built.
     """
-    monkeypatch.setattr(_quiet.aiokafka, "__version__", version)
+    monkeypatch.setattr(aiokafka, "__version__", version)
     monkeypatch.setattr(_quiet, "_STOOD_DOWN", set())
     clients = [_Client(), _Client()]
     with caplog.at_level(logging.WARNING, logger="leaseworker.kafka"):
@@ -78,7 +79,7 @@ def test_the_metadata_patch_applies_on_the_release_it_was_read_from(
     version: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On aiokafka 0.14.x the client's metadata update is wrapped, with no warning."""
-    monkeypatch.setattr(_quiet.aiokafka, "__version__", version)
+    monkeypatch.setattr(aiokafka, "__version__", version)
     client = _Client()
     with caplog.at_level(logging.WARNING, logger="leaseworker.kafka"):
         _quiet.quiet(client)
