@@ -1,50 +1,21 @@
-"""Worker pods as real ``leaseworker run`` processes, and the marker files they write."""
+"""Worker pods as real ``leaseworker run`` processes (the one pod process), and their markers."""
 
 from __future__ import annotations
 
 import itertools
-import os
-import signal
-import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
+from leaseworker._dev._pods import PodProcess, pod_process
 
 REPO = Path(__file__).resolve().parents[1]
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
 
 
-@dataclass
-class Pod:
-    """One ``leaseworker run`` process, its log file and name."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def signal(self, signum: int) -> None:
-        """Send ``signum`` to this pod's process."""
-        self.process.send_signal(signum)
-
-    def log_text(self) -> str:
-        """Everything the pod logged so far."""
-        return self.log.read_text(errors="replace")
-
-    async def wait_exit(self, within: float) -> int:
-        """Wait for the process to exit (polled: it is another process); return its code."""
-        with anyio.fail_after(within):
-            while (code := self.process.poll()) is None:  # noqa: ASYNC110 - a child process
-                await anyio.sleep(0.05)
-        return code
-
-    def kill(self) -> None:
-        """SIGKILL the pod if it still runs, and reap it."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
+Pod = PodProcess
+"""The suite's pods are the one pod process the demo and the campaign use too."""
 
 
 @dataclass
@@ -61,18 +32,25 @@ class Mark:
 
 def spawn_pod(name: str, workdir: Path, env: dict[str, str], *extra: str) -> Pod:
     """Start ``leaseworker run tests.jobs:MarkerJob`` as pod ``name``."""
-    log = workdir / f"{name}.log"
-    full_env = {**os.environ, **env, "LEASEWORKER_POD": name, "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [LEASEWORKER, "--log-level", "INFO", "run", "tests.jobs:MarkerJob", *extra],
-            cwd=REPO,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return Pod(name, process, log)
+    return spawn(name, "tests.jobs:MarkerJob", workdir, env, *extra)
+
+
+def spawn(
+    name: str, job: str, workdir: Path, env: dict[str, str], *extra: str, log_level: str = "INFO"
+) -> Pod:
+    """Start ``leaseworker run JOB`` as pod ``name`` from the repository, logging to ``workdir``."""
+    pod = pod_process(
+        name,
+        job,
+        workdir=workdir,
+        flags=extra,
+        env={**env, "LEASEWORKER_POD": name},
+        cwd=REPO,
+        record_history=False,
+        health=False,
+        log_level=log_level,
+    )
+    return pod.start()
 
 
 def read_marks(path: Path) -> list[Mark]:

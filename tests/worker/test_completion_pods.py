@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -39,7 +38,7 @@ from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
 
 from ..kafka_util import committed, produce
-from ..pods import LEASEWORKER, REPO, Pod
+from ..pods import Pod, spawn
 from ..waiting import eventually
 
 LEASE = 2.0
@@ -84,23 +83,8 @@ def _mark(line: str) -> None:
 
 
 def _spawn(name: str, workdir: Path, topic: str, argv: list[str]) -> Pod:
-    log = workdir / f"{name}.log"
-    env = {
-        **os.environ,
-        "LW_TEST_TOPIC": topic,
-        "LW_TEST_MARKERS": str(workdir / "markers.txt"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [LEASEWORKER, "--log-level", "INFO", "run", f"{__name__}:PausableJob", *argv],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return Pod(name, process, log)
+    markers = {"LW_TEST_TOPIC": topic, "LW_TEST_MARKERS": str(workdir / "markers.txt")}
+    return spawn(name, f"{__name__}:PausableJob", workdir, markers, *argv)
 
 
 def _marks(workdir: Path) -> list[list[str]]:

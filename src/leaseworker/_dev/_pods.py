@@ -53,20 +53,21 @@ class PodProcess:
     proxy: ChaosProxy | None = None
     exits: list[Exit] = field(default_factory=list)
     stopping: bool = False
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)  # running
+    _last: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def process(self) -> subprocess.Popen[bytes]:
-        """The current process (``RuntimeError`` before the first :meth:`start`)."""
-        if self._process is None:
-            raise RuntimeError(f"pod {self.name} is not running")
-        return self._process
+        """The latest process, running or ended (``RuntimeError`` before the first start)."""
+        if self._last is None:
+            raise RuntimeError(f"pod {self.name} was never started")
+        return self._last
 
     def start(self) -> PodProcess:
         """Start (or restart) the process, appending to its log; return the pod."""
         self.stopping = False
         with self.log.open("ab") as out:
-            self._process = subprocess.Popen(
+            self._process = self._last = subprocess.Popen(
                 self.argv,
                 cwd=self.cwd,
                 env=self.env,

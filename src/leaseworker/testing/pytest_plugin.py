@@ -4,6 +4,8 @@ Installed with leaseworker as the ``leaseworker`` pytest plugin (a ``pytest11``
 entry point; ``-p no:leaseworker`` turns it off). It only defines fixtures, and
 nothing starts until a test asks for one:
 
+- ``leaseworker_stack``: the session's local services (leaseworker's one
+  stack builder); each starts on first use, all stop at the session's end;
 - ``leaseworker_redis``: a private ``redis-server`` on a free loopback port,
   once per session (``.url``);
 - ``leaseworker_kafka``: a private single-node Kafka broker (KRaft), once per
@@ -37,6 +39,7 @@ import pytest
 if TYPE_CHECKING:
     from .._dev._services import LocalRedis
     from .._dev._services._kafka import LocalKafka
+    from .._dev._services._stack import LocalStack
     from ._embedded import EmbeddedPod as EmbeddedPod
     from ._embedded import PodFactory as PodFactory
 
@@ -44,27 +47,24 @@ from ._triggers import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
 
 
 @pytest.fixture(scope="session")
-def leaseworker_redis() -> Iterator[LocalRedis]:
-    """Start a private redis-server for the session (``.url``); stop it by PID at its end."""
-    from .._dev._services import LocalRedis
+def leaseworker_stack() -> Iterator[LocalStack]:
+    """Provide the session's local services: each starts on first use, all stop at its end."""
+    from .._dev._services._stack import LocalStack
 
-    server = LocalRedis.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    with LocalStack() as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")
-def leaseworker_kafka() -> Iterator[LocalKafka]:
-    """Start a private Kafka broker for the session (``.bootstrap_servers``); stop it by PID."""
-    from .._dev._services._kafka import LocalKafka
+def leaseworker_redis(leaseworker_stack: LocalStack) -> LocalRedis:
+    """Start a private redis-server for the session (``.url``)."""
+    return leaseworker_stack.redis
 
-    server = LocalKafka.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+
+@pytest.fixture(scope="session")
+def leaseworker_kafka(leaseworker_stack: LocalStack) -> LocalKafka:
+    """Start a private Kafka broker for the session (``.bootstrap_servers``)."""
+    return leaseworker_stack.kafka
 
 
 @pytest.fixture
