@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, final
+from typing import Any, Literal, Self, TypeVar, cast, final
 
 from ._cluster import LocalRedisCluster
 from ._jaeger import LocalJaeger
@@ -144,12 +144,11 @@ class LocalStack:
                 service.stop()
 
     def _use(self, name: Service, kind: type[T]) -> T:
+        """Return service ``name`` (a ``kind``: :data:`STARTERS` say which), starting it once."""
         with self._lock:
             if name not in self._running:
                 self.start(name)
-            service = self._running[name]
-        assert isinstance(service, kind)
-        return service
+            return cast(T, self._running[name])
 
     def _record(self, futures: dict[Service, Future[Any]]) -> None:
         with self._lock:
