@@ -1,14 +1,15 @@
-"""Worker pods as real ``leaseworker run`` processes (the one pod process), and their markers."""
+"""Worker pods as real ``leaseworker run`` processes: the one pod process, and what they record."""
 
 from __future__ import annotations
 
-import itertools
 import sys
-from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from leaseworker._dev._pods import PodProcess, pod_process
+import anyio
+
+from leaseworker._dev._pods import PodProcess, histories, pod_process
+from leaseworker._history import Execution
 
 REPO = Path(__file__).resolve().parents[1]
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
@@ -18,27 +19,28 @@ Pod = PodProcess
 """The suite's pods are the one pod process the demo and the campaign use too."""
 
 
-@dataclass
-class Mark:
-    """One line of the marker file: an execution started or stopped."""
-
-    at: float
-    pod: str
-    key: str
-    execution_id: str
-    what: str  # "start" or "stop"
-    how: str  # for stops: completed or cancelled
-
-
 def spawn_pod(name: str, workdir: Path, env: dict[str, str], *extra: str) -> Pod:
-    """Start ``leaseworker run tests.jobs:MarkerJob`` as pod ``name``."""
-    return spawn(name, "tests.jobs:MarkerJob", workdir, env, *extra)
+    """Start ``leaseworker run tests.jobs:MarkerJob`` as pod ``name``.
+
+    It records its history (``pod.recorded()``) and serves ``/readyz`` on a
+    loopback port (``pod.assigned()``, ``pod.readiness()``).
+    """
+    return spawn(name, "tests.jobs:MarkerJob", workdir, env, *extra, evidence=True)
 
 
 def spawn(
-    name: str, job: str, workdir: Path, env: dict[str, str], *extra: str, log_level: str = "INFO"
+    name: str,
+    job: str,
+    workdir: Path,
+    env: dict[str, str],
+    *extra: str,
+    log_level: str = "INFO",
+    evidence: bool = False,
 ) -> Pod:
-    """Start ``leaseworker run JOB`` as pod ``name`` from the repository, logging to ``workdir``."""
+    """Start ``leaseworker run JOB`` as pod ``name`` from the repository, logging to ``workdir``.
+
+    ``evidence``: record the history and serve ``/readyz`` (else the test's flags decide).
+    """
     pod = pod_process(
         name,
         job,
@@ -46,46 +48,44 @@ def spawn(
         flags=extra,
         env={**env, "LEASEWORKER_POD": name},
         cwd=REPO,
-        record_history=False,
-        health=False,
+        record_history=evidence,
+        health=evidence,
         log_level=log_level,
     )
     return pod.start()
 
 
-def read_marks(path: Path) -> list[Mark]:
-    """Parse the marker file (missing file: no marks yet)."""
-    if not path.exists():
-        return []
-    marks = []
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 5:
-            how = parts[5] if len(parts) > 5 else ""
-            marks.append(Mark(float(parts[0]), parts[1], parts[2], parts[3], parts[4], how))
-    return marks
+async def ready(pod: Pod, *, idle: bool = False) -> bool:
+    """Whether ``/readyz`` says ready, holding a partition (or, ``idle``, holding none)."""
+    answer = await anyio.to_thread.run_sync(pod.readiness)
+    if answer is None or answer["status"] != "ready":
+        return False
+    held = int(answer["kafka"]["assigned_partitions"])
+    return held == 0 if idle else held > 0
 
 
-def intervals(
-    marks: list[Mark], *, killed_at: dict[str, float] | None = None
-) -> dict[str, list[tuple[float, float, str]]]:
-    """Per job key, each execution's (start, stop, pod); a killed pod's runs end at the kill."""
-    starts = {m.execution_id: m for m in marks if m.what == "start"}
-    stops = {m.execution_id: m for m in marks if m.what == "stop"}
-    result: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    for execution_id, start in starts.items():
-        stop = stops.get(execution_id)
-        end = stop.at if stop else (killed_at or {}).get(start.pod, float("inf"))
-        result[start.key].append((start.at, end, start.pod))
-    for runs in result.values():
-        runs.sort()
-    return result
+def recorded(pods: Sequence[Pod]) -> list[Execution]:
+    """Every execution the pods recorded so far (one monotonic clock), in start order."""
+    return sorted(histories(pods).executions, key=lambda e: e.start)
 
 
-def overlapping(runs_by_key: dict[str, list[tuple[float, float, str]]]) -> list[str]:
-    """Job keys with two executions whose [start, stop] intervals overlap."""
+def overlapping(
+    executions: Sequence[Execution], *, killed_at: Mapping[str, float] | None = None
+) -> list[str]:
+    """Job keys with two executions that held the lease at once.
+
+    An execution without an end ran until its pod was killed (``killed_at``), or still runs.
+    """
+    ends = {
+        e.execution_id: e.end if e.end is not None else (killed_at or {}).get(e.pod, float("inf"))
+        for e in executions
+    }
     bad = []
-    for key, runs in runs_by_key.items():
-        if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(runs)):
-            bad.append(key)
-    return bad
+    for i, earlier in enumerate(executions):
+        for later in executions[i + 1 :]:
+            same = earlier.job_key == later.job_key
+            if same and max(earlier.start, later.start) < min(
+                ends[earlier.execution_id], ends[later.execution_id]
+            ):
+                bad.append(earlier.job_key)
+    return sorted(set(bad))
