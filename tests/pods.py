@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 
 from leaseworker._dev._pods import PodProcess, histories, pod_process
-from leaseworker._history import Execution
+from leaseworker._history import Execution, History
 
 REPO = Path(__file__).resolve().parents[1]
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
@@ -72,20 +74,14 @@ def recorded(pods: Sequence[Pod]) -> list[Execution]:
 def overlapping(
     executions: Sequence[Execution], *, killed_at: Mapping[str, float] | None = None
 ) -> list[str]:
-    """Job keys with two executions that held the lease at once.
+    """Job keys with two executions that held the lease at once (``History.overlapping``).
 
     An execution without an end ran until its pod was killed (``killed_at``), or still runs.
     """
-    ends = {
-        e.execution_id: e.end if e.end is not None else (killed_at or {}).get(e.pod, float("inf"))
+    killed = killed_at or {}
+    ended = tuple(
+        replace(e, end=killed[e.pod]) if e.end is None and e.pod in killed else e
         for e in executions
-    }
-    bad = []
-    for i, earlier in enumerate(executions):
-        for later in executions[i + 1 :]:
-            same = earlier.job_key == later.job_key
-            if same and max(earlier.start, later.start) < min(
-                ends[earlier.execution_id], ends[later.execution_id]
-            ):
-                bad.append(earlier.job_key)
-    return sorted(set(bad))
+    )
+    pairs = History(executions=ended).overlapping(until=math.inf)
+    return sorted({first.job_key for first, _ in pairs})

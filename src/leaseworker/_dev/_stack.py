@@ -323,7 +323,7 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
     ran = _completed(summary.executions)
     summary.completed_triggers = len(ran | _answered(run, summary.executions))
     summary.answered_duplicates = len(_answered(run, summary.executions) - ran)
-    summary.overlapping = len(_overlaps(summary.executions))
+    summary.overlapping = len(History(executions=tuple(summary.executions)).overlapping())
     return summary
 
 
@@ -453,17 +453,6 @@ def _completed(executions: list[Execution]) -> set[Position]:
         for e in executions
         if e.outcome == "completed" and e.partition is not None and e.offset is not None
     }
-
-
-def _overlaps(executions: list[Execution]) -> list[tuple[Execution, Execution]]:
-    """Pairs of executions of one job key that held it at once (an open end: still holding)."""
-    until = max((e.end or e.start for e in executions), default=0.0)
-    return [
-        (a, b)
-        for i, a in enumerate(executions)
-        for b in executions[i + 1 :]
-        if a.job_key == b.job_key and a.overlaps(b, until=until) > 0
-    ]
 
 
 async def _until(check: Callable[[], bool], *, within: float, what: str) -> None:
