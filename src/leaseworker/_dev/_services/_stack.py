@@ -80,12 +80,19 @@ class LocalStack:
         Jaeger: not built) stays off. The first failure of the others is raised
         once every start has ended, with the services that came up recorded.
         """
-        wanted = [n for n in dict.fromkeys([*names, *optional]) if n not in self._running]
-        optional = set(optional) - set(names)
-        if "jaeger" in optional and not LocalJaeger.binary_path().is_file():
-            wanted.remove("jaeger")  # building it takes minutes: never as a side effect
-        if not wanted:
-            return
+        with self._lock:  # one start at a time: a service never starts twice
+            wanted = [n for n in dict.fromkeys([*names, *optional]) if n not in self._running]
+            optional = set(optional) - set(names)
+            if (
+                "jaeger" in optional
+                and "jaeger" in wanted
+                and not LocalJaeger.binary_path().is_file()
+            ):
+                wanted.remove("jaeger")  # building it takes minutes: never as a side effect
+            if wanted:
+                self._start(wanted, optional)
+
+    def _start(self, wanted: list[Service], optional: set[Service]) -> None:
         pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="stack-start")
         futures = {name: pool.submit(self._starters[name]) for name in wanted}
         try:
@@ -96,9 +103,8 @@ class LocalStack:
             self._record(futures)
         for name, future in futures.items():
             failure = future.exception()
-            if failure is not None and not (
-                name in optional and isinstance(failure, NOT_INSTALLED)
-            ):
+            missing = name in optional and isinstance(failure, NOT_INSTALLED)
+            if failure is not None and not missing:
                 raise failure
 
     def get(self, name: Service) -> Any | None:
