@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._triggers import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
+
 if TYPE_CHECKING:
     from .._dev._services import LocalRedis
     from .._dev._services._kafka import LocalKafka
     from .._dev._services._stack import LocalStack
     from ._embedded import EmbeddedPod as EmbeddedPod
     from ._embedded import PodFactory as PodFactory
-
-from ._triggers import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
 
 
 @pytest.fixture(scope="session")
