@@ -87,7 +87,6 @@ async def test_run_pod_exports_the_lifecycle_trace_with_the_offset_to_jaeger(
         "LEASEWORKER_GROUP": kafka_names.group,
         "LEASEWORKER_NAMESPACE": namespace,
         "LW_TEST_TOPIC": topic,
-        "LW_TEST_MARKERS": str(tmp_path / "markers"),
         "LW_TEST_LEASE": "3",
     }
     pod = spawn_pod("pod-e2e", tmp_path, env, "--log-format", "json")
