@@ -16,7 +16,7 @@ import psycopg
 from leaseworker._dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, payload, produce
-from ..pods import read_marks, spawn_pod
+from ..pods import spawn_pod
 from ..waiting import eventually
 from .conftest import OWNER, RUNTIME, SecurePostgres, SecureRedis
 
@@ -35,10 +35,8 @@ async def test_tls_a_pod_completes_a_job_through_redis_tls_acl_and_postgres_veri
     redis_file.write_text(bare + "\n")
     store_file.write_text(secure_postgres.url(RUNTIME) + "\n")
     files = redis_tls.tls
-    markers = tmp_path / "marks"
     env = {
         "LW_TEST_TOPIC": topic,
-        "LW_TEST_MARKERS": str(markers),
         "LEASEWORKER_REDIS_URL_FILE": str(redis_file),
         "LEASEWORKER_STORE_URL_FILE": str(store_file),
         "LEASEWORKER_REDIS_CA_FILE": str(files.server.ca),
@@ -61,15 +59,14 @@ async def test_tls_a_pod_completes_a_job_through_redis_tls_acl_and_postgres_veri
         await produce(kafka_server.bootstrap_servers, topic, [(job.encode(), payload(job))])
 
         async def completed() -> bool:
-            return any(m.key == job and m.how == "completed" for m in read_marks(markers))
+            with psycopg.connect(secure_postgres.url(OWNER)) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM leaseworker_completions WHERE job_key LIKE %s",
+                    (f"%{{{job}}}",),
+                ).fetchone()
+            return row == (1,)
 
         await eventually(completed, within=60)
-        with psycopg.connect(secure_postgres.url(OWNER)) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM leaseworker_completions WHERE job_key LIKE %s",
-                (f"%{{{job}}}",),
-            ).fetchone()
-        assert row == (1,)
         pod.signal(signal.SIGTERM)
         assert await pod.wait_exit(30) == 0
     finally:

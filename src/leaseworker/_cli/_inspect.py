@@ -40,11 +40,11 @@ _REDIS_URL = Setting(
 _STORE_URL = Setting(flag="--store-url", help="completion store", default=DEFAULT_URL, secret=True)
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``inspect`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "inspect",
-        help="show a job key's lease (owner, TTL, last fence) and its completion state",
+        help=summary,
     )
     parser.add_argument("key", help="the job key, e.g. report:acme:2026-11")
     for setting in (_REDIS_URL, *REDIS_TLS_SETTINGS):

@@ -25,11 +25,11 @@ STORE_URL = Setting(
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``store`` subcommand (with its one action, ``migrate``)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "store",
-        help="manage the completion store's schema",
+        help=summary,
         description="Manage the completion store.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
