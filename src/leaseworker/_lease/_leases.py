@@ -125,12 +125,12 @@ class LeaseStore(Protocol):
 
 @final
 class RedisLeases:
-    """Leases stored in Redis: a lease key, a fence key and a note key per job key.
+    """Leases stored in Redis: a lease key and a fence key per job key.
 
-    Keys are ``{namespace}:{<job key>}:lease``, ``...:fence`` and ``...:note`` (the
-    last acquisition's note); the braces are
-    a Redis Cluster hash tag, so every key of a job lives in one slot and the
-    scripts stay atomic on a cluster. Usage::
+    Keys are ``{namespace}:{<job key>}:lease`` and ``...:fence`` (the last fence,
+    followed by the last acquisition's note); the braces are a Redis Cluster hash
+    tag, so both keys of a job live in one slot and the scripts stay atomic on a
+    cluster. Usage::
 
         leases = RedisLeases(redis.asyncio.Redis.from_url(url))
         lease = await leases.acquire("report:acme:2026-11", ttl=30)
@@ -217,12 +217,11 @@ class RedisLeases:
         return f"{self._namespace}:{{{_checked(key)}}}:lease"
 
     def fence_key(self, key: str) -> str:
-        """Return the Redis key holding ``key``'s last fence."""
-        return f"{self._namespace}:{{{_checked(key)}}}:fence"
+        """Return the Redis key holding ``key``'s last fence and its acquisition's note.
 
-    def note_key(self, key: str) -> str:
-        """Return the Redis key holding the note of ``key``'s last acquisition."""
-        return f"{self._namespace}:{{{_checked(key)}}}:note"
+        Its value is ``"<fence> <note>"``, or ``"<fence>"`` without a note (see ``_scripts``).
+        """
+        return f"{self._namespace}:{{{_checked(key)}}}:fence"
 
     async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
         """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
@@ -237,7 +236,7 @@ class RedisLeases:
         """
         _check_ttl(ttl)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
-        keys = [self.lease_key(key), self.fence_key(key), self.note_key(key)]
+        keys = [self.lease_key(key), self.fence_key(key)]
         sent_at = now()
         try:
             reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl), note])
@@ -323,7 +322,7 @@ class RedisLeases:
             key=key,
             owner=_text(owner),
             ttl=int(pttl) / 1000 if owner is not None and int(pttl) >= 0 else None,
-            fence=None if fence is None else int(fence),
+            fence=None if fence is None else _scripts.fence_of(fence),
         )
 
     async def _call(
