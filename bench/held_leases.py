@@ -54,12 +54,12 @@ class CountingConnection(Connection):
 
 
 def resident_bytes() -> int:
-    """The process's resident set size, from ``/proc/self/statm``."""
+    """Return the process's resident set size, from ``/proc/self/statm``."""
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[str, float]:
+async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[str, Any]:
     """Hold ``count`` leases, measure one steady stretch of renewals, release them all."""
     pool = ConnectionPool.from_url(url, connection_class=CountingConnection, socket_timeout=None)
     redis = Redis.from_pool(pool)
@@ -68,6 +68,7 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
     held: list[HeldLease] = []
     stop = anyio.Event()
 
+    all_held = anyio.Event()
     unavailable = 0  # acquires that got no answer in time (retried, as a worker would)
 
     async def job(i: int) -> None:
@@ -75,24 +76,29 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
         await anyio.sleep(i * every / count)  # spread: renewals then come at a steady rate
         while True:
             try:
-                async with hold(leases, f"report:{i}", ttl=ttl) as lease:
-                    held.append(lease)
-                    await stop.wait()
-                    await anyio.sleep(i % 100 / 100)  # the jobs end over a second, not at once
-                return
+                await body(i)
             except LeaseLost:
                 return  # counted from its outcome
             except LeaseUnavailable:
                 unavailable += 1
                 await anyio.sleep(0.1)
+            else:
+                return
+
+    async def body(i: int) -> None:
+        async with hold(leases, f"report:{i}", ttl=ttl) as lease:
+            held.append(lease)
+            if len(held) == count:
+                all_held.set()
+            await stop.wait()
+            await anyio.sleep(i % 100 / 100)  # the jobs end over a second, not at once
 
     gc.collect()
     before = resident_bytes()
     async with anyio.create_task_group() as tg:
         for i in range(count):
             tg.start_soon(job, i)
-        while len(held) < count:
-            await anyio.sleep(0.05)
+        await all_held.wait()
         gc.collect()
         memory = resident_bytes() - before
         renewed = sum(h.renewals for h in held)
@@ -104,7 +110,7 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
         renewed = sum(h.renewals for h in held) - renewed
         stop.set()
     await redis.aclose()
-    lost = sum(h.outcome != "completed" for h in held)
+    lost = [h.loss_reason for h in held if h.outcome != "completed"]
     return {
         "held": count,
         "bytes_per_lease": memory / count,
@@ -112,7 +118,8 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
         "renewals_per_second": renewed / seconds,
         "cpu_us_per_renewal": cpu / max(renewed, 1) * 1e6,
         "renewals_per_trip": renewed / max(trips, 1),
-        "lost": lost,
+        "lost": len(lost),
+        "loss_reasons": ",".join(sorted({str(reason) for reason in lost})),
         "unavailable": unavailable,
         "release_failed": sum(h.release_error is not None for h in held),
     }
@@ -137,7 +144,7 @@ def main() -> None:
         one_size(args.url, args.one, args.ttl, args.periods)
         return
     sizes = [int(size) for size in args.sizes.split(",")]
-    runs: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
+    runs: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
     server = LocalRedis.start()
     try:
         for _ in range(args.rounds):
@@ -167,11 +174,11 @@ def main() -> None:
     print("target at 10,000: <= 20 % of one core and <= 10 KB per lease")
 
 
-def _median(results: list[dict[str, float]], name: str) -> float:
-    return statistics.median(r[name] for r in results)
+def _median(results: list[dict[str, Any]], name: str) -> float:
+    return float(statistics.median(r[name] for r in results))
 
 
-def _quartiles(results: list[dict[str, float]], name: str, scale: float) -> str:
+def _quartiles(results: list[dict[str, Any]], name: str, scale: float) -> str:
     """Median with the lowest and highest run, e.g. ``4.1 (3.9-4.4)``."""
     values = sorted(r[name] * scale for r in results)
     return f"{statistics.median(values):.1f} ({values[0]:.1f}-{values[-1]:.1f})"

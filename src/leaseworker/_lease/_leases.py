@@ -178,6 +178,9 @@ class RedisLeases:
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
+        # A renewal is sent at least ttl/3 before it matters: a few ms spent waiting
+        # for others to share its trip cost nothing, and many held leases a trip each.
+        self._linger = min(_RENEWAL_LINGER, command_timeout / 16)
         scripts = {sha: src for src, sha in self._scripts.items()}
         self._router: ClusterRouter | None = None
         self._pipeline: ScriptPipeline | None = None
@@ -275,7 +278,10 @@ class RedisLeases:
         sent_at = now()
         try:
             renewed = await self._call(
-                _scripts.RENEW, [self.lease_key(lease.key)], [lease.owner, _ms(lease.ttl)]
+                _scripts.RENEW,
+                [self.lease_key(lease.key)],
+                [lease.owner, _ms(lease.ttl)],
+                linger=self._linger,
             )
         except TimeoutError as exc:
             raise _lost(lease, "timeout", "no answer within command_timeout") from exc
@@ -326,22 +332,29 @@ class RedisLeases:
         )
 
     async def _call(
-        self, script: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        *,
+        replicated: bool = True,
+        linger: float = 0.0,
     ) -> Replied:
         """Run ``script`` within the command timeout (see ``_deadlines``).
 
         ``replicated=False`` (a release) spares a lone call its ``WAIT``: a
         release lost in a failover brings the lease back until its TTL ends,
-        which costs availability, not safety.
+        which costs availability, not safety. ``linger``: see
+        :meth:`ScriptPipeline.call` (only with pipelining).
         """
         sha = self._scripts[script]
         if self._router is not None:
             return await self._deadlines.run(
-                self._router.call(sha, keys, args, replicated=replicated)
+                self._router.call(sha, keys, args, replicated=replicated, linger=linger)
             )
         if self._pipeline is not None:
             return await self._deadlines.run(
-                self._pipeline.call(sha, keys, args, replicated=replicated)
+                self._pipeline.call(sha, keys, args, replicated=replicated, linger=linger)
             )
         assert self._node is not None
         wait = self._wait if replicated else None
@@ -376,6 +389,8 @@ class RedisLeases:
 
 
 _SCRIPTS = (_scripts.ACQUIRE, _scripts.RENEW, _scripts.RELEASE)
+_RENEWAL_LINGER = 0.01
+"""Seconds a renewal made while nothing is in flight waits for others to share its trip."""
 _CLIENT_ERRORS = (RedisError, RedisClusterException, OSError)
 """What any Redis client can raise: translated here, never passed to the job."""
 
