@@ -9,12 +9,13 @@ spread evenly over one renewal interval, so renewals arrive at a steady rate
 (``N / (ttl / 3)`` per second) as on a pod whose jobs started at random
 times, not in one burst that would batch perfectly.
 
-Once all ``N`` are held, the process measures over ``--periods`` renewal
-intervals: its CPU time (all of it is renewing: the bodies are asleep) as a
-share of one core, the renewals confirmed, and the Redis round trips (packed
-writes on its connections, counted by a ``connection_class``). Memory per
-held lease is the growth of the process's resident set from before the first
-acquire to all ``N`` held, divided by ``N``; it includes each body's own
+Once all ``N`` are held and each renewed once (so its renewal task exists),
+the process measures over ``--periods`` renewal intervals: its CPU time (all
+of it is renewing: the bodies are asleep) as a share of one core, the
+renewals confirmed, and the Redis round trips (packed writes on its
+connections, counted by a ``connection_class``). Memory per held lease is
+the growth of the process's resident set from before the first acquire to
+all ``N`` held and renewing, divided by ``N``; it includes each body's own
 task, as a job's would. Every size runs ``--rounds`` times, sizes
 interleaved.
 
@@ -99,6 +100,7 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
         for i in range(count):
             tg.start_soon(job, i)
         await all_held.wait()
+        await anyio.sleep(every)  # every lease renewed once: its renewal task exists
         gc.collect()
         memory = resident_bytes() - before
         renewed = sum(h.renewals for h in held)
