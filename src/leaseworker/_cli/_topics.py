@@ -83,6 +83,8 @@ def _create(args: argparse.Namespace) -> int:
                 security=security,
             )
         )
+    except ConfigError as exc:  # the brokers refuse these credentials or certificates
+        return _fail(str(exc))
     except TimeoutError:
         return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
     except (KafkaError, OSError) as exc:

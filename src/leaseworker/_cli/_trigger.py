@@ -121,7 +121,9 @@ def _trigger(args: argparse.Namespace) -> int:
         trigger = checked_trigger(
             args.topic, args.key, value, max_payload_bytes=args.max_payload_bytes
         )
-        telemetry = configure(pod="leaseworker-trigger", otlp_endpoint=args.otlp_endpoint)
+        telemetry = configure(
+            pod="leaseworker-trigger", otlp_endpoint=args.otlp_endpoint, check_collector=True
+        )
     except (ConfigError, MalformedTrigger) as exc:
         return _error(_refused(exc))
     landed: dict[str, Any] = {"topic": args.topic}
