@@ -28,13 +28,18 @@ REFUSAL_BOUND = 10.0
 """Seconds within which a refused command must have exited 2."""
 
 
-def _cli(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run ``leaseworker ARGV`` with ``env`` added; return the result and its duration."""
+def _cli(
+    argv: list[str], env: dict[str, str], *, drop: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``leaseworker ARGV`` with ``env`` added (``drop`` removed); return result, duration."""
+    full_env = {**os.environ, "LW_TEST_MARKERS": os.devnull, **env}
+    for name in drop:
+        full_env.pop(name, None)
     started = time.monotonic()
     result = subprocess.run(
         [LEASEWORKER, *argv],
         cwd=REPO,
-        env={**os.environ, "LW_TEST_MARKERS": os.devnull, **env},
+        env=full_env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -239,3 +244,24 @@ async def test_a_sasl_ssl_broker_that_is_not_there_is_waited_for(
 
     await eventually(warned_twice, within=30)
     assert pod.process.poll() is None, pod.log_text()[-2000:]
+
+
+def test_the_sasl_password_file_is_read_again_for_every_new_client(
+    secured_kafka: SecuredKafka, tmp_path: Path
+) -> None:
+    """A rotated password file is what the next client (a reconnect) authenticates with."""
+    from leaseworker import KafkaSecurity
+
+    secret = tmp_path / "password"
+    secret.write_text("old-password\n")
+    security = KafkaSecurity(
+        protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="pod",
+        sasl_password_file=str(secret),
+        ssl_cafile=str(secured_kafka.ca.cert),
+    )
+    assert security.client_kwargs()["sasl_plain_password"] == "old-password"
+    secret.write_text(secured_kafka.passwords["pod"])
+    assert security.client_kwargs()["sasl_plain_password"] == secured_kafka.passwords["pod"]
+    assert secured_kafka.passwords["pod"] not in repr(security)
