@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._kafka_acls import pod_acls
+from leaseworker._dev._services._kafka_acls import Acl, pod_acls
 from leaseworker._dev._services._kafka_secure import BrokerSecurity
 
 from ..kafka_util import KafkaNames
 from .certs import Leaf, TestCA
 
-USERS = ("pod", "nodl", "nogroup", "admin")
+USERS = ("pod", "nodl", "nogroup", "noread", "admin")
 """SCRAM users: ``pod`` gets the full pod ACLs, the others lack one (``admin`` is super)."""
 
 
@@ -36,6 +36,7 @@ class SecuredKafka:
     ca: TestCA
     other_ca: TestCA  # a CA the broker's certificate does not chain to
     client: Leaf  # a client certificate whose principal is ``pod``
+    stranger: Leaf  # a client certificate issued by ``other_ca``
     passwords: dict[str, str]  # SCRAM and PLAIN users' passwords
 
     def env(self, listener: str = "SASL_SSL", user: str = "pod", **more: str) -> dict[str, str]:
@@ -60,9 +61,17 @@ class SecuredKafka:
         return env | more
 
     def names(
-        self, user: str = "pod", *, group: bool = True, dead_letters: bool = True
+        self,
+        user: str = "pod",
+        *,
+        group: bool = True,
+        dead_letters: bool = True,
+        read_topic: bool = True,
     ) -> KafkaNames:
-        """Create a test's topics and grant ``user`` the pod ACLs (less what is turned off)."""
+        """Create a test's topics and grant ``user`` the pod ACLs (less what is turned off).
+
+        ``read_topic=False`` grants only ``Describe`` on the job topic instead of ``Read``.
+        """
         names = KafkaNames(uuid.uuid4().hex[:10])
         self.broker.create_topics([names.topic, names.dead_letters])
         acls = pod_acls(
@@ -73,6 +82,13 @@ class SecuredKafka:
         )
         if not group:
             acls = [acl for acl in acls if acl.resource_type != "group"]
+        if not read_topic:
+            acls = [
+                Acl(acl.principal, "describe", "topic", acl.resource_name)
+                if acl.resource_name == names.topic
+                else acl
+                for acl in acls
+            ]
         self.broker.grant(acls)
         return names
 
@@ -99,6 +115,8 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
     )
     broker = LocalKafka.start(security=security)
     try:
-        yield SecuredKafka(broker, ca, other, ca.issue("client", common_name="pod"), passwords)
+        client = ca.issue("client", common_name="pod")
+        stranger = other.issue("stranger", common_name="pod")
+        yield SecuredKafka(broker, ca, other, client, stranger, passwords)
     finally:
         broker.stop()

@@ -162,6 +162,18 @@ def _refusal_cases(kafka: SecuredKafka) -> dict[str, tuple[dict[str, str], str]]
             kafka.env("SSL", LEASEWORKER_BOOTSTRAP_SERVERS=kafka.broker.address("WRONGHOST")),
             "mismatch",
         ),
+        "ssl no client certificate": (
+            kafka.env("SSL", LEASEWORKER_KAFKA_CERT_FILE="", LEASEWORKER_KAFKA_KEY_FILE=""),
+            "the broker refused the client's TLS certificate",
+        ),
+        "ssl client certificate of another ca": (
+            kafka.env(
+                "SSL",
+                LEASEWORKER_KAFKA_CERT_FILE=str(kafka.stranger.cert),
+                LEASEWORKER_KAFKA_KEY_FILE=str(kafka.stranger.key),
+            ),
+            "the broker refused the client's TLS certificate",
+        ),
         "ssl expired certificate": (
             kafka.env("SSL", LEASEWORKER_BOOTSTRAP_SERVERS=kafka.broker.address("EXPIRED")),
             "certificate has expired",
@@ -176,6 +188,8 @@ REFUSALS = [
     "ssl unknown ca",
     "ssl hostname mismatch",
     "ssl expired certificate",
+    "ssl no client certificate",
+    "ssl client certificate of another ca",
 ]
 
 
@@ -208,7 +222,9 @@ def test_each_sasl_and_ssl_refusal_exits_2_with_one_line_naming_kafka(
     [
         ("nodl", {"dead_letters": False}, "not authorized to describe topic 'dead-"),
         ("nogroup", {"group": False}, "not authorized to read consumer group 'group-"),
+        ("noread", {"read_topic": False}, "not authorized: triggers-"),
     ],
+    ids=["no dead-letter acl", "no group acl", "describe but no read on the job topic"],
 )
 def test_a_pod_lacking_one_acl_exits_2_naming_it_over_sasl_ssl(
     secured_kafka: SecuredKafka,
@@ -217,7 +233,12 @@ def test_a_pod_lacking_one_acl_exits_2_naming_it_over_sasl_ssl(
     lacking: dict[str, bool],
     named: str,
 ) -> None:
-    """The pod ACLs less the dead-letter topic's, or less the group's: exit 2 naming it."""
+    """The pod ACLs less the dead-letter topic's, the group's, or Read on the job topic.
+
+    The first two are found by the start-up check; the third only when the
+    consumer fetches (metadata shows a topic one may describe): the poll loop
+    then ends the pod the same way instead of retrying.
+    """
     names = secured_kafka.names(user, **lacking)
     env = secured_kafka.env(user=user) | pod_env
     env |= {

@@ -66,11 +66,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    mute_aiokafka_unless_debug(args)  # first: loading the CA file logs at INFO
     try:
         security = kafka_security_from(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    mute_aiokafka_unless_debug(args)
     try:
         anyio.run(
             lambda: create_topics(

@@ -12,6 +12,8 @@ a broker answered with a refusal. The password never appears in the message.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
 from typing import Any
 
@@ -63,13 +65,23 @@ def refusal(exc: BaseException, security: KafkaSecurity) -> str | None:
         user = f" for user {security.sasl_username!r}" if security.sasl_username else ""
         return f"SASL authentication failed{user} ({security.mechanism}): {_message(exc)}"
     if isinstance(exc, ssl.SSLCertVerificationError):
-        reason = exc.verify_message or str(exc)
+        reason = getattr(exc, "verify_message", None) or str(exc)
         return f"the broker's TLS certificate is not accepted: {reason}"
-    if isinstance(exc, ssl.SSLError) and "alert" in str(exc).lower():
-        return f"the broker refused the TLS handshake: {exc.reason or exc}"
+    if isinstance(exc, ssl.SSLError) and not _cut_short(exc):
+        reason = (getattr(exc, "reason", None) or str(exc)).lower().replace("_", " ")
+        if "alert" in reason:  # the broker ended the handshake: the client's certificate
+            return f"the broker refused the client's TLS certificate ({reason})"
+        return f"TLS failed ({reason}): is this listener TLS, and the protocol right?"
     if isinstance(exc, AUTHORIZATION_ERRORS):
         return f"not authorized: {_message(exc)}"
     return None
+
+
+def _cut_short(exc: ssl.SSLError) -> bool:
+    """Whether a TLS error is a connection cut mid-handshake (a broker going away)."""
+    if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError):
+        return True
+    return "EOF" in str(exc).upper()
 
 
 def refused_error(
@@ -102,7 +114,30 @@ async def check_refused(
             if error is not None:
                 break
     if error is not None:
+        _quiet_dropped_tls_connections()
         raise error from exc
+
+
+_UNRETRIEVED = "Future exception was never retrieved"
+
+
+def _unretrieved_tls_error(record: logging.LogRecord) -> bool:
+    """Drop asyncio's "Future exception was never retrieved" for a TLS error (keep the rest)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (str(record.msg).startswith(_UNRETRIEVED) and isinstance(error, ssl.SSLError))
+
+
+def _quiet_dropped_tls_connections() -> None:
+    """Keep the refusal the last word: no traceback about the connection that was refused.
+
+    aiokafka drops a connection whose TLS read failed (a broker refusing the
+    client's certificate) with the error set on its stream's closed-future;
+    when garbage collection reaches that future before its protocol, asyncio
+    logs it with a traceback, after the one-line refusal. Installed once.
+    """
+    log = logging.getLogger("asyncio")
+    if _unretrieved_tls_error not in log.filters:
+        log.addFilter(_unretrieved_tls_error)
 
 
 async def _connect(
@@ -115,9 +150,38 @@ async def _connect(
             conn = await create_conn(
                 host, port, request_timeout_ms=max(1, round(within * 1000)), **kwargs
             )
+    except KafkaConnectionError as exc:
+        # A broker that rejects the client's certificate (or its absence) says
+        # so in a TLS alert after the handshake, which aiokafka reports as a
+        # closed connection: read it on a plain TLS connection.
+        return (await _tls_alert(host, port, security, within) if security.tls else None) or exc
     except (KafkaError, OSError, TimeoutError) as exc:
         return exc
     conn.close()
+    return None
+
+
+async def _tls_alert(
+    host: str, port: int, security: KafkaSecurity, within: float
+) -> ssl.SSLError | None:
+    """Return the TLS error a broker answers a bare TLS connection with, if any.
+
+    asyncio streams, as aiokafka's own connections (the Kafka layer runs on asyncio).
+    """
+    writer = None
+    try:
+        with anyio.fail_after(within):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=security.ssl_context(), server_hostname=host
+            )
+            await reader.read(1)
+    except ssl.SSLError as exc:
+        return exc
+    except (OSError, TimeoutError):
+        return None
+    finally:
+        if writer is not None:
+            writer.transport.abort()  # no TLS goodbye: the broker has said its word
     return None
 
 

@@ -107,7 +107,7 @@ async def require_group(admin: Any, group: str, bootstrap_servers: str) -> None:
     except GroupAuthorizationFailedError:
         described = (_GROUP_NOT_AUTHORIZED,)
     refused = described[0] == _GROUP_NOT_AUTHORIZED
-    if len(described) > _V3_FIELDS - 1 and isinstance(described[-1], int) and described[-1] >= 0:
+    if len(described) >= _V3_FIELDS and isinstance(described[-1], int) and described[-1] >= 0:
         refused = refused or not described[-1] & (1 << _READ | 1 << _ALL)
     if refused:
         raise ConfigError(

@@ -13,6 +13,7 @@ retries. Header values never appear in the message.
 
 from __future__ import annotations
 
+import os
 import ssl
 import urllib.parse
 from typing import Any
@@ -21,6 +22,12 @@ from .._errors import ConfigError
 
 REFUSING_STATUSES = (401, 403)
 """HTTP answers that say the collector will never take these credentials."""
+
+CERTIFICATE_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE")
+"""The SDK's variables for the collector's CA, the signal's own first."""
+
+REQUESTS_CA_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+"""Variables through which requests replaces the CA the exporter was given."""
 
 CHECK_BOUND = 5.0
 """The longest the start-up check waits for the collector."""
@@ -56,9 +63,18 @@ def check_collector(exporter: Any) -> None:
         )
     refusal = _tls_refusal(result.error)
     if refusal is not None:
-        raise ConfigError(
-            f"the OTLP collector at {where}: {refusal} (the CA is OTEL_EXPORTER_OTLP_CERTIFICATE)"
-        )
+        raise ConfigError(f"the OTLP collector at {where}: {refusal} ({_which_ca()})")
+
+
+def _which_ca() -> str:
+    """Say where the CA came from: requests lets its own variables win over the SDK's."""
+    given = [name for name in CERTIFICATE_VARIABLES if os.environ.get(name)]
+    bundle = [name for name in REQUESTS_CA_VARIABLES if os.environ.get(name)]
+    if given and bundle:
+        return f"{bundle[0]} is set and overrides {given[0]}: unset it"
+    if given:
+        return f"the CA is {given[0]}"
+    return "verified against the system CAs: set OTEL_EXPORTER_OTLP_CERTIFICATE"
 
 
 def _tls_refusal(error: BaseException | None) -> str | None:
@@ -71,9 +87,10 @@ def _tls_refusal(error: BaseException | None) -> str | None:
             continue
         seen.add(id(current))
         if isinstance(current, ssl.SSLCertVerificationError):
-            return f"its TLS certificate is not accepted: {current.verify_message or current}"
+            reason = getattr(current, "verify_message", None) or current
+            return f"its TLS certificate is not accepted: {reason}"
         if isinstance(current, ssl.SSLError):
-            return f"the TLS handshake failed: {current.reason or current}"
+            return f"the TLS handshake failed: {getattr(current, 'reason', None) or current}"
         linked = [current.__cause__, current.__context__, getattr(current, "reason", None)]
         linked += current.args  # requests wraps urllib3's MaxRetryError, which holds the cause
         pending += [item for item in linked if isinstance(item, BaseException)]
