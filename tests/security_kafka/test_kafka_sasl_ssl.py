@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from leaseworker import KafkaSecurity
 from leaseworker._dev._services import LocalRedis, free_port
+from leaseworker.testing.pytest_plugin import PodFactory
 
+from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic
 from ..pods import LEASEWORKER, REPO, Pod, read_marks, spawn_pod
 from ..waiting import eventually
@@ -271,8 +274,6 @@ def test_the_sasl_password_file_is_read_again_for_every_new_client(
     secured_kafka: SecuredKafka, tmp_path: Path
 ) -> None:
     """A rotated password file is what the next client (a reconnect) authenticates with."""
-    from leaseworker import KafkaSecurity
-
     secret = tmp_path / "password"
     secret.write_text("old-password\n")
     security = KafkaSecurity(
@@ -286,3 +287,37 @@ def test_the_sasl_password_file_is_read_again_for_every_new_client(
     secret.write_text(secured_kafka.passwords["pod"])
     assert security.client_kwargs()["sasl_plain_password"] == secured_kafka.passwords["pod"]
     assert secured_kafka.passwords["pod"] not in repr(security)
+
+
+def test_trigger_from_a_principal_without_write_exits_2_naming_it_over_sasl_ssl(
+    secured_kafka: SecuredKafka,
+) -> None:
+    """The pod's principal may read its job topic, not write it: ``trigger`` says so."""
+    names = secured_kafka.names("pod")
+    result, took = _cli(["trigger", names.topic, "--payload", "{}"], secured_kafka.env())
+    line = _refused_line(result, took, secured_kafka.passwords["pod"])
+    assert f"not authorized: {names.topic}" in line
+
+
+async def test_the_testing_kit_pod_runs_through_sasl_ssl(
+    secured_kafka: SecuredKafka, redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``leaseworker_pod``'s factory with ``kafka_security``: its pod and its sends use it."""
+    names = secured_kafka.names("admin")  # sends need Write on the job topic: a super user
+    security = KafkaSecurity(
+        protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="admin",
+        sasl_password=secured_kafka.passwords["admin"],
+        ssl_cafile=str(secured_kafka.ca.cert),
+    )
+    factory = PodFactory(secured_kafka.broker, redis_server, names.topic)
+    config = {
+        "bootstrap_servers": secured_kafka.broker.address("SASL_SSL"),
+        "kafka_security": security,
+        "dead_letter_topic": names.dead_letters,
+    }
+    monkeypatch.setenv("LW_TEST_MARKERS", os.devnull)
+    async with factory(MarkerJob, config=config) as pod:
+        result = await pod.send({"jobId": "kit-1"}, within=60)
+    assert result.outcome == "completed"
