@@ -29,7 +29,7 @@ KAFKA_SECURITY_SETTINGS = (
     Setting(flag="--kafka-sasl-password", help="SASL password; prefer the file"),
     Setting(
         flag="--kafka-sasl-password-file",
-        help="file holding the SASL password, read again at each reconnect",
+        help="file holding the SASL password, read again for each new client",
     ),
     Setting(flag="--kafka-ca-file", help="CA bundle (PEM) for the brokers; unset: system CAs"),
     Setting(flag="--kafka-cert-file", help="client certificate (PEM) when brokers ask for one"),

@@ -44,7 +44,8 @@ class KafkaSecurity:
     Inconsistent settings, a missing file or a key that does not match the
     certificate raise :class:`~leaseworker.ConfigError`. ``sasl_password_file``
     instead of ``sasl_password``: the file is read again for every new client
-    (each reconnect), so a rotated Kubernetes Secret is picked up.
+    (start and each start-up retry), so a rotated Kubernetes Secret is picked
+    up by the next client built; a started client keeps its password.
     """
 
     protocol: str = "PLAINTEXT"
