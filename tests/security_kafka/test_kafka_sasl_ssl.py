@@ -90,7 +90,7 @@ async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutu
     tmp_path: Path,
     listener: str,
 ) -> None:
-    """SCRAM-SHA-512 over SASL_SSL, or a client certificate (principal ``pod``) over SSL.
+    """SCRAM-SHA-512 over SASL_SSL (password file), or a client certificate over SSL.
 
     The principal has Read on its group and job topic and Write on its
     dead-letter topic, nothing else; ``trigger`` sends over SASL_SSL as a
@@ -103,6 +103,10 @@ async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutu
         "LEASEWORKER_DEAD_LETTER_TOPIC": names.dead_letters,
         "LW_TEST_TOPIC": names.topic,
     }
+    if listener == "SASL_SSL":  # the password from a file, as a mounted Secret
+        secret = tmp_path / "kafka-password"
+        secret.write_text(env.pop("LEASEWORKER_KAFKA_SASL_PASSWORD") + "\n")
+        env["LEASEWORKER_KAFKA_SASL_PASSWORD_FILE"] = str(secret)
     pods.append(spawn_pod("secured-pod", tmp_path, env))
     producer = secured_kafka.env(user="admin")  # the pod may not write its job topic
     for key in ("report:tls:1", "report:tls:2"):
