@@ -325,3 +325,23 @@ async def test_the_testing_kit_pod_runs_through_sasl_ssl(
     async with factory(MarkerJob, config=config) as pod:
         result = await pod.send({"jobId": "kit-1"}, within=60)
     assert result.outcome == "completed"
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_no_sasl_password_in_debug_output_of_run_and_trigger(
+    secured_kafka: SecuredKafka, pod_env: dict[str, str], mechanism: str
+) -> None:
+    """At DEBUG aiokafka logs each request it sends; the SASL one carries the password.
+
+    ``plainpod`` authenticates (PLAIN) and then lacks every ACL, so both
+    commands log a whole successful SASL exchange and then exit 2.
+    """
+    user = "plainpod" if mechanism == "PLAIN" else "nogroup"
+    names = secured_kafka.names("nogroup", group=False)
+    env = secured_kafka.env(user=user, LEASEWORKER_KAFKA_SASL_MECHANISM=mechanism) | pod_env
+    env |= {"LEASEWORKER_GROUP": names.group, "LW_TEST_TOPIC": names.topic}
+    for argv in (["run", "tests.jobs:MarkerJob"], ["trigger", names.topic, "--payload", "{}"]):
+        result, _ = _cli(["--log-level", "DEBUG", *argv], env)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert "SaslAuthenticateRequest" in result.stderr  # the exchange was logged...
+        assert secured_kafka.passwords[user] not in result.stderr + result.stdout  # ...redacted

@@ -5,11 +5,13 @@ The settings pass straight through to aiokafka (``security_protocol``,
 ``ssl_context`` built from a CA file and, for mutual TLS, a client
 certificate and key); the CLI fills them from ``--kafka-*`` flags and
 ``LEASEWORKER_KAFKA_*`` environment variables. The password never appears in
-a repr, and so never in a log line that prints the config.
+a repr, and so never in a log line that prints the config, nor in the
+SASL request aiokafka logs at DEBUG (redacted by a filter on its logger).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from dataclasses import dataclass
@@ -137,6 +139,7 @@ class KafkaSecurity:
         if self.tls:
             kwargs["ssl_context"] = self.ssl_context()
         if self.sasl:
+            _redact_sasl_requests()
             kwargs["sasl_mechanism"] = self.mechanism
             kwargs["sasl_plain_username"] = self.sasl_username
             kwargs["sasl_plain_password"] = self.password()
@@ -168,3 +171,28 @@ class KafkaSecurity:
             f"ssl_cafile={self.ssl_cafile!r}, ssl_certfile={self.ssl_certfile!r}, "
             f"ssl_keyfile={self.ssl_keyfile!r})"
         )
+
+
+def _redacted_sasl_request(record: logging.LogRecord) -> bool:
+    """Replace a SaslAuthenticate request in a log record's arguments by its name.
+
+    aiokafka logs every request it sends at DEBUG, structure and all; for
+    SASL that is the authentication bytes, which hold the PLAIN password.
+    """
+    if isinstance(record.args, tuple) and any(map(_is_sasl_request, record.args)):
+        record.args = tuple(
+            f"{type(arg).__name__}(<redacted>)" if _is_sasl_request(arg) else arg
+            for arg in record.args
+        )
+    return True
+
+
+def _is_sasl_request(arg: object) -> bool:
+    return type(arg).__name__.startswith("SaslAuthenticateRequest")
+
+
+def _redact_sasl_requests() -> None:
+    """Install :func:`_redacted_sasl_request` on aiokafka's connection logger, once."""
+    log = logging.getLogger("aiokafka.conn")
+    if _redacted_sasl_request not in log.filters:
+        log.addFilter(_redacted_sasl_request)
