@@ -1,8 +1,8 @@
 """The Kafka flags shared by the subcommands that talk to Kafka.
 
-The SASL/TLS flags (``run``, ``trigger``, ``topics create``, ``chaos``), and
-for the one-shot commands (``trigger``, ``topics create``)
-``--bootstrap-servers`` and the muting of aiokafka's own log lines. Files are
+The SASL/TLS flags (``run``, ``trigger``, ``topics create``), and for the
+one-shot commands (``trigger``, ``topics create``) ``--bootstrap-servers``
+and the muting of aiokafka's own log lines. Files are
 ``--kafka-<what>-file`` and ``LEASEWORKER_KAFKA_<WHAT>_FILE``: the CA, the
 client certificate and key (mutual TLS), the SASL password.
 ``LEASEWORKER_KAFKA_SSL_CAFILE`` (the CA's earlier name) is still read when

@@ -180,7 +180,7 @@ class KafkaTriggerSource:
             except (KafkaError, TimeoutError) as exc:
                 config = self._config
                 refused = refused_error(config.bootstrap_servers, exc, config.kafka_security)
-                if refused is not None:  # an ACL taken away while running
+                if refused is not None:  # a missing ACL (Read on the topic): not a matter of time
                     raise refused from exc
                 await retries.wait(functools.partial(self._poll_failed, exc))
                 continue
