@@ -130,3 +130,47 @@ def test_a_collector_answering_401_or_403_makes_run_exit_2_ssl(
     line = _refused_line(result, took, "otlp-secret-token")
     assert "OTLP collector" in line
     assert "refused the pod's spans (HTTP 40" in line
+
+
+async def test_spans_reach_a_collector_asking_for_client_certificates_ssl(
+    secured_kafka: SecuredKafka, tmp_path: Path
+) -> None:
+    """Mutual TLS to the collector: without a client certificate ``run`` exits 2.
+
+    With OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_KEY the start-up check passes
+    and the trigger's span is sent.
+    """
+    leaf = secured_kafka.ca.issue("mtls-jaeger")
+    jaeger = LocalJaeger.start(
+        workdir=tmp_path / "jaeger",
+        otlp_tls=(leaf.cert, leaf.key),
+        otlp_client_ca=secured_kafka.ca.cert,
+    )
+    try:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint,
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.cert),
+        }
+        result, took = _cli(["run", "tests.jobs:MarkerJob"], env, drop=CA_BUNDLE_VARIABLES)
+        line = _refused_line(result, took, TOKEN)
+        assert "OTLP collector" in line
+        assert "TLS" in line
+        names = secured_kafka.names("pod")
+        env |= secured_kafka.env(user="admin") | {
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(secured_kafka.client.cert),
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(secured_kafka.client.key),
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_SERVICE_NAME": "mtls-producer",
+        }
+        argv = ["trigger", names.topic, "--payload", "{}"]
+        sent, _ = _cli(argv, env, drop=CA_BUNDLE_VARIABLES)
+        assert sent.returncode == 0, sent.stderr
+        trace_id = json.loads(sent.stdout)["traceId"]
+
+        async def arrived() -> bool:
+            spans = await anyio.to_thread.run_sync(jaeger.find_traces, "mtls-producer")
+            return any(span["trace_id"] == trace_id for span in spans)
+
+        await eventually(arrived, within=30)
+    finally:
+        jaeger.stop()

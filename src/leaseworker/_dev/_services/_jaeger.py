@@ -169,6 +169,7 @@ class LocalJaeger:
         workdir: Path | None = None,
         timeout: float = 60.0,
         otlp_tls: tuple[Path, Path] | None = None,
+        otlp_client_ca: Path | None = None,
     ) -> Self:
         """Build if needed, start Jaeger, and wait until its query API answers.
 
@@ -176,7 +177,8 @@ class LocalJaeger:
         temporary directory by default, removed by :meth:`stop`; a failed start
         shows the log's tail in its error). ``otlp_tls``: a PEM certificate
         chain and key; the OTLP/HTTP receiver then serves HTTPS only
-        (:attr:`otlp_http_endpoint` says ``https://``).
+        (:attr:`otlp_http_endpoint` says ``https://``); ``otlp_client_ca``
+        makes it require client certificates issued by that CA.
         """
         binary = cls.ensure_built()
         remove = workdir is None
@@ -191,6 +193,7 @@ class LocalJaeger:
                 query_http=query_http,
                 query_grpc=query_grpc,
                 otlp_tls=otlp_tls,
+                otlp_client_ca=otlp_client_ca,
             )
         )
         process = LocalProcess.spawn(
@@ -315,6 +318,7 @@ def _config_yaml(
     query_http: int,
     query_grpc: int,
     otlp_tls: tuple[Path, Path] | None = None,
+    otlp_client_ca: Path | None = None,
 ) -> str:
     """Return the Jaeger v2 (OpenTelemetry Collector) config for a private instance.
 
@@ -324,12 +328,15 @@ def _config_yaml(
     Prometheus endpoint, which would otherwise bind port 8888. The query service's
     self-tracing is off too: it would dial the default OTLP port 4317 (someone
     else's collector, or nothing, which delays shutdown by retries). With
-    ``otlp_tls`` (certificate, key) the OTLP/HTTP receiver speaks TLS.
+    ``otlp_tls`` (certificate, key) the OTLP/HTTP receiver speaks TLS, and
+    with ``otlp_client_ca`` it asks for client certificates.
     """
     tls = ""
     if otlp_tls is not None:
         cert, key = otlp_tls
         tls = f'\n        tls:\n          cert_file: "{cert}"\n          key_file: "{key}"'
+        if otlp_client_ca is not None:
+            tls += f'\n          client_ca_file: "{otlp_client_ca}"'
     return f"""\
 # Written by leaseworker._dev._services.LocalJaeger; regenerated on every start.
 service:
