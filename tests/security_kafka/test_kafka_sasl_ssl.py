@@ -19,11 +19,11 @@ import pytest
 
 from leaseworker import KafkaSecurity
 from leaseworker._dev._services import LocalRedis, free_port
-from leaseworker.testing.pytest_plugin import PodFactory
+from leaseworker.testing._embedded import PodFactory
 
 from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic
-from ..pods import LEASEWORKER, REPO, Pod, read_marks, spawn_pod
+from ..pods import LEASEWORKER, REPO, Pod, spawn_pod
 from ..waiting import eventually
 from .conftest import SecuredKafka
 
@@ -35,7 +35,7 @@ def _cli(
     argv: list[str], env: dict[str, str], *, drop: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run ``leaseworker ARGV`` with ``env`` added (``drop`` removed); return result, duration."""
-    full_env = {**os.environ, "LW_TEST_MARKERS": os.devnull, **env}
+    full_env = {**os.environ, **env}
     for name in drop:
         full_env.pop(name, None)
     started = time.monotonic()
@@ -63,12 +63,11 @@ def _refused_line(result: subprocess.CompletedProcess[str], took: float, secret:
 
 
 @pytest.fixture
-def pod_env(redis_server: LocalRedis, tmp_path: Path, namespace: str) -> dict[str, str]:
+def pod_env(redis_server: LocalRedis, namespace: str) -> dict[str, str]:
     """The non-Kafka settings of a test pod."""
     return {
         "LEASEWORKER_REDIS_URL": redis_server.url,
         "LEASEWORKER_NAMESPACE": namespace,
-        "LW_TEST_MARKERS": str(tmp_path / "markers"),
         "LW_TEST_LEASE": "3",
     }
 
@@ -114,8 +113,9 @@ async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutu
         assert sent.returncode == 0, sent.stderr
 
     async def completed() -> bool:
-        marks = read_marks(Path(pod_env["LW_TEST_MARKERS"]))
-        return {m.key for m in marks if m.how == "completed"} >= {"report:tls:1", "report:tls:2"}
+        executions = pods[0].recorded().executions
+        done = {e.job_key for e in executions if e.outcome == "completed"}
+        return done >= {"report:tls:1", "report:tls:2"}
 
     await eventually(completed, within=60)
     assert pods[0].process.poll() is None, pods[0].log_text()[-3000:]
@@ -304,7 +304,7 @@ def test_trigger_from_a_principal_without_write_exits_2_naming_it_over_sasl_ssl(
 
 
 async def test_the_testing_kit_pod_runs_through_sasl_ssl(
-    secured_kafka: SecuredKafka, redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch
+    secured_kafka: SecuredKafka, redis_server: LocalRedis
 ) -> None:
     """``leaseworker_pod``'s factory with ``kafka_security``: its pod and its sends use it."""
     names = secured_kafka.names("admin")  # sends need Write on the job topic: a super user
@@ -321,7 +321,6 @@ async def test_the_testing_kit_pod_runs_through_sasl_ssl(
         "kafka_security": security,
         "dead_letter_topic": names.dead_letters,
     }
-    monkeypatch.setenv("LW_TEST_MARKERS", os.devnull)
     async with factory(MarkerJob, config=config) as pod:
         result = await pod.send({"jobId": "kit-1"}, within=60)
     assert result.outcome == "completed"

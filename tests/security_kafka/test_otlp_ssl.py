@@ -98,7 +98,7 @@ async def test_a_trigger_span_reaches_jaeger_over_https_through_sasl_ssl_kafka(
 
     async def arrived() -> bool:
         spans = await anyio.to_thread.run_sync(tls_jaeger.find_traces, "tls-producer")
-        return any(span["trace_id"] == trace_id for span in spans)
+        return any(span.trace_id == trace_id for span in spans)
 
     await eventually(arrived, within=30)
 
@@ -169,7 +169,7 @@ async def test_spans_reach_a_collector_asking_for_client_certificates_ssl(
 
         async def arrived() -> bool:
             spans = await anyio.to_thread.run_sync(jaeger.find_traces, "mtls-producer")
-            return any(span["trace_id"] == trace_id for span in spans)
+            return any(span.trace_id == trace_id for span in spans)
 
         await eventually(arrived, within=30)
     finally:
