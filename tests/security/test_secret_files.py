@@ -94,7 +94,8 @@ def test_url_files_and_the_kafka_password_file_come_from_flags_and_env(
         "postgresql://lw:store-pw@db/reports",
         store_file,
     )
-    assert config.kafka_security.sasl_password == "kafka-pw"
+    assert config.kafka_security.sasl_password_file == str(kafka_file)
+    assert config.kafka_security.password() == "kafka-pw"  # read again for each client
     for text in (repr(config), repr(config.kafka_security)):
         assert "pw" not in text.replace("sasl_password", "")
 
