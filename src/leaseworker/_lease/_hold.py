@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
 
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
+from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit
 from .._outcome import LeaseLostReason, Outcome
-from ._events import LeaseEvent, LeaseEventName, LeaseObserver
 from ._leases import Lease, LeaseStore
 from ._timing import LeaseTiming, now
 
@@ -29,17 +28,16 @@ logger = logging.getLogger("leaseworker.lease")
 _RECANCEL_EVERY = 0.05
 """How often a renewal task that has not stopped yet is cancelled again, in seconds."""
 
-CheckpointProbe = Callable[["HeldLease"], Awaitable[LeaseLostReason | None]]
-"""Told of every ``checkpoint()``; a reason it returns makes ownership uncertain there."""
+CheckpointFaults = Callable[[Lease], Awaitable[LeaseLostReason | None]]
+"""A lease store's optional ``checkpoint(lease)``: a reason it returns makes ownership uncertain."""
 
-checkpoint_probe: ContextVar[CheckpointProbe | None] = ContextVar(
-    "leaseworker_checkpoint_probe", default=None
-)
-"""A test seam (``leaseworker.testing``): the probe of the held leases made in this context.
 
-Read once per held lease, when it is made; ``None`` (always, in a pod) costs
-one attribute test per checkpoint.
-"""
+class LeaseObserver(Protocol):
+    """Deprecated: pass ``hooks=`` to :func:`hold`; an observer is adapted to one."""
+
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        """Handle one lease event."""
+        ...
 
 
 def hold(
@@ -50,6 +48,8 @@ def hold(
     renew_every: float | None = None,
     max_runtime: float | None = None,
     release_timeout: float | None = None,
+    hooks: Iterable[Hook] = (),
+    lease_note: Callable[[], str] | None = None,
     observer: LeaseObserver | None = None,
 ) -> HeldLease:
     """Hold the lease for ``key`` while the ``async with`` body runs.
@@ -67,9 +67,20 @@ def hold(
     ``max_runtime``. Settings that cannot keep the lease are rejected here, with
     :class:`~leaseworker.ConfigError`, before anything touches Redis.
     ``renew_every`` defaults to ``ttl / 3``; ``release_timeout`` to the store's
-    command timeout. ``observer`` receives a :class:`LeaseEvent` for every step
+    command timeout. ``hooks`` receive a :class:`LeaseEvent` for every step
     (acquired, renewed, lost, cancel requested, stopped, released).
+    ``lease_note()`` returns a short text stored with the acquisition (the
+    pod's telemetry: its trace reference); the next acquisition of the key
+    gets it back as ``LeaseEvent.previous``. ``observer`` (deprecated) is an
+    object with ``on_lease_event(event)`` and optionally ``lease_note()``.
+    A lease store that defines ``async checkpoint(lease)`` is asked at every
+    :meth:`HeldLease.checkpoint`; a loss reason it returns makes ownership
+    uncertain there (``leaseworker.testing.MemoryLeases``: work time and
+    injected losses). Other stores cost one attribute test per checkpoint.
     """
+    if observer is not None:
+        hooks = (*hooks, _ObserverHook(observer))
+        lease_note = lease_note or getattr(observer, "lease_note", None)
     timing = LeaseTiming.resolve(
         ttl=ttl, renew_every=renew_every, max_runtime=max_runtime, policy=leases.policy
     )
@@ -78,8 +89,21 @@ def hold(
         key,
         timing=timing,
         release_timeout=release_timeout or leases.policy.command_timeout,
-        observer=observer,
+        hooks=tuple(hooks),
+        lease_note=lease_note,
     )
+
+
+@final
+class _ObserverHook:
+    """A deprecated ``LeaseObserver`` as a hook: it gets the lease events only."""
+
+    def __init__(self, observer: LeaseObserver) -> None:
+        self._observer = observer
+
+    def __call__(self, event: object) -> None:
+        if isinstance(event, LeaseEvent):
+            self._observer.on_lease_event(event)
 
 
 @final
@@ -90,7 +114,9 @@ class HeldLease:
     (``owned``, ``remaining()``, ``checkpoint()``) and carries the ``fence`` to
     pass to destinations. After the block, ``outcome``, ``released`` and
     ``release_error`` say how it ended; a failed release is reported there and
-    in the log, never instead of the body's own outcome. ``log_fields`` go
+    in the log, never instead of the body's own outcome. ``attempt`` (the
+    executor's) goes into every event, and its execution id and pod into every
+    record it logs, beside ``log_fields``. ``log_fields`` go
     into every record it logs (the executor passes ``executionId`` and
     ``pod``); ``loss_log_level`` is the level of its ``lease_lost`` record
     (the executor's own ``finished`` record reports the loss at WARNING, so
@@ -104,14 +130,24 @@ class HeldLease:
         *,
         timing: LeaseTiming,
         release_timeout: float,
-        observer: LeaseObserver | None = None,
+        hooks: Hooks = (),
+        lease_note: Callable[[], str] | None = None,
+        attempt: Attempt | None = None,
         log_fields: Mapping[str, object] | None = None,
         loss_log_level: int = logging.WARNING,
     ) -> None:
         self._leases = leases
+        self._attempt = attempt
         self._log_fields = log_fields or {}  # read only when a record is logged
+        if attempt is not None:
+            self._log_fields = {
+                "executionId": attempt.execution_id,
+                "pod": attempt.pod,
+                **self._log_fields,
+            }
         self._loss_log_level = loss_log_level
-        self._observer = observer
+        self._hooks = hooks
+        self._lease_note = lease_note
         self._key = key
         self._timing = timing
         self._release_timeout = release_timeout
@@ -128,7 +164,7 @@ class HeldLease:
         self._renewals = 0
         self._renewing: Lease | None = None  # the lease whose renewal was last sent
         self._max_loop_lag = 0.0
-        self._probe = checkpoint_probe.get()
+        self._faults: CheckpointFaults | None = getattr(leases, "checkpoint", None)
 
     @property
     def key(self) -> str:
@@ -158,8 +194,8 @@ class HeldLease:
 
     async def checkpoint(self) -> None:
         """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
-        if self._probe is not None and (injected := await self._probe(self)) is not None:
-            self._lose(injected, "injected at a checkpoint by leaseworker.testing", at=now())
+        if self._faults is not None and (injected := await self._faults(self.lease)) is not None:
+            self._lose(injected, "the lease store found it lost at a checkpoint", at=now())
         if not self.owned:
             if self._loss is None:
                 # The deadline passed but its timer has not run yet.
@@ -425,14 +461,13 @@ class HeldLease:
         )
 
     def _note(self) -> str:
-        """Return the observer's note for this acquisition (``""`` without one, or on failure)."""
-        lease_note = getattr(self._observer, "lease_note", None)
-        if lease_note is None:
+        """Return the note for this acquisition (``""`` without one, or on failure)."""
+        if self._lease_note is None:
             return ""
         try:
-            return str(lease_note())
+            return str(self._lease_note())
         except Exception:
-            logger.exception("lease observer failed to give a note")
+            logger.exception("lease_note failed to give a note")
             return ""
 
     async def _holder_ttl(self) -> float | None:
@@ -472,11 +507,17 @@ class HeldLease:
         return {"event": event, "jobId": self._key, "fence": self.fence, **self._log_fields, **more}
 
     def _emit(self, name: LeaseEventName, **fields: Any) -> None:
-        """Tell the observer, if any; its failure is logged and never propagates."""
-        if self._observer is None:
-            return
-        event = LeaseEvent(name=name, key=self._key, fence=self.fence, at=now(), **fields)
-        try:
-            self._observer.on_lease_event(event)
-        except Exception:
-            logger.exception("lease observer failed on %s", name)
+        """Tell the hooks, if any; a hook's failure is logged and never propagates."""
+        if self._hooks:
+            at = now()
+            emit(
+                self._hooks,
+                LeaseEvent(
+                    name=name,
+                    key=self._key,
+                    fence=self.fence,
+                    at=at,
+                    attempt=self._attempt,
+                    **fields,
+                ),
+            )

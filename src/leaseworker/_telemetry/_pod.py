@@ -1,18 +1,17 @@
-"""One pod's telemetry: execution events, lease events and Kafka source hooks as spans.
+"""One pod's telemetry: execution, lease and Kafka source events as spans and metrics.
 
-:class:`PodTelemetry` is the observer, lease-observer factory and source hooks
-a :class:`~leaseworker.Worker` wires in: one CONSUMER ``process {topic}`` trace
-per trigger, sampled as a whole; a failing hook is logged, never changes the
+:class:`PodTelemetry` is the hook a :class:`~leaseworker.Worker` gives its
+executor and its Kafka source: one CONSUMER ``process {topic}`` trace per
+trigger, sampled as a whole; a failing step is logged, never changes the
 worker. See docs/design.md#pod-telemetry-and-sampling.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar, final
 
 import anyio
@@ -25,8 +24,8 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from .._execution import ExecutionEvent, Trigger
-from .._lease import LeaseObserver, now
+from .._events import Attempt, Event, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
+from .._lease import now
 from .._outcome import DeadLetterReason, MalformedReason
 from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
@@ -81,31 +80,74 @@ class PodTelemetry:
         self._group = group
         self._parent_on_producer = parent_on_producer
         self._pending: dict[tuple[str, int], dict[int, TriggerTrace]] = {}
+        self._leases: dict[str, LeaseSpans] = {}  # execution id -> its lease spans
         self._running: dict[str, str] = {}  # execution id -> job key
         self._per_key: dict[str, tuple[int, float]] = {}  # job key -> (running, since)
 
-    # -- Kafka source hooks ----------------------------------------------------------
+    # -- the hook ----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def processing(self, record: Any) -> Iterator[None]:
+    def __call__(self, event: Event) -> None:
+        """Record one event of the executor, a held lease or the Kafka source."""
+        if isinstance(event, LeaseEvent):
+            if event.attempt is not None and (
+                spans := self._leases.get(event.attempt.execution_id)
+            ):
+                _guarded(spans.on_lease_event)(event)
+        elif isinstance(event, ExecutionEvent):
+            if event.event == "acquiring":
+                self._acquiring(event.attempt)
+            else:
+                self.on_event(event)
+        else:
+            self._source_event(event)
+
+    def lease_note(self, attempt: Attempt) -> str:
+        """Return the note ``attempt``'s acquisition leaves with its lease (its trace reference)."""
+        spans = self._leases.get(attempt.execution_id)
+        return "" if spans is None else spans.lease_note()
+
+    @_guarded
+    def _source_event(self, event: SourceEvent) -> None:
+        name = event.name
+        if name == "processing":
+            self._processing(event.record)
+        elif name == "processed":
+            self._processed(event.record, event.error)
+        elif name == "received" and event.trigger is not None and event.job_key is not None:
+            self.received(event.trigger, event.job_key)
+        elif name == "malformed":
+            self.malformed(event.record, event.reason)  # type: ignore[arg-type]
+        elif name == "dead_lettered":
+            self.dead_lettered(event.record, event.reason)  # type: ignore[arg-type]
+        elif name == "committed" and event.offsets is not None:
+            began = event.began or 0.0
+            self.committed(event.offsets, began, error=event.error, rejected=event.rejected)
+        elif name == "revoked" and event.topic is not None and event.partition is not None:
+            self.forget(event.topic, event.partition)
+
+    # -- Kafka source events -----------------------------------------------------------
+
+    def _processing(self, record: Any) -> None:
         """Make ``record``'s ``process {topic}`` span current while it is processed."""
         trace = self._open(record)
         if trace is None:
-            yield
             return
-        ctx_token = otel_context.attach(trace.parent)
-        var_token = CURRENT.set(trace)
-        try:
-            yield
-        except BaseException as exc:
-            if trace.span is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
-                trace.span.set_attribute(n.ERROR_TYPE, type(exc).__name__)
-                trace.span.set_status(_error(type(exc).__name__))
-            raise
-        finally:
-            CURRENT.reset(var_token)
-            otel_context.detach(ctx_token)
-            self._close(trace)
+        trace.tokens = (otel_context.attach(trace.parent), CURRENT.set(trace))
+
+    def _processed(self, record: Any, error: BaseException | None) -> None:
+        """End what :meth:`_processing` began (in the same task): the trace of ``record``."""
+        trace = CURRENT.get()
+        if trace is None or trace.tokens is None:
+            return  # processing opened none (its trace failed to open)
+        ctx_token, var_token = trace.tokens
+        trace.tokens = None
+        cancelled = isinstance(error, anyio.get_cancelled_exc_class())
+        if error is not None and trace.span is not None and not cancelled:
+            trace.span.set_attribute(n.ERROR_TYPE, type(error).__name__)
+            trace.span.set_status(_error(type(error).__name__))
+        CURRENT.reset(var_token)
+        otel_context.detach(ctx_token)
+        self._close(trace)
 
     @_guarded
     def received(self, trigger: Trigger, job_key: str) -> None:
@@ -178,13 +220,15 @@ class PodTelemetry:
         """Drop what is pending commit on a partition this pod no longer owns."""
         self._pending.pop((topic, partition), None)
 
-    # -- executor: ExecutionObserver and lease observers ------------------------------
+    # -- executor and lease events -----------------------------------------------------
 
-    def lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
-        """Return the lease observer of a new execution (its acquire span starts now)."""
-        trace = self._trace_for(trigger)
+    @_guarded
+    def _acquiring(self, attempt: Attempt) -> None:
+        """Start the lease spans of a new execution (its acquire span starts now)."""
+        trace = self._trace_for(attempt.trigger)
         if trace.job_key is None:
-            trace.job_key = job_key
+            trace.job_key = attempt.job_key
+        execution_id = attempt.execution_id
         self._received_span(trace, execution_id)
         if not trace.acquiring:  # the first try: the ``lease acquire`` span starts now
             trace.acquiring = True
@@ -192,12 +236,14 @@ class PodTelemetry:
             if trace.recording:
                 trace.acquire_began = now()
                 trace.acquire_started_ns = time.time_ns()
-        return LeaseSpans(self._tracer, self._metrics, trace, execution_id)
+        self._leases[execution_id] = LeaseSpans(self._tracer, self._metrics, trace, execution_id)
 
     @_guarded
     def on_event(self, event: ExecutionEvent) -> None:
         """Record one execution event (started, finished, retry, or a newer kind)."""
         trace = self._trace_for(event.trigger)
+        if event.event == "finished":
+            self._leases.pop(event.execution_id, None)
         if event.event == "started":
             self._started(trace, event)
         elif event.event == "finished":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
@@ -52,6 +53,7 @@ class TriggerTrace:
     outcome: str | None = None
     terminal: bool = False
     common: Attributes = field(default_factory=dict)  # filled once, see attributes()
+    tokens: tuple[Any, Any] | None = None  # while processing: what to reset at its end
 
     def attributes(
         self, *, execution_id: str | None = None, fence: int | None = None
