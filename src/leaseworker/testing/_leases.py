@@ -15,14 +15,16 @@ import math
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal, TypeVar, final
 
 import anyio
 
 from .._errors import LeaseUnavailable
 from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
-from .._lease._leases import _check_ttl, _checked, _describe, _lost, _ms
+from .._lease._leases import _check_ttl, _checked, _describe, _ms
+from .._lease._renewal import judge_renewal
+from .._lease._renewal import lost as _lost
 from .._outcome import LeaseLostReason
 from ._clock import stall
 
@@ -143,16 +145,9 @@ class MemoryLeases:
             raise _lost(lease, "timeout", _describe(exc)) from exc
         except OSError as exc:
             raise _lost(lease, "error", _describe(exc)) from exc
-        if not renewed:
-            raise _lost(lease, "rejected", "the lease key is gone or has another owner")
-        if fault == "late":
+        if renewed and fault == "late":
             stall(max(0.0, lease.local_deadline - now()) + 0.001)  # the loop was blocked
-        late_by = now() - lease.local_deadline
-        if late_by > 0:
-            raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
-        return replace(
-            lease, sent_at=sent_at, local_deadline=self._policy.local_deadline(sent_at, lease.ttl)
-        )
+        return judge_renewal(lease, sent_at=sent_at, policy=self._policy, extended=renewed)
 
     async def release(self, lease: Lease) -> bool:
         """Delete the lease if this owner still holds it; return whether it did."""
