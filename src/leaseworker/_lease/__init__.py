@@ -3,8 +3,9 @@
 ``_clients`` one Redis URL for every topology, and its client; ``_routing``
 sends each call of a Redis Cluster to its slot's node; ``_leases``
 the ``Lease`` value, the ``LeaseStore`` protocol and ``RedisLeases``;
-``_scripts`` the owner-checked Lua scripts; ``_renewal`` the verdict on a
-renewal's answer (shared with ``MemoryLeases``); ``_pipelining`` groups concurrent
+``_scripts`` the owner-checked Lua scripts; ``_verdict`` the verdict on a
+renewal's answer (shared with ``MemoryLeases``); ``_renewals`` the held lease's
+clock (timers, the renewal task); ``_pipelining`` groups concurrent
 calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the
 local-deadline formula and its checks; ``_hold`` the held-lease scope that
 cancels its body on loss (its events are ``leaseworker._events.LeaseEvent``).

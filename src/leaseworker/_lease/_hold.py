@@ -1,14 +1,15 @@
 """``hold()``: run a block of code only while its lease is certainly owned.
 
 The body runs in a cancel scope whose deadline is the lease's local deadline
-(and ``max_runtime``); a renewal task beside it pushes the deadline forward, and
-any doubt about ownership cancels the scope for good. Why the renewal task is
-owned by the block, not a task group: see docs/design.md#the-held-lease.
+(and ``max_runtime``); :class:`~._renewals.Renewals` beside it renews on
+schedule and pushes the deadline forward, and any doubt about ownership
+cancels the scope for good. This module holds the guarantee (the scope, the
+loss, the outcome, the release); ``_renewals`` holds the clock (timers, the
+renewal task, what a missed deadline means).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -21,12 +22,10 @@ from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit
 from .._outcome import LeaseLostReason, Outcome
 from ._leases import Lease, LeaseStore
+from ._renewals import Renewals
 from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")
-
-_RECANCEL_EVERY = 0.05
-"""How often a renewal task that has not stopped yet is cancelled again, in seconds."""
 
 CheckpointFaults = Callable[[Lease], Awaitable[LeaseLostReason | None]]
 """A lease store's optional ``checkpoint(lease)``: a reason it returns makes ownership uncertain."""
@@ -154,16 +153,11 @@ class HeldLease:
         self._lease: Lease | None = None
         self._runtime_deadline = math.inf
         self._scope: anyio.CancelScope  # the body's, from __aenter__ on
-        self._renewal_timer: asyncio.TimerHandle | None = None
-        self._renewal: asyncio.Task[None] | None = None
-        self._stopping = False  # the block is ending: the renewal task must not go on
+        self._renewals: Renewals | None = None  # from __aenter__ on
         self._loss: tuple[LeaseLostReason, str, float] | None = None  # reason, detail, when
         self._outcome: Outcome | None = None
         self._released: bool | None = None
         self._release_error: BaseException | None = None
-        self._renewals = 0
-        self._renewing: Lease | None = None  # the lease whose renewal was last sent
-        self._max_loop_lag = 0.0
         self._faults: CheckpointFaults | None = getattr(leases, "checkpoint", None)
 
     @property
@@ -226,12 +220,12 @@ class HeldLease:
     @property
     def renewals(self) -> int:
         """How many renewals were confirmed."""
-        return self._renewals
+        return 0 if self._renewals is None else self._renewals.confirmed
 
     @property
     def max_loop_lag(self) -> float:
         """The largest event-loop lag the renewal task observed, in seconds."""
-        return self._max_loop_lag
+        return 0.0 if self._renewals is None else self._renewals.max_loop_lag
 
     async def __aenter__(self) -> HeldLease:
         if self._lease is not None or self._outcome is not None:
@@ -255,10 +249,19 @@ class HeldLease:
         )
         if self._timing.max_runtime is not None:
             self._runtime_deadline = now() + self._timing.max_runtime
+        # Entered here and left in __aexit__: the body between them is the scope's.
         self._scope = anyio.CancelScope(deadline=self._body_deadline())
         self._scope.__enter__()
-        self._renewal_timer = asyncio.get_running_loop().call_at(
-            lease.sent_at + self._timing.renew_every, self._start_renewals
+        self._renewals = Renewals(
+            self._leases,
+            lease,
+            timing=self._timing,
+            release_timeout=self._release_timeout,
+            renewed=self._renewed,
+            lose=lambda reason, detail, at, round_trip: self._lose(
+                reason, detail, at=at, round_trip=round_trip
+            ),
+            fields=self._fields,
         )
         return self
 
@@ -278,7 +281,8 @@ class HeldLease:
                 self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
         finally:
             try:
-                await self._stop_renewals()
+                assert self._renewals is not None  # made in __aenter__
+                await self._renewals.stop()
             finally:
                 await self._release()
         if swallowed:
@@ -327,102 +331,20 @@ class HeldLease:
             self._outcome = "failed"
 
     def _unconfirmed(self) -> tuple[LeaseLostReason, str]:
-        """Say why the local deadline passed without a confirmed renewal.
+        """Say why the local deadline passed without a confirmed renewal (see ``Renewals``)."""
+        assert self._renewals is not None  # the deadline is the acquired lease's
+        return self._renewals.unconfirmed()
 
-        ``deadline`` if the renewal of the current lease was sent (Redis did not
-        confirm it in time); ``loop_blocked`` if it never was: the renewal task
-        could not run before the deadline, so the event loop was blocked, whether
-        before the first renewal or after one, and whatever then noticed first
-        (the scope's deadline, a checkpoint or the renewal task).
-        """
-        if self._renewing is self._lease:
-            return "deadline", "no renewal was confirmed before the local deadline"
-        return "loop_blocked", "the event loop was blocked: no renewal was sent before the deadline"
-
-    def _start_renewals(self) -> None:
-        """Start the renewal task (a loop callback, at the first renewal's due time).
-
-        The callback runs in a copy of the body's context, so the task sees the
-        same context variables (the trigger's trace) as the body.
-        """
-        self._renewal_timer = None
-        self._renewal = asyncio.get_running_loop().create_task(
-            self._renew_until_lost(), name=f"leaseworker renew {self._key}"
+    def _renewed(self, lease: Lease, round_trip: float) -> None:
+        """Take a confirmed renewal: a new lease, a later deadline for the body."""
+        self._lease = lease
+        self._scope.deadline = self._body_deadline()
+        self._emit(
+            "renewed",
+            round_trip=round_trip,
+            remaining=lease.remaining(),
+            expires_at=lease.expires_at,
         )
-
-    async def _stop_renewals(self) -> None:
-        """Stop the pending first renewal or the renewal task, waiting a bounded time.
-
-        A cancellation can be swallowed on its way through a client (redis-py's
-        ``asyncio.wait_for`` on Python 3.11 drops one that races a reply), so the
-        task also stops at its next turn once ``_stopping`` is set, the
-        cancellation is sent again on every ``_RECANCEL_EVERY``, and after
-        ``release_timeout`` the task is abandoned (reported) rather than awaited.
-        """
-        self._stopping = True
-        if self._renewal_timer is not None:
-            self._renewal_timer.cancel()  # never started: nothing to wait for
-            self._renewal_timer = None
-        task = self._renewal
-        if task is None:
-            return
-        give_up = now() + self._release_timeout
-        with anyio.CancelScope(shield=True):
-            while not task.done() and (left := give_up - now()) > 0:
-                task.cancel()
-                await asyncio.wait((task,), timeout=min(left, _RECANCEL_EVERY))
-        if not task.done():
-            # Owner-checked scripts keep the abandoned call harmless: once the
-            # release deleted the key, a renewal arriving later changes nothing.
-            logger.warning(
-                "lease renewal for %r did not stop within %.1fs of the body; abandoned",
-                self._key,
-                self._release_timeout,
-                extra=self._fields("renewal_abandoned"),
-            )
-            return
-        if not task.cancelled() and (error := task.exception()) is not None:
-            # A bug, not a lease event: the body was already bounded by its deadline.
-            logger.error("lease renewal task for %r failed", self._key, exc_info=error)
-
-    async def _renew_until_lost(self) -> None:
-        """Renew on schedule; on the first failed renewal, cancel the body for good."""
-        while not self._stopping:
-            lease = self.lease
-            due = lease.sent_at + self._timing.renew_every
-            await anyio.sleep_until(due)
-            woke = now()
-            self._max_loop_lag = max(self._max_loop_lag, woke - due)
-            if woke >= lease.local_deadline:
-                self._lose(
-                    "loop_blocked",
-                    f"renewal ran {(woke - due) * 1000:.0f} ms late",
-                    at=lease.local_deadline,
-                )
-                return
-            self._renewing = lease
-            try:
-                renewed = await self._leases.renew(lease)
-                round_trip = now() - woke
-            except LeaseLost as exc:
-                verdict = now()
-                self._lose(exc.reason, exc.detail, at=verdict, round_trip=verdict - woke)
-                return
-            except Exception as exc:  # a custom store's bug must still stop the body
-                verdict = now()
-                self._lose("error", repr(exc), at=verdict, round_trip=verdict - woke)
-                return
-            if self._stopping:  # the block ended meanwhile (its cancellation was swallowed)
-                return
-            self._lease = renewed
-            self._renewals += 1
-            self._scope.deadline = self._body_deadline()
-            self._emit(
-                "renewed",
-                round_trip=round_trip,
-                remaining=self._lease.remaining(),
-                expires_at=self._lease.expires_at,
-            )
 
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)
@@ -434,7 +356,7 @@ class HeldLease:
 
         ``round_trip``: how long the renewal whose verdict this is took, if one did.
         """
-        if self._loss is not None or self._stopping:
+        if self._loss is not None or (self._renewals is not None and self._renewals.stopping):
             return
         self._loss = (reason, detail, at)
         self._scope.cancel()

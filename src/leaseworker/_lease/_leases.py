@@ -26,10 +26,10 @@ from .._errors import ConfigError, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
-from ._renewal import judge_renewal
-from ._renewal import lost as _lost
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
+from ._verdict import judge_renewal
+from ._verdict import lost as _lost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

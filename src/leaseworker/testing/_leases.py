@@ -23,8 +23,8 @@ import anyio
 from .._errors import LeaseUnavailable
 from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
 from .._lease._leases import _check_ttl, _checked, _describe, _ms
-from .._lease._renewal import judge_renewal
-from .._lease._renewal import lost as _lost
+from .._lease._verdict import judge_renewal
+from .._lease._verdict import lost as _lost
 from .._outcome import LeaseLostReason
 from ._clock import stall
 
