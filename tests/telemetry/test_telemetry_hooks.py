@@ -24,8 +24,7 @@ from opentelemetry.trace import StatusCode
 
 from leaseworker import Attempt, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
 from leaseworker._telemetry import PodTelemetry, Telemetry
-from leaseworker._telemetry._pod import MAX_ACQUIRE_EVENTS
-from leaseworker._telemetry._trace import CURRENT
+from leaseworker._telemetry._trace import CURRENT, MAX_ACQUIRE_EVENTS
 
 COMMON = (
     "messaging.system",

@@ -18,8 +18,6 @@ import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.trace import (
     SpanKind,
-    Status,
-    StatusCode,
     Tracer,
     set_span_in_context,
 )
@@ -31,7 +29,16 @@ from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import consumer_parent
-from ._trace import CURRENT, Attributes, TriggerTrace, ms, wall_ns
+from ._trace import (
+    CURRENT,
+    Attributes,
+    TriggerTrace,
+    error_status,
+    key_text,
+    ms,
+    note_acquire_event,
+    wall_ns,
+)
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -40,9 +47,6 @@ R = TypeVar("R")
 
 MAX_PENDING_COMMITS = 10_000
 """Records per partition remembered until their offset is committed (oldest dropped)."""
-
-MAX_ACQUIRE_EVENTS = 64
-"""Events (busy, retry, lost tries) kept for one ``lease acquire`` span; later ones are counted."""
 
 
 def _guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
@@ -144,7 +148,7 @@ class PodTelemetry:
         cancelled = isinstance(error, anyio.get_cancelled_exc_class())
         if error is not None and trace.span is not None and not cancelled:
             trace.span.set_attribute(n.ERROR_TYPE, type(error).__name__)
-            trace.span.set_status(_error(type(error).__name__))
+            trace.span.set_status(error_status(type(error).__name__))
         CURRENT.reset(var_token)
         otel_context.detach(ctx_token)
         self._close(trace)
@@ -167,7 +171,7 @@ class PodTelemetry:
         trace.terminal = True
         trace.outcome = "malformed"
         trace.span.set_attributes({n.MALFORMED_REASON: reason, n.ERROR_TYPE: "MalformedTrigger"})
-        trace.span.set_status(_error(f"malformed trigger: {reason}"))
+        trace.span.set_status(error_status(f"malformed trigger: {reason}"))
 
     @_guarded
     def dead_lettered(self, record: Any, reason: DeadLetterReason) -> None:
@@ -251,7 +255,7 @@ class PodTelemetry:
         elif event.event == "retry":
             retry_in: Attributes = {n.RETRY_IN_MS: ms(event.retry_in or 0.0)}
             if trace.acquiring:
-                _note_acquire_event(trace, "retry", retry_in)
+                note_acquire_event(trace, "retry", retry_in)
             elif trace.span is not None:
                 trace.span.add_event("retry", retry_in)
         else:
@@ -282,7 +286,7 @@ class PodTelemetry:
             if trace.acquiring:
                 trace.busy += outcome == "busy"
                 attributes: Attributes = {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome}
-                _note_acquire_event(trace, outcome, attributes)
+                note_acquire_event(trace, outcome, attributes)
         else:
             self._metrics.in_flight.add(-1)
             self._count_key(job_key, -1)
@@ -327,7 +331,7 @@ class PodTelemetry:
                 topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
-                key=_key_text(record.key),
+                key=key_text(record.key),
                 group=self._group,
                 pod=self._pod,
                 parent=parent,
@@ -386,7 +390,7 @@ class PodTelemetry:
                 identity[n.OUTCOME] = trace.outcome or "cancelled"
                 trace.span.set_attributes(identity)
                 if trace.outcome in ERROR_OUTCOMES and trace.outcome != "lost":
-                    trace.span.set_status(_error(trace.outcome or ""))
+                    trace.span.set_status(error_status(trace.outcome or ""))
             trace.span.end()
             if trace.terminal:
                 self._remember(trace)
@@ -419,7 +423,7 @@ class PodTelemetry:
             start_time=wall_ns(began),
         )
         if error is not None:
-            span.set_status(_error(type(error).__name__))
+            span.set_status(error_status(type(error).__name__))
         span.end(end)
 
     def _run_span(self, trace: TriggerTrace, outcome: str, error: BaseException | None) -> None:
@@ -439,7 +443,7 @@ class PodTelemetry:
         )
         trace.run_started_ns = None
         if outcome in ERROR_OUTCOMES:
-            span.set_status(_error(outcome))
+            span.set_status(error_status(outcome))
         span.end()
 
     def _trace_for(self, trigger: Trigger) -> TriggerTrace:
@@ -474,37 +478,3 @@ class PodTelemetry:
             self._per_key.pop(job_key, None)
         else:
             self._per_key[job_key] = (running, moment)
-
-
-def _note_acquire_event(trace: TriggerTrace, name: str, attributes: Attributes) -> None:
-    """Keep an event for the ``lease acquire`` span: the first ones, if the trace records.
-
-    A trigger may wait for its lease for hours (a busy key, Redis down): its
-    tries are counted (``busy``), but only the first
-    :data:`MAX_ACQUIRE_EVENTS` become span events, so the wait costs no memory.
-    """
-    if trace.recording and len(trace.acquire_events) < MAX_ACQUIRE_EVENTS:
-        trace.acquire_events.append((name, attributes, time.time_ns()))
-
-
-def _error(description: str) -> Status:
-    """Return the ERROR status with ``description`` (the common ones are made once)."""
-    status = _ERRORS.get(description)
-    if status is None:
-        status = Status(StatusCode.ERROR, description)
-        if len(_ERRORS) < 64:
-            _ERRORS[description] = status
-    return status
-
-
-_ERRORS: dict[str, Status] = {}
-
-
-def _key_text(key: bytes | None) -> str | None:
-    """Return the record key as text; ``None`` when absent or not UTF-8 (semconv)."""
-    if key is None:
-        return None
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return None
