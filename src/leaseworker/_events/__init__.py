@@ -18,6 +18,7 @@ from ._hook import Event as Event
 from ._hook import Hook as Hook
 from ._hook import Hooks as Hooks
 from ._hook import emit as emit
+from ._hook import hooks_for as hooks_for
 from ._identity import Attempt as Attempt
 from ._identity import Trigger as Trigger
 from ._lease import LeaseEvent as LeaseEvent
@@ -41,4 +42,5 @@ __all__ = [
     "SourceEventName",
     "Trigger",
     "emit",
+    "hooks_for",
 ]

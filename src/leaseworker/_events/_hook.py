@@ -4,7 +4,10 @@ A hook is any callable taking one event (as stamina's ``RetryHook`` takes
 ``RetryDetails``, or httpx's ``event_hooks``); components take a tuple of
 them. Hooks run inline, in the task of the step they report, and must be
 quick; one that raises is logged and skipped, never allowed to change what
-happens to a lease, an execution or a record.
+happens to a lease, an execution or a record. A hook may say which event
+types it wants in an ``accepts`` attribute (a tuple of classes; absent: all):
+a component keeps, once, only the hooks for its own events
+(:func:`hooks_for`), so a step nobody listens to builds no event.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ class Hook(Protocol):
 
 Hooks = tuple[Hook, ...]
 """The hooks of one component, called in order."""
+
+
+def hooks_for(hooks: Iterable[Hook], kind: type[Event]) -> Hooks:
+    """Return the hooks that want events of ``kind`` (their ``accepts``, if they say)."""
+    return tuple(hook for hook in hooks if kind in getattr(hook, "accepts", (kind,)))
 
 
 def emit(hooks: Iterable[Hook], event: Event) -> None:

@@ -35,6 +35,9 @@ class LoggingObserver:
     personal data or whose logs may hold it.
     """
 
+    accepts = (ExecutionEvent,)
+    """The events it logs: a lease or source step builds no event for it."""
+
     def __init__(
         self, logger: logging.Logger | None = None, *, log_job_errors: bool = False
     ) -> None:
@@ -78,6 +81,8 @@ class LoggingObserver:
 @final
 class ObserverHook:
     """A deprecated :class:`ExecutionObserver` as a hook: it gets the execution events only."""
+
+    accepts = (ExecutionEvent,)
 
     def __init__(self, observer: ExecutionObserver) -> None:
         self._observer = observer

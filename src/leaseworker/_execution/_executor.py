@@ -17,7 +17,17 @@ import anyio
 
 from .._backoff import BusyPolicy
 from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
-from .._events import LOSS_REASONS, Attempt, Ending, ExecutionEvent, ExecutionEventName, Hook, emit
+from .._events import (
+    LOSS_REASONS,
+    Attempt,
+    Ending,
+    ExecutionEvent,
+    ExecutionEventName,
+    Hook,
+    LeaseEvent,
+    emit,
+    hooks_for,
+)
 from .._lease import HeldLease, LeaseStore, now
 from .._retry import LOST, Retries
 from .._store import CompletionResult, CompletionStore, check_text
@@ -115,7 +125,9 @@ class Executor:
         self._leases = leases
         self._timing = job.lease_timing(leases.policy)
         self._pod = pod
-        self._hooks = tuple(hooks)
+        hooks = tuple(hooks)
+        self._hooks = hooks_for(hooks, ExecutionEvent)
+        self._lease_hooks = hooks_for(hooks, LeaseEvent)
         self._lost_retry = lost_retry
         self._lease_note = lease_note
 
@@ -198,7 +210,7 @@ class Executor:
             attempt.job_key,
             timing=self._timing,
             release_timeout=self._leases.policy.command_timeout,
-            hooks=self._hooks,
+            hooks=self._lease_hooks,
             lease_note=self._note(attempt),
             attempt=attempt,
             loss_log_level=logging.DEBUG,  # the ``finished`` record warns of the loss

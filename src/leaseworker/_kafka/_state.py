@@ -15,7 +15,7 @@ from typing import Any, final
 
 import anyio
 
-from .._events import Hook, SourceEvent, SourceEventName, emit
+from .._events import Hook, SourceEvent, SourceEventName, emit, hooks_for
 from ._offsets import OffsetTracker
 from ._settings import SourceSettings
 
@@ -82,7 +82,7 @@ class SourceState:
     """The partitions assigned now (by topic-partition), the counters, and progress."""
 
     def __init__(self, hooks: Iterable[Hook] = ()) -> None:
-        self.hooks = tuple(hooks)
+        self.hooks = hooks_for(hooks, SourceEvent)
         self.partitions: dict[Any, Partition] = {}
         self.stats = SourceStats()
         self.stopping = False

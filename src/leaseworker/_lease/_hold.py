@@ -19,7 +19,7 @@ from typing import Any, Protocol, final
 import anyio
 
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
-from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit
+from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit, hooks_for
 from .._outcome import LeaseLostReason, Outcome
 from ._leases import Lease, LeaseStore
 from ._renewals import Renewals
@@ -88,7 +88,7 @@ def hold(
         key,
         timing=timing,
         release_timeout=release_timeout or leases.policy.command_timeout,
-        hooks=tuple(hooks),
+        hooks=hooks_for(hooks, LeaseEvent),
         lease_note=lease_note,
     )
 

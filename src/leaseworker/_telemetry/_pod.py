@@ -91,12 +91,16 @@ class PodTelemetry:
     # -- the hook ----------------------------------------------------------------------
 
     def __call__(self, event: Event) -> None:
-        """Record one event of the executor, a held lease or the Kafka source."""
+        """Record one event of the executor, a held lease or the Kafka source.
+
+        A failure here is logged by the caller's ``emit()``: telemetry never breaks
+        the worker.
+        """
         if isinstance(event, LeaseEvent):
             if event.attempt is not None and (
                 spans := self._leases.get(event.attempt.execution_id)
             ):
-                _guarded(spans.on_lease_event)(event)
+                spans.on_lease_event(event)
         elif isinstance(event, ExecutionEvent):
             if event.event == "acquiring":
                 self._acquiring(event.attempt)
@@ -110,7 +114,6 @@ class PodTelemetry:
         spans = self._leases.get(attempt.execution_id)
         return "" if spans is None else spans.lease_note()
 
-    @_guarded
     def _source_event(self, event: SourceEvent) -> None:
         name = event.name
         if name == "processing":
@@ -153,7 +156,6 @@ class PodTelemetry:
         otel_context.detach(ctx_token)
         self._close(trace)
 
-    @_guarded
     def received(self, trigger: Trigger, job_key: str) -> None:
         """Record the ``trigger received`` span: the record decoded for ``job_key``."""
         if not self.enabled:
@@ -162,7 +164,6 @@ class PodTelemetry:
         trace.job_key = job_key  # the process span gets it when it ends (one SDK call less)
         trace.received = True
 
-    @_guarded
     def malformed(self, record: Any, reason: MalformedReason) -> None:
         """Mark the record malformed: a terminal outcome (dead-lettered if configured)."""
         trace = CURRENT.get()
@@ -173,7 +174,6 @@ class PodTelemetry:
         trace.span.set_attributes({n.MALFORMED_REASON: reason, n.ERROR_TYPE: "MalformedTrigger"})
         trace.span.set_status(error_status(f"malformed trigger: {reason}"))
 
-    @_guarded
     def dead_lettered(self, record: Any, reason: DeadLetterReason) -> None:
         """Record that the record was copied to the dead-letter topic."""
         self._metrics.dead_letters.add(
@@ -187,7 +187,6 @@ class PodTelemetry:
                 n.SPAN_DEAD_LETTER, context=trace.parent, attributes=attributes
             ).end()
 
-    @_guarded
     def committed(
         self,
         offsets: Mapping[Any, int],
@@ -219,14 +218,12 @@ class PodTelemetry:
             if rejected:
                 self.forget(tp.topic, tp.partition)
 
-    @_guarded
     def forget(self, topic: str, partition: int) -> None:
         """Drop what is pending commit on a partition this pod no longer owns."""
         self._pending.pop((topic, partition), None)
 
     # -- executor and lease events -----------------------------------------------------
 
-    @_guarded
     def _acquiring(self, attempt: Attempt) -> None:
         """Start the lease spans of a new execution (its acquire span starts now)."""
         trace = self._trace_for(attempt.trigger)
@@ -242,7 +239,6 @@ class PodTelemetry:
                 trace.acquire_started_ns = time.time_ns()
         self._leases[execution_id] = LeaseSpans(self._tracer, self._metrics, trace, execution_id)
 
-    @_guarded
     def on_event(self, event: ExecutionEvent) -> None:
         """Record one execution event (started, finished, retry, or a newer kind)."""
         trace = self._trace_for(event.trigger)

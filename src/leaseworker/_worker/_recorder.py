@@ -62,6 +62,8 @@ class HistoryRecorder:
     accepted for callers that pass it).
     """
 
+    accepts = (ExecutionEvent, LeaseEvent)
+
     def __init__(
         self, path: Path, *, input_version: Callable[[Trigger], str] | None = None
     ) -> None:

@@ -107,13 +107,8 @@ class Worker:
         if recorder is not None:
             self._hooks = (*self._hooks, recorder)
         self._executor = self._make_executor(store)
-        source_hooks = (*hooks, self._pod) if self._pod is not None else tuple(hooks)
         self._source = KafkaTriggerSource(
-            config,
-            topic=job.topic,
-            resolve_key=job.job_key,
-            handle=self._handle,
-            hooks=source_hooks,
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=self._hooks
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 

@@ -236,6 +236,8 @@ class Run:
 class Current:
     """The executor's hook: it forwards to the run in progress (one at a time)."""
 
+    accepts = (ExecutionEvent, LeaseEvent)
+
     def __init__(self) -> None:
         self.run: Run | None = None
 
