@@ -135,3 +135,24 @@ async def test_a_hook_that_raises_is_logged_and_skipped(
     assert (await executor.run(trigger, "report:b")).outcome == "completed"
     assert len(good) >= 5
     assert len([r for r in caplog.records if r.getMessage().startswith("hook ")]) == len(good)
+
+
+async def test_a_hook_that_accepts_execution_events_gets_no_lease_event(
+    leases: RedisLeases,
+) -> None:
+    """``accepts`` is read once: such a hook hears the executor's steps, not the lease's."""
+
+    class _ExecutionsOnly:
+        accepts = (ExecutionEvent,)
+
+        def __init__(self) -> None:
+            self.kinds: set[type] = set()
+
+        def __call__(self, event: Event) -> None:
+            self.kinds.add(type(event))
+
+    only = _ExecutionsOnly()
+    executor = Executor(_Completes(), leases, pod="pod-a", hooks=[only])
+    trigger = decode_trigger(topic="t", partition=0, offset=0, key=b"report:c", value=b"{}")
+    assert (await executor.run(trigger, "report:c")).outcome == "completed"
+    assert only.kinds == {ExecutionEvent}
