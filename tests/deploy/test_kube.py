@@ -182,7 +182,9 @@ async def test_the_manifests_play_as_a_pod_that_passes_its_probes_runs_a_trigger
     deployment, port, suffix = played["deployment"], played["port"], played["suffix"]
     worker = _worker(deployment)
     assert {worker[name]["httpGet"]["port"] for name in PROBES} == {port}
-    kafka_server.create_topics(["reports.requested", "reports.dead-letter"], partitions=1)
+    kafka_server.create_topics(
+        ["reports.requested", "reports.dead-letter"], partitions=1, exist_ok=True
+    )
 
     async def probes_pass() -> bool:
         for name in PROBES:
