@@ -22,19 +22,17 @@ from pathlib import Path
 import anyio
 import pytest
 import yaml
-from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
 from leaseworker._dev._services import LocalPostgres, LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._proc import free_port
 
-from ..kafka_util import committed
 from ..waiting import eventually
 from .podman import REPO, Podman
+from .reports import PARTITIONS, TOPIC, all_committed, topic_size
 
 COMPOSE = REPO / "deploy" / "compose.yaml"
 OVERRIDE = REPO / "deploy" / "compose.podman.yaml"
-TOPIC = "reports.requested"
 TRIGGERS = 12  # the trigger service: 4 tenants x 3 periods
 
 
@@ -87,7 +85,7 @@ async def test_compose_runs_the_worker_and_the_trigger_producer_from_the_local_i
     Every trigger is committed by the worker's group, the producer exits 0, and
     `podman-compose stop` (SIGTERM, the file's stop_grace_period) exits the worker 0.
     """
-    kafka_server.create_topics([TOPIC, "reports.dead-letter"], partitions=6, exist_ok=True)
+    kafka_server.create_topics([TOPIC, "reports.dead-letter"], partitions=PARTITIONS, exist_ok=True)
     group = f"compose-{project}"
     env = {
         **engine.env,
@@ -98,7 +96,7 @@ async def test_compose_runs_the_worker_and_the_trigger_producer_from_the_local_i
         "LW_GROUP": group,
         "LW_HEALTH_PORT": str(free_port()),
     }
-    before = await _end_offsets(kafka_server.bootstrap_servers)
+    before = await topic_size(kafka_server.bootstrap_servers)
     compose = [_podman_compose(), "-p", project, "-f", str(COMPOSE), "-f", str(OVERRIDE)]
     log = tmp_path / "up.log"
     with log.open("wb") as out:
@@ -123,25 +121,7 @@ async def test_compose_runs_the_worker_and_the_trigger_producer_from_the_local_i
     code = engine("wait", trigger, timeout=120).stdout.strip()
     assert code == "0", engine("logs", trigger, check=False).stderr[-2000:]
 
-    async def all_committed() -> bool:
-        found = await committed(kafka_server.bootstrap_servers, group, TOPIC)
-        return sum(found.values()) == before + TRIGGERS
-
-    await eventually(all_committed, within=120)
-    assert await _end_offsets(kafka_server.bootstrap_servers) == before + TRIGGERS
+    await eventually(lambda: all_committed(kafka_server.bootstrap_servers, group), within=120)
+    assert await topic_size(kafka_server.bootstrap_servers) == before + TRIGGERS
     await anyio.run_process([*compose, "stop", "worker"], env=env, check=True)
     assert engine("inspect", "--format", "{{.State.ExitCode}}", worker).stdout.strip() == "0"
-
-
-async def _end_offsets(bootstrap: str) -> int:
-    """How many records the trigger topic holds (sum of its partitions' end offsets)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    with anyio.fail_after(30):
-        await consumer.start()
-        try:
-            partitions = [TopicPartition(TOPIC, p) for p in range(6)]
-            consumer.assign(partitions)
-            ends = await consumer.end_offsets(partitions)
-        finally:
-            await consumer.stop()
-    return int(sum(ends.values()))

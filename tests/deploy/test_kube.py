@@ -24,9 +24,10 @@ from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._proc import free_port
 
 from ..health_util import probe
-from ..kafka_util import committed, produce
+from ..kafka_util import produce
 from ..waiting import eventually
 from .podman import REPO, Podman
+from .reports import PARTITIONS, TOPIC, all_committed
 
 K8S = REPO / "deploy" / "k8s"
 OVERLAY = K8S / "podman"
@@ -113,6 +114,22 @@ def test_the_overlay_keeps_the_bases_probes_and_changes_only_what_podman_needs()
     assert worker["image"] == "localhost/leaseworker:dev"
 
 
+def test_what_podman_does_not_play_agrees_with_what_it_does() -> None:
+    """The PodDisruptionBudget (accepted, ignored by Podman) fits the Deployment it guards.
+
+    A voluntary disruption takes no more pods than a rolling update does and
+    always leaves one running; the selector is checked in tests/dev/test_deploy.py.
+    """
+    kinds = _by_kind([doc for name in ("deployment.yaml", "poddisruptionbudget.yaml")
+                      for doc in _documents(K8S / name)])  # fmt: skip
+    budget = kinds["PodDisruptionBudget"]
+    spec = kinds["Deployment"]["spec"]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"]["maxUnavailable"] <= spec["strategy"]["rollingUpdate"]["maxUnavailable"]
+    assert budget["spec"]["maxUnavailable"] < spec["replicas"]
+    assert "minAvailable" not in budget["spec"]  # one or the other, never both
+
+
 @pytest.fixture
 def played(
     engine: Podman,
@@ -157,7 +174,8 @@ def played(
     encoded = {key: base64.b64encode(value.encode()).decode() for key, value in values.items()}
     engine("secret", "create", name, "-", stdin=json.dumps(encoded).encode())
     path = tmp_path / "play.yaml"
-    path.write_text(yaml.safe_dump_all([config, deployment]))
+    ignored = [kinds["PodDisruptionBudget"], kinds["Service"]]  # accepted, not played
+    path.write_text(yaml.safe_dump_all([config, deployment, *ignored]))
     try:
         engine("kube", "play", str(path), timeout=180)
         yield {"deployment": deployment, "port": port, "suffix": suffix}
@@ -176,15 +194,14 @@ async def test_the_manifests_play_as_a_pod_that_passes_its_probes_runs_a_trigger
     Startup, liveness and readiness probes (path and port as the Deployment
     says) are asked from the host, as a kubelet would: the pod shares the
     host's network. The securityContext reaches the container (uid 10001,
-    read-only root, no capabilities). Podman plays no terminationGracePeriod
+    read-only root, no capabilities, no privilege escalation), and so do the
+    memory limit and the /tmp emptyDir. Podman plays no terminationGracePeriod
     (its stop timeout stays 10 s), so the pod is stopped with the manifest's.
     """
     deployment, port, suffix = played["deployment"], played["port"], played["suffix"]
     worker = _worker(deployment)
     assert {worker[name]["httpGet"]["port"] for name in PROBES} == {port}
-    kafka_server.create_topics(
-        ["reports.requested", "reports.dead-letter"], partitions=1, exist_ok=True
-    )
+    kafka_server.create_topics([TOPIC, "reports.dead-letter"], partitions=PARTITIONS, exist_ok=True)
 
     async def probes_pass() -> bool:
         for name in PROBES:
@@ -204,17 +221,13 @@ async def test_the_manifests_play_as_a_pod_that_passes_its_probes_runs_a_trigger
     assert inspected["Config"]["User"] == "10001:10001"
     assert inspected["HostConfig"]["ReadonlyRootfs"] is True
     assert not inspected["EffectiveCaps"]
+    assert "no-new-privileges" in inspected["HostConfig"]["SecurityOpt"]
+    assert inspected["HostConfig"]["Memory"] == 512 * 2**20  # resources.limits.memory
+    assert "/tmp" in {mount["Destination"] for mount in inspected["Mounts"]}  # the emptyDir
     group = f"kube-{suffix}"
     trigger = {"tenant": f"t{suffix}", "period": "2026-11", "rows": 1000}
-    await produce(
-        kafka_server.bootstrap_servers, "reports.requested", [(None, json.dumps(trigger).encode())]
-    )
-
-    async def committed_one() -> bool:
-        found = await committed(kafka_server.bootstrap_servers, group, "reports.requested")
-        return sum(found.values()) == 1
-
-    await eventually(committed_one, within=60)
+    await produce(kafka_server.bootstrap_servers, TOPIC, [(None, json.dumps(trigger).encode())])
+    await eventually(lambda: all_committed(kafka_server.bootstrap_servers, group), within=90)
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     pod = inspected["Pod"]
     engine("pod", "stop", "--time", str(grace), pod, timeout=grace + 30)
