@@ -44,10 +44,10 @@ def engine() -> Iterator[Podman]:
 
 
 def _remove_labelled(engine: Podman) -> None:
-    for kind in ("pod", "container"):
-        listed = engine(kind, "ps", "-a", "-q", "--filter", f"label={LABEL}", check=False)
-        if ids := listed.stdout.split():
-            engine(kind, "rm", "--force", "--time", "0", *ids, check=False)
+    """Remove any container of this session still there (the fixtures remove their own)."""
+    listed = engine("ps", "-a", "-q", "--filter", f"label={LABEL}", check=False)
+    if ids := listed.stdout.split():
+        engine("rm", "--force", "--time", "0", *ids, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +57,10 @@ def built(engine: Podman) -> Built:
         base = ensure_base(engine)
     except PodmanUnavailable as reason:
         pytest.skip(str(reason))
+    started = engine("run", "--rm", "--network", "host", base, "true", check=False)
+    if started.returncode != 0:
+        why = (started.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.skip(f"podman cannot start a container here: {why}")
     image = build_image(engine, base=base)
     print(f"worker image {image.tag}: built in {image.seconds:.1f}s (0: cached)")
     return image

@@ -171,41 +171,50 @@ class Built:
     seconds: float
 
 
-def build_image(engine: Podman, *, base: str, tag: str | None = None, layers: bool = True) -> Built:
+def build_image(
+    engine: Podman, *, base: str, tag: str | None = None, cache: bool = True, edit: bool = False
+) -> Built:
     """Build deploy/Dockerfile on ``base`` unless an image of the same content hash exists.
 
     The context is a copy of :data:`CONTEXT` only (no ``.venv``, no caches).
+    ``cache=False`` builds every layer anew (a cold build); ``edit`` changes
+    one source file in the copy first (a rebuild after a source edit).
     Pip reaches the index over the host network with the CA bundle ``PIP_CERT``
     names, given as a build secret, so it is in no layer.
     """
     base_id = engine("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
+    hashed = tag is None
     tag = tag or f"{IMAGE_NAME}:{context_hash(base_id)}"
-    if layers and engine.exists(tag):
+    if cache and not edit and engine.exists(tag):
         return Built(tag, 0.0)
     with tempfile.TemporaryDirectory(prefix="lwctx-", dir=engine.home) as context:
         for path in _context_files():
             target = Path(context, path.relative_to(REPO))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
+        if edit:
+            with Path(context, "src", "leaseworker", "_version.py").open("a") as version:
+                version.write(f"# edited {uuid.uuid4().hex}\n")
         dockerfile = str(REPO / "deploy" / "Dockerfile")
         args = ["build", "--format", "docker", "--network", "host", "--build-arg", f"BASE={base}"]
-        args += [f"--layers={str(layers).lower()}", "-f", dockerfile, "-t", tag]
+        args += ["-f", dockerfile, "-t", tag] + ([] if cache else ["--no-cache"])
         cert = os.environ.get("PIP_CERT")
         if cert and Path(cert).is_file():
             args += ["--secret", f"id=pip_cert,src={cert}"]
         started = time.monotonic()
         engine(*args, context, timeout=1200)
         seconds = time.monotonic() - started
-    _remove_older(engine, keep=tag)
+    if hashed:
+        _remove_older(engine, keep=tag)
     return Built(tag, seconds)
 
 
 def _remove_older(engine: Podman, *, keep: str) -> None:
     """Untag worker images of older content, so the cache holds one (plus shared layers)."""
     listed = engine("images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_NAME).stdout.split()
-    old = [name for name in listed if name != keep and name.startswith(IMAGE_NAME + ":")]
+    old = [name for name in listed if name != keep and len(name) == len(keep)]
     if old:
-        engine("rmi", "--force", *old, check=False)
+        engine("rmi", *old, check=False)  # not --force: a running container keeps its image
 
 
 @dataclass
