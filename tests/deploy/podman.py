@@ -88,9 +88,12 @@ def podman() -> Podman:
         )
     home = Path(os.environ.get("LEASEWORKER_PODMAN_STORAGE") or cache_dir("podman"))
     home.mkdir(parents=True, exist_ok=True)
-    run = Path(f"/run/leaseworker-podman-{os.getuid()}")
+    # Transient state, one directory per storage (Podman refuses a storage whose run
+    # directory changed, and two storages must not share one).
+    tag = hashlib.sha256(str(home).encode()).hexdigest()[:8]
+    run = Path(f"/run/leaseworker-podman-{os.getuid()}-{tag}")
     if os.getuid() != 0:
-        run = Path(os.environ.get("XDG_RUNTIME_DIR", tempfile.gettempdir()), "lwpodman")
+        run = Path(os.environ.get("XDG_RUNTIME_DIR", tempfile.gettempdir()), f"lwpodman-{tag}")
     _write(
         home / "containers.conf",
         '[containers]\ndefault_ulimits = []\nnetns = "host"\n\n'
@@ -118,7 +121,7 @@ def ensure_base(engine: Podman) -> str:
     """The local Debian base image (python3, venv, CA certificates), made once with debootstrap."""
     if engine.exists(BASE_IMAGE):
         return BASE_IMAGE
-    debootstrap = shutil.which("debootstrap")
+    debootstrap = shutil.which("debootstrap") or shutil.which("debootstrap", path="/usr/sbin")
     if debootstrap is None:
         raise PodmanUnavailable("debootstrap is not installed: no base image can be made here")
     root = Path(tempfile.mkdtemp(prefix="rootfs-", dir=engine.home))
@@ -128,12 +131,11 @@ def ensure_base(engine: Podman) -> str:
              "bookworm", str(root), DEBIAN_MIRROR],
             capture_output=True, check=True, timeout=900,
         )  # fmt: skip
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(
-            [engine.executable, "import", "-", BASE_IMAGE],
-            stdin=tar.stdout, env=engine.env, capture_output=True, check=True, timeout=600,
-        )  # fmt: skip
-        tar.wait(60)
+        with subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE) as tar:
+            subprocess.run(
+                [engine.executable, "import", "-", BASE_IMAGE],
+                stdin=tar.stdout, env=engine.env, capture_output=True, check=True, timeout=600,
+            )  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return BASE_IMAGE
