@@ -31,6 +31,15 @@ from .podman import (
 )
 from .podman import podman as find_podman
 
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whichever container test comes first may make the base image and build (minutes)."""
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.timeout(900))
+
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Podman]:

@@ -32,6 +32,8 @@ def test_the_image_holds_no_credential_in_its_history_or_configuration(
     The build's CA bundle went in as a build secret: neither its id nor a
     /run/secrets file is left in the image.
     """
+    for planted in ("ENV REDIS_URL=redis://app:s3cr3t@redis:6379/0", "ARG API_KEY=x"):
+        assert CREDENTIAL.search(planted)  # the check can fail
     history = engine("history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
     assert history.strip()
     [config] = json.loads(engine("image", "inspect", image).stdout)
