@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
+from leaseworker._cli._jobs import load_job_class
 from leaseworker._cli._main import build_parser
-from leaseworker._cli._run import build_config, load_job_class
+from leaseworker._cli._run import build_config
 from leaseworker._worker._health import HEALTH_PATH, READY_PATH
 
 REPO = Path(__file__).resolve().parents[2]

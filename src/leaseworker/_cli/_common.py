@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigError
-from .._worker import WorkerConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -141,6 +140,8 @@ def port(text: str) -> int:
 
 def config_default(name: str) -> str | None:
     """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
+    from .._worker import WorkerConfig  # here: `leaseworker demo` and `--help` load no worker
+
     [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
     if found.default_factory is not dataclasses.MISSING:
         default = found.default_factory()

@@ -28,11 +28,11 @@ from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
 from ._common import config_default, env_default, non_negative_int
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``inspect`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "inspect",
-        help="show a job key's lease (owner, TTL, last fence) and its completion state",
+        help=summary,
     )
     parser.add_argument("key", help="the job key, e.g. report:acme:2026-11")
     parser.add_argument(

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import importlib
 import inspect
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError
-from .._execution import ReportJob, check_job_class
+from .._execution import ReportJob
 from .._telemetry import ConfiguredTelemetry
 from .._version import __version__
 from .._worker import (
@@ -45,6 +43,7 @@ from ._common import (
     positive_int,
     positive_seconds,
 )
+from ._jobs import load_job_class
 from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
 
 
@@ -190,11 +189,11 @@ setting is one row here (and its field).
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``run`` subcommand with the flags of :data:`RUN_SETTINGS`."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "run",
-        help="run a worker pod for a ReportJob class",
+        help=summary,
         description="Consume the job's topic in a consumer group and run each trigger's job "
         "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once. Redis, "
         "Kafka and the store are waited for while they are not up; what waiting cannot fix "
@@ -205,31 +204,6 @@ def add_parser(subparsers: Any) -> None:
     for setting in RUN_SETTINGS:
         setting.add_to(parser)
     parser.set_defaults(handler=_run)
-
-
-def load_job_class(spec: str) -> type[ReportJob]:
-    """Import ``pkg.module:JobClass`` and check it is a concrete ReportJob subclass.
-
-    The current directory is put on ``sys.path`` first (as ``python -m`` does),
-    so jobs in the project being deployed import without installing it. Raises
-    :class:`ConfigError` with a one-line reason.
-    """
-    module_name, sep, class_name = spec.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ConfigError(f"job must look like pkg.module:JobClass, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or anything the module raises at import
-        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
-    job_class = getattr(module, class_name, None)
-    if not (inspect.isclass(job_class) and issubclass(job_class, ReportJob)):
-        raise ConfigError(f"{spec} is not a ReportJob subclass")
-    if inspect.isabstract(job_class):
-        raise ConfigError(f"{spec} is abstract: implement async def run(self, ctx)")
-    check_job_class(job_class)
-    return job_class
 
 
 def make_job(job_class: type[ReportJob]) -> ReportJob:

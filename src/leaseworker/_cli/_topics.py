@@ -27,11 +27,11 @@ from ._kafka_flags import (
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``topics`` subcommand (with its one action, ``create``)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "topics",
-        help="create topics (for a job, its dead letters, a try-out against the demo)",
+        help=summary,
         description="Manage Kafka topics.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -37,11 +37,11 @@ from ._kafka_flags import (
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``trigger`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "trigger",
-        help="send one trigger (a JSON object) to a topic",
+        help=summary,
         description="Check one trigger as the worker would, produce it, and print where it "
         "landed as JSON. A trigger the worker would refuse, a missing topic or a broker "
         "that does not answer exits 2 with one line.",

@@ -327,6 +327,17 @@ class _LeaseFanOut:
         for observer in self._observers:
             observer.on_lease_event(event)
 
+    def lease_note(self) -> str:
+        """Return the first observer's note for the acquisition (telemetry's trace reference).
+
+        Without it, recording a history beside telemetry lost the takeover link.
+        """
+        for observer in self._observers:
+            note = getattr(observer, "lease_note", None)
+            if note is not None:
+                return str(note())
+        return ""
+
 
 def _store_unavailable(
     config: WorkerConfig,

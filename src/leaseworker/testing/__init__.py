@@ -7,12 +7,13 @@ faults it injects on demand; ``_store`` the completion store with outages;
 ``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's rules
 (the lease conformance suite runs on both); ``_clock`` ``VirtualTimeLoop``,
 asyncio on virtual time; ``_triggers`` triggers built by the pod's decoder;
-``_chaos`` ``ChaosProxy``, which sits between a client and a real server and
-can black-hole, delay or cut the traffic. The pytest plugin (fixtures for
+``ChaosProxy`` (from ``leaseworker._chaos``, below the dev services that use it
+too) sits between a client and a real server and can black-hole, delay or cut
+the traffic. The pytest plugin (fixtures for
 real services) is ``leaseworker.testing.pytest_plugin``.
 """
 
-from ._chaos import ChaosProxy as ChaosProxy
+from .._chaos import ChaosProxy as ChaosProxy
 from ._clock import VirtualTimeLoop as VirtualTimeLoop
 from ._clock import run_in_virtual_time as run_in_virtual_time
 from ._clock import stall as stall
@@ -52,6 +53,6 @@ __all__ = [
 
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("leaseworker.testing._"):
+    if getattr(_obj, "__module__", "").startswith(("leaseworker.testing._", "leaseworker._chaos")):
         _obj.__module__ = "leaseworker.testing"  # reprs and docs show the public path
 del _name, _obj

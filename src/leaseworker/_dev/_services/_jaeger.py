@@ -8,28 +8,18 @@ clone; its JSON query API is complete, its web UI is a placeholder. See docs/des
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.parse
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Self, TypedDict
+from typing import Self
 
-from ..._timeline._jaeger import http_get
-from ..._timeline._jaeger_json import (
-    V1_SYNTHETIC_TAGS,
-    JaegerSpan,
-    SpanStatus,
-    spans_from_otlp,
-    spans_from_v1,
-    v3_found_nothing,
-)
+from ..._timeline._jaeger import JaegerQuery, http_get
+from ..._timeline._jaeger_json import JaegerSpan
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 from ._shipped import ToolMissingError, shipped
 
@@ -43,28 +33,6 @@ MAX_TRACES = 100_000
 """How many traces the in-memory store keeps before it drops the oldest."""
 
 _log = logging.getLogger(__name__)
-
-
-class FoundSpan(TypedDict):
-    """One span as :meth:`LocalJaeger.find_traces` returns it.
-
-    The form is the same whichever query API answered, so tests can compare
-    plain values: ids are lowercase hex (32 digits for traces, 16 for spans),
-    ``parent_span_id`` is ``None`` for a root span, times are Unix nanoseconds,
-    and ``attributes`` is flat: ``{"key": value}`` with OTLP integers as ``int``,
-    doubles as ``float``, booleans as ``bool``, arrays as ``list``, key-value
-    lists as ``dict`` and bytes as their base64 text.
-    """
-
-    service: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    start_time_unix_nano: int
-    end_time_unix_nano: int
-    status: SpanStatus
-    attributes: dict[str, Any]
 
 
 def deploy_dir() -> Path:
@@ -214,60 +182,17 @@ class LocalJaeger:
 
     def find_traces(
         self, service: str, *, lookback_s: float = 600, limit: int = 100
-    ) -> list[FoundSpan]:
+    ) -> list[JaegerSpan]:
         """Return the spans of ``service``'s traces from the last ``lookback_s`` seconds.
 
-        Uses the OTLP-shaped API ``/api/v3/traces`` and falls back to the classic
-        ``/api/traces`` when that route is missing. Each trace found contributes
-        all its spans, including those of other services; spans come sorted by
-        start time. No match is an empty list, not an error. ``limit`` caps the
-        number of traces.
+        Read by the one Jaeger reader (:meth:`JaegerQuery.service_spans`: the
+        classic API, v3 where it is missing; a failure is a ``JaegerError``).
+        Each trace found contributes all its spans, those of other services
+        too, sorted by start time; no match is an empty list. ``limit`` caps
+        the number of traces.
         """
-        now = datetime.now(UTC)
-        # Spans stamped a little ahead of this clock (another process, rounding)
-        # still count, hence the slack at the upper bound.
-        start_min, start_max = now - timedelta(seconds=lookback_s), now + timedelta(seconds=60)
-        try:
-            spans = self._find_v3(service, start_min, start_max, limit)
-        except _RouteMissingError:
-            spans = self._find_v1(service, start_min, start_max, limit)
-        return sorted(spans, key=lambda s: (s["start_time_unix_nano"], s["span_id"]))
-
-    def _find_v3(
-        self, service: str, start_min: datetime, start_max: datetime, limit: int
-    ) -> list[FoundSpan]:
-        query = urllib.parse.urlencode(
-            {
-                "query.service_name": service,
-                "query.start_time_min": _rfc3339(start_min),
-                "query.start_time_max": _rfc3339(start_max),
-                "query.num_traces": str(limit),
-            }
-        )
-        status, body = http_get(f"{self.query_url}/api/v3/traces?{query}")
-        if status == 404:
-            if v3_found_nothing(body):
-                return []
-            raise _RouteMissingError
-        if status != 200:
-            raise RuntimeError(f"Jaeger /api/v3/traces answered {status}: {body[:500]!r}")
-        return [_found(span) for span in spans_from_otlp(json.loads(body).get("result", {}))]
-
-    def _find_v1(
-        self, service: str, start_min: datetime, start_max: datetime, limit: int
-    ) -> list[FoundSpan]:
-        query = urllib.parse.urlencode(
-            {
-                "service": service,
-                "start": str(int(start_min.timestamp() * 1_000_000)),
-                "end": str(int(start_max.timestamp() * 1_000_000)),
-                "limit": str(limit),
-            }
-        )
-        status, body = http_get(f"{self.query_url}/api/traces?{query}")
-        if status != 200:
-            raise RuntimeError(f"Jaeger /api/traces answered {status}: {body[:500]!r}")
-        return [_found_v1(span) for span in spans_from_v1(json.loads(body).get("data") or [])]
+        query = JaegerQuery(self.query_url, service=service)
+        return query.service_spans(since=lookback_s, limit=limit)
 
     def _wait_ready(self, timeout: float) -> None:
         """Wait for the query API, then for both OTLP receivers.
@@ -290,10 +215,6 @@ class LocalJaeger:
         for port in (self.otlp_grpc_port, self.otlp_http_port):
             remaining = max(deadline - time.monotonic(), 0.1)
             wait_for_port(port, timeout=remaining, process=self.process.popen)
-
-
-class _RouteMissingError(Exception):
-    """The queried Jaeger has no such HTTP route."""
 
 
 def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> str:
@@ -352,33 +273,3 @@ exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
 """
-
-
-def _rfc3339(moment: datetime) -> str:
-    """Format an aware UTC datetime the way Go's ``time.RFC3339Nano`` parses it."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _found(span: JaegerSpan, attributes: dict[str, Any] | None = None) -> FoundSpan:
-    """Return ``span`` as a :class:`FoundSpan` (with ``attributes`` instead of its own)."""
-    return FoundSpan(
-        service=span.service,
-        name=span.name,
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        parent_span_id=span.parent_span_id,
-        start_time_unix_nano=span.start_time_unix_nano,
-        end_time_unix_nano=span.end_time_unix_nano,
-        status=span.status,
-        attributes=span.attributes if attributes is None else attributes,
-    )
-
-
-def _found_v1(span: JaegerSpan) -> FoundSpan:
-    """Return a classic answer's span without the tags its OTLP translation added."""
-    tags = {k: v for k, v in span.attributes.items() if k not in V1_SYNTHETIC_TAGS}
-    if span.status == "error" and tags.get("error") is True:
-        # The translation marks error spans with error=true; a real
-        # attribute of that name and value is indistinguishable and dropped.
-        del tags["error"]
-    return _found(span, tags)
