@@ -83,7 +83,7 @@ def image(built: Built) -> str:
 
 @pytest.fixture
 def markers_dir(tmp_path: Path) -> Path:
-    """A directory the container's uid 10001 may write its marker file into."""
+    """A directory the containers' uid 10001 may write their history files into."""
     path = tmp_path / "marks"
     path.mkdir()
     path.chmod(0o777)
@@ -107,7 +107,6 @@ def worker_env(
         "LEASEWORKER_NAMESPACE": namespace,
         "LEASEWORKER_HEALTH_HOST": "127.0.0.1",
         "LW_TEST_TOPIC": kafka_names.topic,
-        "LW_TEST_MARKERS": "/marks/markers.txt",
     }
 
 
@@ -135,9 +134,9 @@ def containers(
             "run", "--detach", "--name", name, "--label", LABEL, "--network", "host",
             "--read-only", "--env-file", str(env_file),
             "--volume", f"{REPO / 'tests'}:/app/tests:ro", "--volume", f"{markers_dir}:/marks",
-            image, "tests.jobs:MarkerJob", *args,
+            image, "tests.jobs:MarkerJob", "--record-history", f"/marks/history-{pod}.jsonl", *args,
         )  # fmt: skip
-        return Container(name, pod, port, markers_dir / "markers.txt", engine)
+        return Container(name, pod, port, markers_dir / f"history-{pod}.jsonl", engine)
 
     yield start
     if started:

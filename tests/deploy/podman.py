@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leaseworker._dev._services import cache_dir
+from leaseworker._history import Execution, History, merge
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/debian-python:bookworm"
@@ -221,12 +222,12 @@ def _remove_older(engine: Podman, *, keep: str) -> None:
 
 @dataclass
 class Container:
-    """One worker container: its name, pod name, health port and marker file on the host."""
+    """One worker container: its name, pod name, health port and history file on the host."""
 
     name: str
     pod: str
     health_port: int
-    markers: Path
+    history: Path
     engine: Podman
 
     def logs(self) -> str:
@@ -247,3 +248,9 @@ class Container:
         )
         url = f"http://127.0.0.1:{self.health_port}{path}"
         return int(self.engine("exec", self.name, "python3", "-c", code, url).stdout)
+
+
+def recorded(containers: list[Container]) -> list[Execution]:
+    """What the containers' ``--record-history`` files hold, in start order (one clock)."""
+    found = [History.from_json(c.history.read_text()) for c in containers if c.history.exists()]
+    return sorted(merge(found).executions, key=lambda e: e.start) if found else []

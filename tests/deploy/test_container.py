@@ -2,7 +2,7 @@
 
 Each container runs ``leaseworker run`` from the image (read-only root, uid
 10001, host network) against the suite's own Kafka, Redis and PostgreSQL.
-The test job writes marker lines with ``time.monotonic()``, which the host
+Each container records its history (``--record-history``) on ``time.monotonic()``, which the host
 and the containers share (one kernel), so times compare across them.
 """
 
@@ -19,9 +19,9 @@ from leaseworker._dev._services._kafka import LocalKafka
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames, committed, payload, produce
-from ..pods import intervals, overlapping, read_marks
+from ..pods import overlapping
 from ..waiting import eventually
-from .podman import Container, Podman
+from .podman import Container, Podman, recorded
 
 SESSION_TIMEOUT = 6.0
 BUSY_RETRY_CAP = 5.0  # ReportJob.busy_policy default cap
@@ -74,7 +74,7 @@ async def test_a_container_runs_triggers_commits_them_and_answers_its_probes(
     )
     found = await _committed_total(kafka_server, kafka_names, len(keys))
     assert sum(found.values()) == len(keys)
-    completed = {m.key for m in read_marks(worker.markers) if m.how == "completed"}
+    completed = {e.job_key for e in recorded([worker]) if e.outcome == "completed"}
     assert completed == set(keys)
     assert worker.inside("/healthz") == 200
     assert worker.inside("/readyz") == 200
@@ -116,7 +116,7 @@ async def test_podman_stop_drains_and_the_container_exits_zero_within_the_drain(
     )
 
     async def both_started() -> bool:
-        return len([m for m in read_marks(worker.markers) if m.what == "start"]) == 2
+        return {e.job_key for e in recorded([worker])} == {"short", "long"}
 
     await eventually(both_started, within=30)
     grace = 30
@@ -127,7 +127,7 @@ async def test_podman_stop_drains_and_the_container_exits_zero_within_the_drain(
     assert worker.exit_code() == 0, worker.logs()[-3000:]
     bound = shutdown + 2 * 0.5 + 0.5 + 5.0 + 3.0  # drain + release + commit + stop overhead
     assert drained < bound
-    stops = {m.key: m.how for m in read_marks(worker.markers) if m.what == "stop"}
+    stops = {e.job_key: e.outcome for e in recorded([worker])}
     assert stops == {"short": "completed", "long": "cancelled"}
     found = await committed(kafka_server.bootstrap_servers, kafka_names.group, kafka_names.topic)
     assert found.get(0, 0) <= 1  # the long one's trigger stays uncommitted for the next owner
@@ -162,10 +162,10 @@ async def test_a_sigkilled_containers_keys_are_taken_over_by_another_within_the_
     )
 
     async def all_started() -> bool:
-        return {m.key for m in read_marks(a.markers) if m.what == "start"} == set(keys)
+        return {e.job_key for e in recorded([a])} == set(keys)
 
     await eventually(all_started, within=30)
-    assert {m.pod for m in read_marks(a.markers)} == {a.pod}  # a owned the one partition
+    assert {e.pod for e in recorded([a, b])} == {a.pod}  # a owned the one partition
     killed_at = time.monotonic()
     engine("kill", "--signal", "KILL", a.name)
     leases = RedisLeases(redis, namespace=namespace)
@@ -175,12 +175,12 @@ async def test_a_sigkilled_containers_keys_are_taken_over_by_another_within_the_
         expires[key] = read_at + await redis.pttl(leases.lease_key(key)) / 1000
 
     async def all_completed() -> bool:
-        return {m.key for m in read_marks(b.markers) if m.how == "completed"} == set(keys)
+        return {e.job_key for e in recorded([b]) if e.outcome == "completed"} == set(keys)
 
     await eventually(all_completed, within=60)
     await _all_committed(kafka_server, kafka_names, {0: len(keys)})
-    marks = read_marks(a.markers)
-    takeovers = {m.key: m.at for m in marks if m.pod == b.pod and m.what == "start"}
+    executions = recorded([a, b])
+    takeovers = {e.job_key: e.start for e in executions if e.pod == b.pod}
     assert takeovers.keys() == set(keys)
     bound = max(lease, SESSION_TIMEOUT) + BUSY_RETRY_CAP + REBALANCE_ALLOWANCE
     late = max(takeovers.values()) - killed_at
@@ -188,5 +188,5 @@ async def test_a_sigkilled_containers_keys_are_taken_over_by_another_within_the_
     assert late <= bound
     for key, started in takeovers.items():
         assert started >= expires[key] - 0.05, key
-    assert overlapping(intervals(marks, killed_at={a.pod: killed_at})) == []
+    assert overlapping(executions, killed_at={a.pod: killed_at}) == []
     assert re.search(r"exited|Exited", engine("ps", "-a", "--filter", f"name={a.name}").stdout)
