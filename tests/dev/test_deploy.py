@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 
 from leaseworker._cli._jobs import load_job_class
@@ -167,9 +168,9 @@ def test_the_configured_values_make_a_valid_worker_config(
     """The k8s ConfigMap + Secret template and the compose worker env build a WorkerConfig."""
     k8s = _k8s()
     ca = tmp_path / "ca.crt"
-    ca.write_text("placeholder: the file must exist\n")
+    trustme.CA().cert_pem.write_to_path(str(ca))  # the pod loads it at start
     env = {**k8s["ConfigMap"]["data"], **k8s["Secret"]["stringData"]}
-    env["LEASEWORKER_KAFKA_SSL_CAFILE"] = str(ca)
+    env["LEASEWORKER_KAFKA_CA_FILE"] = str(ca)
     job = _job_argument()
     config = _run_config(env, monkeypatch, job)
     assert config.kafka_security.protocol == env["LEASEWORKER_KAFKA_SECURITY_PROTOCOL"]
@@ -234,9 +235,9 @@ def test_grace_periods_exceed_shutdown_timeout_plus_release_and_commit(
     """
     k8s = _k8s()
     ca = tmp_path / "ca.crt"
-    ca.write_text("x\n")
+    trustme.CA().cert_pem.write_to_path(str(ca))  # the pod loads it at start
     env = {**k8s["ConfigMap"]["data"], **k8s["Secret"]["stringData"]}
-    env["LEASEWORKER_KAFKA_SSL_CAFILE"] = str(ca)
+    env["LEASEWORKER_KAFKA_CA_FILE"] = str(ca)
     config = _run_config(env, monkeypatch, _job_argument())
     grace = k8s["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > _drain(config) + GRACE_MARGIN

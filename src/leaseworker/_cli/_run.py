@@ -349,6 +349,7 @@ def _telemetry(args: argparse.Namespace, pod: str) -> ConfiguredTelemetry:
             otlp_endpoint=args.otlp_endpoint,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            check_collector=True,  # a collector refusing the spans (401/403, TLS) exits 2
         )
     except OSError as exc:  # the metrics port is taken, say
         raise ConfigError(

@@ -66,11 +66,11 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    mute_aiokafka_unless_debug(args)  # first: loading the CA file logs at INFO
     try:
         security = kafka_security_from(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    mute_aiokafka_unless_debug(args)
     try:
         anyio.run(
             lambda: create_topics(
@@ -83,6 +83,8 @@ def _create(args: argparse.Namespace) -> int:
                 security=security,
             )
         )
+    except ConfigError as exc:  # the brokers refuse these credentials or certificates
+        return _fail(str(exc))
     except TimeoutError:
         return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
     except (KafkaError, OSError) as exc:

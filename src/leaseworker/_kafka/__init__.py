@@ -9,7 +9,8 @@ failed triggers; ``_clients`` building and starting the aiokafka clients;
 ``_logs`` how log lines name partitions and errors; ``_security`` SASL/TLS
 settings for every Kafka client; ``_settings`` the settings the source reads;
 ``_quiet`` keeps a Kafka outage quiet and cheap for every client;
-``_producer`` sends one trigger (``leaseworker trigger``); ``_topic_admin``
+``_refusals`` tells refused credentials, certificates and ACLs (exit 2) from
+outages; ``_producer`` sends one trigger (``leaseworker trigger``); ``_topic_admin``
 creates topics (``leaseworker topics create``) and ``_topics`` checks them at
 start, both with an admin client from ``_admin``. The only part of
 the library that imports aiokafka (an import contract checks it; the
@@ -26,6 +27,7 @@ from ._hooks import NO_HOOKS as NO_HOOKS
 from ._hooks import SourceHooks as SourceHooks
 from ._logs import describe as describe_kafka_error
 from ._producer import send_trigger as send_trigger
+from ._refusals import refused_error as refused_error
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
 from ._source import KafkaTriggerSource as KafkaTriggerSource
@@ -45,5 +47,6 @@ __all__ = [
     "SourceStats",
     "create_topics",
     "describe_kafka_error",
+    "refused_error",
     "send_trigger",
 ]

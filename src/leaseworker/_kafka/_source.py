@@ -26,6 +26,7 @@ from ._dead_letters import DeadLetters, Headers
 from ._hooks import NO_HOOKS, SourceHooks
 from ._logs import describe, logger
 from ._rebalance import Rebalance
+from ._refusals import refused_error
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, SourceStats, release_grace
 from ._topics import require_topics
@@ -177,6 +178,10 @@ class KafkaTriggerSource:
                         timeout_ms=int(wait * 1000), max_records=max(1, free)
                     )
             except (KafkaError, TimeoutError) as exc:
+                config = self._config
+                refused = refused_error(config.bootstrap_servers, exc, config.kafka_security)
+                if refused is not None:  # a missing ACL (Read on the topic): not a matter of time
+                    raise refused from exc
                 await retries.wait(functools.partial(self._poll_failed, exc))
                 continue
             retries.reset()
@@ -380,6 +385,7 @@ async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
         security=settings.kafka_security,
         within=settings.kafka_timeout,
         client_id=f"leaseworker-{settings.pod}-topic-check",
+        group=settings.group,
     )
 
 

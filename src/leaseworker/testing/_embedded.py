@@ -116,7 +116,11 @@ class EmbeddedPod:
         """
         malformed = self.worker.stats.malformed
         partition, offset = await send_trigger(
-            self._bootstrap, self.job.topic, key=key, payload=dict(payload)
+            self.config.bootstrap_servers,
+            self.job.topic,
+            key=key,
+            payload=dict(payload),
+            security=self.config.kafka_security,  # a pod on a secured listener sends through it
         )
         ended = self._ended.setdefault((partition, offset), anyio.Event())
         with anyio.fail_after(within):

@@ -56,6 +56,7 @@ class LocalJaeger:
     workdir: Path
     process: LocalProcess
     remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
+    otlp_https: bool = False  # the OTLP/HTTP receiver serves TLS (``start(otlp_tls=...)``)
 
     @property
     def otlp_grpc_endpoint(self) -> str:
@@ -65,7 +66,8 @@ class LocalJaeger:
     @property
     def otlp_http_endpoint(self) -> str:
         """The OTLP/HTTP base URL; traces are POSTed to ``{endpoint}/v1/traces``."""
-        return f"http://{LOOPBACK}:{self.otlp_http_port}"
+        scheme = "https" if self.otlp_https else "http"
+        return f"{scheme}://{LOOPBACK}:{self.otlp_http_port}"
 
     @property
     def query_url(self) -> str:
@@ -129,12 +131,22 @@ class LocalJaeger:
         return binary
 
     @classmethod
-    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+    def start(
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 60.0,
+        otlp_tls: tuple[Path, Path] | None = None,
+        otlp_client_ca: Path | None = None,
+    ) -> Self:
         """Build if needed, start Jaeger, and wait until its query API answers.
 
         The YAML config and ``jaeger.log`` are written into ``workdir`` (a new
         temporary directory by default, removed by :meth:`stop`; a failed start
-        shows the log's tail in its error).
+        shows the log's tail in its error). ``otlp_tls``: a PEM certificate
+        chain and key; the OTLP/HTTP receiver then serves HTTPS only
+        (:attr:`otlp_http_endpoint` says ``https://``); ``otlp_client_ca``
+        makes it require client certificates issued by that CA.
         """
         binary = cls.ensure_built()
         remove = workdir is None
@@ -148,6 +160,8 @@ class LocalJaeger:
                 otlp_http=otlp_http,
                 query_http=query_http,
                 query_grpc=query_grpc,
+                otlp_tls=otlp_tls,
+                otlp_client_ca=otlp_client_ca,
             )
         )
         process = LocalProcess.spawn(
@@ -163,6 +177,7 @@ class LocalJaeger:
             workdir=workdir,
             process=process,
             remove_workdir=remove,
+            otlp_https=otlp_tls is not None,
         )
         try:
             jaeger._wait_ready(timeout)
@@ -217,7 +232,15 @@ class LocalJaeger:
             wait_for_port(port, timeout=remaining, process=self.process.popen)
 
 
-def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> str:
+def _config_yaml(
+    *,
+    otlp_grpc: int,
+    otlp_http: int,
+    query_http: int,
+    query_grpc: int,
+    otlp_tls: tuple[Path, Path] | None = None,
+    otlp_client_ca: Path | None = None,
+) -> str:
     """Return the Jaeger v2 (OpenTelemetry Collector) config for a private instance.
 
     Only the OTLP receiver runs (no Jaeger/Zipkin receivers, no remote sampling,
@@ -225,8 +248,16 @@ def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc:
     loopback address, and ``metrics: level: none`` turns off the collector's own
     Prometheus endpoint, which would otherwise bind port 8888. The query service's
     self-tracing is off too: it would dial the default OTLP port 4317 (someone
-    else's collector, or nothing, which delays shutdown by retries).
+    else's collector, or nothing, which delays shutdown by retries). With
+    ``otlp_tls`` (certificate, key) the OTLP/HTTP receiver speaks TLS, and
+    with ``otlp_client_ca`` it asks for client certificates.
     """
+    tls = ""
+    if otlp_tls is not None:
+        cert, key = otlp_tls
+        tls = f'\n        tls:\n          cert_file: "{cert}"\n          key_file: "{key}"'
+        if otlp_client_ca is not None:
+            tls += f'\n          client_ca_file: "{otlp_client_ca}"'
     return f"""\
 # Written by leaseworker._dev._services.LocalJaeger; regenerated on every start.
 service:
@@ -264,7 +295,7 @@ receivers:
       grpc:
         endpoint: "{LOOPBACK}:{otlp_grpc}"
       http:
-        endpoint: "{LOOPBACK}:{otlp_http}"
+        endpoint: "{LOOPBACK}:{otlp_http}"{tls}
 
 processors:
   batch:
