@@ -112,6 +112,9 @@ def test_the_overlay_keeps_the_bases_probes_and_changes_only_what_podman_needs()
     assert "ports" not in worker
     assert worker["securityContext"] == base_worker["securityContext"]
     assert worker["image"] == "localhost/leaseworker:dev"
+    [patch] = _documents(OVERLAY / "configmap.yaml")
+    deleted = {key for key, value in patch["data"].items() if value is None}
+    assert deleted <= base["ConfigMap"]["data"].keys()  # a renamed base key fails here
 
 
 def test_what_podman_does_not_play_agrees_with_what_it_does() -> None:
