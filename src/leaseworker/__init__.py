@@ -13,6 +13,7 @@ API re-exported here:
 ``_campaign``: the seeded fault campaign and its checker (``leaseworker chaos``);
 ``_dev``: local services and demos, not the library;
 ``testing``: the kit for testing jobs (``JobEnvironment``, ``MemoryLeases``, the pytest plugin);
+``_events``: the event family and the one ``Hook`` protocol every box reports through;
 ``_errors``, ``_backoff``, ``_retry``, ``_history``, ``_outcome``, ``_version``: shared
 bottom modules (exceptions, backoff policies, the retry loop, the history model,
 outcomes and reason codes); ``_chaos`` the fault-injecting TCP proxy
@@ -36,7 +37,12 @@ from ._errors import LeaseUnavailable as LeaseUnavailable
 from ._errors import LeaseworkerError as LeaseworkerError
 from ._errors import MalformedTrigger as MalformedTrigger
 from ._errors import StoreUnavailable as StoreUnavailable
-from ._execution import ExecutionEvent as ExecutionEvent
+from ._events import Attempt as Attempt
+from ._events import Event as Event
+from ._events import ExecutionEvent as ExecutionEvent
+from ._events import Hook as Hook
+from ._events import LeaseEvent as LeaseEvent
+from ._events import SourceEvent as SourceEvent
 from ._execution import ExecutionObserver as ExecutionObserver
 from ._execution import JobContext as JobContext
 from ._execution import LoggingObserver as LoggingObserver
@@ -45,7 +51,6 @@ from ._execution import Trigger as Trigger
 from ._lease import DeadlinePolicy as DeadlinePolicy
 from ._lease import HeldLease as HeldLease
 from ._lease import Lease as Lease
-from ._lease import LeaseEvent as LeaseEvent
 from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
@@ -76,6 +81,7 @@ _LAZY = {"KafkaSecurity": "._kafka", "Worker": "._worker", "WorkerConfig": "._wo
 _LAZY["serve"] = "._worker"
 
 __all__ = [
+    "Attempt",
     "BadResult",
     "BusyPolicy",
     "ClaimResult",
@@ -86,9 +92,11 @@ __all__ = [
     "ConfigError",
     "DeadLetterReason",
     "DeadlinePolicy",
+    "Event",
     "ExecutionEvent",
     "ExecutionObserver",
     "HeldLease",
+    "Hook",
     "JobContext",
     "KafkaSecurity",
     "Lease",
@@ -109,6 +117,7 @@ __all__ = [
     "Outcome",
     "RedisLeases",
     "ReportJob",
+    "SourceEvent",
     "StoreUnavailable",
     "Telemetry",
     "Trigger",

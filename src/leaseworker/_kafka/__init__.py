@@ -1,8 +1,7 @@
 """The Kafka side: the consumer-group member that turns records into executions.
 
 ``_source`` the ``KafkaTriggerSource`` (the poll loop and dispatch);
-``_hooks`` what it tells an observer (``SourceHooks``);
-``_state`` what its parts share (partitions, ``SourceStats``, progress);
+``_state`` what its parts share (partitions, ``SourceStats``, the hooks);
 ``_commits`` committing the finished prefix; ``_offsets`` that prefix per
 partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
 failed triggers; ``_clients`` building and starting the aiokafka clients;
@@ -23,8 +22,6 @@ from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HE
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
 from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
-from ._hooks import NO_HOOKS as NO_HOOKS
-from ._hooks import SourceHooks as SourceHooks
 from ._logs import describe as describe_kafka_error
 from ._producer import send_trigger as send_trigger
 from ._refusals import refused_error as refused_error
@@ -39,11 +36,9 @@ __all__ = [
     "DEAD_LETTER_HEADERS",
     "DEAD_LETTER_LOSS_HEADERS",
     "DEAD_LETTER_OMITTED",
-    "NO_HOOKS",
     "KafkaError",
     "KafkaSecurity",
     "KafkaTriggerSource",
-    "SourceHooks",
     "SourceStats",
     "create_topics",
     "describe_kafka_error",

@@ -15,20 +15,21 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, final
 
 import anyio
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from .._errors import ConfigError, LeaseLost, LeaseUnavailable
-from .._outcome import LeaseLostReason
+from .._errors import ConfigError, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
+from ._verdict import judge_renewal
+from ._verdict import lost as _lost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,15 +288,13 @@ class RedisLeases:
             raise _lost(lease, "timeout", "no answer within command_timeout") from exc
         except _CLIENT_ERRORS as exc:
             raise _lost(lease, "error", _describe(exc)) from exc
-        if not int(renewed.value):
-            raise _lost(lease, "rejected", "the lease key is gone or has another owner")
-        if not self._replicated(renewed):
-            raise _lost(lease, "unreplicated", self._unreplicated(renewed))
-        late_by = now() - lease.local_deadline
-        if late_by > 0:
-            raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
-        return replace(
-            lease, sent_at=sent_at, local_deadline=self._policy.local_deadline(sent_at, lease.ttl)
+        unreplicated = None if self._replicated(renewed) else self._unreplicated(renewed)
+        return judge_renewal(
+            lease,
+            sent_at=sent_at,
+            policy=self._policy,
+            extended=bool(int(renewed.value)),
+            unreplicated=unreplicated,
         )
 
     async def release(self, lease: Lease) -> bool:
@@ -439,10 +438,6 @@ def _ms(seconds: float) -> str:
     millisecond more.)
     """
     return str(max(1, math.ceil(round(seconds * 1000, 6))))
-
-
-def _lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:
-    return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)
 
 
 def _text(value: bytes | str | None) -> str | None:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from .._execution import ExecutionEvent, LoggingObserver, MultiObserver, ReportJob
+from .._events import Event, ExecutionEvent, SourceEvent
+from .._execution import ReportJob
 from .._kafka._producer import send_trigger
 from .._lease import now
 from .._worker import Worker, WorkerConfig
@@ -91,8 +92,8 @@ class EmbeddedPod:
         self._events: dict[tuple[int, int], list[tuple[float, ExecutionEvent]]] = {}
         self._began = now()
         self._ended: dict[tuple[int, int], anyio.Event] = {}
-        observer = MultiObserver([LoggingObserver(), self])
-        self.worker = Worker(job, config, observer=observer)
+        self._malformed: set[tuple[int, int]] = set()
+        self.worker = Worker(job, config, hooks=(self,))
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Run the worker until stopped (``task_status``: once Kafka is connected)."""
@@ -111,10 +112,8 @@ class EmbeddedPod:
         the trigger's execution events (``at``: seconds since the pod started;
         checkpoints are not counted in a pod). Raises ``TimeoutError`` after
         ``within`` seconds, and ``AssertionError`` when the pod dead-letters
-        the record as malformed instead of running it (send such records one
-        at a time: the pod's malformed count tells them apart).
+        the record as malformed instead of running it.
         """
-        malformed = self.worker.stats.malformed
         partition, offset = await send_trigger(
             self.config.bootstrap_servers,
             self.job.topic,
@@ -124,17 +123,19 @@ class EmbeddedPod:
         )
         ended = self._ended.setdefault((partition, offset), anyio.Event())
         with anyio.fail_after(within):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_malformed, malformed, tg.cancel_scope)
-                await ended.wait()
-                tg.cancel_scope.cancel()
-        if not ended.is_set():
+            await ended.wait()
+        if (partition, offset) in self._malformed:
             raise AssertionError(f"the pod dead-lettered record {offset} as malformed")
         return self._result(self._events[(partition, offset)])
 
-    async def _watch_malformed(self, before: int, scope: anyio.CancelScope) -> None:
-        await self.worker.wait_until(lambda: self.worker.stats.malformed > before, timeout=3600)
-        scope.cancel()
+    def __call__(self, event: Event) -> None:
+        """Keep the pod's execution events; a malformed record ends its wait too (the hook)."""
+        if isinstance(event, ExecutionEvent) and event.event != "acquiring":
+            self.on_event(event)
+        elif isinstance(event, SourceEvent) and event.name == "malformed":
+            where = (event.record.partition, event.record.offset)
+            self._malformed.add(where)
+            self._ended.setdefault(where, anyio.Event()).set()
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Keep the event under its record; a terminal ``finished`` ends the wait."""

@@ -24,7 +24,7 @@ from ._nodes import (
     fields,
     in_thread,
     installed,
-    wait_until,
+    poll_until,
     write_config,
 )
 from ._proc import LOOPBACK, distinct_free_ports, run_captured
@@ -91,7 +91,7 @@ class LocalRedisCluster:
             cluster._ids = {
                 node.port: str(node.command("CLUSTER", "MYID")) for node in cluster.nodes
             }
-            wait_until(cluster._settled, timeout=timeout, what="the cluster to settle")
+            poll_until(cluster._settled, timeout=timeout, what="the cluster to settle")
             cluster._shards = cluster._shards_from(cluster._view())
         except BaseException:
             cluster.stop()
@@ -327,7 +327,7 @@ class LocalRedisCluster:
             return bool(found)
 
         what = f"a running master for shard {shard}"
-        wait_until(promoted, timeout=self.timeout if timeout is None else timeout, what=what)
+        poll_until(promoted, timeout=self.timeout if timeout is None else timeout, what=what)
         return found[0]
 
     # -- acting
@@ -368,7 +368,7 @@ class LocalRedisCluster:
         def moved() -> bool:
             return self._settled() and self._owner(slot, self._view()) is to
 
-        wait_until(moved, timeout=self.timeout, what=f"slot {slot} to be served by {to.name}")
+        poll_until(moved, timeout=self.timeout, what=f"slot {slot} to be served by {to.name}")
 
     def _settle(self) -> None:
         for node in self.nodes:
@@ -378,7 +378,7 @@ class LocalRedisCluster:
                 node.restart()
         for slot in list(self._migrating):
             self._finish_migration(slot)
-        wait_until(self._replicating, timeout=self.timeout, what="every replica to sync")
+        poll_until(self._replicating, timeout=self.timeout, what="every replica to sync")
 
     def _replicating(self) -> bool:
         """Whether the cluster is settled and every replica's link to its master is up."""

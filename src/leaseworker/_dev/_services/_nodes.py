@@ -110,12 +110,12 @@ class RedisNode:
     def pause(self) -> None:
         """SIGSTOP the process; return once the kernel reports it stopped."""
         self.process.signal(SIGSTOP)
-        wait_until(lambda: self.paused, timeout=5, what=f"{self.name} to stop")
+        poll_until(lambda: self.paused, timeout=5, what=f"{self.name} to stop")
 
     def resume(self) -> None:
         """SIGCONT a paused process; return once it runs again."""
         self.process.signal(SIGCONT)
-        wait_until(lambda: not self.paused, timeout=5, what=f"{self.name} to continue")
+        poll_until(lambda: not self.paused, timeout=5, what=f"{self.name} to continue")
 
     def restart(self, extra_args: Sequence[str] = ()) -> None:
         """Start a node that was killed again, on its port, from its config file.
@@ -152,7 +152,7 @@ def cut_off(replica: RedisNode, master: RedisNode) -> None:
             f"port={replica.port}," in v for k, v in info.items() if k.startswith("slave")
         )
 
-    wait_until(dropped, timeout=10, what=f"{master.name} to drop {replica.name}")
+    poll_until(dropped, timeout=10, what=f"{master.name} to drop {replica.name}")
 
 
 def _spawn(name: str, argv: list[str], port: int, log_path: Path) -> LocalProcess:
@@ -197,7 +197,7 @@ def pairs(reply: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
-def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
+def poll_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
     """Return once ``check()`` is true; raise ``TimeoutError`` naming ``what`` after ``timeout``.
 
     A Redis error inside ``check`` counts as "not yet": a topology in the middle

@@ -25,7 +25,7 @@ from ._nodes import (
     in_thread,
     installed,
     pairs,
-    wait_until,
+    poll_until,
     write_config,
 )
 from ._proc import LOOPBACK, distinct_free_ports
@@ -89,7 +89,7 @@ class LocalSentinelGroup:
             settings = (down_after_ms, failover_timeout_ms)
             for index, port in enumerate(ports[1 + replicas :]):
                 group.sentinels.append(group._start_sentinel(sentinel_bin, index, port, settings))
-            wait_until(group._settled, timeout=timeout, what="the sentinel group to settle")
+            poll_until(group._settled, timeout=timeout, what="the sentinel group to settle")
         except BaseException:
             group.stop()
             raise
@@ -233,7 +233,7 @@ class LocalSentinelGroup:
             synced = ("state=online" in info.get(f"slave{i}", "") for i in range(expected))
             return sum(synced) == expected
 
-        wait_until(online, timeout=self.timeout, what="the replicas to sync with the master")
+        poll_until(online, timeout=self.timeout, what="the replicas to sync with the master")
 
     def _start_sentinel(
         self, binary: str, index: int, port: int, settings: tuple[int, int]
@@ -282,7 +282,7 @@ class LocalSentinelGroup:
             found[:] = [] if master is None else [master]
             return bool(found)
 
-        wait_until(agreed, timeout=self.timeout, what="the sentinels to agree on a master")
+        poll_until(agreed, timeout=self.timeout, what="the sentinels to agree on a master")
         return found[0]
 
     def _switched_to(self, old: RedisNode) -> RedisNode | None:
@@ -339,7 +339,7 @@ class LocalSentinelGroup:
                 raise
             return True
 
-        wait_until(requested, timeout=self.timeout, what="a sentinel to accept SENTINEL FAILOVER")
+        poll_until(requested, timeout=self.timeout, what="a sentinel to accept SENTINEL FAILOVER")
         return self._wait_switched(old)
 
     def _wait_switched(self, old: RedisNode) -> RedisNode:
@@ -350,7 +350,7 @@ class LocalSentinelGroup:
             found[:] = [] if master is None else [master]
             return bool(found)
 
-        wait_until(switched, timeout=self.timeout, what=f"a new master in place of {old.name}")
+        poll_until(switched, timeout=self.timeout, what=f"a new master in place of {old.name}")
         return found[0]
 
     def _settle(self) -> RedisNode:
@@ -365,7 +365,7 @@ class LocalSentinelGroup:
                 node.restart(["--replicaof", LOOPBACK, str(master.port)])
             elif node.role()[0] == "master":  # demoted, not yet reconfigured by Sentinel
                 node.command("REPLICAOF", LOOPBACK, master.port)
-        wait_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
+        poll_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
         return master
 
 
