@@ -31,9 +31,8 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from throughput import PARTITIONS, NoopReport, produce
 
 from leaseworker import ExecutionEvent, Worker, WorkerConfig
-from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._postgres import LocalPostgres
+from leaseworker._dev._services._stack import LocalStack
 
 
 class Counter:
@@ -178,14 +177,11 @@ def main() -> None:
     )
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lw-scale-")))
-        redis_server = LocalRedis.start()
-        stack.callback(redis_server.stop)
-        kafka = LocalKafka.start()
-        stack.callback(kafka.stop)
+        services = stack.enter_context(LocalStack())
+        services.start("redis", "kafka")  # PostgreSQL starts below if asked for
+        redis_server, kafka = services.redis, services.kafka
         if args.store == "postgresql":
-            postgres = LocalPostgres.start()
-            stack.callback(postgres.stop)
-            store_url = postgres.create_database("scale")
+            store_url = services.postgres.create_database("scale")
         else:
             store_url = f"sqlite:///{workdir / 'completions.sqlite3'}"
         base = {

@@ -71,6 +71,7 @@ from leaseworker._cli._run import tune_garbage_collector
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._jaeger import LocalJaeger
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._dev._services._stack import LocalStack
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._setup import ConfiguredTelemetry, configure
@@ -309,8 +310,10 @@ async def stack() -> AsyncIterator[Stack]:
 
     On the way out, telemetry is flushed and Jaeger must have received spans.
     """
-    kafka, redis, jaeger = LocalKafka.start(), LocalRedis.start(), LocalJaeger.start()
+    services = LocalStack()
     try:
+        services.start("kafka", "redis", "jaeger")
+        kafka, redis, jaeger = services.kafka, services.redis, services.jaeger
         os.environ["OTEL_METRICS_EXPORTER"] = "none"  # Jaeger takes traces only
         os.environ["OTEL_SERVICE_NAME"] = "bench-worker"
         configured = configure(
@@ -323,9 +326,7 @@ async def stack() -> AsyncIterator[Stack]:
         await configured.aclose()
         assert jaeger.find_traces("bench-worker", limit=10), "no spans reached Jaeger"
     finally:
-        jaeger.stop()
-        redis.stop()
-        kafka.stop()
+        services.stop()
 
 
 async def measure(

@@ -73,7 +73,7 @@ from leaseworker import (
 )
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._postgres import LocalPostgres
+from leaseworker._dev._services._stack import LocalStack
 from leaseworker._lease._scripts import RELEASE
 
 PARTITIONS = 4
@@ -610,10 +610,9 @@ def main() -> None:
     )
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lw-bench-")))
-        redis_server = LocalRedis.start()
-        stack.callback(redis_server.stop)
-        kafka = LocalKafka.start()
-        stack.callback(kafka.stop)
+        services = stack.enter_context(LocalStack())
+        services.start("redis", "kafka")  # PostgreSQL starts below if asked for
+        redis_server, kafka = services.redis, services.kafka
         urls: dict[str, str] = {}
         for store in stores:
             if store == "memory":
@@ -625,10 +624,8 @@ def main() -> None:
             elif store == "sqlite":
                 urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
             else:
-                postgres = LocalPostgres.start()
-                stack.callback(postgres.stop)
-                urls[store] = postgres.create_database("bench")
-                urls["bare-postgresql"] = postgres.create_database("bare")
+                urls[store] = services.postgres.create_database("bench")
+                urls["bare-postgresql"] = services.postgres.create_database("bare")
         anyio.run(bench, kafka, redis_server, urls, args, workdir)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything leaseworker's demo and tests need; safe to run again.
-#  - Debian packages: redis-server, postgresql, chromium (only when missing; needs root or sudo)
+#  - Debian packages: redis-server, postgresql, chromium, podman, runc, debootstrap
+#    (only when missing; needs root or sudo)
 #  - a virtualenv in .venv with leaseworker installed editable plus dev tools
 #  - Kafka jars (Maven) and the Jaeger binary (Go) into ~/.cache/leaseworker
 #    (override with LEASEWORKER_CACHE), outside the clone; skipped when cached.
@@ -15,6 +16,11 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 # Headless Chromium renders the timeline page in its test (Debian's package; no download).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# Container tests (tests/deploy): Podman run with runc (crun's setrlimit is refused on
+# these machines) and debootstrap, which makes the local base image (no registry here).
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 if ((${#need[@]})); then
     echo "bootstrap: installing Debian packages: ${need[*]}"
     sudo_=""

@@ -20,6 +20,7 @@ from leaseworker._dev._services import (
     LocalSentinelGroup,
 )
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._dev._services._stack import LocalStack
 
 from .health_util import spawn
 from .kafka_util import KafkaNames
@@ -31,39 +32,40 @@ pytest_plugins = ["leaseworker.testing.pytest_plugin", "pytester"]
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[LocalRedis]:
-    """A private redis-server on a free loopback port, stopped after the session."""
-    server = LocalRedis.start()
-    yield server
-    server.stop()
+def local_stack() -> Iterator[LocalStack]:
+    """The session's services from the one stack builder: each starts on first use.
+
+    All of them stop at the session's end, by PID. The plugin's fixtures use it
+    too (``leaseworker_stack`` below): one Redis and one Kafka, not two.
+    """
+    with LocalStack() as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")
-def sentinel_group() -> Iterator[LocalSentinelGroup]:
+def redis_server(local_stack: LocalStack) -> LocalRedis:
+    """A private redis-server on a free loopback port for the session."""
+    return local_stack.redis
+
+
+@pytest.fixture(scope="session")
+def sentinel_group(local_stack: LocalStack) -> LocalSentinelGroup:
     """One Sentinel group (master, two replicas, three sentinels) for the session.
 
     It starts in about 3 s; tests restore it with ``await sentinel_group.settle()``
     before they fail it over, kill or pause a node.
     """
-    group = LocalSentinelGroup.start()
-    try:
-        yield group
-    finally:
-        group.stop()
+    return local_stack.sentinel
 
 
 @pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[LocalRedisCluster]:
+def redis_cluster(local_stack: LocalStack) -> LocalRedisCluster:
     """One six-node Redis Cluster (three shards of master + replica) for the session.
 
     Tests restore it with ``await redis_cluster.settle()`` before they fail a
     shard over, kill, pause or cut off a node.
     """
-    cluster = LocalRedisCluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    return local_stack.cluster
 
 
 @pytest.fixture
@@ -87,11 +89,9 @@ def leases(redis: Redis, namespace: str) -> RedisLeases:
 
 
 @pytest.fixture(scope="session")
-def kafka_server() -> Iterator[LocalKafka]:
+def kafka_server(local_stack: LocalStack) -> LocalKafka:
     """One private Kafka broker (KRaft) per session; tests use their own topics and groups."""
-    server = LocalKafka.start()
-    yield server
-    server.stop()
+    return local_stack.kafka
 
 
 @pytest.fixture
@@ -123,11 +123,9 @@ def health_pods(tmp_path: Path) -> Iterator[Callable[..., Pod]]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[LocalPostgres]:
+def postgres_server(local_stack: LocalStack) -> LocalPostgres:
     """One private PostgreSQL cluster per session; tests take a database each."""
-    server = LocalPostgres.start()
-    yield server
-    server.stop()
+    return local_stack.postgres
 
 
 @pytest.fixture
@@ -202,12 +200,6 @@ def _no_leaseworker_directory_left_behind(
 
 
 @pytest.fixture(scope="session")
-def leaseworker_redis(redis_server: LocalRedis) -> LocalRedis:
-    """The plugin's Redis is the session's (one server, not two)."""
-    return redis_server
-
-
-@pytest.fixture(scope="session")
-def leaseworker_kafka(kafka_server: LocalKafka) -> LocalKafka:
-    """The plugin's Kafka broker is the session's (one JVM, not two)."""
-    return kafka_server
+def leaseworker_stack(local_stack: LocalStack) -> LocalStack:
+    """The plugin's services are the session's (one Redis, one Kafka JVM, not two)."""
+    return local_stack

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -12,7 +10,8 @@ from typing import Any
 
 import anyio
 
-from .pods import LEASEWORKER, REPO, Pod
+from .pods import Pod
+from .pods import spawn as start_pod
 
 
 def get_json(url: str, *, timeout: float = 3.0) -> tuple[int, dict[str, Any]]:
@@ -31,15 +30,4 @@ async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
 
 def spawn(name: str, job: str, workdir: Path, env: dict[str, str], *extra: str) -> Pod:
     """Start ``leaseworker run JOB`` as pod ``name``, logging to ``workdir/name.log``."""
-    log = workdir / f"{name}.log"
-    full_env = {**os.environ, **env, "LEASEWORKER_POD": name, "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [LEASEWORKER, "--log-level", "DEBUG", "run", job, *extra],
-            cwd=REPO,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return Pod(name, process, log)
+    return start_pod(name, job, workdir, env, *extra, log_level="DEBUG")

@@ -3,9 +3,9 @@
 In-process tests use :class:`GateJob` with a :class:`Recorder`: every
 execution records its start and stop and, when the payload says
 ``"gate": true``, waits for the test to open its job key's gate. Subprocess
-tests use :class:`MarkerJob`, which appends ``start``/``stop`` lines with
-``time.monotonic()`` (one clock for every process on the machine) to the file
-named by ``$LW_TEST_MARKERS``.
+tests use :class:`MarkerJob`, a sleeping job whose pods record their history
+(``leaseworker run --record-history``, on ``time.monotonic()``: one clock for
+every process on the machine).
 """
 
 from __future__ import annotations
@@ -124,38 +124,25 @@ def on_topic(base: type[J], topic: str, **settings: Any) -> type[J]:
 
 
 class MarkerJob(ReportJob):
-    """Appends start/stop lines to ``$LW_TEST_MARKERS``; sleeps ``seconds`` from the payload.
+    """Sleeps ``seconds`` from the payload, with checkpoints; its pod records what happened.
 
-    Settings come from the environment, since ``leaseworker run`` builds it:
-    ``LW_TEST_TOPIC``, ``LW_TEST_LEASE`` (seconds). When ``LW_TEST_SLOW_POD``
-    names a pod, only that pod sleeps the payload's ``seconds``; the others
-    take 0.1 s (a takeover should not wait for a whole slow job again).
+    Settings come from the environment, since ``leaseworker run`` builds it: ``LW_TEST_TOPIC``,
+    ``LW_TEST_LEASE`` (seconds). When ``LW_TEST_SLOW_POD`` names a pod, only
+    that pod sleeps the payload's ``seconds``; the others take 0.1 s (a
+    takeover should not wait for a whole slow job again).
     """
 
     topic = os.environ.get("LW_TEST_TOPIC", "unset")
     lease_duration = float(os.environ.get("LW_TEST_LEASE", "3"))
 
     async def run(self, ctx: JobContext) -> object:
-        """Write a start line, sleep in small steps with checkpoints, write a stop line."""
-        path = os.environ["LW_TEST_MARKERS"]
-        _mark(path, "start", ctx)
-        how = "cancelled"
-        try:
-            seconds = float(ctx.trigger.payload.get("seconds", 0))
-            slow_pod = os.environ.get("LW_TEST_SLOW_POD")
-            if slow_pod and ctx.pod != slow_pod:
-                seconds = 0.1
-            until = time.monotonic() + seconds
-            while time.monotonic() < until:
-                await ctx.checkpoint()
-                await anyio.sleep(min(0.05, max(0.0, until - time.monotonic())))
-            how = "completed"
-        finally:
-            _mark(path, f"stop {how}", ctx)
+        """Sleep in small steps with checkpoints."""
+        seconds = float(ctx.trigger.payload.get("seconds", 0))
+        slow_pod = os.environ.get("LW_TEST_SLOW_POD")
+        if slow_pod and ctx.pod != slow_pod:
+            seconds = 0.1
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            await ctx.checkpoint()
+            await anyio.sleep(min(0.05, max(0.0, until - time.monotonic())))
         return None
-
-
-def _mark(path: str, what: str, ctx: JobContext) -> None:
-    line = f"{time.monotonic():.6f} {ctx.pod} {ctx.job_key} {ctx.execution_id} {what}\n"
-    with open(path, "a") as markers:
-        markers.write(line)

@@ -89,3 +89,22 @@ def test_a_later_line_of_an_execution_replaces_its_start_line() -> None:
     text = header_line("monotonic") + record_line(started) + record_line(killed)
     history = History.from_json(text + record_line(ended))
     assert history.executions == (ended, killed)
+
+
+def test_overlapping_pairs_one_keys_executions_that_held_it_at_once() -> None:
+    """The one overlap judgement: same key, intervals that intersect, an open end until the end.
+
+    Touching intervals (one stops as the next starts) and other keys' executions do not count.
+    """
+    a = _execution("pod-a", 0.0, 5.0, 1)
+    b = _execution("pod-b", 4.0, 6.0, 2)  # overlaps a by 1 s
+    c = _execution("pod-c", 6.0, None, 3)  # starts as b stops: no overlap; open-ended
+    d = _execution("pod-d", 7.0, 8.0, 4)  # inside c's open end
+    other = Execution(job_key="other", execution_id="x", pod="pod-a", start=4.5, end=9.0)
+    history = History(executions=(d, c, other, b, a))
+    assert history.end == 9.0
+    assert [(p.execution_id, q.execution_id) for p, q in history.overlapping()] == [
+        ("pod-a-1", "pod-b-2"),
+        ("pod-c-3", "pod-d-4"),
+    ]
+    assert history.overlapping(until=7.0) == [(a, b)]  # c's open end counted to 7 only

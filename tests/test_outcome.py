@@ -12,7 +12,8 @@ from typing import get_args
 import pytest
 
 import leaseworker
-from leaseworker._execution._events import _LEVELS, EventName
+from leaseworker._events import ExecutionEventName as EventName
+from leaseworker._execution._events import _LEVELS
 from leaseworker._outcome import (
     JOB_FAILURES,
     OUTCOMES,

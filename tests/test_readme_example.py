@@ -25,7 +25,7 @@ from leaseworker._execution._completion import completion_key
 
 from .jobs import on_topic
 from .kafka_util import KafkaNames, produce
-from .worker_util import make_worker, pod_config, running
+from .worker_util import Progress, make_worker, pod_config, running
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -68,8 +68,11 @@ async def test_the_readme_job_runs_in_a_pod_and_records_its_result(
     config = pod_config(kafka_server, redis_server, kafka_names, namespace, store_url=store_url)
     request = b'{"tenant": "acme", "period": "2026-11"}'  # the README's `trigger` payload
     await produce(kafka_server.bootstrap_servers, topic, [(b"report:acme:2026-11", request)])
-    async with running(make_worker(on_topic(job_class, topic)(), config)) as worker:
-        await worker.wait_until(lambda: worker.stats.commits >= 1, timeout=30)
+    progress = Progress()
+    async with running(
+        make_worker(on_topic(job_class, topic)(), config, hooks=[progress])
+    ) as worker:
+        await progress.until(lambda: worker.stats.commits >= 1, timeout=30)
     async with open_store(store_url) as store:
         completion = await store.state(completion_key(namespace, "report:acme:2026-11"))
     assert completion is not None

@@ -113,7 +113,7 @@ def test_the_installed_demo_finds_its_files_in_the_package(
         from leaseworker._dev._services._jaeger import deploy_dir
         from leaseworker._dev._services._kafka import ensure_installed, kafka_version
         from leaseworker._dev._services._shipped import shipped
-        from leaseworker._dev._pods import EXAMPLE
+        from leaseworker._dev._stack import EXAMPLE
         print(leaseworker.__file__)
         print(shipped("deploy/local/kafka/pom.xml"))
         print(deploy_dir())

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from leaseworker import ReportJob, Worker, WorkerConfig
+from leaseworker import Event, ReportJob, Worker, WorkerConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 
@@ -59,13 +59,34 @@ async def _run(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> No
 async def until(check: Callable[[], bool], *, within: float = 20) -> None:
     """Wait until in-process state without an event of its own satisfies ``check``.
 
-    Log records, observer events, an exporter's spans. For the source's stats
-    use ``Worker.wait_until``/``KafkaTriggerSource.wait_until``: they wake on
-    the source's progress instead of polling.
+    Log records, an exporter's spans. For the source's stats give the worker
+    (or the source) a :class:`Progress` hook: it wakes on every event instead
+    of polling.
     """
     with anyio.fail_after(within):
         while not check():  # noqa: ASYNC110 - such state has no event to wait on
             await anyio.sleep(0.02)
+
+
+class Progress:
+    """A hook that wakes :meth:`until` at every event: tests wait for stats through it."""
+
+    def __init__(self) -> None:
+        self._moved: anyio.Event | None = None
+
+    def __call__(self, event: Event) -> None:
+        """Wake the waiter, if any: something the stats count may have changed."""
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            moved.set()
+
+    async def until(self, check: Callable[[], bool], *, timeout: float) -> None:  # noqa: ASYNC109 - a test's wait is bounded
+        """Return once ``check()`` holds, re-checked at every event (``TimeoutError``: too late)."""
+        with anyio.fail_after(timeout):
+            while not check():
+                if self._moved is None:
+                    self._moved = anyio.Event()
+                await self._moved.wait()
 
 
 def make_worker(job: ReportJob, config: WorkerConfig, **kwargs: Any) -> Worker:

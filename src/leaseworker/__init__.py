@@ -13,10 +13,18 @@ API re-exported here:
 ``_campaign``: the seeded fault campaign and its checker (``leaseworker chaos``);
 ``_dev``: local services and demos, not the library;
 ``testing``: the kit for testing jobs (``JobEnvironment``, ``MemoryLeases``, the pytest plugin);
+``_events``: the event family and the one ``Hook`` protocol every box reports through;
 ``_errors``, ``_backoff``, ``_retry``, ``_history``, ``_outcome``, ``_version``: shared
 bottom modules (exceptions, backoff policies, the retry loop, the history model,
-outcomes and reason codes).
+outcomes and reason codes); ``_chaos`` the fault-injecting TCP proxy
+(``leaseworker.testing.ChaosProxy``), below the dev services and the testing kit that use it.
+
+The Kafka-bound names (``Worker``, ``WorkerConfig``, ``serve``, ``KafkaSecurity``) load
+on first use, so ``import leaseworker`` (and the pytest plugin inside it) loads no aiokafka.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._backoff import BusyPolicy as BusyPolicy
 from ._errors import BadResult as BadResult
@@ -29,17 +37,20 @@ from ._errors import LeaseUnavailable as LeaseUnavailable
 from ._errors import LeaseworkerError as LeaseworkerError
 from ._errors import MalformedTrigger as MalformedTrigger
 from ._errors import StoreUnavailable as StoreUnavailable
-from ._execution import ExecutionEvent as ExecutionEvent
+from ._events import Attempt as Attempt
+from ._events import Event as Event
+from ._events import ExecutionEvent as ExecutionEvent
+from ._events import Hook as Hook
+from ._events import LeaseEvent as LeaseEvent
+from ._events import SourceEvent as SourceEvent
 from ._execution import ExecutionObserver as ExecutionObserver
 from ._execution import JobContext as JobContext
 from ._execution import LoggingObserver as LoggingObserver
 from ._execution import ReportJob as ReportJob
 from ._execution import Trigger as Trigger
-from ._kafka import KafkaSecurity as KafkaSecurity
 from ._lease import DeadlinePolicy as DeadlinePolicy
 from ._lease import HeldLease as HeldLease
 from ._lease import Lease as Lease
-from ._lease import LeaseEvent as LeaseEvent
 from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
@@ -59,11 +70,18 @@ from ._store import fenced_upsert as fenced_upsert
 from ._store import open_store as open_store
 from ._telemetry import Telemetry as Telemetry
 from ._version import __version__ as __version__
-from ._worker import Worker as Worker
-from ._worker import WorkerConfig as WorkerConfig
-from ._worker import serve as serve
+
+if TYPE_CHECKING:
+    from ._kafka import KafkaSecurity as KafkaSecurity
+    from ._worker import Worker as Worker
+    from ._worker import WorkerConfig as WorkerConfig
+    from ._worker import serve as serve
+
+_LAZY = {"KafkaSecurity": "._kafka", "Worker": "._worker", "WorkerConfig": "._worker"}
+_LAZY["serve"] = "._worker"
 
 __all__ = [
+    "Attempt",
     "BadResult",
     "BusyPolicy",
     "ClaimResult",
@@ -74,9 +92,11 @@ __all__ = [
     "ConfigError",
     "DeadLetterReason",
     "DeadlinePolicy",
+    "Event",
     "ExecutionEvent",
     "ExecutionObserver",
     "HeldLease",
+    "Hook",
     "JobContext",
     "KafkaSecurity",
     "Lease",
@@ -97,6 +117,7 @@ __all__ = [
     "Outcome",
     "RedisLeases",
     "ReportJob",
+    "SourceEvent",
     "StoreUnavailable",
     "Telemetry",
     "Trigger",
@@ -110,8 +131,27 @@ __all__ = [
     "serve",
 ]
 
+
+def _public(obj: Any) -> Any:
+    if getattr(obj, "__module__", "").startswith("leaseworker."):
+        obj.__module__ = "leaseworker"  # reprs and docs show the public path
+    return obj
+
+
+def __getattr__(name: str) -> Any:
+    """Import a Kafka-bound name on first use (PEP 562), then keep it."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'leaseworker' has no attribute {name!r}")
+    value = globals()[name] = _public(getattr(importlib.import_module(_LAZY[name], __name__), name))
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names (loaded or not), the subpackages imported so far, the private ones."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("_") or n == "testing")})
+
+
 for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("leaseworker."):
-        _obj.__module__ = "leaseworker"  # reprs and docs show the public path
-del _name, _obj
+    if _name not in _LAZY:
+        _public(globals()[_name])
+del _name

@@ -110,6 +110,32 @@ class History:
         executions = tuple(e for e in self.executions if e.job_key == job_key)
         return History(clock=self.clock, executions=executions, faults=self.faults)
 
+    @property
+    def end(self) -> float:
+        """The latest moment it shows: an execution's end (or start, if open) or a fault's."""
+        times = [e.end if e.end is not None else e.start for e in self.executions]
+        times += [f.end if f.end is not None else f.start for f in self.faults]
+        return max(times, default=0.0)
+
+    def overlapping(self, *, until: float | None = None) -> list[tuple[Execution, Execution]]:
+        """Pairs (earlier, later) of executions of one job key that held it at once.
+
+        The one overlap judgement the checker, the timeline, the demo and the
+        tests share; an open end counts as ``until`` (default :attr:`end`).
+        Pairs come in start order (ties by execution id).
+        """
+        until = self.end if until is None else until
+        ordered = sorted(self.executions, key=lambda e: (e.start, e.execution_id))
+        pairs = []
+        for i, first in enumerate(ordered):
+            end = first.end if first.end is not None else until
+            for second in ordered[i + 1 :]:
+                if second.start >= end:
+                    break
+                if second.job_key == first.job_key and first.overlaps(second, until=until) > 0:
+                    pairs.append((first, second))
+        return pairs
+
     def to_json(self) -> str:
         """Write this history as one JSON document (``format`` first)."""
         document = {

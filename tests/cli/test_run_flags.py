@@ -86,6 +86,8 @@ def test_a_switch_flips_its_field_from_the_flag_or_its_env_var(
 # WorkerConfig fields without a flag of their own, and why
 NOT_FLAGS = {
     "kafka_security": "built from the --kafka-* flags",
+    "redis_url_file": "--redis-url-file, the file form of the secret --redis-url",
+    "store_url_file": "--store-url-file, the file form of the secret --store-url",
     "poll_timeout": "an internal cadence, not an operator's setting",
     "startup_retry_cap": "an internal cadence, not an operator's setting",
 }

@@ -25,7 +25,7 @@ JOB = "tests.jobs:MarkerJob"
 
 def _run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``leaseworker run ... JOB`` to its end (bounded), capturing its output."""
-    full_env = {**os.environ, "LW_TEST_MARKERS": os.devnull, **(env or {})}
+    full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [LEASEWORKER, *argv],
         cwd=REPO,

@@ -186,8 +186,10 @@ async def test_a_pod_never_logs_or_serves_its_redis_or_kafka_password(
 ) -> None:
     """With DEBUG logs, an ACL user in the Redis URL and a rejected SASL login, no secret leaks.
 
-    The broker speaks PLAINTEXT, so every SASL attempt fails and is logged and
-    retried: the pod logs about the very connection that carries the password.
+    The broker speaks PLAINTEXT, so the SASL handshake that carries the
+    password is refused: a refusal retrying cannot fix, so the pod exits 2
+    with one line naming Kafka (it used to retry forever). A second pod,
+    whose brokers are not there yet, keeps waiting and serves /readyz.
     """
     user, redis_password = acl_user
     port = free_port()
@@ -202,7 +204,12 @@ async def test_a_pod_never_logs_or_serves_its_redis_or_kafka_password(
         "LEASEWORKER_HEALTH_HOST": "127.0.0.1",
         "LW_TEST_TOPIC": kafka_names.topic,
     }
-    pod = health_pods("pod-s", "tests.jobs:MarkerJob", env)
+    refused = health_pods("pod-s", "tests.jobs:MarkerJob", env)
+    assert await refused.wait_exit(within=30) == 2
+    assert re.search(r"error: Kafka at .* refused the connection: SASL", refused.log_text())
+    env["LEASEWORKER_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{free_port()}"
+    env["LEASEWORKER_HEALTH_PORT"] = str(port := free_port())
+    pod = health_pods("pod-w", "tests.jobs:MarkerJob", env)
 
     async def kafka_retried() -> bool:
         return re.search(r"Kafka at .* unavailable for the consumer", pod.log_text()) is not None
@@ -213,5 +220,5 @@ async def test_a_pod_never_logs_or_serves_its_redis_or_kafka_password(
     assert body["redis"]["answered"] is True  # the documented ACL is enough for PING
     served = str(body) + str(await probe(port, "/healthz"))
     for secret in (KAFKA_PASSWORD, redis_password):
-        assert secret not in pod.log_text()
+        assert secret not in refused.log_text() + pod.log_text()
         assert secret not in served

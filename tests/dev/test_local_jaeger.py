@@ -10,12 +10,13 @@ import signal
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from leaseworker._dev._services._jaeger import FoundSpan, LocalJaeger
+from leaseworker._dev._services._jaeger import LocalJaeger
+from leaseworker._timeline import JaegerQuery
+from leaseworker._timeline._jaeger_json import JaegerSpan
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +47,7 @@ def _post_otlp_json(endpoint: str, payload: dict[str, object]) -> int:
         return int(response.status)
 
 
-def _wait_for_spans(jaeger: LocalJaeger, service: str, *, timeout: float) -> list[FoundSpan]:
+def _wait_for_spans(jaeger: LocalJaeger, service: str, *, timeout: float) -> list[JaegerSpan]:
     deadline = time.monotonic() + timeout
     while True:
         spans = jaeger.find_traces(service)
@@ -55,8 +56,8 @@ def _wait_for_spans(jaeger: LocalJaeger, service: str, *, timeout: float) -> lis
         time.sleep(0.1)
 
 
-def _by_span_id(spans: list[FoundSpan]) -> list[FoundSpan]:
-    return sorted(spans, key=lambda span: span["span_id"])
+def _by_span_id(spans: list[JaegerSpan]) -> list[JaegerSpan]:
+    return sorted(spans, key=lambda span: span.span_id)
 
 
 def _listening_sockets(pid: int) -> set[tuple[str, int]]:
@@ -127,15 +128,15 @@ def test_span_sent_over_otlp_http_is_found_with_typed_attributes(jaeger: LocalJa
 
     assert len(spans) == 1, spans
     span = spans[0]
-    assert span["service"] == service
-    assert span["name"] == "lease.renew"
-    assert span["trace_id"] == trace_id
-    assert span["span_id"] == span_id
-    assert span["parent_span_id"] is None
-    assert span["start_time_unix_nano"] == start_ns
-    assert span["end_time_unix_nano"] == start_ns + 2_000_000
-    assert span["attributes"] == {"lease.attempt": 3, "lease.key": "job-42"}
-    assert type(span["attributes"]["lease.attempt"]) is int
+    assert span.service == service
+    assert span.name == "lease.renew"
+    assert span.trace_id == trace_id
+    assert span.span_id == span_id
+    assert span.parent_span_id is None
+    assert span.start_time_unix_nano == start_ns
+    assert span.end_time_unix_nano == start_ns + 2_000_000
+    assert span.attributes == {"lease.attempt": 3, "lease.key": "job-42"}
+    assert type(span.attributes["lease.attempt"]) is int
     assert jaeger.trace_url(trace_id) == f"{jaeger.query_url}/trace/{trace_id}"
 
 
@@ -161,7 +162,7 @@ def test_every_listener_is_on_loopback_on_a_chosen_port(jaeger: LocalJaeger) -> 
 
 
 def test_both_query_apis_normalize_alike(jaeger: LocalJaeger) -> None:
-    """The v3 API and the classic fallback give the same normalized spans.
+    """The v3 API and the classic API give the same normalized spans.
 
     A parent/child pair with an error status and attribute types that the two
     APIs encode differently (int64, double, bool) checks the fallback's parsing
@@ -206,18 +207,16 @@ def test_both_query_apis_normalize_alike(jaeger: LocalJaeger) -> None:
     assert _post_otlp_json(jaeger.otlp_http_endpoint, payload) == 200
 
     found = _wait_for_spans(jaeger, service, timeout=15)
-    now = datetime.now(UTC)
-    window = (now - timedelta(minutes=10), now + timedelta(minutes=1))
-    via_v3 = jaeger._find_v3(service, *window, limit=10)
-    via_v1 = jaeger._find_v1(service, *window, limit=10)
+    via_v3 = JaegerQuery(jaeger.query_url, service=service, api="v3").service_spans(since=600)
+    via_v1 = JaegerQuery(jaeger.query_url, service=service, api="v1").service_spans(since=600)
 
-    assert [s["name"] for s in found] == ["job.run", "lease.lost"]
+    assert [s.name for s in found] == ["job.run", "lease.lost"]
     root, child = found
-    assert root["parent_span_id"] is None
-    assert root["status"] == "unset"
-    assert child["parent_span_id"] == root_id
-    assert child["status"] == "error"
-    assert child["attributes"] == {
+    assert root.parent_span_id is None
+    assert root.status == "unset"
+    assert child.parent_span_id == root_id
+    assert child.status == "error"
+    assert child.attributes == {
         "lease.fence": 9007199254740993,
         "lease.ratio": 0.5,
         "lease.renewed": False,

@@ -17,7 +17,6 @@ import pytest
 
 from leaseworker import (
     CompletionStore,
-    ExecutionEvent,
     JobContext,
     RedisLeases,
     ReportJob,
@@ -59,17 +58,6 @@ class RowJob(ReportJob):
         return None
 
 
-class Events:
-    """Collects the executor's events."""
-
-    def __init__(self) -> None:
-        self.events: list[ExecutionEvent] = []
-
-    def on_event(self, event: ExecutionEvent) -> None:
-        """Keep ``event``."""
-        self.events.append(event)
-
-
 @pytest.fixture
 async def durable(store_url: str) -> AsyncIterator[tuple[CompletionStore, str]]:
     """A durable store with the job's own table, and its URL."""
@@ -80,7 +68,7 @@ async def durable(store_url: str) -> AsyncIterator[tuple[CompletionStore, str]]:
 
 def executor(job: ReportJob, leases: RedisLeases, store: CompletionStore, ns: str) -> Executor:
     """The pod's executor on real Redis and ``store``."""
-    return Executor(job, leases, pod="pod-a", observer=Events(), store=store, store_namespace=ns)
+    return Executor(job, leases, pod="pod-a", store=store, store_namespace=ns)
 
 
 def trigger() -> Trigger:

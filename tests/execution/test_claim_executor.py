@@ -16,6 +16,7 @@ from leaseworker import (
     Completion,
     CompletionRequest,
     CompletionResult,
+    Event,
     ExecutionEvent,
     JobContext,
     RedisLeases,
@@ -103,8 +104,10 @@ class Events:
 
     seen: list[tuple[str, str | None, str | None]] = field(default_factory=list)
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
         """Keep the event's name, outcome and reason."""
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         self.seen.append((event.event, event.outcome, event.reason))
 
 
@@ -133,7 +136,7 @@ def setup(
         job,
         leases,
         pod="pod-a",
-        observer=events,
+        hooks=[events],
         lost_retry=BusyPolicy(initial=0.01, cap=0.01),
         store=store,
         store_namespace=namespace,

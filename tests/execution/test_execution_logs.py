@@ -15,14 +15,14 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from leaseworker import (
     BusyPolicy,
-    ExecutionObserver,
+    Hook,
     JobContext,
     LoggingObserver,
     RedisLeases,
     ReportJob,
     Telemetry,
 )
-from leaseworker._execution import Executor, MultiObserver, decode_trigger
+from leaseworker._execution import Executor, decode_trigger
 
 
 class _LostOnce(ReportJob):
@@ -53,18 +53,19 @@ async def test_one_loss_is_one_warning_and_the_retry_is_info_with_its_wait(
     retry was logged at DEBUG only.
     """
     tracer_provider, meter_provider = TracerProvider(), MeterProvider()
-    observer: ExecutionObserver = LoggingObserver()
-    lease_observers = None
+    hooks: list[Hook] = [LoggingObserver()]
+    lease_note = None
     if telemetry:
         pod = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
         spans = pod.instrument(pod="pod-a")
-        observer, lease_observers = MultiObserver([observer, spans]), spans.lease_observer
+        hooks.append(spans)
+        lease_note = spans.lease_note
     executor = Executor(
         _LostOnce(),
         leases,
         pod="pod-a",
-        observer=observer,
-        lease_observers=lease_observers,
+        hooks=hooks,
+        lease_note=lease_note,
         lost_retry=BusyPolicy(initial=0.01, cap=0.02),
     )
     trigger = decode_trigger(topic="t", partition=0, offset=0, key=b"report:l", value=b"{}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from leaseworker import ExecutionEvent, JobContext, RedisLeases, ReportJob, Trigger
+from leaseworker import Event, ExecutionEvent, JobContext, RedisLeases, ReportJob, Trigger
 from leaseworker._execution import Ending, Executor, decode_trigger
 
 
@@ -19,7 +19,9 @@ class _Events:
     def __init__(self) -> None:
         self.events: list[ExecutionEvent] = []
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         self.events.append(event)
 
 
@@ -62,7 +64,7 @@ def _trigger() -> Trigger:
 
 async def _run(job: ReportJob, leases: RedisLeases) -> tuple[Ending, list[ExecutionEvent]]:
     events = _Events()
-    executor = Executor(job, leases, pod="pod-a", observer=events)
+    executor = Executor(job, leases, pod="pod-a", hooks=[events])
     ending = await executor.run(_trigger(), "report:acme")
     return ending, events.events
 
@@ -117,12 +119,12 @@ async def test_an_input_version_no_store_keeps_is_refused_as_bad_input_version(
 ) -> None:
     """A NUL in ``inputVersion`` or a non-str version: its own reason, not "the job raised"."""
     events = _Events()
-    executor = Executor(_Completes(), leases, pod="pod-a", observer=events)
+    executor = Executor(_Completes(), leases, pod="pod-a", hooks=[events])
     nul = decode_trigger(
         topic="t", partition=0, offset=1, key=b"k", value=b'{"inputVersion": "v\\u0000"}'
     )
     for job, trigger, said in ((_Completes(), nul, "NUL"), (_BadVersion(), _trigger(), "int")):
-        executor = Executor(job, leases, pod="pod-a", observer=events)
+        executor = Executor(job, leases, pod="pod-a", hooks=[events])
         ending = await executor.run(trigger, "k")
         assert (ending.outcome, ending.reason, ending.error_type) == (
             "failed",

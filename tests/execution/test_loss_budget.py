@@ -15,6 +15,7 @@ import pytest
 
 from leaseworker import (
     BusyPolicy,
+    Event,
     ExecutionEvent,
     JobContext,
     Lease,
@@ -37,7 +38,9 @@ class _Events:
     def __init__(self) -> None:
         self.events: list[ExecutionEvent] = []
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         self.events.append(event)
 
     def named(self, name: str) -> list[ExecutionEvent]:
@@ -80,7 +83,7 @@ async def test_a_job_lost_on_every_attempt_is_given_up_after_its_loss_budget(
 ) -> None:
     """Three losses (the class's budget), two retries between them, then lost_repeatedly."""
     events = _Events()
-    executor = Executor(_OutlivesItsLease(), leases, pod="pod-a", observer=events, lost_retry=QUICK)
+    executor = Executor(_OutlivesItsLease(), leases, pod="pod-a", hooks=[events], lost_retry=QUICK)
     ending = await _run(executor)
     assert (ending.outcome, ending.reason, ending.loss_reason) == (
         "lost",
@@ -94,7 +97,7 @@ async def test_a_job_lost_on_every_attempt_is_given_up_after_its_loss_budget(
     assert "loop_blocked" in ending.detail
     finished = events.named("finished")
     assert [e.outcome for e in finished] == ["lost"] * 3
-    assert [e.reason for e in finished] == [None, None, "lost_repeatedly"]
+    assert [e.reason for e in finished] == ["loop_blocked", "loop_blocked", "lost_repeatedly"]
     assert finished[-1].terminal  # telemetry closes the trigger's trace on it
     assert len(events.named("retry")) == 2
 
@@ -103,7 +106,7 @@ async def test_the_pods_loss_budget_overrides_the_class_attribute(leases: RedisL
     """``Executor(loss_budget=1)`` (from ``--loss-budget``) gives up after the first loss."""
     events = _Events()
     executor = Executor(
-        _OutlivesItsLease(), leases, pod="pod-a", observer=events, lost_retry=QUICK, loss_budget=1
+        _OutlivesItsLease(), leases, pod="pod-a", hooks=[events], lost_retry=QUICK, loss_budget=1
     )
     ending = await _run(executor)
     assert ending.reason == "lost_repeatedly"
@@ -145,7 +148,7 @@ async def test_acquires_redis_did_not_answer_do_not_spend_the_loss_budget(
     """Redis away is retried as long as it takes: with a budget of 1, the job still completes."""
     events = _Events()
     executor = Executor(
-        _Completes(), _UnansweredAcquires(leases, 3), pod="pod-a", observer=events, lost_retry=QUICK
+        _Completes(), _UnansweredAcquires(leases, 3), pod="pod-a", hooks=[events], lost_retry=QUICK
     )
     ending = await _run(executor)
     assert ending == Ending("completed")

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from leaseworker import ExecutionEvent, LeaseLost, Trigger
+from leaseworker import Attempt, ExecutionEvent, LeaseLost, Trigger
 from leaseworker._execution._events import LoggingObserver
 
 SECRET = "customer-4711-secret-amount"
@@ -22,12 +22,16 @@ def _event(error: BaseException, outcome: str = "failed") -> ExecutionEvent:
         timestamp=None,
         payload={"note": SECRET},
     )
-    return ExecutionEvent(
-        event="finished",
+    attempt = Attempt(
+        trigger=trigger,
         job_key="report:acme:2026-11",
+        input_version="v1",
         execution_id="e1",
         pod="pod-a",
-        trigger=trigger,
+    )
+    return ExecutionEvent(
+        event="finished",
+        attempt=attempt,
         outcome=outcome,  # type: ignore[arg-type]
         error=error,
     )

@@ -15,6 +15,7 @@ import pytest
 from leaseworker import (
     BadResult,
     CompletionStore,
+    Event,
     ExecutionEvent,
     JobContext,
     RedisLeases,
@@ -51,7 +52,9 @@ class _Events:
     def __init__(self) -> None:
         self.events: list[ExecutionEvent] = []
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         self.events.append(event)
 
 
@@ -63,7 +66,7 @@ async def test_a_returned_result_no_store_keeps_ends_bad_result_and_is_not_store
     """The ending and the ``finished`` event say ``bad_result``; the store holds nothing."""
     job = type("Job", (_Returns,), {"result": result})()
     events = _Events()
-    executor = Executor(job, leases, pod="pod-a", observer=events, store=store)
+    executor = Executor(job, leases, pod="pod-a", hooks=[events], store=store)
     trigger = decode_trigger(topic="t", partition=0, offset=1, key=b"report:r", value=b"{}")
     ending = await executor.run(trigger, "report:r")
     assert (ending.outcome, ending.reason, ending.dead_letter) == (
@@ -97,7 +100,7 @@ async def test_a_job_told_bad_result_by_complete_may_complete_again(
     leases: RedisLeases, store: CompletionStore
 ) -> None:
     """``ctx.complete`` raises BadResult before the store is called; a second call is accepted."""
-    executor = Executor(_CorrectsItself(), leases, pod="pod-a", observer=_Events(), store=store)
+    executor = Executor(_CorrectsItself(), leases, pod="pod-a", hooks=[_Events()], store=store)
     trigger = decode_trigger(topic="t", partition=0, offset=1, key=b"report:c", value=b"{}")
     ending = await executor.run(trigger, "report:c")
     assert ending.outcome == "completed"

@@ -24,7 +24,7 @@ from ..fake_kafka import FakeConsumer
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running, until
+from ..worker_util import Progress, make_worker, pod_config, running, until
 
 
 async def test_aiokafka_forgets_pause_flags_when_partitions_are_reassigned(
@@ -73,13 +73,14 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
         return Ending("completed")
 
     config = WorkerConfig(concurrency=2)
-    consumer = FakeConsumer()
+    consumer, progress = FakeConsumer(), Progress()
     source = KafkaTriggerSource(
         config,
         topic="t",
         resolve_key=lambda t: "k",
         handle=handle,
         consumer_factory=consumer.factory,
+        hooks=[progress],
     )
     first, new = TopicPartition("t", 0), {TopicPartition("t", 0), TopicPartition("t", 1)}
     busy = 1 if why == "stopping" else config.concurrency
@@ -87,14 +88,14 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     async with anyio.create_task_group() as tg:
         await tg.start(source.run)
         await consumer.assign({first})
-        await source.wait_until(lambda: source.stats.in_flight == busy, timeout=5)
+        await progress.until(lambda: source.stats.in_flight == busy, timeout=5)
         if why == "stopping":
             source.stop()
         await consumer.assign(new)
         assert consumer.paused() == new
         release.set()
         if why != "stopping":
-            await source.wait_until(lambda: source.stats.in_flight == 0, timeout=5)
+            await progress.until(lambda: source.stats.in_flight == 0, timeout=5)
             await consumer.assign(new)
             assert consumer.paused() == set()  # room again: the partitions are resumed
             source.stop()
@@ -117,7 +118,8 @@ async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finish
     job = on_topic(GateJob, kafka_names.topic)(recorder)
     config = pod_config(own_kafka, redis_server, kafka_names, namespace, commit_timeout=2.0)
     await produce(bootstrap, kafka_names.topic, [(b"a", payload()), (b"b", payload(gate=True))])
-    async with running(make_worker(job, config)) as worker:
+    progress = Progress()
+    async with running(make_worker(job, config, hooks=[progress])) as worker:
         await recorder.until(lambda: recorder.done("a") == 1 and bool(recorder.runs_of("b")))
         await eventually(_committed_is(own_kafka, kafka_names, {0: 1}), within=10)
         old_broker = own_kafka.process
@@ -135,7 +137,7 @@ async def test_a_broker_restart_mid_run_loses_no_trigger_and_commits_only_finish
         await produce(bootstrap, kafka_names.topic, [(b"c", payload(gate=True)), (b"d", payload())])
         await recorder.until(lambda: recorder.done("d") >= 1, within=30)
         # The committer has looked since d finished: a commit past c's gap would be made.
-        await worker.wait_until(
+        await progress.until(
             lambda: worker.stats.commit_checked >= worker.stats.finished >= 3, timeout=20
         )
         assert await committed(bootstrap, kafka_names.group, kafka_names.topic) == {0: 2}
@@ -175,7 +177,7 @@ async def _poll_until(consumer: Any, check: Any, *, also: Any = None) -> None:
 
 
 @pytest.mark.fake
-async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None:
+async def test_a_hook_wakes_on_the_sources_progress_and_its_wait_is_bounded() -> None:
     """A waiter on the stats returns once the source moved there, and times out otherwise."""
     release = anyio.Event()
 
@@ -183,25 +185,26 @@ async def test_wait_until_wakes_on_the_sources_progress_and_is_bounded() -> None
         await release.wait()
         return Ending("completed")
 
-    consumer = FakeConsumer()
+    consumer, progress = FakeConsumer(), Progress()
     source = KafkaTriggerSource(
         WorkerConfig(),
         topic="t",
         resolve_key=lambda t: "k",
         handle=handle,
         consumer_factory=consumer.factory,
+        hooks=[progress],
     )
     partition = TopicPartition("t", 0)
     async with anyio.create_task_group() as tg:
         await tg.start(source.run)
         await consumer.assign({partition})
         consumer.add(partition, 1)
-        await source.wait_until(lambda: source.stats.in_flight == 1, timeout=5)
+        await progress.until(lambda: source.stats.in_flight == 1, timeout=5)
         with pytest.raises(TimeoutError):
-            await source.wait_until(lambda: source.stats.finished == 1, timeout=0.05)
+            await progress.until(lambda: source.stats.finished == 1, timeout=0.05)
         release.set()
-        await source.wait_until(lambda: source.stats.finished == 1, timeout=5)
-        await source.wait_until(lambda: source.stats.commits == 1, timeout=5)
+        await progress.until(lambda: source.stats.finished == 1, timeout=5)
+        await progress.until(lambda: source.stats.commits == 1, timeout=5)
         source.stop()
     assert consumer.commits == [{partition: 1}]
 

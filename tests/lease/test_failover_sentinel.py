@@ -5,7 +5,7 @@ fails over; B, connecting after the switch, tries to acquire the same key
 until it gets it. Every time is read on this process's monotonic clock, so
 ``overlap = A stopped - B acquired`` is exact (0 or less: no overlap). With
 ``replicas=0`` the same scenarios overlap, which is why the default for
-Sentinel URLs is 1 (docs/operations.md quotes these runs). In every scenario
+Sentinel URLs is 1 (bench/README.md quotes these runs). In every scenario
 B's fence is above A's, even where the promoted replica never saw A's
 acquire (the fence counter is lost; the server-time floor holds).
 """

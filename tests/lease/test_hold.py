@@ -11,9 +11,11 @@ from redis.asyncio import Redis
 
 from leaseworker import (
     ConfigError,
+    Event,
     HeldLease,
     Lease,
     LeaseBusy,
+    LeaseEvent,
     LeaseInfo,
     LeaseLost,
     LeaseTimeout,
@@ -22,7 +24,6 @@ from leaseworker import (
     hold,
 )
 from leaseworker._dev._services import LocalRedis
-from leaseworker._lease._events import LeaseEvent
 from leaseworker._lease._timing import DeadlinePolicy
 
 from ..chaos import proxied_leases
@@ -334,7 +335,7 @@ async def test_body_blocking_after_the_first_renewal_is_loop_blocked_too(
     renewed = anyio.Event()
     with pytest.raises(LeaseLost) as lost:
         async with hold(
-            leases, "k", ttl=0.8, renew_every=0.25, observer=_OnRenewed(renewed)
+            leases, "k", ttl=0.8, renew_every=0.25, hooks=[_OnRenewed(renewed)]
         ) as held:
             await renewed.wait()
             time.sleep(0.8)  # noqa: ASYNC251 - a loop stall after the first renewal
@@ -351,7 +352,8 @@ class _OnRenewed:
     def __init__(self, event: anyio.Event) -> None:
         self.event = event
 
-    def on_lease_event(self, event: LeaseEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        assert isinstance(event, LeaseEvent)
         if event.name == "renewed":
             self.event.set()
 
@@ -438,7 +440,8 @@ class _Recorder:
         self.events: list[LeaseEvent] = []
         self.third_renewal = anyio.Event()
 
-    def on_lease_event(self, event: LeaseEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        assert isinstance(event, LeaseEvent)
         self.events.append(event)
         if self.names.count("renewed") == 3:
             self.third_renewal.set()
@@ -453,7 +456,7 @@ async def test_observer_sees_acquire_renewals_and_release_of_a_completed_hold(
 ) -> None:
     """Every renewal is reported with its round trip and the validity it bought."""
     recorder = _Recorder()
-    async with hold(leases, "k", ttl=0.6, renew_every=0.15, observer=recorder) as held:
+    async with hold(leases, "k", ttl=0.6, renew_every=0.15, hooks=[recorder]) as held:
         await recorder.third_renewal.wait()
     assert recorder.names[0] == "acquired"
     assert recorder.names[-1] == "released"
@@ -473,7 +476,7 @@ async def test_observer_sees_loss_cancel_and_stop_latency(
     """A loss is reported as lost -> cancel_requested -> stopped (with latency) -> released."""
     recorder = _Recorder()
     with pytest.raises(LeaseLost):
-        async with hold(leases, "k", ttl=0.6, renew_every=0.15, observer=recorder):
+        async with hold(leases, "k", ttl=0.6, renew_every=0.15, hooks=[recorder]):
             await redis.delete(leases.lease_key("k"))
             await anyio.sleep_forever()
     tail = recorder.names[recorder.names.index("lost") :]
@@ -492,7 +495,8 @@ class _Broken:
     def __init__(self) -> None:
         self.calls = 0
 
-    def on_lease_event(self, event: LeaseEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        assert isinstance(event, LeaseEvent)
         self.calls += 1
         raise RuntimeError("observer bug")
 
@@ -502,10 +506,10 @@ async def test_a_failing_observer_never_changes_the_outcome(
 ) -> None:
     """Observer errors are logged and swallowed; the body completes and releases."""
     broken = _Broken()
-    async with hold(leases, "k", ttl=0.6, observer=broken) as held:
+    async with hold(leases, "k", ttl=0.6, hooks=[broken]) as held:
         await held.checkpoint()
     assert held.outcome == "completed"
     assert held.released is True
     assert broken.calls == 2  # acquired, released: it was asked, and raised, each time
-    failures = [r for r in caplog.records if r.getMessage().startswith("lease observer failed")]
+    failures = [r for r in caplog.records if r.getMessage().startswith("hook ")]
     assert len(failures) == 2

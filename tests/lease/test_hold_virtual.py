@@ -11,8 +11,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from leaseworker import HeldLease, LeaseLost, LeaseTimeout, hold
-from leaseworker._lease._events import LeaseEvent
+from leaseworker import Event, HeldLease, LeaseEvent, LeaseLost, LeaseTimeout, hold
 from leaseworker.testing import MemoryLeases, RenewalFault, run_in_virtual_time, stall
 
 TTL, EVERY = 30.0, 10.0
@@ -25,7 +24,8 @@ class _Events:
     def __init__(self) -> None:
         self.events: list[LeaseEvent] = []
 
-    def on_lease_event(self, event: LeaseEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        assert isinstance(event, LeaseEvent)
         self.events.append(event)
 
     def at(self, name: str) -> list[float]:
@@ -38,7 +38,7 @@ def test_renewals_run_every_interval_and_keep_the_deadline_ahead() -> None:
 
     async def scenario() -> HeldLease:
         leases = MemoryLeases()
-        async with hold(leases, "k", ttl=TTL, renew_every=EVERY, observer=events) as held:
+        async with hold(leases, "k", ttl=TTL, renew_every=EVERY, hooks=[events]) as held:
             await anyio.sleep(95)
             assert held.remaining() == pytest.approx(90 + DEADLINE - 95)
         return held

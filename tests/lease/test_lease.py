@@ -54,8 +54,66 @@ async def test_each_acquisition_gets_the_note_its_predecessor_left(
     fourth = await leases.acquire("k", ttl=5, note="four")
     assert fourth is not None
     assert fourth.previous is None  # the third left none: no older note stands in for it
-    assert await redis.get(leases.note_key("k")) == b"four"
-    assert leases.note_key("k") == f"{leases.namespace}:{{k}}:note"
+    assert await redis.get(leases.fence_key("k")) == f"{fourth.fence} four".encode()
+
+
+async def test_an_acquisition_writes_the_lease_and_fence_keys_only(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """The note shares the fence key's value: a noted acquisition leaves two keys, no third.
+
+    A note with spaces and colons (a trace reference) comes back whole.
+    """
+    note = "4bf92f:00f067:exec one"
+    first = await leases.acquire("k", ttl=5, note=note)
+    assert first is not None
+    assert sorted(await redis.keys(f"{leases.namespace}:*")) == sorted(
+        [leases.lease_key("k").encode(), leases.fence_key("k").encode()]
+    )
+    assert await leases.release(first)
+    second = await leases.acquire("k", ttl=5)
+    assert second is not None
+    assert second.previous == note
+    assert await redis.get(leases.fence_key("k")) == str(second.fence).encode()
+
+
+async def test_fence_keys_written_before_notes_moved_are_read_as_fences(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """Rolling upgrade: a bare-integer fence key (and a left-over note key) from the old script.
+
+    The old acquire script kept the fence as a bare integer and the note in a
+    third key. Its fence is read as the last fence (here one decades above the
+    server's time, so ``last + 1`` wins over the time floor), by ``inspect`` too;
+    the old note key is ignored (no predecessor rather than a wrong one) and
+    left untouched.
+    """
+    old = 4 * 10**15
+    await redis.set(leases.fence_key("k"), str(old))
+    await redis.set(f"{leases.namespace}:{{k}}:note", "old-note")
+    assert (await leases.inspect("k")).fence == old
+    lease = await leases.acquire("k", ttl=5, note="new")
+    assert lease is not None
+    assert (lease.fence, lease.previous) == (old + 1, None)
+    assert (await leases.inspect("k")).fence == old + 1
+    assert await redis.get(f"{leases.namespace}:{{k}}:note") == b"old-note"
+
+
+async def test_a_fence_not_below_the_time_floor_still_rises_and_keeps_its_note(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """When the last fence is at or above the server's time, the script sets ``last + 1``.
+
+    The script first stores the time floor; this is the path where it must
+    store once more (two acquisitions in one microsecond, a server clock that
+    went back). The predecessor's note comes back and the new note is kept.
+    """
+    ahead = 4 * 10**15
+    await redis.set(leases.fence_key("k"), f"{ahead} before")
+    lease = await leases.acquire("k", ttl=5, note="after")
+    assert lease is not None
+    assert (lease.fence, lease.previous) == (ahead + 1, "before")
+    assert await redis.get(leases.fence_key("k")) == f"{ahead + 1} after".encode()
 
 
 async def test_renew_extends_ttl_and_deadline(leases: RedisLeases, redis: Redis) -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 import anyio
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -23,7 +25,7 @@ from leaseworker import Lease, LeaseUnavailable, RedisLeases
 from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._deadlines import DeadlineWheel
 from leaseworker._lease._pipelining import Replied, ScriptPipeline
-from leaseworker._lease._scripts import ACQUIRE
+from leaseworker._lease._scripts import ACQUIRE, RENEW
 from leaseworker.testing import ChaosProxy
 
 from ..waiting import eventually
@@ -239,3 +241,73 @@ async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
 async def _times_out(call: Awaitable[object]) -> None:
     with pytest.raises(TimeoutError):
         await call
+
+
+class _CountingConnection(Connection):
+    """Counts packed writes: one per round trip (a lone command or a whole pipeline)."""
+
+    trips = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).trips += 1
+        await super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+async def counted(redis_server: LocalRedis) -> AsyncIterator[Redis]:
+    """A client whose round trips are counted in ``_CountingConnection.trips``."""
+    pool = ConnectionPool(port=redis_server.port, connection_class=_CountingConnection)
+    client = Redis.from_pool(pool)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def test_renewals_made_while_nothing_is_in_flight_share_one_trip(
+    counted: Redis, namespace: str
+) -> None:
+    """Three renewals made at once: the first lingers, so all three go in one pipeline.
+
+    Without the linger the first would go alone and the other two in a second
+    trip; acquires do not linger (two acquires made at once take two trips).
+    """
+    leases = RedisLeases(counted, namespace=namespace)
+    held = [await leases.acquire(f"k{i}", ttl=5) for i in range(3)]
+    await counted.script_load(RENEW)  # no NOSCRIPT round trips in the count
+    before = _CountingConnection.trips
+    async with anyio.create_task_group() as tg:
+        for lease in held:
+            assert lease is not None
+            tg.start_soon(leases.renew, lease)
+    assert _CountingConnection.trips - before == 1
+    before = _CountingConnection.trips
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(leases.acquire, "a", 5.0)
+        tg.start_soon(leases.acquire, "b", 5.0)
+    assert _CountingConnection.trips - before == 2
+
+
+async def test_a_call_in_a_hurry_takes_the_lingering_ones_along_at_once(
+    counted: Redis, namespace: str
+) -> None:
+    """A call without linger made during a linger sends it now: one trip, no waiting it out."""
+    leases = RedisLeases(counted, namespace=namespace)
+    lease = await leases.acquire("k", ttl=5)
+    assert lease is not None
+    sha, keys, args = _sha(RENEW), [leases.lease_key("k")], [lease.owner, "5000"]
+    pipeline = ScriptPipeline(counted, {sha: RENEW}, DeadlineWheel(30.0))
+    await counted.script_load(RENEW)
+    answers: list[int] = []
+
+    async def lingering() -> None:
+        answers.append(int((await pipeline.call(sha, keys, args, linger=60)).value))
+
+    before = _CountingConnection.trips
+    with anyio.fail_after(10):  # far less than the 60 s linger
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lingering)
+            await anyio.wait_all_tasks_blocked()
+            answers.append(int((await pipeline.call(sha, keys, args)).value))
+    assert answers == [1, 1]
+    assert _CountingConnection.trips - before == 1

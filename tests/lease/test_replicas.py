@@ -7,14 +7,22 @@ to hold replication back, and a master with no replica at all.
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 from redis.asyncio import Redis
 
-from leaseworker import ConfigError, LeaseEvent, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker import (
+    ConfigError,
+    Event,
+    LeaseEvent,
+    LeaseLost,
+    LeaseUnavailable,
+    RedisLeases,
+    hold,
+)
 from leaseworker._dev._services import LocalRedis
 
 
@@ -46,13 +54,6 @@ async def replicated(
         replica.process.popen.send_signal(signal.SIGCONT)
         await client.replicaof("NO", "ONE")
         await client.aclose()
-
-
-class _Observer:
-    """A lease observer that hands every event to a function."""
-
-    def __init__(self, handle: Callable[[LeaseEvent], None]) -> None:
-        self.on_lease_event = handle
 
 
 async def _write_acknowledged(redis: Redis) -> int:
@@ -109,11 +110,12 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
     )
     three = anyio.Event()
 
-    def observe(event: LeaseEvent) -> None:
+    def observe(event: Event) -> None:
+        assert isinstance(event, LeaseEvent)
         if event.name == "renewed" and held.renewals >= 3:
             three.set()
 
-    async with hold(leases, "k", ttl=2.0, renew_every=0.2, observer=_Observer(observe)) as held:
+    async with hold(leases, "k", ttl=2.0, renew_every=0.2, hooks=[observe]) as held:
         with anyio.fail_after(5):
             await three.wait()
         await held.checkpoint()

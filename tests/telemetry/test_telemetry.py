@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 from redis.asyncio import Redis
 
-from leaseworker import CompletionRequest, ExecutionEvent, RedisLeases, Worker, open_store
+from leaseworker import CompletionRequest, Event, ExecutionEvent, RedisLeases, Worker, open_store
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
@@ -370,7 +370,9 @@ class _BusySeen:
         self.busy = anyio.Event()
         self._log = LoggingObserver()
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         self._log.on_event(event)
         if event.outcome == "busy":
             self.busy.set()
@@ -396,7 +398,7 @@ async def test_busy_wait_is_one_acquire_span_with_its_retries(
     seen = _BusySeen()
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, observer=seen, telemetry=telemetry)):
+    async with running(Worker(job, config, hooks=[seen], telemetry=telemetry)):
         offset = await send(kafka_server.bootstrap_servers, topic, key, payload())
         with anyio.fail_after(20):
             await seen.busy.wait()

@@ -9,6 +9,7 @@ attributes are there from the start, not added later.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -21,12 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
-from leaseworker import ExecutionEvent
-from leaseworker._execution._trigger import Trigger
-from leaseworker._lease._events import LeaseEvent
+from leaseworker import Attempt, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
 from leaseworker._telemetry import PodTelemetry, Telemetry
-from leaseworker._telemetry._pod import MAX_ACQUIRE_EVENTS
-from leaseworker._telemetry._trace import CURRENT
+from leaseworker._telemetry._trace import CURRENT, MAX_ACQUIRE_EVENTS
 
 COMMON = (
     "messaging.system",
@@ -100,19 +98,34 @@ def _trigger(offset: int) -> tuple[FakeRecord, Trigger]:
     return record, trigger
 
 
-def _event(trigger: Trigger, event: Any, execution_id: str, **fields: Any) -> ExecutionEvent:
-    return ExecutionEvent(
-        event=event,
+def _attempt(trigger: Trigger, execution_id: str) -> Attempt:
+    return Attempt(
+        trigger=trigger,
         job_key="report:1",
+        input_version="v1",
         execution_id=execution_id,
         pod="pod-a",
-        trigger=trigger,
-        **fields,
     )
 
 
-def _lease(name: Any, fence: int, **fields: Any) -> LeaseEvent:
-    return LeaseEvent(name=name, key="report:1", fence=fence, at=anyio.current_time(), **fields)
+def _event(trigger: Trigger, event: Any, execution_id: str, **fields: Any) -> ExecutionEvent:
+    return ExecutionEvent(event=event, attempt=_attempt(trigger, execution_id), **fields)
+
+
+def _lease(trigger: Trigger, execution_id: str, name: Any, fence: int, **fields: Any) -> LeaseEvent:
+    at = anyio.current_time()
+    attempt = _attempt(trigger, execution_id)
+    return LeaseEvent(name=name, key="report:1", fence=fence, at=at, attempt=attempt, **fields)
+
+
+@contextlib.contextmanager
+def _processing(pod: PodTelemetry, record: FakeRecord) -> Iterator[None]:
+    """What the Kafka source tells its hooks around one record's processing."""
+    pod(SourceEvent(name="processing", record=record))
+    try:
+        yield
+    finally:
+        pod(SourceEvent(name="processed", record=record))
 
 
 def _by_name(exporter: InMemorySpanExporter) -> dict[str, list[ReadableSpan]]:
@@ -132,19 +145,26 @@ async def test_busy_then_acquired_every_span_starts_with_identity_and_kafka_attr
     """
     pod, exporter, at_start = spans
     record, trigger = _trigger(41)
-    with pod.processing(record):
-        pod.received(trigger, "report:1")
-        pod.lease_observer(trigger, "report:1", "e1")
-        pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
-        pod.on_event(_event(trigger, "retry", "e1", retry_in=0.01))
-        lease = pod.lease_observer(trigger, "report:1", "e2")
-        lease.on_lease_event(_lease("acquired", 7, round_trip=0.001, remaining=9.0))
-        pod.on_event(_event(trigger, "started", "e2", fence=7))
-        lease.on_lease_event(_lease("renewed", 7, round_trip=0.001, remaining=9.0))
-        pod.on_event(_event(trigger, "completion", "e2", fence=7, reason="accepted"))
-        lease.on_lease_event(_lease("released", 7, round_trip=0.001, deleted=True))
-        pod.on_event(_event(trigger, "finished", "e2", fence=7, outcome="completed"))
-    pod.committed({FakeTopicPartition("reports", 0): 42}, anyio.current_time())
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        pod(_event(trigger, "acquiring", "e1"))
+        pod(_event(trigger, "finished", "e1", outcome="busy"))
+        pod(_event(trigger, "retry", "e1", retry_in=0.01))
+        execution = "e2"
+        pod(_event(trigger, "acquiring", execution))
+        pod(_lease(trigger, execution, "acquired", 7, round_trip=0.001, remaining=9.0))
+        pod(_event(trigger, "started", "e2", fence=7))
+        pod(_lease(trigger, execution, "renewed", 7, round_trip=0.001, remaining=9.0))
+        pod(_event(trigger, "completion", "e2", fence=7, reason="accepted"))
+        pod(_lease(trigger, execution, "released", 7, round_trip=0.001, deleted=True))
+        pod(_event(trigger, "finished", "e2", fence=7, outcome="completed"))
+    pod(
+        SourceEvent(
+            name="committed",
+            offsets={FakeTopicPartition("reports", 0): 42},
+            began=anyio.current_time(),
+        )
+    )
     named = _by_name(exporter)
     assert sorted(named) == sorted(
         [
@@ -189,10 +209,10 @@ async def test_processing_ending_while_the_lease_is_busy_still_ends_the_acquire_
     """Processing ends while the lease is busy: ``lease acquire`` ends with the last answer."""
     pod, exporter, _ = spans
     record, trigger = _trigger(5)
-    with pod.processing(record):
-        pod.received(trigger, "report:1")
-        pod.lease_observer(trigger, "report:1", "e1")
-        pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        pod(_event(trigger, "acquiring", "e1"))
+        pod(_event(trigger, "finished", "e1", outcome="busy"))
     named = _by_name(exporter)
     [acquire] = named["lease acquire"]
     attributes = dict(acquire.attributes or {})
@@ -208,16 +228,17 @@ async def test_lost_lease_spans_carry_their_reason_and_error_status(
     """A rejected renewal: error ``lease renew``, ``ownership lost``, cancel, stop, lost run."""
     pod, exporter, _ = spans
     record, trigger = _trigger(9)
-    with pod.processing(record):
-        pod.received(trigger, "report:1")
-        lease = pod.lease_observer(trigger, "report:1", "e1")
-        lease.on_lease_event(_lease("acquired", 3, round_trip=0.001, remaining=2.0))
-        pod.on_event(_event(trigger, "started", "e1", fence=3))
-        lease.on_lease_event(_lease("lost", 3, reason="rejected"))
-        lease.on_lease_event(_lease("cancel_requested", 3, reason="rejected"))
-        lease.on_lease_event(_lease("stopped", 3, stop_latency=0.002))
-        lease.on_lease_event(_lease("released", 3, round_trip=0.001, deleted=False))
-        pod.on_event(_event(trigger, "finished", "e1", fence=3, outcome="lost"))
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        execution = "e1"
+        pod(_event(trigger, "acquiring", execution))
+        pod(_lease(trigger, execution, "acquired", 3, round_trip=0.001, remaining=2.0))
+        pod(_event(trigger, "started", "e1", fence=3))
+        pod(_lease(trigger, execution, "lost", 3, reason="rejected"))
+        pod(_lease(trigger, execution, "cancel_requested", 3, reason="rejected"))
+        pod(_lease(trigger, execution, "stopped", 3, stop_latency=0.002))
+        pod(_lease(trigger, execution, "released", 3, round_trip=0.001, deleted=False))
+        pod(_event(trigger, "finished", "e1", fence=3, outcome="lost"))
     named = _by_name(exporter)
     [renew] = named["lease renew"]
     assert renew.status.status_code == StatusCode.ERROR
@@ -243,12 +264,12 @@ async def test_a_long_busy_wait_keeps_a_bounded_number_of_acquire_events(
     """
     pod, exporter, _ = spans
     record, trigger = _trigger(9)
-    with pod.processing(record):
-        pod.received(trigger, "report:1")
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
         for attempt in range(1000):
-            pod.lease_observer(trigger, "report:1", f"e{attempt}")
-            pod.on_event(_event(trigger, "finished", f"e{attempt}", outcome="busy"))
-            pod.on_event(_event(trigger, "retry", f"e{attempt}", retry_in=0.01))
+            pod(_event(trigger, "acquiring", f"e{attempt}"))
+            pod(_event(trigger, "finished", f"e{attempt}", outcome="busy"))
+            pod(_event(trigger, "retry", f"e{attempt}", retry_in=0.01))
     [acquire] = _by_name(exporter)["lease acquire"]
     assert dict(acquire.attributes or {})["leaseworker.lease.busy_retries"] == 1000
     assert len(acquire.events) == MAX_ACQUIRE_EVENTS
@@ -259,12 +280,12 @@ async def test_a_sampled_out_busy_wait_keeps_no_acquire_events() -> None:
     provider = TracerProvider(sampler=ALWAYS_OFF)
     pod = Telemetry(tracer_provider=provider).instrument(pod="pod-a", group="g")
     record, trigger = _trigger(10)
-    with pod.processing(record):
-        pod.received(trigger, "report:1")
-        pod.lease_observer(trigger, "report:1", "e1")
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        pod(_event(trigger, "acquiring", "e1"))
         for attempt in range(10):
-            pod.on_event(_event(trigger, "finished", "e1", outcome="busy"))
-            pod.on_event(_event(trigger, "retry", "e1", retry_in=0.01))
+            pod(_event(trigger, "finished", "e1", outcome="busy"))
+            pod(_event(trigger, "retry", "e1", retry_in=0.01))
             trace = CURRENT.get()
             assert trace is not None
             assert trace.acquire_events == [], attempt

@@ -15,8 +15,9 @@ import pytest
 
 from leaseworker._dev._jaeger_links import pod_environment
 from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._jaeger import FoundSpan, LocalJaeger
+from leaseworker._dev._services._jaeger import LocalJaeger
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._timeline._jaeger_json import JaegerSpan
 
 from ..kafka_util import KafkaNames
 from ..pods import REPO, spawn_pod
@@ -86,39 +87,38 @@ async def test_run_pod_exports_the_lifecycle_trace_with_the_offset_to_jaeger(
         "LEASEWORKER_GROUP": kafka_names.group,
         "LEASEWORKER_NAMESPACE": namespace,
         "LW_TEST_TOPIC": topic,
-        "LW_TEST_MARKERS": str(tmp_path / "markers"),
         "LW_TEST_LEASE": "3",
     }
     pod = spawn_pod("pod-e2e", tmp_path, env, "--log-format", "json")
     try:
         printed = _trigger(kafka_server, jaeger, topic, key)
         offset, trace_id = printed["offset"], printed["traceId"]
-        spans: list[FoundSpan] = []
+        spans: list[JaegerSpan] = []
 
         async def committed() -> bool:
             nonlocal spans
             found = await anyio.to_thread.run_sync(jaeger.find_traces, service)
-            spans = [s for s in found if s["trace_id"] == trace_id]
-            return any(s["name"] == f"commit {topic}" for s in spans)
+            spans = [s for s in found if s.trace_id == trace_id]
+            return any(s.name == f"commit {topic}" for s in spans)
 
         await eventually(committed, within=60)
         pod.signal(signal.SIGTERM)
         assert await pod.wait_exit(within=30) == 0
     finally:
         pod.kill()
-    by_name = {s["name"]: s for s in spans}
+    by_name = {s.name: s for s in spans}
     send, process = by_name[f"send {topic}"], by_name[f"process {topic}"]
-    assert send["service"] == "e2e-producer"
-    assert process["service"] == service
-    assert process["parent_span_id"] == send["span_id"]
-    assert process["attributes"]["messaging.kafka.offset"] == offset
-    assert process["attributes"]["messaging.destination.partition.id"] == "0"
-    assert process["attributes"]["messaging.consumer.group.name"] == kafka_names.group
-    assert process["attributes"]["leaseworker.job.key"] == key
-    assert process["attributes"]["leaseworker.outcome"] == "completed"
+    assert send.service == "e2e-producer"
+    assert process.service == service
+    assert process.parent_span_id == send.span_id
+    assert process.attributes["messaging.kafka.offset"] == offset
+    assert process.attributes["messaging.destination.partition.id"] == "0"
+    assert process.attributes["messaging.consumer.group.name"] == kafka_names.group
+    assert process.attributes["leaseworker.job.key"] == key
+    assert process.attributes["leaseworker.outcome"] == "completed"
     for name in ("trigger received", "lease acquire", "job run", "lease release"):
-        assert by_name[name]["parent_span_id"] == process["span_id"], name
-        assert by_name[name]["attributes"]["messaging.kafka.offset"] == offset, name
+        assert by_name[name].parent_span_id == process.span_id, name
+        assert by_name[name].attributes["messaging.kafka.offset"] == offset, name
     logged = [json.loads(line) for line in pod.log_text().splitlines() if line.startswith("{")]
     finished = [r for r in logged if r.get("event") == "finished" and r.get("jobId") == key]
     assert [r["traceId"] for r in finished] == [trace_id]

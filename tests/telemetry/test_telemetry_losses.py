@@ -53,8 +53,7 @@ async def test_a_trigger_given_up_after_its_loss_budget_is_counted(leases: Redis
         _OutlivesItsLease(),
         leases,
         pod="pod-a",
-        observer=pod,
-        lease_observers=pod.lease_observer,
+        hooks=[pod],
         lost_retry=BusyPolicy(initial=0.01, cap=0.02),
     )
     trigger = decode_trigger(topic="t", partition=0, offset=0, key=b"report:p", value=b"{}")

@@ -41,15 +41,16 @@ def test_a_value_that_would_split_the_line_is_quoted() -> None:
 def test_the_logging_observer_line_in_the_default_format_names_the_execution() -> None:
     """``leaseworker run``'s default (--log-format text) writes these fields on every event."""
     script = """
-from leaseworker import ExecutionEvent, LoggingObserver, Trigger
+from leaseworker import Attempt, ExecutionEvent, LoggingObserver, Trigger
 from leaseworker._cli._main import _setup_logging
 
 _setup_logging("INFO", "text")
 trigger = Trigger(topic="t", partition=0, offset=3, key="report:a", headers=(),
                   timestamp=None, payload={})
-LoggingObserver().on_event(ExecutionEvent(
-    event="finished", job_key="report:a", execution_id="e1", pod="pod-a", trigger=trigger,
-    elapsed=0.25, outcome="completed"))
+attempt = Attempt(trigger=trigger, job_key="report:a", input_version="v", execution_id="e1",
+                  pod="pod-a")
+LoggingObserver()(ExecutionEvent(event="finished", attempt=attempt, elapsed=0.25,
+                                 outcome="completed"))
 """
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True

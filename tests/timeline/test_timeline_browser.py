@@ -35,7 +35,7 @@ from leaseworker._history import History
 from leaseworker._timeline import JaegerQuery, history_from_spans, render_text
 
 from ..kafka_util import produce
-from ..pods import LEASEWORKER, REPO, Pod
+from ..pods import LEASEWORKER, REPO, Pod, ready, spawn
 from ..waiting import eventually
 from .browser import probe, screenshot
 
@@ -77,24 +77,10 @@ def jaeger(tmp_path: Path) -> Iterator[LocalJaeger]:
 
 
 def _spawn(name: str, workdir: Path, topic: str, argv: list[str], env: dict[str, str]) -> Pod:
-    log = workdir / f"{name}.log"
-    full_env = {
-        **os.environ,
-        **env,
-        "LW_TEST_TOPIC": topic,
-        "LW_TEST_MARKERS": str(workdir / "markers.txt"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [LEASEWORKER, "--log-level", "INFO", "run", f"{__name__}:FreezingReport", *argv],
-            cwd=REPO,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return Pod(name, process, log)
+    markers = {"LW_TEST_TOPIC": topic, "LW_TEST_MARKERS": str(workdir / "markers.txt")}
+    return spawn(
+        name, f"{__name__}:FreezingReport", workdir, {**env, **markers}, *argv, evidence=True
+    )
 
 
 def _started(workdir: Path, pod: str) -> bool:
@@ -123,7 +109,7 @@ async def _paused_takeover(
     try:
 
         async def joined() -> bool:
-            return all("partitions assigned" in pod.log_text() for pod in pods.values())
+            return all([await ready(pod) for pod in pods.values()])
 
         await eventually(joined, within=45)
         request_a = json.dumps({"inputVersion": "a", "wait_for": str(go)}).encode()

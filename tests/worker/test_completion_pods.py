@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -39,7 +38,7 @@ from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
 
 from ..kafka_util import committed, produce
-from ..pods import LEASEWORKER, REPO, Pod
+from ..pods import Pod, ready, spawn
 from ..waiting import eventually
 
 LEASE = 2.0
@@ -84,23 +83,8 @@ def _mark(line: str) -> None:
 
 
 def _spawn(name: str, workdir: Path, topic: str, argv: list[str]) -> Pod:
-    log = workdir / f"{name}.log"
-    env = {
-        **os.environ,
-        "LW_TEST_TOPIC": topic,
-        "LW_TEST_MARKERS": str(workdir / "markers.txt"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [LEASEWORKER, "--log-level", "INFO", "run", f"{__name__}:PausableJob", *argv],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return Pod(name, process, log)
+    markers = {"LW_TEST_TOPIC": topic, "LW_TEST_MARKERS": str(workdir / "markers.txt")}
+    return spawn(name, f"{__name__}:PausableJob", workdir, markers, *argv, evidence=True)
 
 
 def _marks(workdir: Path) -> list[list[str]]:
@@ -141,7 +125,7 @@ async def test_a_paused_pod_that_wakes_after_a_takeover_gets_stale_and_the_newer
     try:
 
         async def joined() -> bool:
-            return all("partitions assigned" in pod.log_text() for pod in pods.values())
+            return all([await ready(pod) for pod in pods.values()])
 
         await eventually(joined, within=45)
         request_a = {"inputVersion": "request-a", "wait_for": str(go)}
@@ -246,7 +230,7 @@ class Scene:
         self.pods.append(pod)
 
         async def joined() -> bool:
-            return "partitions assigned" in pod.log_text()
+            return await ready(pod)
 
         await eventually(joined, within=45)
         return pod

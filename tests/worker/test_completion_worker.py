@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 from redis.asyncio import Redis
 
-from leaseworker import CompletionStore, ExecutionEvent, RedisLeases, open_store
+from leaseworker import CompletionStore, Event, ExecutionEvent, RedisLeases, open_store
 from leaseworker._dev._services import LocalPostgres, LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
@@ -36,8 +36,10 @@ class Events:
 
     seen: list[ExecutionEvent] = field(default_factory=list)
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
         """Keep the event."""
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         self.seen.append(event)
 
     def retried(self, key: str) -> bool:
@@ -83,7 +85,7 @@ async def test_a_redelivered_trigger_is_answered_duplicate_without_running(
         kafka_server, redis_server, kafka_names, namespace, group=group_b, pod="pod-b"
     )
     events = Events()
-    async with running(make_worker(job, config_b, store=store, observer=events)):
+    async with running(make_worker(job, config_b, store=store, hooks=[events])):
 
         async def b_committed() -> bool:
             return await committed(bootstrap, group_b, topic) == {0: 1}
@@ -125,7 +127,7 @@ async def test_identity_tells_a_retry_from_a_new_report_with_new_inputs(
     await produce(kafka_server.bootstrap_servers, topic, records)
     events = Events()
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(make_worker(job, config, store=store, observer=events)):
+    async with running(make_worker(job, config, store=store, hooks=[events])):
 
         async def all_committed() -> bool:
             found = await committed(kafka_server.bootstrap_servers, kafka_names.group, topic)
@@ -226,7 +228,7 @@ async def test_store_outage_at_completion_retries_under_the_lease_or_ends_lost_u
 
     async with (
         store_with_outage(store_url, postgres) as (worker_store, outage),
-        running(make_worker(job, config, store=worker_store, observer=events)) as worker,
+        running(make_worker(job, config, store=worker_store, hooks=[events])) as worker,
     ):
         # 1. The outage ends while the lease holds.
         await produce(bootstrap, topic, [(b"one", payload(gate=True))])
@@ -248,7 +250,7 @@ async def test_store_outage_at_completion_retries_under_the_lease_or_ends_lost_u
             recorder.gate("two").set()
             await until(lambda: _retries(caplog) > before, within=10)
             await redis.delete(leases.lease_key("two"))
-            await until(lambda: ("lost", None) in events.finished("two"), within=10)
+            await until(lambda: ("lost", "rejected") in events.finished("two"), within=10)
             # The executor chose to run "two" again: its record is still in flight, so
             # nothing could have marked its offset done.
             await until(lambda: events.retried("two"), within=10)

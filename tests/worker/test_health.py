@@ -75,7 +75,6 @@ async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
             "LEASEWORKER_HEALTH_PORT": str(port),
             "LEASEWORKER_HEALTH_HOST": "127.0.0.1",
             "LW_TEST_TOPIC": kafka_names.topic,
-            "LW_TEST_MARKERS": os.devnull,
         }
         health_pods("pod-a", "tests.jobs:MarkerJob", env)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, committed, payload, produce
-from ..pods import Pod, intervals, overlapping, read_marks, spawn_pod
+from ..pods import Pod, overlapping, ready, recorded, spawn_pod
 from ..waiting import eventually
 
 SESSION_TIMEOUT = 6.0
@@ -26,18 +25,11 @@ REBALANCE_ALLOWANCE = 3.0  # heartbeat + JoinGroup/SyncGroup + offset fetch + fi
 
 
 @pytest.fixture
-def markers(tmp_path: Path) -> Path:
-    """The file every pod of this test appends its start/stop markers to."""
-    return tmp_path / "markers.txt"
-
-
-@pytest.fixture
 def pods(
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     namespace: str,
-    markers: Path,
     tmp_path: Path,
 ) -> Iterator[Callable[..., Pod]]:
     """Start pods of this test's group; every pod still running at the end is SIGKILLed."""
@@ -49,7 +41,6 @@ def pods(
         "LEASEWORKER_NAMESPACE": namespace,
         "LEASEWORKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT),
         "LW_TEST_TOPIC": kafka_names.topic,
-        "LW_TEST_MARKERS": str(markers),
         "LW_TEST_LEASE": str(LEASE),
     }
 
@@ -63,14 +54,14 @@ def pods(
         pod.kill()
 
 
-async def _assigned(pod: Pod, pattern: str = r"partitions assigned: \S") -> bool:
-    return re.search(pattern, pod.log_text()) is not None
+def _started(pods: dict[str, Pod]) -> set[str]:
+    """The job keys any of the pods started (acquired) so far."""
+    return {e.job_key for e in recorded(list(pods.values()))}
 
 
 async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    markers: Path,
     pods: Callable[..., Pod],
 ) -> None:
     """Every key completes, no two executions of a key overlap (one clock), all 200 committed.
@@ -79,8 +70,8 @@ async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
     """
     kafka_server.create_topics([kafka_names.topic], partitions=4)
     first, second = pods("pod-a", "--concurrency", "4"), pods("pod-b", "--concurrency", "4")
-    await eventually(lambda: _assigned(first), within=30)
-    await eventually(lambda: _assigned(second), within=30)
+    await eventually(lambda: ready(first), within=30)
+    await eventually(lambda: ready(second), within=30)
     keys = [f"report:{i % 50}" for i in range(200)]
     # Two report versions per key (i // 100), each sent twice: 100 distinct requests,
     # 100 exact duplicates that the completion store answers without running.
@@ -97,12 +88,12 @@ async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
         return sum(found.values()) == len(keys)
 
     await eventually(all_committed, within=90)
-    marks = read_marks(markers)
-    completed = {m.key for m in marks if m.what == "stop" and m.how == "completed"}
-    assert completed == set(keys)
-    assert overlapping(intervals(marks)) == []
-    assert sum(1 for m in marks if m.how == "completed") >= 100  # every distinct request ran
-    assert {m.pod for m in marks} == {"pod-a", "pod-b"}  # both pods did work
+    executions = recorded([first, second])
+    completed = [e for e in executions if e.outcome == "completed"]
+    assert {e.job_key for e in completed} == set(keys)
+    assert overlapping(executions) == []
+    assert len(completed) >= 100  # every distinct request ran
+    assert {e.pod for e in completed} == {"pod-a", "pod-b"}  # both pods did work
     for pod in (first, second):
         assert "Traceback" not in pod.log_text()
 
@@ -110,7 +101,6 @@ async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
 async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expiry(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    markers: Path,
     pods: Callable[..., Pod],
     redis: Redis,
     namespace: str,
@@ -126,9 +116,9 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
     lease = SESSION_TIMEOUT + 4.0
     kafka_server.create_topics([kafka_names.topic], partitions=1)
     a = pods("pod-a", LW_TEST_SLOW_POD="pod-a", LW_TEST_LEASE=str(lease))
-    await eventually(lambda: _assigned(a, r"partitions assigned: triggers"), within=30)
+    await eventually(lambda: ready(a), within=30)
     b = pods("pod-b", LW_TEST_SLOW_POD="pod-a", LW_TEST_LEASE=str(lease))
-    await eventually(lambda: _assigned(b, r"partitions assigned: none"), within=30)
+    await eventually(lambda: ready(b, idle=True), within=30)
     keys = ["k1", "k2", "k3"]
     await produce(
         kafka_server.bootstrap_servers,
@@ -137,7 +127,7 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
     )
 
     async def all_started_on_a() -> bool:
-        return {m.key for m in read_marks(markers) if m.what == "start"} == set(keys)
+        return _started({"pod-a": a}) == set(keys)
 
     await eventually(all_started_on_a, within=20)
     killed_at = time.monotonic()
@@ -150,8 +140,7 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
         assert expires[key] > killed_at + SESSION_TIMEOUT - 2  # the leases outlive the session
 
     async def all_completed() -> bool:
-        marks = read_marks(markers)
-        return {m.key for m in marks if m.how == "completed"} == set(keys)
+        return {e.job_key for e in recorded([a, b]) if e.outcome == "completed"} == set(keys)
 
     await eventually(all_completed, within=40)
 
@@ -162,16 +151,16 @@ async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expir
         return found == {0: len(keys)}
 
     await eventually(committed_all, within=10)
-    marks = read_marks(markers)
-    takeovers = {m.key: m.at for m in marks if m.pod == "pod-b" and m.what == "start"}
+    executions = recorded([a, b])
+    takeovers = {e.job_key: e.start for e in executions if e.pod == "pod-b"}
     assert takeovers.keys() == set(keys)
     bound = max(lease, SESSION_TIMEOUT) + BUSY_RETRY_CAP + REBALANCE_ALLOWANCE
     late = max(takeovers.values()) - killed_at
     print(f"takeover after SIGKILL: {late:.2f}s (bound {bound:.1f}s)")
     assert late <= bound
-    for key, started in takeovers.items():  # nobody started while the dead pod's lease was valid
+    for key, started in takeovers.items():  # nobody acquired while the dead pod's lease held
         assert started >= expires[key] - 0.05, key
-    assert overlapping(intervals(marks, killed_at={"pod-a": killed_at})) == []
+    assert overlapping(executions, killed_at={"pod-a": killed_at}) == []
 
 
 async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
@@ -179,7 +168,6 @@ async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
     redis: Redis,
     namespace: str,
     kafka_names: KafkaNames,
-    markers: Path,
     pods: Callable[..., Pod],
 ) -> None:
     """SIGTERM: the short job finishes and is committed, the long one is cancelled.
@@ -189,7 +177,7 @@ async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
     """
     kafka_server.create_topics([kafka_names.topic], partitions=1)
     pod = pods("pod-a", "--shutdown-timeout", "2", "--concurrency", "2", LW_TEST_LEASE="10")
-    await eventually(lambda: _assigned(pod), within=30)
+    await eventually(lambda: ready(pod), within=30)
     await produce(
         kafka_server.bootstrap_servers,
         kafka_names.topic,
@@ -197,14 +185,14 @@ async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
     )
 
     async def both_started() -> bool:
-        return len([m for m in read_marks(markers) if m.what == "start"]) == 2
+        return _started({"pod-a": pod}) == {"short", "long"}
 
     await eventually(both_started, within=20)
     signalled = time.monotonic()
     pod.signal(signal.SIGTERM)
     assert await pod.wait_exit(within=10) == 0
     exited = time.monotonic() - signalled
-    stops = {m.key: m.how for m in read_marks(markers) if m.what == "stop"}
+    stops = {e.job_key: e.outcome for e in recorded([pod])}
     assert stops == {"short": "completed", "long": "cancelled"}
     assert 2 <= exited < 2 + 3  # drained for the timeout, then released, committed, left
     info = await RedisLeases(redis, namespace=namespace).inspect("long")
@@ -216,22 +204,25 @@ async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
 async def test_a_second_sigterm_exits_at_once(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    markers: Path,
     pods: Callable[..., Pod],
 ) -> None:
     """The second SIGTERM does not wait for the shutdown timeout: exit 143 right away."""
     kafka_server.create_topics([kafka_names.topic], partitions=1)
     pod = pods("pod-a", "--shutdown-timeout", "30")
-    await eventually(lambda: _assigned(pod), within=30)
+    await eventually(lambda: ready(pod), within=30)
     await produce(kafka_server.bootstrap_servers, kafka_names.topic, [(b"k", payload(seconds=60))])
 
     async def started() -> bool:
-        return any(m.what == "start" for m in read_marks(markers))
+        return _started({"pod-a": pod}) == {"k"}
 
     await eventually(started, within=20)
     pod.signal(signal.SIGTERM)
-    await eventually(lambda: _assigned(pod, "draining"), within=5)
+    await eventually(lambda: _logged(pod, "draining"), within=5)
     signalled = time.monotonic()
     pod.signal(signal.SIGTERM)
     assert await pod.wait_exit(within=5) == 128 + signal.SIGTERM
     assert time.monotonic() - signalled < 2
+
+
+async def _logged(pod: Pod, text: str) -> bool:
+    return text in pod.log_text()

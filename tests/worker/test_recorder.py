@@ -67,9 +67,8 @@ async def test_an_ended_execution_is_recorded_with_its_identifiers(
         job,
         leases,
         pod="pod-a",
-        observer=recorder,
+        hooks=[recorder],
         store=MemoryStore(),
-        lease_observers=recorder.lease_observer,
     )
     before = time.monotonic()
     await executor.run(_trigger(), "report:acme")
@@ -94,21 +93,23 @@ async def test_an_ended_execution_is_recorded_with_its_identifiers(
 async def test_the_input_version_is_asked_once_per_execution(
     leases: RedisLeases, tmp_path: Path
 ) -> None:
-    """Its start line and its end share one answer (the default hashes the whole payload)."""
-    job = _Completes()
+    """Its start and end lines carry the attempt's version: the job is asked once (executor)."""
     asked: list[Trigger] = []
 
-    def input_version(trigger: Trigger) -> str:
-        asked.append(trigger)
-        return job.input_version(trigger)
+    class _Counts(_Completes):
+        def input_version(self, trigger: Trigger) -> str:
+            asked.append(trigger)
+            return super().input_version(trigger)
 
-    recorder = HistoryRecorder(tmp_path / "history.jsonl", input_version=input_version)
-    executor = Executor(
-        job, leases, pod="pod-a", observer=recorder, lease_observers=recorder.lease_observer
-    )
+    path = tmp_path / "history.jsonl"
+    job = _Counts()
+    recorder = HistoryRecorder(path)
+    executor = Executor(job, leases, pod="pod-a", hooks=[recorder])
     await executor.run(_trigger(), "report:acme")
     recorder.close()
     assert len(asked) == 1
+    (execution,) = History.from_json(path.read_text()).executions
+    assert execution.input_version == job.input_version(_trigger())
 
 
 async def test_an_execution_that_never_ended_shows_open_ended(
@@ -119,9 +120,7 @@ async def test_an_execution_that_never_ended_shows_open_ended(
     started, release = anyio.Event(), anyio.Event()
     job = _Waits(started, release)
     recorder = HistoryRecorder(path, input_version=job.input_version)
-    executor = Executor(
-        job, leases, pod="pod-a", observer=recorder, lease_observers=recorder.lease_observer
-    )
+    executor = Executor(job, leases, pod="pod-a", hooks=[recorder])
     async with anyio.create_task_group() as tg:
         tg.start_soon(executor.run, _trigger(), "report:acme")
         await started.wait()
@@ -143,9 +142,7 @@ async def test_a_loss_records_its_reason_stop_latency_and_margin(
     path = tmp_path / "history.jsonl"
     job = _BlocksTheLoop()
     recorder = HistoryRecorder(path, input_version=job.input_version)
-    executor = Executor(
-        job, leases, pod="pod-a", observer=recorder, lease_observers=recorder.lease_observer
-    )
+    executor = Executor(job, leases, pod="pod-a", hooks=[recorder])
     with anyio.fail_after(10):
         await executor.run(_trigger(), "report:acme")
     recorder.close()

@@ -15,7 +15,7 @@ from leaseworker._kafka import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running
+from ..worker_util import Progress, make_worker, pod_config, running
 
 
 async def test_offsets_are_committed_only_for_the_contiguous_completed_prefix(
@@ -31,13 +31,14 @@ async def test_offsets_are_committed_only_for_the_contiguous_completed_prefix(
     config = pod_config(kafka_server, redis_server, kafka_names, namespace, concurrency=3)
     bootstrap = kafka_server.bootstrap_servers
     await produce(bootstrap, topic, [(k.encode(), payload(gate=True)) for k in "abc"])
-    async with running(make_worker(job, config)) as worker:
+    progress = Progress()
+    async with running(make_worker(job, config, hooks=[progress])) as worker:
         await recorder.until(lambda: all(recorder.runs_of(k) for k in "abc"))
         for key in "cb":
             recorder.gate(key).set()
             await recorder.until(lambda key=key: recorder.done(key) == 1)  # type: ignore[misc]
         # The committer has looked since c and b finished: a commit past a's gap would be made.
-        await worker.wait_until(lambda: worker.stats.commit_checked >= 2, timeout=20)
+        await progress.until(lambda: worker.stats.commit_checked >= 2, timeout=20)
         assert worker.stats.commits == 0
         assert await committed(bootstrap, kafka_names.group, topic) == {}
         recorder.gate("a").set()

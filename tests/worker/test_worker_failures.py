@@ -20,7 +20,7 @@ from leaseworker._kafka import (
 
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running
+from ..worker_util import Progress, make_worker, pod_config, running
 
 SECRET = "s3cr3t-payload-marker"
 
@@ -118,13 +118,14 @@ async def test_without_a_dead_letter_topic_a_failed_trigger_is_still_committed(
     bootstrap = kafka_server.bootstrap_servers
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
     await produce(bootstrap, topic, [(b"report:f", payload(mode="fail")), (b"report:ok", b"{}")])
-    async with running(make_worker(_job(topic), config)) as worker:
+    progress = Progress()
+    async with running(make_worker(_job(topic), config, hooks=[progress])) as worker:
 
         async def all_committed() -> bool:
             return await committed(bootstrap, kafka_names.group, topic) == {0: 2}
 
         await eventually(all_committed, within=20)
-        await worker.wait_until(lambda: worker.stats.job_failures == 1, timeout=20)
+        await progress.until(lambda: worker.stats.job_failures == 1, timeout=20)
         assert worker.stats.dead_letters == 0
 
 

@@ -17,10 +17,10 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
 )
 from redis.asyncio import Redis
 
-from leaseworker import ExecutionEvent, WorkerConfig
+from leaseworker import Event, ExecutionEvent, WorkerConfig
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._kafka import NO_HOOKS, SourceStats
+from leaseworker._kafka import SourceStats
 from leaseworker._kafka._commits import Commits
 from leaseworker._kafka._state import Partition, SourceState
 from leaseworker.testing import ChaosProxy
@@ -29,7 +29,7 @@ from ..chaos import proxied_leases
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running, until
+from ..worker_util import Progress, make_worker, pod_config, running, until
 
 
 def _committed_is(kafka: LocalKafka, names: KafkaNames, expected: dict[int, int]):  # type: ignore[no-untyped-def]
@@ -51,9 +51,10 @@ async def test_a_job_longer_than_max_poll_interval_keeps_the_pod_in_the_group(
     )
     records = [(b"long", payload(seconds=4.5)), (b"next", payload())]
     await produce(kafka_server.bootstrap_servers, kafka_names.topic, records)
-    async with running(make_worker(job, config)) as worker:
+    progress = Progress()
+    async with running(make_worker(job, config, hooks=[progress])) as worker:
         await recorder.until(lambda: bool(recorder.runs_of("long")))
-        await worker.wait_until(lambda: worker.stats.paused, timeout=20)
+        await progress.until(lambda: worker.stats.paused, timeout=20)
         assert recorder.runs_of("next") == []  # at the limit: the second trigger waits
         await recorder.until(lambda: recorder.done("next") == 1, within=15)
         await eventually(_committed_is(kafka_server, kafka_names, {0: 2}), within=10)
@@ -110,7 +111,7 @@ async def test_redis_outage_mid_run_stops_the_job_keeps_the_trigger_and_resumes(
     observer = _OnEvent(retries.append, only="retry")
     async with (
         proxied_leases(redis_server, namespace, command_timeout=0.2) as (proxy, leases),
-        running(make_worker(job, config, leases=leases, observer=observer)) as worker,
+        running(make_worker(job, config, leases=leases, hooks=[observer])) as worker,
     ):
         await recorder.until(lambda: bool(recorder.runs_of("k")))
         proxy.blackhole = True
@@ -230,8 +231,10 @@ class _OnEvent:
         self.handle = handle
         self.only = only
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
         """Pass ``event`` on if it has the name."""
+        if not isinstance(event, ExecutionEvent) or event.event == "acquiring":
+            return
         if event.event == self.only:
             self.handle(event)
 
@@ -239,7 +242,7 @@ class _OnEvent:
 def _committer(consumer: Any, config: WorkerConfig | None = None) -> tuple[Commits, SourceStats]:
     """A source's committer, committing through ``consumer`` (a stand-in: fake tests only)."""
     state = SourceState()
-    return Commits(state, config or WorkerConfig(), NO_HOOKS, consumer.commit), state.stats
+    return Commits(state, config or WorkerConfig(), consumer.commit), state.stats
 
 
 def _finished_partition(partition: int) -> Partition:

@@ -55,22 +55,21 @@ def no_overlap(history: History, records: Records) -> Verdict:
     stalled) is counted apart: the lease cannot stop a frozen process, fencing
     does. So is one across a fault that emptied Redis (the documented limit).
     """
-    until = _history_end(history)
+    until = history.end
     violations: list[str] = []
     paused = data_loss = 0
-    for key, executions in _by_key(history).items():
-        for first, second in _overlapping(executions, until):
-            if first.paused or second.paused:
-                paused += 1
-            elif _across_data_loss(first, second, history):
-                data_loss += 1
-            else:
-                seconds = first.overlaps(second, until=until)
-                violations.append(
-                    f"{key}: {first.execution_id} ({first.pod}, fence {first.fence}) and "
-                    f"{second.execution_id} ({second.pod}, fence {second.fence}) overlapped "
-                    f"{seconds * 1000:.0f} ms"
-                )
+    for first, second in history.overlapping(until=until):
+        if first.paused or second.paused:
+            paused += 1
+        elif _across_data_loss(first, second, history):
+            data_loss += 1
+        else:
+            seconds = first.overlaps(second, until=until)
+            violations.append(
+                f"{first.job_key}: {first.execution_id} ({first.pod}, fence {first.fence}) and "
+                f"{second.execution_id} ({second.pod}, fence {second.fence}) overlapped "
+                f"{seconds * 1000:.0f} ms"
+            )
     counts: dict[str, Scalar] = {
         "executions": len(history.executions),
         "keys": len(history.keys()),
@@ -257,18 +256,6 @@ def _by_key(history: History) -> dict[str, list[Execution]]:
     return keys
 
 
-def _overlapping(
-    executions: list[Execution], until: float
-) -> Iterable[tuple[Execution, Execution]]:
-    """Pairs (earlier, later) of executions in start order that held the lease at once."""
-    for i, first in enumerate(executions):
-        end = first.end if first.end is not None else until
-        for second in executions[i + 1 :]:
-            if second.start >= end:
-                break
-            yield first, second
-
-
 def _across_data_loss(first: Execution, second: Execution, history: History) -> bool:
     """Whether Redis lost its data while ``first`` held the lease, before ``second`` began."""
     return any(
@@ -300,12 +287,6 @@ def _stale_writes_accepted(history: History) -> Iterable[str]:
 
 def _duration(execution: Execution) -> float:
     return max((s.duration for s in execution.steps if s.name == "completion"), default=0.0)
-
-
-def _history_end(history: History) -> float:
-    times = [e.end if e.end is not None else e.start for e in history.executions]
-    times += [f.end if f.end is not None else f.start for f in history.faults]
-    return max(times, default=0.0)
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -104,7 +104,7 @@ class Injector:
             self.skipped.append(planned)
             return
         start = time.monotonic()
-        code = await pod.kill()
+        code = await anyio.to_thread.run_sync(pod.kill)
         self._record(planned, start, start, exit_code=-1 if code is None else code)
         await anyio.sleep(planned.duration)
         pod.start()

@@ -29,10 +29,11 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
+from .._chaos import ChaosProxy
+from .._dev._pods import until_ready
 from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
 from .._history import Execution, Fault, History, header_line, merge
-from ..testing import ChaosProxy
 from ._checker import Verdict, check
 from ._faults import Injector
 from ._payloads import Generator
@@ -227,7 +228,9 @@ async def _campaign_body(
         exits.push_async_callback(_stop_all, list(pods.values()), 1.0)
         for pod in pods.values():
             pod.start()
-        await _until(lambda: all(p.assigned() for p in pods.values()), 90, "pods to join")
+        # Ready by /readyz; each holding a partition when there are enough to go round.
+        spread = settings.pods <= PARTITIONS
+        await until_ready(list(pods.values()), within=90, partitions=spread)
         out(f"{len(pods)} pods of {settings.job} running; playing {len(plan.faults)} faults")
         producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap_servers, acks="all")
         with anyio.fail_after(30):
@@ -411,7 +414,7 @@ async def _records(
 
 def _history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> History:
     """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
-    parts = [History.from_json(p.history.read_text()) for p in pods.values() if p.history.exists()]
+    parts = [pod.recorded() for pod in pods.values()]
     all_faults = list(faults)
     for pod in pods.values():
         log = stall_log(workdir, pod.name)
@@ -450,15 +453,6 @@ def _store_name(stack: Services) -> str:
     if stack.postgres is not None:
         return "PostgreSQL (local, behind a fault proxy)"
     return stack.store_url.split("://", 1)[0]
-
-
-async def _until(check: Callable[[], bool], within: float, what: str) -> None:
-    """Poll other processes' state (their logs) until ``check()``; TimeoutError naming ``what``."""
-    with anyio.move_on_after(within) as waiting:
-        while not check():  # noqa: ASYNC110 - other processes cannot set our Events
-            await anyio.sleep(0.2)
-    if waiting.cancelled_caught:
-        raise TimeoutError(f"the campaign waited {within:.0f}s for {what}")
 
 
 async def _stop_all(pods: list[Pod], within: float) -> None:

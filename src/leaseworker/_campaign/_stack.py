@@ -1,35 +1,33 @@
 """The campaign's services and pods: Kafka, Redis (one node or Sentinel), the store, N pods.
 
-:func:`services` starts the local services in parallel and stops each one it
-started by PID on the way out. The completion store is a private PostgreSQL
-behind a :class:`~leaseworker.testing.ChaosProxy` (so it can be taken away),
-or, without PostgreSQL installed, an SQLite file. :class:`Pod` is one
-``leaseworker run`` process of the user's job (through the stall wrapper),
-with its own Redis proxy on the single-node topology and its own history file.
+:func:`services` takes the local services from the one stack builder
+(:class:`~leaseworker._dev._services._stack.LocalStack`), in parallel, and
+stops each one it started by PID on the way out. The completion store is a
+private PostgreSQL behind a :class:`~leaseworker.testing.ChaosProxy` (so it
+can be taken away), or, without PostgreSQL installed, an SQLite file. A pod
+is the one pod process (:class:`~leaseworker._dev._pods.PodProcess`) of the
+user's job through the stall wrapper, with its own Redis proxy on the
+single-node topology, its own history file and a ``/readyz`` to wait for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import anyio
-
-from .._dev._pods import start_in_parallel
+from .._chaos import ChaosProxy
+from .._dev._pods import PodProcess, pod_process
 from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
-from ..testing import ChaosProxy
+from .._dev._services._stack import LocalStack, Service
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
 Topology = Literal["single", "sentinel", "cluster"]
+Pod = PodProcess
+"""A campaign pod is the one pod process."""
 
 POD_FLAGS = (
     *("--session-timeout", "6", "--heartbeat-interval", "1", "--revoke-timeout", "2"),
@@ -43,14 +41,39 @@ POD_FLAGS = (
 class Services:
     """The running services; ``store_url`` is the campaign's direct view of the store."""
 
-    kafka: LocalKafka
+    stack: LocalStack
     workdir: Path
     store_url: str
-    redis: LocalRedis | None = None
-    sentinel: LocalSentinelGroup | None = None
-    cluster: LocalRedisCluster | None = None
-    postgres: LocalPostgres | None = None
     store_proxy: ChaosProxy | None = None  # set by :func:`store_proxy`
+
+    @property
+    def kafka(self) -> LocalKafka:
+        """The broker."""
+        return self.stack.kafka
+
+    @property
+    def redis(self) -> LocalRedis | None:
+        """The single node (``None`` on a replicated topology)."""
+        found: LocalRedis | None = self.stack.get("redis")
+        return found
+
+    @property
+    def sentinel(self) -> LocalSentinelGroup | None:
+        """The Sentinel group, on that topology."""
+        found: LocalSentinelGroup | None = self.stack.get("sentinel")
+        return found
+
+    @property
+    def cluster(self) -> LocalRedisCluster | None:
+        """The Redis Cluster, on that topology."""
+        found: LocalRedisCluster | None = self.stack.get("cluster")
+        return found
+
+    @property
+    def postgres(self) -> LocalPostgres | None:
+        """The private PostgreSQL (``None`` with ``--store-url`` or without PostgreSQL)."""
+        found: LocalPostgres | None = self.stack.get("postgres")
+        return found
 
     @property
     def shared_redis_url(self) -> str:
@@ -70,41 +93,17 @@ class Services:
 @contextlib.contextmanager
 def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterator[Services]:
     """Start Kafka, Redis (a node, Sentinel or a cluster), a PostgreSQL (without ``store_url``)."""
-    started: list[Any] = []
-    redis_start: Callable[[], Any] = LocalRedis.start
-    if topology == "sentinel":
-        redis_start = LocalSentinelGroup.start
-    elif topology == "cluster":
-        redis_start = LocalRedisCluster.start
-    postgres_start = _postgres_or_none if store_url is None else None
-    try:
-        kafka, redis, postgres = start_in_parallel(
-            [LocalKafka.start, redis_start, postgres_start], started
-        )
+    redis: dict[Topology, Service] = {
+        "single": "redis",
+        "sentinel": "sentinel",
+        "cluster": "cluster",
+    }
+    with LocalStack() as stack:
+        stack.start("kafka", redis[topology], optional=["postgres"] if store_url is None else [])
         if store_url is None:
+            postgres = stack.get("postgres")
             store_url = postgres.url if postgres else f"sqlite:///{workdir / 'completions.db'}"
-        yield Services(
-            kafka=kafka,
-            workdir=workdir,
-            store_url=store_url,
-            redis=redis if isinstance(redis, LocalRedis) else None,
-            sentinel=redis if isinstance(redis, LocalSentinelGroup) else None,
-            cluster=redis if isinstance(redis, LocalRedisCluster) else None,
-            postgres=postgres,
-        )
-    finally:
-        for service in reversed(started):
-            if service is not None:
-                with contextlib.suppress(Exception):
-                    service.stop()
-
-
-def _postgres_or_none() -> LocalPostgres | None:
-    """Start a private PostgreSQL, or return ``None`` where it is not installed (SQLite instead)."""
-    try:
-        return LocalPostgres.start()
-    except (FileNotFoundError, RuntimeError):
-        return None
+        yield Services(stack=stack, workdir=workdir, store_url=store_url)
 
 
 @contextlib.asynccontextmanager
@@ -118,88 +117,6 @@ async def store_proxy(stack: Services) -> AsyncIterator[str]:
         yield stack.store_url.replace(f":{stack.postgres.port}/", f":{proxy.port}/")
 
 
-@dataclass
-class Pod:
-    """One ``leaseworker run`` pod: its process (replaced on restart), proxy and files."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-    history: Path
-    log: Path
-    proxy: ChaosProxy | None
-    process: subprocess.Popen[bytes] | None = None
-    exits: list[tuple[int | None, bool, float]] = field(default_factory=list)  # code, killed, at
-    stopping: bool = False  # the campaign is ending the process: its exit is expected
-
-    def start(self) -> None:
-        """Start (or restart) the process, appending to its log."""
-        self.stopping = False
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.argv,
-                cwd=self.cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def running(self) -> bool:
-        """Whether the process runs (a stopped, frozen one counts as running)."""
-        return self.process is not None and self.process.poll() is None
-
-    def signal(self, signum: signal.Signals) -> None:
-        """Send ``signum`` to the process if it still runs."""
-        if self.running():
-            assert self.process is not None
-            self.process.send_signal(signum)
-
-    def assigned(self) -> bool:
-        """Whether its log shows a partition assignment with partitions in it."""
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        lines = [line for line in text.splitlines() if "partitions assigned: " in line]
-        return bool(lines) and not lines[-1].rstrip().endswith("none")
-
-    async def kill(self) -> int | None:
-        """SIGKILL and reap the process; record the exit as the campaign's own."""
-        self.stopping = True
-        self.signal(signal.SIGKILL)
-        return await self._reaped(killed=True)
-
-    async def stop(self, within: float) -> int | None:
-        """SIGCONT then SIGTERM (drain), SIGKILL after ``within`` seconds; return the code."""
-        self.stopping = True
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        with anyio.move_on_after(within):
-            while self.running():  # noqa: ASYNC110 - another process cannot set our Event
-                await anyio.sleep(0.1)
-        if self.running():
-            assert self.process is not None
-            self.process.kill()
-        return await self._reaped(killed=False)
-
-    def exited(self) -> int | None:
-        """Return the code of a process that ended by itself since the last look, else ``None``."""
-        if self.stopping or self.process is None or self.process.poll() is None:
-            return None
-        code = self.process.returncode
-        self.process = None
-        self.exits.append((code, False, time.monotonic()))
-        return code
-
-    async def _reaped(self, *, killed: bool) -> int | None:
-        process = self.process
-        if process is None:
-            return None
-        code = await anyio.to_thread.run_sync(process.wait)
-        self.process = None
-        self.exits.append((code, killed, time.monotonic()))
-        return code
-
-
 def make_pod(
     name: str,
     *,
@@ -211,26 +128,13 @@ def make_pod(
     proxy: ChaosProxy | None,
 ) -> Pod:
     """Describe pod ``name`` running ``job`` from the current directory (not started yet)."""
-    history = workdir / f"history-{name}.jsonl"
-    argv = [
-        *(sys.executable, "-m", "leaseworker._cli", "--log-level", "INFO", "run"),
+    env = {JOB_VARIABLE: job, DIR_VARIABLE: str(workdir), "LEASEWORKER_STORE_URL": store_url}
+    return pod_process(
+        name,
         "leaseworker._campaign._stall:StallingJob",
-        *("--pod", name, "--redis-url", redis_url, "--record-history", str(history)),
-        *flags,
-    ]
-    env = {
-        **os.environ,
-        JOB_VARIABLE: job,
-        DIR_VARIABLE: str(workdir),
-        "LEASEWORKER_STORE_URL": store_url,
-        "PYTHONUNBUFFERED": "1",
-    }
-    return Pod(
-        name=name,
-        argv=argv,
+        workdir=workdir,
+        redis_url=redis_url,
+        flags=flags,
         env=env,
-        cwd=Path.cwd(),
-        history=history,
-        log=workdir / f"{name}.log",
         proxy=proxy,
     )

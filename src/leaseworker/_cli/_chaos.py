@@ -22,11 +22,11 @@ from ._common import non_negative_int, positive_int
 TOPOLOGIES = ("single", "sentinel", "cluster")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``chaos`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "chaos",
-        help="run a seeded fault campaign against a job class and check the history",
+        help=summary,
         description="Start a local Kafka, Redis and completion store, run N `leaseworker run` "
         "pods of the job, send triggers while injecting random faults (from the seed), heal, "
         "drain, stop the pods and check the recorded history: no overlap, fences increase, "
@@ -61,7 +61,7 @@ def _chaos(args: argparse.Namespace) -> int:
     from .._campaign._payloads import load_generator
     from .._campaign._report import render, to_html, to_json
     from .._campaign._run import Interrupted, Settings, run_campaign
-    from ._run import load_job_class
+    from ._jobs import load_job_class
 
     try:
         settings = Settings(

@@ -14,10 +14,11 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
-from .._worker import WorkerConfig
+from .._secrets import SecretFile
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -66,9 +67,14 @@ class Setting:
     kind: Callable[[str], Any] = str
     choices: tuple[str, ...] | None = None
     field: str | None = None
+    secret: bool = False
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        """Add the flag with its env-var default and the default shown in its help."""
+        """Add the flag with its env-var default and the default shown in its help.
+
+        A ``secret`` setting gets a second flag, ``<flag>-file`` (env
+        ``LEASEWORKER_<FLAG>_FILE``), naming a file that holds the value.
+        """
         shown = "none" if self.default is None else self.default
         parser.add_argument(
             self.flag,
@@ -77,11 +83,39 @@ class Setting:
             choices=self.choices,
             help=f"{self.help} (env {env_name(self.flag)}; default {shown})",
         )
+        if self.secret:
+            parser.add_argument(
+                self.file_flag,
+                default=env_default(self.file_flag),
+                metavar="PATH",
+                help=f"read {self.flag} from this file instead, again on every reconnect "
+                f"(a mounted Secret; env {env_name(self.file_flag)})",
+            )
+
+    @property
+    def file_flag(self) -> str:
+        """The flag naming a file that holds a ``secret`` setting's value."""
+        return f"{self.flag}-file"
 
     def value(self, args: argparse.Namespace) -> Any:
-        """Return the parsed value (``None`` for an empty value of a setting without default)."""
+        """Return the parsed value (``None`` for an empty value of a setting without default).
+
+        A ``secret`` setting given as a file is read from it now (ConfigError if it cannot
+        be, or if the value is given as a flag as well); the file wins over the value's
+        environment variable.
+        """
         value = getattr(args, dest(self.flag))
+        source = self.file(args)
+        if source is not None:
+            if value not in (None, "", self.default, env_default(self.flag)):
+                raise ConfigError(f"give {self.flag} or {self.file_flag}, not both")
+            return self.kind(source.read())
         return None if value == "" and self.default is None else value
+
+    def file(self, args: argparse.Namespace) -> SecretFile | None:
+        """Return the file a ``secret`` setting is to be read from, if one is given."""
+        path = getattr(args, dest(self.file_flag), None) if self.secret else None
+        return SecretFile(Path(path), self.file_flag) if path else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +175,8 @@ def port(text: str) -> int:
 
 def config_default(name: str) -> str | None:
     """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
+    from .._worker import WorkerConfig  # here: `leaseworker demo` and `--help` load no worker
+
     [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
     if found.default_factory is not dataclasses.MISSING:
         default = found.default_factory()
@@ -159,3 +195,20 @@ def env_switch(flag: str) -> bool:
     if text in ("", "0", "false", "no", "off"):
         return False
     raise ConfigError(f"{env_name(flag)} must be 1 or 0 (true/false, yes/no, on/off), got {text!r}")
+
+
+REDIS_TLS_SETTINGS = (
+    Setting(flag="--redis-ca-file", help="CA bundle the Redis servers' certificates chain to"),
+    Setting(flag="--redis-cert-file", help="client certificate (PEM) for Redis mutual TLS"),
+    Setting(flag="--redis-key-file", help="the client certificate's unencrypted key (PEM)"),
+)
+"""TLS files for a ``rediss://`` URL of any topology; the URL's own query options win."""
+
+
+def redis_url_with_tls(args: argparse.Namespace, url: str) -> str:
+    """Return ``url`` with ``--redis-ca-file``, ``-cert-file``, ``-key-file`` as TLS options."""
+    from .._lease import with_tls_files
+
+    cafile, certfile, keyfile = (row.value(args) for row in REDIS_TLS_SETTINGS)
+    files = {"ssl_ca_certs": cafile, "ssl_certfile": certfile, "ssl_keyfile": keyfile}
+    return with_tls_files(url, files)

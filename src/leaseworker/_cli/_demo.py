@@ -24,11 +24,11 @@ from typing import Any
 from ._common import positive_seconds
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``demo`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",
-        help="run the local stack demo (default) or replay the lease-expiry incident",
+        help=summary,
         description="stack: three worker pods on a private Redis and Kafka, a Redis stall, "
         "and a summary proving no overlap (about 25 s). incident: a naive lock vs hold() "
         "on one timeline. failover: a Sentinel failover that loses the lease, with "

@@ -25,31 +25,36 @@ from .._errors import ConfigError, LeaseError, StoreUnavailable
 from .._execution import completion_key
 from .._lease import RedisLeases, parse_redis_url, redis_from_url
 from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
-from ._common import config_default, env_default, non_negative_int
+from ._common import (
+    REDIS_TLS_SETTINGS,
+    Setting,
+    config_default,
+    env_default,
+    non_negative_int,
+    redis_url_with_tls,
+)
+
+_REDIS_URL = Setting(
+    flag="--redis-url", help="Redis URL", default=config_default("redis_url"), secret=True
+)
+_STORE_URL = Setting(flag="--store-url", help="completion store", default=DEFAULT_URL, secret=True)
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``inspect`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "inspect",
-        help="show a job key's lease (owner, TTL, last fence) and its completion state",
+        help=summary,
     )
     parser.add_argument("key", help="the job key, e.g. report:acme:2026-11")
-    parser.add_argument(
-        "--redis-url",
-        default=env_default("--redis-url", config_default("redis_url")),
-        help="Redis URL (env LEASEWORKER_REDIS_URL)",
-    )
+    for setting in (_REDIS_URL, *REDIS_TLS_SETTINGS):
+        setting.add_to(parser)
     parser.add_argument(
         "--namespace",
         default=env_default("--namespace", config_default("namespace")),
         help="lease key prefix (env LEASEWORKER_NAMESPACE)",
     )
-    parser.add_argument(
-        "--store-url",
-        default=env_default("--store-url", DEFAULT_URL),
-        help=f"completion store (env LEASEWORKER_STORE_URL; default {DEFAULT_URL})",
-    )
+    _STORE_URL.add_to(parser)
     parser.add_argument(
         "--show-result",
         action="store_true",
@@ -71,6 +76,8 @@ RESULT_LIMIT = 4096
 
 def _inspect(args: argparse.Namespace) -> int:
     try:
+        args.redis_url = redis_url_with_tls(args, _REDIS_URL.value(args))  # files read here
+        args.store_url = _STORE_URL.value(args)
         parse_redis_url(args.redis_url)  # its message never quotes the URL (or its password)
     except ConfigError as exc:
         print(f"leaseworker inspect: error: --redis-url: {exc}", file=sys.stderr)

@@ -2,13 +2,18 @@
 
 The SASL/TLS flags (``run``, ``trigger``, ``topics create``), and for the
 one-shot commands (``trigger``, ``topics create``) ``--bootstrap-servers``
-and the muting of aiokafka's own log lines.
+and the muting of aiokafka's own log lines. Files are
+``--kafka-<what>-file`` and ``LEASEWORKER_KAFKA_<WHAT>_FILE``: the CA, the
+client certificate and key (mutual TLS), the SASL password.
+``LEASEWORKER_KAFKA_SSL_CAFILE`` (the CA's earlier name) is still read when
+``LEASEWORKER_KAFKA_CA_FILE`` is unset.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from .._kafka import KafkaSecurity
 from ._common import Setting, config_default, env_default, env_name
@@ -21,10 +26,19 @@ KAFKA_SECURITY_SETTINGS = (
     ),
     Setting(flag="--kafka-sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
     Setting(flag="--kafka-sasl-username", help="SASL username"),
-    Setting(flag="--kafka-sasl-password", help="SASL password; prefer the env var"),
-    Setting(flag="--kafka-ssl-cafile", help="CA bundle for the brokers; unset: system CAs"),
+    Setting(flag="--kafka-sasl-password", help="SASL password; prefer the file"),
+    Setting(
+        flag="--kafka-sasl-password-file",
+        help="file holding the SASL password, read again for each new client",
+    ),
+    Setting(flag="--kafka-ca-file", help="CA bundle (PEM) for the brokers; unset: system CAs"),
+    Setting(flag="--kafka-cert-file", help="client certificate (PEM) when brokers ask for one"),
+    Setting(flag="--kafka-key-file", help="the client certificate's unencrypted key (PEM)"),
 )
 """The Kafka SASL/TLS flags, passed through to aiokafka (see KafkaSecurity)."""
+
+LEGACY_CA_VARIABLE = "LEASEWORKER_KAFKA_SSL_CAFILE"
+"""The CA file's variable before ``LEASEWORKER_KAFKA_CA_FILE``; read when that is unset."""
 
 
 def add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +54,10 @@ def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
         sasl_mechanism=args.kafka_sasl_mechanism or None,
         sasl_username=args.kafka_sasl_username or None,
         sasl_password=args.kafka_sasl_password or None,
-        ssl_cafile=args.kafka_ssl_cafile or None,
+        sasl_password_file=args.kafka_sasl_password_file or None,
+        ssl_cafile=args.kafka_ca_file or os.environ.get(LEGACY_CA_VARIABLE) or None,
+        ssl_certfile=args.kafka_cert_file or None,
+        ssl_keyfile=args.kafka_key_file or None,
     )
 
 

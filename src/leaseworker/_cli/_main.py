@@ -1,7 +1,9 @@
 """The ``leaseworker`` command: parse flags, set up logging, hand off.
 
 Each subcommand lives in its own module and registers itself through an
-``add_parser(subparsers)`` function; this module only assembles them. The
+``add_parser(subparsers, summary)`` function; this module only assembles them,
+and imports the module of the one subcommand being run (``--help`` lists the
+others from :data:`COMMANDS` without importing them). The
 settings of ``run`` and the connection settings of the other commands can also
 come from a ``LEASEWORKER_<FLAG>`` environment variable (see
 :func:`env_default`). Bad usage exits 2 with a one-line reason.
@@ -10,7 +12,9 @@ come from a ``LEASEWORKER_<FLAG>`` environment variable (see
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import sys
 from collections.abc import Callable, Sequence
 
 from .._version import __version__
@@ -18,11 +22,30 @@ from ._common import LOG_FORMATS, LOG_LEVELS, env_default, env_name
 
 Handler = Callable[[argparse.Namespace], int]
 
+COMMANDS = {
+    "demo": ("_demo", "run the local stack demo (default) or replay the lease-expiry incident"),
+    "inspect": (
+        "_inspect",
+        "show a job key's lease (owner, TTL, last fence) and its completion state",
+    ),
+    "run": ("_run", "run a worker pod for a ReportJob class"),
+    "trigger": ("_trigger", "send one trigger (a JSON object) to a topic"),
+    "topics": (
+        "_topics",
+        "create topics (for a job, its dead letters, a try-out against the demo)",
+    ),
+    "timeline": (
+        "_timeline",
+        "draw every execution of a job key across pods on one time axis (from Jaeger)",
+    ),
+    "store": ("_store", "manage the completion store's schema (migrate it as its owner)"),
+    "chaos": ("_chaos", "run a seeded fault campaign against a job class and check the history"),
+}
+"""Each subcommand's module (in this package) and its one-line summary, in ``--help`` order."""
 
-def build_parser() -> argparse.ArgumentParser:
-    """Assemble the parser from every subcommand module."""
-    from . import _chaos, _demo, _inspect, _run, _timeline, _topics, _trigger
 
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Assemble the parser: every subcommand in full, or only ``command`` (the others by name)."""
     parser = argparse.ArgumentParser(
         prog="leaseworker",
         description="Run long jobs safely across many worker pods.",
@@ -36,14 +59,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_demo, _inspect, _run, _trigger, _topics, _timeline, _chaos):
-        module.add_parser(subparsers)
+    for name, (module, summary) in COMMANDS.items():
+        if command in (None, name):
+            importlib.import_module(f".{module}", __package__).add_parser(subparsers, summary)
+        else:
+            subparsers.add_parser(name, help=summary, add_help=False)
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str:
+    """Return the subcommand ``argv`` names (the first word that is not a top-level flag).
+
+    ``""`` when it names none of :data:`COMMANDS`: the parser then lists them all by
+    name and summary, importing none.
+    """
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else ""
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(chosen_command(argv))
     args, unrecognized = parser.parse_known_args(argv)
     if unrecognized:
         parser.error(unrecognized_message(parser, unrecognized, args.command))

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import importlib
 import inspect
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError
-from .._execution import ReportJob, check_job_class
+from .._execution import ReportJob
 from .._telemetry import ConfiguredTelemetry
 from .._version import __version__
 from .._worker import (
@@ -36,6 +34,7 @@ from .._worker import (
 )
 from ._common import (
     LOG_FORMATS,
+    REDIS_TLS_SETTINGS,
     Setting,
     Switch,
     config_default,
@@ -44,19 +43,29 @@ from ._common import (
     port,
     positive_int,
     positive_seconds,
+    redis_url_with_tls,
 )
+from ._jobs import load_job_class
 from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
 
 
-def _field(flag: str, help: str, kind: Callable[[str], Any] = str) -> Setting:
-    """Make the row of a flag that sets the WorkerConfig field of its name (and its default)."""
+def _field(
+    flag: str, help: str, kind: Callable[[str], Any] = str, *, secret: bool = False
+) -> Setting:
+    """Make the row of a flag that sets the WorkerConfig field of its name (and its default).
+
+    ``secret``: it may come from a file too (``<flag>-file``), which the pod reads again
+    on every reconnect (WorkerConfig's ``<field>_file``).
+    """
     name = dest(flag)
-    return Setting(flag=flag, help=help, default=config_default(name), kind=kind, field=name)
+    default = config_default(name)
+    return Setting(flag=flag, help=help, default=default, kind=kind, field=name, secret=secret)
 
 
 RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     _field("--bootstrap-servers", "Kafka bootstrap servers, host:port[,...]"),
-    _field("--redis-url", "Redis URL for the leases"),
+    _field("--redis-url", "Redis URL for the leases", secret=True),
+    *REDIS_TLS_SETTINGS,  # added to the URL's query (redis_url_with_tls)
     _field("--group", "Kafka consumer group id"),
     _field("--pod", "this pod's name in logs and lease owners"),
     _field("--namespace", "lease key prefix in Redis"),
@@ -73,6 +82,7 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         "completion store: postgresql://user:pw@host/db or sqlite:///path; the default is "
         "an embedded SQLite file in the working directory (one per host: share a "
         "PostgreSQL database between pods)",
+        secret=True,
     ),
     _field("--store-timeout", "seconds a completion store call may take", positive_seconds),
     # Kafka timing, call timeouts, the payload bound, lease pipelining.
@@ -190,11 +200,11 @@ setting is one row here (and its field).
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``run`` subcommand with the flags of :data:`RUN_SETTINGS`."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "run",
-        help="run a worker pod for a ReportJob class",
+        help=summary,
         description="Consume the job's topic in a consumer group and run each trigger's job "
         "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once. Redis, "
         "Kafka and the store are waited for while they are not up; what waiting cannot fix "
@@ -205,31 +215,6 @@ def add_parser(subparsers: Any) -> None:
     for setting in RUN_SETTINGS:
         setting.add_to(parser)
     parser.set_defaults(handler=_run)
-
-
-def load_job_class(spec: str) -> type[ReportJob]:
-    """Import ``pkg.module:JobClass`` and check it is a concrete ReportJob subclass.
-
-    The current directory is put on ``sys.path`` first (as ``python -m`` does),
-    so jobs in the project being deployed import without installing it. Raises
-    :class:`ConfigError` with a one-line reason.
-    """
-    module_name, sep, class_name = spec.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ConfigError(f"job must look like pkg.module:JobClass, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or anything the module raises at import
-        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
-    job_class = getattr(module, class_name, None)
-    if not (inspect.isclass(job_class) and issubclass(job_class, ReportJob)):
-        raise ConfigError(f"{spec} is not a ReportJob subclass")
-    if inspect.isabstract(job_class):
-        raise ConfigError(f"{spec} is abstract: implement async def run(self, ctx)")
-    check_job_class(job_class)
-    return job_class
 
 
 def make_job(job_class: type[ReportJob]) -> ReportJob:
@@ -256,6 +241,11 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
     fields: dict[str, Any] = {
         row.field: row.value(args) for row in RUN_SETTINGS if row.field is not None
     }
+    for row in RUN_SETTINGS:
+        if isinstance(row, Setting) and row.secret and row.field is not None:
+            source = row.file(args)
+            fields[f"{row.field}_file"] = None if source is None else source.path
+    fields["redis_url"] = redis_url_with_tls(args, fields["redis_url"])
     return WorkerConfig(**fields, kafka_security=kafka_security_from(args))
 
 
@@ -375,6 +365,7 @@ def _telemetry(args: argparse.Namespace, pod: str) -> ConfiguredTelemetry:
             otlp_endpoint=args.otlp_endpoint,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            check_collector=True,  # a collector refusing the spans (401/403, TLS) exits 2
         )
     except OSError as exc:  # the metrics port is taken, say
         raise ConfigError(

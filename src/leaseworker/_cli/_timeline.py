@@ -32,11 +32,11 @@ DEFAULT_JAEGER = "http://127.0.0.1:16686"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``timeline`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "timeline",
-        help="draw every execution of a job key across pods on one time axis (from Jaeger)",
+        help=summary,
         description="Find every trace of KEY in Jaeger and draw one lane per pod: each "
         "execution from acquiring the lease to letting it go, its renewals, loss, stop, "
         "completion answer and offset commit, and any overlap between executions.",

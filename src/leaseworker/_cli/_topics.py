@@ -27,11 +27,11 @@ from ._kafka_flags import (
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``topics`` subcommand (with its one action, ``create``)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "topics",
-        help="create topics (for a job, its dead letters, a try-out against the demo)",
+        help=summary,
         description="Manage Kafka topics.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -66,11 +66,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    mute_aiokafka_unless_debug(args)  # first: loading the CA file logs at INFO
     try:
         security = kafka_security_from(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    mute_aiokafka_unless_debug(args)
     try:
         anyio.run(
             lambda: create_topics(
@@ -83,6 +83,8 @@ def _create(args: argparse.Namespace) -> int:
                 security=security,
             )
         )
+    except ConfigError as exc:  # the brokers refuse these credentials or certificates
+        return _fail(str(exc))
     except TimeoutError:
         return _fail(f"no answer from Kafka at {args.bootstrap_servers} within {args.timeout:g}s")
     except (KafkaError, OSError) as exc:

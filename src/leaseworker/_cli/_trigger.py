@@ -25,7 +25,7 @@ import anyio
 
 from .._errors import ConfigError, MalformedTrigger
 from .._execution import Trigger, check_job_key, decode_trigger
-from .._kafka import KafkaError, describe_kafka_error, send_trigger
+from .._kafka import KafkaError, describe_kafka_error, refused_error, send_trigger
 from .._telemetry import traced_send
 from .._version import __version__
 from ._common import config_default, env_default, env_name, positive_int, positive_seconds
@@ -37,11 +37,11 @@ from ._kafka_flags import (
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``trigger`` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "trigger",
-        help="send one trigger (a JSON object) to a topic",
+        help=summary,
         description="Check one trigger as the worker would, produce it, and print where it "
         "landed as JSON. A trigger the worker would refuse, a missing topic or a broker "
         "that does not answer exits 2 with one line.",
@@ -121,7 +121,9 @@ def _trigger(args: argparse.Namespace) -> int:
         trigger = checked_trigger(
             args.topic, args.key, value, max_payload_bytes=args.max_payload_bytes
         )
-        telemetry = configure(pod="leaseworker-trigger", otlp_endpoint=args.otlp_endpoint)
+        telemetry = configure(
+            pod="leaseworker-trigger", otlp_endpoint=args.otlp_endpoint, check_collector=True
+        )
     except (ConfigError, MalformedTrigger) as exc:
         return _error(_refused(exc))
     landed: dict[str, Any] = {"topic": args.topic}
@@ -147,6 +149,9 @@ def _trigger(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
     except (KafkaError, OSError, TimeoutError) as exc:
+        refused = refused_error(args.bootstrap_servers, exc, security)
+        if refused is not None:  # an ACL the producer lacks: not a matter of time
+            return _error(str(refused))
         return _error(
             f"Kafka at {args.bootstrap_servers} did not take the trigger within "
             f"{args.timeout:g}s ({describe_kafka_error(exc)})"

@@ -17,6 +17,7 @@ from .._errors import LeaseBusy, LeaseLost, LeaseUnavailable
 from .._lease import RedisLeases, hold
 from ._incident import KEY, Timeline
 from ._services import LocalSentinelGroup
+from ._services._stack import LocalStack
 
 TTL = 24.0
 """Lease TTL of both runs: A renews every TTL/4, after the failover has completed."""
@@ -102,8 +103,5 @@ async def replay(group: LocalSentinelGroup) -> int:
 def failover_demo() -> int:
     """Start a local Sentinel group, replay both runs, stop it; return the exit code."""
     print("starting a Sentinel group (master, two replicas, three sentinels)\n", flush=True)
-    group = LocalSentinelGroup.start()
-    try:
-        return anyio.run(replay, group)
-    finally:
-        group.stop()
+    with LocalStack() as stack:
+        return anyio.run(replay, stack.sentinel)

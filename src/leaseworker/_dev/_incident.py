@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import anyio
 from redis.asyncio import Redis
 
+from .._chaos import ChaosProxy
 from .._errors import LeaseBusy, LeaseLost
 from .._lease import RELEASE, RedisLeases, hold
-from ..testing import ChaosProxy
-from ._services import LocalRedis
+from ._services._stack import LocalStack
 
 KEY = "report:acme:2026-11"
 
@@ -163,8 +163,5 @@ async def replay(port: int, ttl: float) -> int:
 def incident_demo(ttl: float) -> int:
     """Start a private redis-server, replay both scenarios, stop it; return the exit code."""
     print(f"starting a private redis-server; lease TTL {ttl}s\n", flush=True)
-    server = LocalRedis.start()
-    try:
-        return anyio.run(replay, server.port, ttl)
-    finally:
-        server.stop()
+    with LocalStack() as stack:
+        return anyio.run(replay, stack.redis.port, ttl)

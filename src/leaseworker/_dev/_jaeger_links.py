@@ -17,7 +17,8 @@ from .._telemetry import _names as n
 from .._timeline import JaegerQuery, history_from_spans
 
 if TYPE_CHECKING:
-    from ._services._jaeger import FoundSpan, LocalJaeger
+    from .._timeline._jaeger_json import JaegerSpan
+    from ._services._jaeger import LocalJaeger
 
 
 def pod_environment(jaeger: LocalJaeger, service: str = "leaseworker") -> dict[str, str]:
@@ -30,12 +31,12 @@ def pod_environment(jaeger: LocalJaeger, service: str = "leaseworker") -> dict[s
     }
 
 
-def lost_trace_ids(spans: list[FoundSpan]) -> list[str]:
+def lost_trace_ids(spans: list[JaegerSpan]) -> list[str]:
     """Return the trace ids (oldest first) that contain an ``ownership lost`` span."""
     found: list[str] = []
     for span in spans:
-        if span["name"] == n.SPAN_LOST and span["trace_id"] not in found:
-            found.append(span["trace_id"])
+        if span.name == n.SPAN_LOST and span.trace_id not in found:
+            found.append(span.trace_id)
     return found
 
 

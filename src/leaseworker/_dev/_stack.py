@@ -1,9 +1,11 @@
 """``leaseworker demo``: three worker pods on a local stack, a Redis stall, and the proof.
 
-Starts Redis and Kafka (and Jaeger when built), three pods behind chaos proxies,
-sends reports, black-holes the Redis of the pod running the slow one, and prints
-the summary; exits 1 on overlap, an incomplete trigger or a stall that did not
-play out. The steps: see docs/design.md#the-stack-demo.
+Starts Redis and Kafka (and Jaeger when built) from the one stack builder,
+three pods behind chaos proxies (ready when their ``/readyz`` says so), sends
+reports, black-holes the Redis of the pod running the slow one, and prints the
+summary, judged from the history the pods record (``--record-history``); exits
+1 on overlap, an incomplete trigger or a stall that did not play out. The
+steps: see docs/design.md#the-stack-demo.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,13 +25,18 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
-from .._history import Fault, History
+from .._chaos import ChaosProxy
+from .._history import Execution, Fault, History
 from .._timeline import render_html, render_text
-from ..testing import ChaosProxy
 from ._jaeger_links import key_history, lost_trace_url
-from ._marks import Execution, Position, completed_positions, overlaps, read_executions
-from ._pods import PodProcess, Stack, committed_total, local_stack, spawn_pod, telemetry_flags
+from ._pods import PodProcess, committed_total, histories, pod_process, until_ready
+from ._services import LocalJaeger, LocalRedis
+from ._services._kafka import LocalKafka
+from ._services._shipped import shipped
+from ._services._stack import LocalStack
 
+EXAMPLE = "examples/report_job"
+"""Where ``demo_report.py`` lives (shipped in the wheel too); the pods' working directory."""
 TOPIC = "reports.requested"  # MonthlyReport.topic
 SERVICE = os.environ.get("OTEL_SERVICE_NAME") or "leaseworker"  # what the pods export as
 DEFAULT_HTML = Path(tempfile.gettempdir()) / "leaseworker-demo-timeline.html"
@@ -49,6 +56,45 @@ POD_FLAGS = (
 """Short Kafka timings, so a hand-over takes seconds (the defaults suit production)."""
 
 Out = Callable[[str], None]
+Position = tuple[int, int]
+"""A trigger's (partition, offset) on the demo topic."""
+
+
+@dataclass
+class Stack:
+    """The running local services and the demo's scratch directory (pod logs, histories)."""
+
+    services: LocalStack
+    workdir: Path
+
+    @property
+    def redis(self) -> LocalRedis:
+        """The demo's Redis (each pod reaches it through a proxy of its own)."""
+        return self.services.redis
+
+    @property
+    def kafka(self) -> LocalKafka:
+        """The demo's Kafka broker."""
+        return self.services.kafka
+
+    @property
+    def jaeger(self) -> LocalJaeger | None:
+        """The local Jaeger, or ``None`` when its binary is not built."""
+        found: LocalJaeger | None = self.services.get("jaeger")
+        return found
+
+
+@contextlib.contextmanager
+def local_stack() -> Iterator[Stack]:
+    """Start Redis, Kafka and (when built) Jaeger in parallel; stop all of them afterwards."""
+    workdir = Path(tempfile.mkdtemp(prefix="leaseworker-demo-"))
+    with LocalStack() as services:
+        try:
+            services.start("redis", "kafka", optional=["jaeger"])
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)  # nothing ran: no pod logs to keep
+            raise
+        yield Stack(services, workdir)
 
 
 @dataclass
@@ -57,7 +103,7 @@ class Summary:
 
     triggers: int = 0
     duplicates: int = 0
-    executions: list[Execution] = field(default_factory=list)
+    executions: list[Execution] = field(default_factory=list)  # what the pods recorded
     completed_triggers: int = 0
     answered_duplicates: int = 0  # triggers answered from the completion store, not run
     committed: int = 0
@@ -76,7 +122,7 @@ class Summary:
 
     def count(self, how: str) -> int:
         """Count the executions that ended ``how``."""
-        return sum(1 for e in self.executions if e.how == how)
+        return sum(1 for e in self.executions if e.outcome == how)
 
     @property
     def reruns(self) -> int:
@@ -179,12 +225,12 @@ def stack_demo(
             shutil.rmtree(stack.workdir, ignore_errors=True)
             raise
         except BaseException:
-            out(f"pod logs and markers kept in {stack.workdir}")
+            out(f"pod logs and histories kept in {stack.workdir}")
             raise
     if summary.ok:
         shutil.rmtree(stack.workdir, ignore_errors=True)
     else:
-        out(f"pod logs and markers kept in {stack.workdir}")
+        out(f"pod logs and histories kept in {stack.workdir}")
     summary.duration = time.monotonic() - began
     return summary
 
@@ -224,21 +270,23 @@ class _Clock:
         self._out(f"  t={time.monotonic() - self._origin:5.1f}s  {text}")
 
 
+def telemetry_flags(stack: Stack) -> list[str]:
+    """Return the pods' telemetry flags: traces to the demo's Jaeger (none without one)."""
+    if stack.jaeger is None:
+        return []
+    return ["--otlp-endpoint", stack.jaeger.otlp_http_endpoint]
+
+
 async def _scenario(stack: Stack, out: Out) -> Summary:
-    markers = stack.workdir / "markers.txt"
     group = f"demo-{secrets.token_hex(3)}"
     args = [
-        JOB,
         *("--bootstrap-servers", stack.kafka.bootstrap_servers, "--group", group),
         *("--namespace", group, "--dead-letter-topic", DEAD_LETTERS),
         *POD_FLAGS,
         *telemetry_flags(stack),
     ]
-    env = {
-        "LEASEWORKER_DEMO_MARKERS": str(markers),
-        # One completion store shared by the pods (SQLite in WAL mode, one host).
-        "LEASEWORKER_STORE_URL": f"sqlite:///{stack.workdir / 'completions.sqlite3'}",
-    }
+    # One completion store shared by the pods (SQLite in WAL mode, one host).
+    env = {"LEASEWORKER_STORE_URL": f"sqlite:///{stack.workdir / 'completions.sqlite3'}"}
     clock = _Clock(out)
     summary = Summary()
     async with contextlib.AsyncExitStack() as exits:
@@ -246,15 +294,21 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
         exits.push_async_callback(_stop_all, pods)
         for name in ("pod-a", "pod-b", "pod-c"):
             proxy = await exits.enter_async_context(ChaosProxy(stack.redis.port))
-            pods.append(spawn_pod(name, proxy, args, env))
+            redis_url = f"redis://127.0.0.1:{proxy.port}/0"
+            pod = pod_process(
+                name, JOB, workdir=stack.workdir, redis_url=redis_url, flags=args, env=env
+            )
+            pod.cwd, pod.proxy = shipped(EXAMPLE), proxy
+            pods.append(pod.start())
         producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap_servers, acks="all")
         with anyio.fail_after(30):
             await producer.start()
         exits.push_async_callback(producer.stop)
         clock.say(f"3 pods started ({', '.join(p.name for p in pods)}); waiting for partitions")
-        await _until(lambda: _spread(pods), within=45, what="pods to share the partitions")
-        clock.say("partitions: " + "; ".join(f"{p.name} {p.assigned()}" for p in pods))
-        run = _Run(stack, producer, pods, markers, clock, summary, group)
+        took = await until_ready(pods, within=45, partitions=True)
+        held = "; ".join(f"{p.name} {p.assigned()}" for p in pods)
+        clock.say(f"all pods ready (/readyz) {took:.1f}s after the start; partitions: {held}")
+        run = _Run(stack, producer, pods, clock, summary, group)
         await _play(run)
         await _stop_all(pods)
         clock.say("pods stopped")
@@ -265,11 +319,11 @@ async def _scenario(stack: Stack, out: Out) -> Summary:
                 key_history, stack.jaeger, summary.slow_key, SERVICE
             )
             summary.timeline = _with_stall(history, summary)
-    summary.executions = read_executions(markers)
-    ran = completed_positions(summary.executions)
+    summary.executions = sorted(histories(pods).executions, key=lambda e: e.start)
+    ran = _completed(summary.executions)
     summary.completed_triggers = len(ran | _answered(run, summary.executions))
     summary.answered_duplicates = len(_answered(run, summary.executions) - ran)
-    summary.overlapping = len(overlaps(summary.executions))
+    summary.overlapping = len(History(executions=tuple(summary.executions)).overlapping())
     return summary
 
 
@@ -280,16 +334,19 @@ class _Run:
     stack: Stack
     producer: Any
     pods: list[PodProcess]
-    markers: Path
     clock: _Clock
     summary: Summary
     group: str
     sent: set[Position] = field(default_factory=set)
     keys: dict[Position, str] = field(default_factory=dict)
 
+    def recorded(self) -> list[Execution]:
+        """Return every execution the pods recorded so far, in start order."""
+        return sorted(histories(self.pods).executions, key=lambda e: e.start)
+
     def executions(self, key: str) -> list[Execution]:
         """Return the executions of ``key`` so far, in start order."""
-        return [e for e in read_executions(self.markers) if e.key == key]
+        return [e for e in self.recorded() if e.job_key == key]
 
     async def send(self, reports: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
         """Produce one trigger per (tenant, period, extra fields), keyed by its job key."""
@@ -320,6 +377,7 @@ async def _play(run: _Run) -> None:
     run.clock.say(f"sent {len(stream)} reports and {len(duplicates)} duplicate triggers")
     await anyio.sleep(max(0.0, first.start + LEASE + 0.5 - time.monotonic()))
     run.clock.say(f"the slow report has outlived its {LEASE:.0f}s lease: renewals keep it")
+    assert stalled.proxy is not None  # every demo pod has one
     stalled.proxy.blackhole = True
     stall_at = time.monotonic()
     stall_unix = time.time()
@@ -327,9 +385,10 @@ async def _play(run: _Run) -> None:
     run.clock.say(f"Redis stall injected for {stalled.name}: its renewals go unanswered")
     await _until(lambda: first.execution_id in _stopped(run, slow_key), within=LEASE + 5, what="")
     stop = _stopped(run, slow_key)[first.execution_id]
+    assert stop.end is not None
     run.summary.loss_after = stop.end - stall_at
     run.clock.say(
-        f"{stalled.name} stopped the slow report ({stop.how}) "
+        f"{stalled.name} stopped the slow report ({stop.outcome}) "
         f"{run.summary.loss_after:.2f}s after the stall, before its lease could expire"
     )
     run.clock.say(f"orchestrator: {stalled.name} cannot reach Redis -> SIGTERM (drain 2s)")
@@ -351,11 +410,11 @@ async def _play(run: _Run) -> None:
 
 
 async def _all_done(run: _Run) -> None:
-    """Wait until every sent trigger completed (markers) and was committed (the broker)."""
+    """Wait until every sent trigger completed (the histories) and was committed (the broker)."""
     with anyio.fail_after(45):
         while True:
-            executions = read_executions(run.markers)
-            done = completed_positions(executions) | _answered(run, executions) >= run.sent
+            executions = run.recorded()
+            done = _completed(executions) | _answered(run, executions) >= run.sent
             total = await committed_total(run.stack.kafka.bootstrap_servers, run.group, TOPIC)
             run.summary.committed = total
             if done and total == len(run.sent):
@@ -379,21 +438,25 @@ def _answered(run: _Run, executions: list[Execution]) -> set[Position]:
     identity is its key; a trigger that did not run itself is done once an
     execution of its key completed (and its offset is committed, checked apart).
     """
-    done_keys = {e.key for e in executions if e.how == "completed"}
+    done_keys = {e.job_key for e in executions if e.outcome == "completed"}
     return {position for position, key in run.keys.items() if key in done_keys}
 
 
 def _stopped(run: _Run, key: str) -> dict[str, Execution]:
-    return {e.execution_id: e for e in run.executions(key) if e.stop is not None}
+    return {e.execution_id: e for e in run.executions(key) if e.end is not None}
 
 
-def _spread(pods: list[PodProcess]) -> bool:
-    """Every pod owns a partition (three pods, three partitions: the group settled)."""
-    return all(p.assigned() not in ("", "none") for p in pods)
+def _completed(executions: list[Execution]) -> set[Position]:
+    """Triggers (by position) that at least one execution completed."""
+    return {
+        (e.partition, e.offset)
+        for e in executions
+        if e.outcome == "completed" and e.partition is not None and e.offset is not None
+    }
 
 
 async def _until(check: Callable[[], bool], *, within: float, what: str) -> None:
-    """Poll state of other processes (logs, marker files) until ``check()`` or time is up."""
+    """Poll state of other processes (history files) until ``check()`` or time is up."""
     with anyio.move_on_after(within) as waiting:
         while not check():  # noqa: ASYNC110 - other processes cannot set our Events
             await anyio.sleep(0.1)

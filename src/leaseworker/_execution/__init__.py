@@ -5,20 +5,20 @@
 ``_result`` a result's checks before it is stored; ``_completion`` the fenced
 completion of one execution; ``_effects`` its transaction and messages
 (``ctx.transaction()``, ``ctx.publish()``); ``_executor`` runs a trigger's
-executions (lookup, lease, job, completion, retries); ``_events`` the
-execution lifecycle events and the logging observer. Knows no Kafka client,
+executions (lookup, lease, job, completion, retries); ``_events`` the logging
+hook (the events are in ``leaseworker._events``). Knows no Kafka client,
 telemetry or CLI (an import contract).
 """
 
+from .._events import Ending as Ending
+from .._events import ExecutionEvent as ExecutionEvent
 from ._checks import check_job_class as check_job_class
 from ._completion import completion_key as completion_key
-from ._events import ExecutionEvent as ExecutionEvent
 from ._events import ExecutionObserver as ExecutionObserver
 from ._events import LoggingObserver as LoggingObserver
-from ._events import MultiObserver as MultiObserver
-from ._executor import Ending as Ending
+from ._events import ObserverHook as ObserverHook
 from ._executor import Executor as Executor
-from ._executor import LeaseObservers as LeaseObservers
+from ._executor import LeaseNote as LeaseNote
 from ._job import JobContext as JobContext
 from ._job import ReportJob as ReportJob
 from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
@@ -34,9 +34,9 @@ __all__ = [
     "ExecutionObserver",
     "Executor",
     "JobContext",
-    "LeaseObservers",
+    "LeaseNote",
     "LoggingObserver",
-    "MultiObserver",
+    "ObserverHook",
     "ReportJob",
     "Trigger",
     "check_job_class",

@@ -1,66 +1,24 @@
-"""Lifecycle events of executions, reported in one place.
+"""The log lines of executions: :class:`LoggingObserver`, a hook.
 
-Every point a log line (and later a span) hangs on is an
-:class:`ExecutionEvent` passed to an :class:`ExecutionObserver`. The worker
-ships :class:`LoggingObserver`, which writes one structured record per event
-with the fields ``jobId``, ``executionId``, ``pod``, ``event`` and
-``elapsedMs`` (via ``extra=``), so a telemetry observer can be added beside it
-without touching the execution code. Payloads and results are never logged.
+Every point a log line hangs on is an :class:`~leaseworker.ExecutionEvent`
+passed to the executor's hooks. The worker ships :class:`LoggingObserver`,
+which writes one structured record per execution event with the fields
+``jobId``, ``executionId``, ``pod``, ``event`` and ``elapsedMs`` (via
+``extra=``); telemetry and the history recorder are hooks beside it. Payloads
+and results are never logged.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, final
+from typing import Protocol, final
 
 from .._errors import LeaseworkerError
-from .._outcome import Outcome, ends_trigger
-from ._trigger import Trigger
-
-EventName = Literal["started", "completion", "finished", "retry"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutionEvent:
-    """One step in the life of a trigger's executions.
-
-    ``started``: an execution holds the lease and its job runs (``elapsed`` is
-    how long the acquire took). ``finished``: an execution ended with
-    ``outcome`` (``busy`` when the lease was held elsewhere; ``elapsed`` is the
-    execution's whole duration). ``retry``: another execution of the same
-    trigger follows after ``retry_in`` seconds (``outcome`` and ``reason``:
-    how the execution before it ended, ``busy`` or ``lost``). ``completion``: the store
-    answered the execution's completion (``reason`` is the store's status,
-    ``accepted``/``duplicate``/``stale``; ``elapsed`` the store call's
-    duration). ``reason`` on ``finished`` qualifies the outcome: ``stale`` for
-    a ``lost`` execution whose completion the store refused. ``error`` is the
-    exception behind a non-completed outcome, if any; ``result`` is what a
-    completed ``run`` returned (for observers that store results; never logged).
-    """
-
-    event: EventName
-    job_key: str
-    execution_id: str
-    pod: str
-    trigger: Trigger
-    elapsed: float = 0.0
-    outcome: Outcome | None = None
-    reason: str | None = None
-    fence: int | None = None
-    retry_in: float | None = None
-    error: BaseException | None = None
-    result: object = None
-
-    @property
-    def terminal(self) -> bool:
-        """Whether this ``finished`` event ends the trigger (its offset may be committed)."""
-        return self.outcome is not None and ends_trigger(self.outcome, self.reason)
+from .._events import Event, ExecutionEvent
 
 
 class ExecutionObserver(Protocol):
-    """Receives every :class:`ExecutionEvent`; must not block or raise."""
+    """Deprecated: pass hooks (``Worker(hooks=...)``); an observer is adapted to one."""
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Handle one lifecycle event."""
@@ -77,11 +35,19 @@ class LoggingObserver:
     personal data or whose logs may hold it.
     """
 
+    accepts = (ExecutionEvent,)
+    """The events it logs: a lease or source step builds no event for it."""
+
     def __init__(
         self, logger: logging.Logger | None = None, *, log_job_errors: bool = False
     ) -> None:
         self._logger = logger or logging.getLogger("leaseworker.execution")
         self._log_job_errors = log_job_errors
+
+    def __call__(self, event: Event) -> None:
+        """Log an execution event (the hook); other events are not its to log."""
+        if isinstance(event, ExecutionEvent) and event.event != "acquiring":
+            self.on_event(event)
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Write the event: failures and losses at WARNING, the rest at INFO/DEBUG.
@@ -113,16 +79,17 @@ class LoggingObserver:
 
 
 @final
-class MultiObserver:
-    """Fan one event out to several observers (logging plus telemetry, say)."""
+class ObserverHook:
+    """A deprecated :class:`ExecutionObserver` as a hook: it gets the execution events only."""
 
-    def __init__(self, observers: Sequence[ExecutionObserver]) -> None:
-        self._observers = tuple(observers)
+    accepts = (ExecutionEvent,)
 
-    def on_event(self, event: ExecutionEvent) -> None:
-        """Pass ``event`` to every observer in order."""
-        for observer in self._observers:
-            observer.on_event(event)
+    def __init__(self, observer: ExecutionObserver) -> None:
+        self._observer = observer
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ExecutionEvent):
+            self._observer.on_event(event)
 
 
 _LEVELS: dict[str, int] = {

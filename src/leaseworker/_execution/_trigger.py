@@ -10,12 +10,11 @@ code; nothing here ever quotes the payload, which may hold personal data.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from .._errors import MalformedTrigger
+from .._events import Trigger as Trigger
 from .._store._effects import EFFECT_ID_HEADER
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
@@ -23,32 +22,6 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 
 MAX_JOB_KEY_LENGTH = 256
 """Job keys end up in Redis key names and log lines; longer ones are malformed."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Trigger:
-    """One Kafka record asking for a job, as the job sees it.
-
-    ``key`` is the record key decoded as UTF-8 (``None`` when the record has
-    none); ``headers`` keep Kafka's ``(name, bytes)`` pairs in order;
-    ``timestamp`` is the record's timestamp in UTC (``None`` when the producer
-    set none); ``payload`` is the decoded JSON object.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    key: str | None
-    headers: tuple[tuple[str, bytes], ...]
-    timestamp: datetime | None
-    payload: Mapping[str, Any]
-
-    def __repr__(self) -> str:
-        # Payloads may hold personal data; reprs end up in logs and tracebacks.
-        return (
-            f"Trigger(topic={self.topic!r}, partition={self.partition}, "
-            f"offset={self.offset}, key={self.key!r})"
-        )
 
 
 def decode_trigger(

@@ -1,15 +1,15 @@
 """The Kafka side: the consumer-group member that turns records into executions.
 
 ``_source`` the ``KafkaTriggerSource`` (the poll loop and dispatch);
-``_hooks`` what it tells an observer (``SourceHooks``);
-``_state`` what its parts share (partitions, ``SourceStats``, progress);
+``_state`` what its parts share (partitions, ``SourceStats``, the hooks);
 ``_commits`` committing the finished prefix; ``_offsets`` that prefix per
 partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
 failed triggers; ``_clients`` building and starting the aiokafka clients;
 ``_logs`` how log lines name partitions and errors; ``_security`` SASL/TLS
 settings for every Kafka client; ``_settings`` the settings the source reads;
 ``_quiet`` keeps a Kafka outage quiet and cheap for every client;
-``_outbox`` the relay's idempotent producer (``KafkaSender``);
+``_refusals`` tells refused credentials, certificates and ACLs (exit 2) from
+outages; ``_outbox`` the relay's idempotent producer (``KafkaSender``);
 ``_producer`` sends one trigger (``leaseworker trigger``); ``_topic_admin``
 creates topics (``leaseworker topics create``) and ``_topics`` checks them at
 start, both with an admin client from ``_admin``. The only part of
@@ -23,11 +23,10 @@ from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HE
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
 from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
-from ._hooks import NO_HOOKS as NO_HOOKS
-from ._hooks import SourceHooks as SourceHooks
 from ._logs import describe as describe_kafka_error
 from ._outbox import KafkaSender as KafkaSender
 from ._producer import send_trigger as send_trigger
+from ._refusals import refused_error as refused_error
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
 from ._source import KafkaTriggerSource as KafkaTriggerSource
@@ -39,14 +38,13 @@ __all__ = [
     "DEAD_LETTER_HEADERS",
     "DEAD_LETTER_LOSS_HEADERS",
     "DEAD_LETTER_OMITTED",
-    "NO_HOOKS",
     "KafkaError",
     "KafkaSecurity",
     "KafkaSender",
     "KafkaTriggerSource",
-    "SourceHooks",
     "SourceStats",
     "create_topics",
     "describe_kafka_error",
+    "refused_error",
     "send_trigger",
 ]

@@ -21,6 +21,7 @@ from .._backoff import BusyPolicy
 from .._retry import Retries, Sleep
 from ._logs import describe, logger
 from ._quiet import quiet
+from ._refusals import check_refused
 from ._settings import SourceSettings
 
 ConsumerFactory = Callable[[SourceSettings, str], Any]
@@ -84,7 +85,9 @@ async def start(
     Each try gets a new client; a failed one is stopped. ``before()``, if
     given, runs first (the topic check), within the same bound; its Kafka
     errors are retried like the start's, anything else (a
-    :class:`~leaseworker.ConfigError`) stops the client and propagates.
+    :class:`~leaseworker.ConfigError`) stops the client and propagates. So
+    does a broker's refusal (credentials, certificates, ACLs: ``_refusals``),
+    as a ConfigError: retrying cannot fix it.
     ``backoff(delay)`` waits before the next try and answers ``False`` when
     the source stops meanwhile: then this returns ``None``. ``waiting(why)``
     hears what it waits for before each retry, and ``None`` once started.
@@ -99,6 +102,12 @@ async def start(
                 await client.start()
         except (KafkaError, OSError, TimeoutError) as exc:
             await _stop(client, settings)
+            await check_refused(
+                settings.bootstrap_servers,
+                exc,
+                security=settings.kafka_security,
+                within=settings.kafka_timeout,
+            )
             log = functools.partial(_unavailable, settings, what, exc, waiting)
             if not await retries.wait(log):
                 return None

@@ -18,7 +18,6 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     KafkaError,
 )
 
-from ._hooks import SourceHooks
 from ._logs import describe, logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState
@@ -31,13 +30,10 @@ SendCommit = Callable[[dict[Any, int]], Awaitable[None]]
 class Commits:
     """Commit the partitions of ``state`` through ``send``, as their prefixes complete."""
 
-    def __init__(
-        self, state: SourceState, settings: SourceSettings, hooks: SourceHooks, send: SendCommit
-    ) -> None:
+    def __init__(self, state: SourceState, settings: SourceSettings, send: SendCommit) -> None:
         self._state = state
         self._stats = state.stats
         self._settings = settings
-        self._hooks = hooks
         self._send = send
         self._lock = anyio.Lock()
 
@@ -60,7 +56,7 @@ class Commits:
     def _committable(self) -> bool:
         if self._stats.commit_checked != self._stats.finished:
             self._stats.commit_checked = self._stats.finished
-            self._state.progressed()  # a waiter for "the committer caught up" looks again
+            self._state.event("commit_checked")  # "the committer caught up" may hold now
         return any(not p.gone and p.tracker.committable() for p in self._active())
 
     async def last(self, parts: list[Partition]) -> None:
@@ -115,11 +111,10 @@ class Commits:
                 return False
         finally:
             self._lock.release()
-        self._hooks.committed(offsets, began)
         for part, pos in ready.values():
             part.tracker.committed(pos)
         self._stats.commits += 1
-        self._state.progressed()
+        self._state.event("committed", offsets=offsets, began=began)
         logger.debug(
             "committed %s", names(offsets), extra={"event": "committed", "pod": self._settings.pod}
         )
@@ -133,9 +128,8 @@ class Commits:
         exc: BaseException,
     ) -> None:
         """Record a commit the group refused: the partitions belong to another member now."""
-        self._hooks.committed(offsets, began, error=exc, rejected=True)
         self._stats.ownership_losses += 1
-        self._state.progressed()
+        self._state.event("committed", offsets=offsets, began=began, error=exc, rejected=True)
         for part, _ in ready:
             part.gone = True
         logger.warning(
@@ -149,9 +143,8 @@ class Commits:
 
     def _failed(self, offsets: dict[Any, int], began: float, exc: BaseException) -> None:
         """Kafka failed the commit (a coordinator moving, a timeout): it is tried again."""
-        self._hooks.committed(offsets, began, error=exc)
         self._stats.commit_errors += 1
-        self._state.progressed()
+        self._state.event("committed", offsets=offsets, began=began, error=exc)
         logger.warning(
             "commit failed (%s); will retry",
             describe(exc),

@@ -21,7 +21,6 @@ from .._backoff import BusyPolicy
 from .._errors import MalformedTrigger
 from .._outcome import DeadLetterReason
 from .._retry import Retries
-from ._hooks import SourceHooks
 from ._logs import describe, logger
 from ._settings import SourceSettings
 from ._state import SourceState
@@ -61,14 +60,12 @@ class DeadLetters:
     def __init__(
         self,
         settings: SourceSettings,
-        hooks: SourceHooks,
         state: SourceState,
         send: SendDeadLetter,
         *,
         backoff: BusyPolicy,
     ) -> None:
         self._settings = settings
-        self._hooks = hooks
         self._state = state
         self._stats = state.stats
         self._send = send
@@ -77,7 +74,6 @@ class DeadLetters:
     def malformed(self, record: Any, exc: MalformedTrigger) -> None:
         """Log a malformed record: reason and position, never its contents."""
         self._stats.malformed += 1
-        self._state.progressed()
         logger.warning(
             "malformed trigger %s[%d]@%d: %s",
             record.topic,
@@ -93,7 +89,7 @@ class DeadLetters:
                 "offset": record.offset,
             },
         )
-        self._hooks.malformed(record, exc.reason)
+        self._state.event("malformed", record=record, reason=exc.reason)
 
     async def send(
         self,
@@ -144,8 +140,7 @@ class DeadLetters:
 
     def _sent(self, record: Any, reason: DeadLetterReason) -> None:
         self._stats.dead_letters += 1
-        self._state.progressed()
-        self._hooks.dead_lettered(record, reason)
+        self._state.event("dead_lettered", record=record, reason=reason)
         logger.info(
             "dead-lettered %s[%d]@%d: %s",
             record.topic,

@@ -11,8 +11,10 @@ refreshes by at least 0.1 s, as the Java client does; :class:`FoldRepeats`
 lets the first aiokafka warning or error of each kind through and counts the
 repeats into the next one. :func:`quiet` applies both to a client.
 
-The patch is of a private method, so it is tied to the aiokafka that
-constraints.txt pins (0.14.0); before moving the pin, run
+The patch is of a private method, read from aiokafka 0.14
+(:data:`PATCHED_RELEASES`): on any other release it stands down with one
+WARNING and the client runs unpatched (the log folding, public API only,
+still applies). Before widening the range, run
 ``tests/kafka/test_worker_kafka_outage.py``, whose spinning test says
 whether the new release still spins (and needs this) or not.
 """
@@ -27,15 +29,20 @@ import time
 from collections.abc import Callable
 from typing import Any, final
 
+import aiokafka  # type: ignore[import-untyped]
 import anyio
 
 from .._backoff import BusyPolicy
+from ._logs import logger
 
 METADATA_BACKOFF = BusyPolicy(initial=0.2, cap=1.0, jitter=0.2)
 """Waits after failed metadata refreshes: short, so a broker that is back is seen soon."""
 
 MIN_REFRESH_INTERVAL = 0.1
 """Seconds between the starts of two metadata refreshes of one client (its ``retry_backoff``)."""
+
+PATCHED_RELEASES = ((0, 14), (0, 15))
+"""The aiokafka releases (major, minor; from inclusive, to exclusive) the patch was read from."""
 
 FOLD_WINDOW = 30.0
 """Seconds during which repeats of one aiokafka message are counted instead of logged."""
@@ -86,8 +93,33 @@ def quiet(client: Any) -> None:
     and every admin client (``_admin.started_admin``) each go through this
     once, right after they are built (``client`` is their ``AIOKafkaClient``).
     """
-    back_off_metadata(client)
+    if patch_fits(aiokafka.__version__):
+        back_off_metadata(client)
     fold_aiokafka_logs()
+
+
+_STOOD_DOWN: set[str] = set()
+"""The aiokafka versions already warned about (one WARNING per process)."""
+
+
+def patch_fits(version: str) -> bool:
+    """Whether aiokafka ``version`` is one :data:`PATCHED_RELEASES` covers; warn once if not."""
+    try:
+        release = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        release = ()
+    low, high = PATCHED_RELEASES
+    if low <= release < high:
+        return True
+    if version not in _STOOD_DOWN:
+        _STOOD_DOWN.add(version)
+        logger.warning(
+            "aiokafka %s is not the %d.%d release leaseworker's metadata backoff was read "
+            "from: running without it (a broker outage may log and poll more)",
+            version,
+            *low,
+        )
+    return False
 
 
 @final

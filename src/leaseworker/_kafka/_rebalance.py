@@ -16,7 +16,6 @@ import anyio
 from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
 
 from ._commits import Commits
-from ._hooks import SourceHooks
 from ._logs import logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, release_grace
@@ -34,7 +33,6 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self,
         state: SourceState,
         settings: SourceSettings,
-        hooks: SourceHooks,
         commits: Commits,
         *,
         apply_pauses: Callable[[], None],
@@ -42,7 +40,6 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._state = state
         self._stats = state.stats
         self._settings = settings
-        self._hooks = hooks
         self._commits = commits
         self._apply_pauses = apply_pauses
 
@@ -56,7 +53,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         began = anyio.current_time()
         if self._stats.membership in ("assigned", "idle"):
             self._stats.membership = "rebalancing"
-            self._state.progressed()
+            self._state.event("revoking")
         parts = [self._state.partitions[tp] for tp in revoked if tp in self._state.partitions]
         if not parts:
             return  # aiokafka calls this with nothing before the first join
@@ -64,7 +61,6 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._commits.last(parts)
         for part in parts:
             part.gone = True
-            self._hooks.forget(part.tp.topic, part.tp.partition)
             if self._state.partitions.get(part.tp) is part:
                 del self._state.partitions[part.tp]
         self._stats.revocations += 1
@@ -77,7 +73,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             (anyio.current_time() - began) * 1000,
             extra={"event": "revoked", "pod": self._settings.pod},
         )
-        self._state.progressed()
+        for part in parts:
+            self._state.event("revoked", topic=part.tp.topic, partition=part.tp.partition)
 
     async def _stop_executions(self, parts: list[Partition]) -> int:
         """Let ``parts``' executions finish within ``revoke_timeout``; cancel the rest.
@@ -113,4 +110,4 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             names(self._state.partitions),
             extra={"event": "assigned", "pod": self._settings.pod},
         )
-        self._state.progressed()
+        self._state.event("assigned", partitions=tuple(tps))

@@ -9,7 +9,7 @@ See docs/design.md#the-kafka-source.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 import anyio
@@ -17,15 +17,16 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from .._errors import MalformedTrigger
+from .._events import Hook
 from .._execution import Ending, Trigger, decode_trigger, resolve_job_key
 from .._retry import Retries, startup
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
 from ._commits import Commits
 from ._dead_letters import DeadLetters, Headers
-from ._hooks import NO_HOOKS, SourceHooks
 from ._logs import describe, logger
 from ._rebalance import Rebalance
+from ._refusals import refused_error
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, SourceStats, release_grace
 from ._topics import require_topics
@@ -49,8 +50,9 @@ class KafkaTriggerSource:
     job, and triggers whose job ended ``failed`` or ``timed_out``, go to
     ``config.dead_letter_topic`` (when set), are logged and committed.
     ``run()`` returns after :meth:`stop` once in-flight work has finished or
-    was cancelled at ``config.shutdown_timeout``. ``hooks`` hear of every
-    record's steps (the pod's telemetry; default: nothing).
+    was cancelled at ``config.shutdown_timeout``. ``hooks`` receive a
+    :class:`~leaseworker._events.SourceEvent` for every step of its records
+    and partitions (the pod's telemetry, a test's waits; default: none).
     ``consumer_factory`` and ``producer_factory`` build its aiokafka clients
     (a test passes stand-ins); the consumer is subscribed with the source's
     rebalance listener before it starts. ``topic_check(config, topics)``
@@ -66,7 +68,7 @@ class KafkaTriggerSource:
         topic: str,
         resolve_key: ResolveKey,
         handle: Handle,
-        hooks: SourceHooks = NO_HOOKS,
+        hooks: Iterable[Hook] = (),
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
         topic_check: TopicCheck | None = None,
@@ -75,22 +77,21 @@ class KafkaTriggerSource:
         self._topic = topic
         self._resolve_key = resolve_key
         self._handle = handle
-        self._hooks = hooks
         self._consumer_factory = consumer_factory
         self._producer_factory = producer_factory
         self._topic_check = topic_check
         if topic_check is None and consumer_factory is new_consumer:
             self._topic_check = check_topics  # real clients: check the real topics
-        self._state = SourceState()
+        self._state = SourceState(hooks)
         self.stats = self._state.stats
         self._consumer: Any = None
         self._producer: Any = None
         self._stop_deadline = 0.0
         self._cancelled_all = False
         self._startup = startup(config.startup_retry_cap)
-        self._commits = Commits(self._state, config, self._hooks, self._send_commit)
+        self._commits = Commits(self._state, config, self._send_commit)
         self._dead_letters = DeadLetters(
-            config, self._hooks, self._state, self._send_dead_letter, backoff=self._startup
+            config, self._state, self._send_dead_letter, backoff=self._startup
         )
 
     def stop(self) -> None:
@@ -106,6 +107,7 @@ class KafkaTriggerSource:
                 extra={"event": "stopping", "pod": self._config.pod},
             )
             self._state.notify()  # a start-up retry waiting out its backoff gives up now
+            self._state.event("stopping")
 
     async def backoff(self, seconds: float) -> bool:
         """Wait ``seconds`` before a start-up retry; ``False`` (at once) when stopping.
@@ -116,16 +118,6 @@ class KafkaTriggerSource:
         with anyio.move_on_after(seconds):
             await self._state.wait(lambda: self._state.stopping)
         return not self._state.stopping
-
-    async def wait_until(self, predicate: Callable[[], bool], *, timeout: float) -> None:  # noqa: ASYNC109 - a bound is required: a test's wait must not hang
-        """Return once ``predicate()`` holds; raise ``TimeoutError`` after ``timeout`` seconds.
-
-        ``predicate`` is re-checked whenever the source's state moves (a poll,
-        a record's end, a pause, a commit, a rebalance, a stop), never on a
-        timer: for tests and tools that wait for :attr:`stats` to reach a value.
-        """
-        with anyio.fail_after(timeout):
-            await self._state.wait_progress(predicate)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -177,13 +169,17 @@ class KafkaTriggerSource:
                         timeout_ms=int(wait * 1000), max_records=max(1, free)
                     )
             except (KafkaError, TimeoutError) as exc:
+                config = self._config
+                refused = refused_error(config.bootstrap_servers, exc, config.kafka_security)
+                if refused is not None:  # a missing ACL (Read on the topic): not a matter of time
+                    raise refused from exc
                 await retries.wait(functools.partial(self._poll_failed, exc))
                 continue
             retries.reset()
             self.stats.polls += 1
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
-            self._state.progressed()
+            self._state.event("polled")
 
     def _poll_failed(self, exc: BaseException, delay: float, attempt: int) -> None:
         logger.warning(
@@ -244,12 +240,13 @@ class KafkaTriggerSource:
     async def _process(self, part: Partition, record: Any) -> None:
         """Run one record to its end; mark its offset done when the outcome is terminal."""
         done = False
+        error: BaseException | None = None
+        self._state.event("processing", record=record)
         try:
-            if self._hooks.enabled:
-                with self._hooks.processing(record):
-                    done = await self._run_record(record)
-            else:
-                done = await self._run_record(record)
+            done = await self._run_record(record)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             del part.tasks[record.offset]
             self.stats.in_flight -= 1
@@ -257,6 +254,8 @@ class KafkaTriggerSource:
                 part.tracker.done(record.offset)
             self.stats.finished += 1
             self._state.notify()
+            # In the task (and context) of ``processing``: a hook may undo what it set there.
+            self._state.event("processed", record=record, error=error)
 
     async def _run_record(self, record: Any) -> bool:
         try:
@@ -275,12 +274,11 @@ class KafkaTriggerSource:
             self._dead_letters.malformed(record, exc)
             await self._dead_letters.send(record, exc.reason, exc.detail)
             return True
-        self._hooks.received(trigger, job_key)
+        self._state.event("received", record=record, trigger=trigger, job_key=job_key)
         ending = await self._handle(trigger, job_key)
         reason = ending.dead_letter
         if reason is not None:  # terminal, and dead-lettered naming the exception's type
             self.stats.job_failures += 1
-            self._state.progressed()
             error_type = ending.error_type
             detail = ending.detail or f"the job raised {error_type}"
             failure = None if error_type is None else (error_type, job_key)  # the job never ran
@@ -305,7 +303,7 @@ class KafkaTriggerSource:
             self._consumer.resume(*(paused - want))
         self.stats.paused = bool(want)
         if (self.stats.pauses, self.stats.paused) != before:
-            self._state.progressed()
+            self._state.event("paused", paused=self.stats.paused)
 
     # -- clients -------------------------------------------------------------------
 
@@ -316,9 +314,9 @@ class KafkaTriggerSource:
         # callback pauses partitions on this very consumer.
         self._consumer = client
         self.stats.membership = "joining"
-        self._state.progressed()
+        self._state.event("joining")
         listener = Rebalance(
-            self._state, self._config, self._hooks, self._commits, apply_pauses=self._apply_pauses
+            self._state, self._config, self._commits, apply_pauses=self._apply_pauses
         )
         client.subscribe([self._topic], listener=listener)
         return client
@@ -355,7 +353,7 @@ class KafkaTriggerSource:
         """Publish what start-up waits for (``None``: nothing) in ``stats.waiting_for``."""
         if self.stats.waiting_for != why:
             self.stats.waiting_for = why
-            self._state.progressed()
+            self._state.event("waiting", reason=why)
 
     async def _send_commit(self, offsets: dict[Any, int]) -> None:
         await self._consumer.commit(offsets)
@@ -380,6 +378,7 @@ async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
         security=settings.kafka_security,
         within=settings.kafka_timeout,
         client_id=f"leaseworker-{settings.pod}-topic-check",
+        group=settings.group,
     )
 
 

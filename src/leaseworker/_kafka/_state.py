@@ -3,17 +3,19 @@
 The poll loop, the committer and the rebalance listener run as separate tasks
 over one :class:`SourceState`; whoever changes something another may wait
 for calls :meth:`SourceState.notify`, and every waiter re-checks its
-condition then (:meth:`SourceState.wait`), so nobody polls a counter.
+condition then (:meth:`SourceState.wait`), so nobody polls a counter. Each
+step is also told to the source's hooks (:meth:`SourceState.event`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, final
 
 import anyio
 
+from .._events import Hook, SourceEvent, SourceEventName, emit, hooks_for
 from ._offsets import OffsetTracker
 from ._settings import SourceSettings
 
@@ -79,7 +81,8 @@ class Partition:
 class SourceState:
     """The partitions assigned now (by topic-partition), the counters, and progress."""
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: Iterable[Hook] = ()) -> None:
+        self.hooks = hooks_for(hooks, SourceEvent)
         self.partitions: dict[Any, Partition] = {}
         self.stats = SourceStats()
         self.stopping = False
@@ -87,7 +90,6 @@ class SourceState:
         # nothing (an anyio.Event is not free to make), as on the hot path of
         # a pod that no test watches.
         self._work: anyio.Event | None = None
-        self._progress: anyio.Event | None = None
 
     def notify(self) -> None:
         """Wake every waiter: an execution ended or the source is stopping.
@@ -98,17 +100,14 @@ class SourceState:
         work, self._work = self._work, None
         if work is not None:
             work.set()
-        self.progressed()
 
-    def progressed(self) -> None:
-        """Wake only :meth:`wait_progress`: a counter or the partitions changed.
+    def event(self, name: SourceEventName, **fields: Any) -> None:
+        """Tell the hooks of a step: after each change of the partitions or of a counter.
 
-        Called after each change of the partitions or a counter of
-        :class:`SourceStats` (``last_poll_at`` with ``polls``).
+        With no hooks this costs one test: no event is made.
         """
-        progress, self._progress = self._progress, None
-        if progress is not None:
-            progress.set()
+        if self.hooks:
+            emit(self.hooks, SourceEvent(name=name, **fields))
 
     async def wait(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true, re-checking it after each :meth:`notify`."""
@@ -116,13 +115,6 @@ class SourceState:
             if self._work is None:
                 self._work = anyio.Event()
             await self._work.wait()
-
-    async def wait_progress(self, done: Callable[[], bool]) -> None:
-        """Return once ``done()`` is true, re-checking it after any change (for tests' waits)."""
-        while not done():
-            if self._progress is None:
-                self._progress = anyio.Event()
-            await self._progress.wait()
 
 
 def release_grace(settings: SourceSettings) -> float:

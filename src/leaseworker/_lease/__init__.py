@@ -3,25 +3,30 @@
 ``_clients`` one Redis URL for every topology, and its client; ``_routing``
 sends each call of a Redis Cluster to its slot's node; ``_leases``
 the ``Lease`` value, the ``LeaseStore`` protocol and ``RedisLeases``;
-``_scripts`` the owner-checked Lua scripts; ``_pipelining`` groups concurrent
+``_scripts`` the owner-checked Lua scripts; ``_verdict`` the verdict on a
+renewal's answer (shared with ``MemoryLeases``); ``_renewals`` the held lease's
+clock (timers, the renewal task); ``_pipelining`` groups concurrent
 calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the
 local-deadline formula and its checks; ``_hold`` the held-lease scope that
-cancels its body on loss; ``_events`` the lease lifecycle events.
+cancels its body on loss (its events are ``leaseworker._events.LeaseEvent``).
 Imports nothing of leaseworker above ``_errors`` (an import contract checks it).
 """
 
+from .._events import LeaseEvent as LeaseEvent
 from .._outcome import Outcome as Outcome
 from ._clients import RedisTarget as RedisTarget
 from ._clients import parse_redis_url as parse_redis_url
 from ._clients import redis_from_url as redis_from_url
-from ._events import LeaseEvent as LeaseEvent
-from ._events import LeaseObserver as LeaseObserver
+from ._clients import with_tls_files as with_tls_files
 from ._hold import HeldLease as HeldLease
+from ._hold import LeaseObserver as LeaseObserver
 from ._hold import hold as hold
 from ._leases import Lease as Lease
 from ._leases import LeaseInfo as LeaseInfo
 from ._leases import LeaseStore as LeaseStore
 from ._leases import RedisLeases as RedisLeases
+from ._probe import check_redis as check_redis
+from ._probe import redis_refusal as redis_refusal
 from ._scripts import RELEASE as RELEASE
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
@@ -40,8 +45,11 @@ __all__ = [
     "Outcome",
     "RedisLeases",
     "RedisTarget",
+    "check_redis",
     "hold",
     "now",
     "parse_redis_url",
     "redis_from_url",
+    "redis_refusal",
+    "with_tls_files",
 ]

@@ -4,21 +4,27 @@
 ``redis+sentinel://`` (a Sentinel-monitored master) and ``redis+cluster://``
 (a Redis Cluster), each also with TLS as ``rediss+...``. The CLI, the health
 probe and embedding code all build their client here, with leaseworker's
-socket settings. See docs/operations.md#redis-topology.
+socket settings. TLS files travel as query options of every topology
+(``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``: redis-py's names), and a
+URL kept in a file gives credentials read again for every new connection.
+See docs/operations.md#redis-topology.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.connection import parse_url
+from redis.credentials import CredentialProvider
 
 from .._errors import ConfigError
+from .._secrets import SecretFile
 
 Topology = Literal["single", "sentinel", "cluster"]
 """Which Redis deployment a URL names."""
@@ -33,6 +39,8 @@ _SCHEMES: dict[str, tuple[Topology, bool]] = {
     "rediss+cluster": ("cluster", True),
 }
 _SENTINEL_OPTIONS = {"sentinel_username", "sentinel_password"}
+TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+"""The TLS files a URL may name (redis-py's option names), on every topology."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +62,7 @@ class RedisTarget:
     password: str | None = field(default=None, repr=False)
     sentinel_username: str | None = field(default=None, repr=False)
     sentinel_password: str | None = field(default=None, repr=False)
+    tls_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def default_replicas(self) -> int:
@@ -85,35 +94,85 @@ def parse_redis_url(url: str) -> RedisTarget:
     return _multi(url, topology, tls)
 
 
-def redis_from_url(url: str, *, connect_timeout: float = 0.5) -> Redis | RedisCluster:
+def redis_from_url(
+    url: str, *, connect_timeout: float = 0.5, url_file: Path | None = None
+) -> Redis | RedisCluster:
     """Build the client for a lease Redis URL of any topology, as ``leaseworker run`` does.
 
     ``socket_timeout`` is off: :class:`RedisLeases` bounds every call itself (and
     redis-py's read timeout would add a timer per read and a task per write);
     ``connect_timeout`` bounds each connection attempt. A Sentinel URL gives a
     master client that follows failovers; a cluster URL a ``RedisCluster``.
+    ``url_file``: the file ``url`` was read from; every new connection reads
+    the user and password from it again (a rotated Secret).
     """
     target = parse_redis_url(url)
     common: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": connect_timeout}
-    if target.topology == "single":
-        return Redis.from_url(url, **common)
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if url_file is not None:
+        auth = {"credential_provider": FileCredentials(SecretFile(url_file, "redis_url_file"))}
+    tls: dict[str, Any] = {"ssl": True, **target.tls_files} if target.tls else {}
+    if target.topology == "single":
+        if url_file is None:
+            return Redis.from_url(url, **common)  # the URL carries AUTH and TLS options
+        return Redis.from_url(_without_userinfo(url), **common, **auth)
     if target.topology == "cluster":
         nodes = [ClusterNode(host, port) for host, port in target.hosts]
-        return RedisCluster(startup_nodes=nodes, ssl=target.tls, **auth, **common)
+        return RedisCluster(startup_nodes=nodes, **tls, **auth, **common)
     sentinel_auth: dict[str, Any] = {
         "username": target.sentinel_username,
         "password": target.sentinel_password,
-        "ssl": target.tls,
+        **tls,
         "socket_timeout": connect_timeout,  # a sentinel answers at once or not at all
         "socket_connect_timeout": connect_timeout,
     }
     sentinel = Sentinel(list(target.hosts), sentinel_kwargs=sentinel_auth)  # type: ignore[no-untyped-call]
     assert target.service is not None
     master: Redis = sentinel.master_for(
-        target.service, redis_class=_SentinelMaster, db=target.db, ssl=target.tls, **auth, **common
+        target.service, redis_class=_SentinelMaster, db=target.db, **tls, **auth, **common
     )
     return master
+
+
+def with_tls_files(url: str, files: dict[str, str | None]) -> str:
+    """Return ``url`` with the TLS files of ``files`` (``ssl_ca_certs`` ...) as query options.
+
+    For ``--redis-ca-file``, ``--redis-cert-file`` and ``--redis-key-file``; an
+    option the URL sets already is kept.
+    """
+    given = {name: path for name, path in files.items() if path}
+    if not given:
+        return url
+    if not parse_redis_url(url).tls:
+        raise ConfigError("Redis TLS files are given but the URL is not rediss://... (TLS)")
+    query = url.partition("?")[2]
+    present = set(parse_qs(query))
+    extra = "&".join(f"{k}={quote(v, safe='/')}" for k, v in given.items() if k not in present)
+    if not extra:
+        return url
+    return f"{url}{'&' if query else '?'}{extra}"
+
+
+class FileCredentials(CredentialProvider):
+    """Redis credentials read from the URL in a file each time a connection authenticates."""
+
+    def __init__(self, source: SecretFile) -> None:
+        self._source = source
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        target = parse_redis_url(self._source.read())
+        if target.username:
+            return (target.username, target.password or "")
+        return (target.password or "",)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()  # a small local file: read at once
+
+
+def _without_userinfo(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
 
 
 class _SentinelMaster(Redis):
@@ -149,6 +208,7 @@ def _single(url: str, tls: bool) -> RedisTarget:
         db=int(options.get("db") or 0),
         username=options.get("username"),
         password=options.get("password"),
+        tls_files={k: str(options[k]) for k in TLS_OPTIONS if options.get(k)},
     )
 
 
@@ -173,6 +233,7 @@ def _multi(url: str, topology: Topology, tls: bool) -> RedisTarget:
         password=unquote(password) or None,
         sentinel_username=options.get("sentinel_username"),
         sentinel_password=options.get("sentinel_password"),
+        tls_files={k: options[k] for k in TLS_OPTIONS if k in options},
     )
 
 
@@ -185,7 +246,7 @@ def _host(item: str) -> tuple[str, int]:
 
 def _options(query: str, topology: Topology) -> dict[str, str]:
     options = {name: values[-1] for name, values in parse_qs(query).items()}
-    allowed = _SENTINEL_OPTIONS if topology == "sentinel" else set()
+    allowed = {*TLS_OPTIONS, *(_SENTINEL_OPTIONS if topology == "sentinel" else ())}
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ConfigError(f"redis_url: unknown option(s) {', '.join(unknown)} for {topology}")

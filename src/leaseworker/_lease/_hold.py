@@ -1,45 +1,42 @@
 """``hold()``: run a block of code only while its lease is certainly owned.
 
 The body runs in a cancel scope whose deadline is the lease's local deadline
-(and ``max_runtime``); a renewal task beside it pushes the deadline forward, and
-any doubt about ownership cancels the scope for good. Why the renewal task is
-owned by the block, not a task group: see docs/design.md#the-held-lease.
+(and ``max_runtime``); :class:`~._renewals.Renewals` beside it renews on
+schedule and pushes the deadline forward, and any doubt about ownership
+cancels the scope for good. This module holds the guarantee (the scope, the
+loss, the outcome, the release); ``_renewals`` holds the clock (timers, the
+renewal task, what a missed deadline means).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
 
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
+from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit, hooks_for
 from .._outcome import LeaseLostReason, Outcome
-from ._events import LeaseEvent, LeaseEventName, LeaseObserver
 from ._leases import Lease, LeaseStore
+from ._renewals import Renewals
 from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")
 
-_RECANCEL_EVERY = 0.05
-"""How often a renewal task that has not stopped yet is cancelled again, in seconds."""
+CheckpointFaults = Callable[[Lease], Awaitable[LeaseLostReason | None]]
+"""A lease store's optional ``checkpoint(lease)``: a reason it returns makes ownership uncertain."""
 
-CheckpointProbe = Callable[["HeldLease"], Awaitable[LeaseLostReason | None]]
-"""Told of every ``checkpoint()``; a reason it returns makes ownership uncertain there."""
 
-checkpoint_probe: ContextVar[CheckpointProbe | None] = ContextVar(
-    "leaseworker_checkpoint_probe", default=None
-)
-"""A test seam (``leaseworker.testing``): the probe of the held leases made in this context.
+class LeaseObserver(Protocol):
+    """Deprecated: pass ``hooks=`` to :func:`hold`; an observer is adapted to one."""
 
-Read once per held lease, when it is made; ``None`` (always, in a pod) costs
-one attribute test per checkpoint.
-"""
+    def on_lease_event(self, event: LeaseEvent) -> None:
+        """Handle one lease event."""
+        ...
 
 
 def hold(
@@ -50,6 +47,8 @@ def hold(
     renew_every: float | None = None,
     max_runtime: float | None = None,
     release_timeout: float | None = None,
+    hooks: Iterable[Hook] = (),
+    lease_note: Callable[[], str] | None = None,
     observer: LeaseObserver | None = None,
 ) -> HeldLease:
     """Hold the lease for ``key`` while the ``async with`` body runs.
@@ -67,9 +66,20 @@ def hold(
     ``max_runtime``. Settings that cannot keep the lease are rejected here, with
     :class:`~leaseworker.ConfigError`, before anything touches Redis.
     ``renew_every`` defaults to ``ttl / 3``; ``release_timeout`` to the store's
-    command timeout. ``observer`` receives a :class:`LeaseEvent` for every step
+    command timeout. ``hooks`` receive a :class:`LeaseEvent` for every step
     (acquired, renewed, lost, cancel requested, stopped, released).
+    ``lease_note()`` returns a short text stored with the acquisition (the
+    pod's telemetry: its trace reference); the next acquisition of the key
+    gets it back as ``LeaseEvent.previous``. ``observer`` (deprecated) is an
+    object with ``on_lease_event(event)`` and optionally ``lease_note()``.
+    A lease store that defines ``async checkpoint(lease)`` is asked at every
+    :meth:`HeldLease.checkpoint`; a loss reason it returns makes ownership
+    uncertain there (``leaseworker.testing.MemoryLeases``: work time and
+    injected losses). Other stores cost one attribute test per checkpoint.
     """
+    if observer is not None:
+        hooks = (*hooks, _ObserverHook(observer))
+        lease_note = lease_note or getattr(observer, "lease_note", None)
     timing = LeaseTiming.resolve(
         ttl=ttl, renew_every=renew_every, max_runtime=max_runtime, policy=leases.policy
     )
@@ -78,8 +88,21 @@ def hold(
         key,
         timing=timing,
         release_timeout=release_timeout or leases.policy.command_timeout,
-        observer=observer,
+        hooks=hooks_for(hooks, LeaseEvent),
+        lease_note=lease_note,
     )
+
+
+@final
+class _ObserverHook:
+    """A deprecated ``LeaseObserver`` as a hook: it gets the lease events only."""
+
+    def __init__(self, observer: LeaseObserver) -> None:
+        self._observer = observer
+
+    def __call__(self, event: object) -> None:
+        if isinstance(event, LeaseEvent):
+            self._observer.on_lease_event(event)
 
 
 @final
@@ -90,7 +113,9 @@ class HeldLease:
     (``owned``, ``remaining()``, ``checkpoint()``) and carries the ``fence`` to
     pass to destinations. After the block, ``outcome``, ``released`` and
     ``release_error`` say how it ended; a failed release is reported there and
-    in the log, never instead of the body's own outcome. ``log_fields`` go
+    in the log, never instead of the body's own outcome. ``attempt`` (the
+    executor's) goes into every event, and its execution id and pod into every
+    record it logs, beside ``log_fields``. ``log_fields`` go
     into every record it logs (the executor passes ``executionId`` and
     ``pod``); ``loss_log_level`` is the level of its ``lease_lost`` record
     (the executor's own ``finished`` record reports the loss at WARNING, so
@@ -104,31 +129,36 @@ class HeldLease:
         *,
         timing: LeaseTiming,
         release_timeout: float,
-        observer: LeaseObserver | None = None,
+        hooks: Hooks = (),
+        lease_note: Callable[[], str] | None = None,
+        attempt: Attempt | None = None,
         log_fields: Mapping[str, object] | None = None,
         loss_log_level: int = logging.WARNING,
     ) -> None:
         self._leases = leases
+        self._attempt = attempt
         self._log_fields = log_fields or {}  # read only when a record is logged
+        if attempt is not None:
+            self._log_fields = {
+                "executionId": attempt.execution_id,
+                "pod": attempt.pod,
+                **self._log_fields,
+            }
         self._loss_log_level = loss_log_level
-        self._observer = observer
+        self._hooks = hooks
+        self._lease_note = lease_note
         self._key = key
         self._timing = timing
         self._release_timeout = release_timeout
         self._lease: Lease | None = None
         self._runtime_deadline = math.inf
         self._scope: anyio.CancelScope  # the body's, from __aenter__ on
-        self._renewal_timer: asyncio.TimerHandle | None = None
-        self._renewal: asyncio.Task[None] | None = None
-        self._stopping = False  # the block is ending: the renewal task must not go on
+        self._renewals: Renewals | None = None  # from __aenter__ on
         self._loss: tuple[LeaseLostReason, str, float] | None = None  # reason, detail, when
         self._outcome: Outcome | None = None
         self._released: bool | None = None
         self._release_error: BaseException | None = None
-        self._renewals = 0
-        self._renewing: Lease | None = None  # the lease whose renewal was last sent
-        self._max_loop_lag = 0.0
-        self._probe = checkpoint_probe.get()
+        self._faults: CheckpointFaults | None = getattr(leases, "checkpoint", None)
 
     @property
     def key(self) -> str:
@@ -158,8 +188,8 @@ class HeldLease:
 
     async def checkpoint(self) -> None:
         """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
-        if self._probe is not None and (injected := await self._probe(self)) is not None:
-            self._lose(injected, "injected at a checkpoint by leaseworker.testing", at=now())
+        if self._faults is not None and (injected := await self._faults(self.lease)) is not None:
+            self._lose(injected, "the lease store found it lost at a checkpoint", at=now())
         if not self.owned:
             if self._loss is None:
                 # The deadline passed but its timer has not run yet.
@@ -190,12 +220,12 @@ class HeldLease:
     @property
     def renewals(self) -> int:
         """How many renewals were confirmed."""
-        return self._renewals
+        return 0 if self._renewals is None else self._renewals.confirmed
 
     @property
     def max_loop_lag(self) -> float:
         """The largest event-loop lag the renewal task observed, in seconds."""
-        return self._max_loop_lag
+        return 0.0 if self._renewals is None else self._renewals.max_loop_lag
 
     async def __aenter__(self) -> HeldLease:
         if self._lease is not None or self._outcome is not None:
@@ -219,10 +249,19 @@ class HeldLease:
         )
         if self._timing.max_runtime is not None:
             self._runtime_deadline = now() + self._timing.max_runtime
+        # Entered here and left in __aexit__: the body between them is the scope's.
         self._scope = anyio.CancelScope(deadline=self._body_deadline())
         self._scope.__enter__()
-        self._renewal_timer = asyncio.get_running_loop().call_at(
-            lease.sent_at + self._timing.renew_every, self._start_renewals
+        self._renewals = Renewals(
+            self._leases,
+            lease,
+            timing=self._timing,
+            release_timeout=self._release_timeout,
+            renewed=self._renewed,
+            lose=lambda reason, detail, at, round_trip: self._lose(
+                reason, detail, at=at, round_trip=round_trip
+            ),
+            fields=self._fields,
         )
         return self
 
@@ -242,7 +281,8 @@ class HeldLease:
                 self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
         finally:
             try:
-                await self._stop_renewals()
+                assert self._renewals is not None  # made in __aenter__
+                await self._renewals.stop()
             finally:
                 await self._release()
         if swallowed:
@@ -291,102 +331,20 @@ class HeldLease:
             self._outcome = "failed"
 
     def _unconfirmed(self) -> tuple[LeaseLostReason, str]:
-        """Say why the local deadline passed without a confirmed renewal.
+        """Say why the local deadline passed without a confirmed renewal (see ``Renewals``)."""
+        assert self._renewals is not None  # the deadline is the acquired lease's
+        return self._renewals.unconfirmed()
 
-        ``deadline`` if the renewal of the current lease was sent (Redis did not
-        confirm it in time); ``loop_blocked`` if it never was: the renewal task
-        could not run before the deadline, so the event loop was blocked, whether
-        before the first renewal or after one, and whatever then noticed first
-        (the scope's deadline, a checkpoint or the renewal task).
-        """
-        if self._renewing is self._lease:
-            return "deadline", "no renewal was confirmed before the local deadline"
-        return "loop_blocked", "the event loop was blocked: no renewal was sent before the deadline"
-
-    def _start_renewals(self) -> None:
-        """Start the renewal task (a loop callback, at the first renewal's due time).
-
-        The callback runs in a copy of the body's context, so the task sees the
-        same context variables (the trigger's trace) as the body.
-        """
-        self._renewal_timer = None
-        self._renewal = asyncio.get_running_loop().create_task(
-            self._renew_until_lost(), name=f"leaseworker renew {self._key}"
+    def _renewed(self, lease: Lease, round_trip: float) -> None:
+        """Take a confirmed renewal: a new lease, a later deadline for the body."""
+        self._lease = lease
+        self._scope.deadline = self._body_deadline()
+        self._emit(
+            "renewed",
+            round_trip=round_trip,
+            remaining=lease.remaining(),
+            expires_at=lease.expires_at,
         )
-
-    async def _stop_renewals(self) -> None:
-        """Stop the pending first renewal or the renewal task, waiting a bounded time.
-
-        A cancellation can be swallowed on its way through a client (redis-py's
-        ``asyncio.wait_for`` on Python 3.11 drops one that races a reply), so the
-        task also stops at its next turn once ``_stopping`` is set, the
-        cancellation is sent again on every ``_RECANCEL_EVERY``, and after
-        ``release_timeout`` the task is abandoned (reported) rather than awaited.
-        """
-        self._stopping = True
-        if self._renewal_timer is not None:
-            self._renewal_timer.cancel()  # never started: nothing to wait for
-            self._renewal_timer = None
-        task = self._renewal
-        if task is None:
-            return
-        give_up = now() + self._release_timeout
-        with anyio.CancelScope(shield=True):
-            while not task.done() and (left := give_up - now()) > 0:
-                task.cancel()
-                await asyncio.wait((task,), timeout=min(left, _RECANCEL_EVERY))
-        if not task.done():
-            # Owner-checked scripts keep the abandoned call harmless: once the
-            # release deleted the key, a renewal arriving later changes nothing.
-            logger.warning(
-                "lease renewal for %r did not stop within %.1fs of the body; abandoned",
-                self._key,
-                self._release_timeout,
-                extra=self._fields("renewal_abandoned"),
-            )
-            return
-        if not task.cancelled() and (error := task.exception()) is not None:
-            # A bug, not a lease event: the body was already bounded by its deadline.
-            logger.error("lease renewal task for %r failed", self._key, exc_info=error)
-
-    async def _renew_until_lost(self) -> None:
-        """Renew on schedule; on the first failed renewal, cancel the body for good."""
-        while not self._stopping:
-            lease = self.lease
-            due = lease.sent_at + self._timing.renew_every
-            await anyio.sleep_until(due)
-            woke = now()
-            self._max_loop_lag = max(self._max_loop_lag, woke - due)
-            if woke >= lease.local_deadline:
-                self._lose(
-                    "loop_blocked",
-                    f"renewal ran {(woke - due) * 1000:.0f} ms late",
-                    at=lease.local_deadline,
-                )
-                return
-            self._renewing = lease
-            try:
-                renewed = await self._leases.renew(lease)
-                round_trip = now() - woke
-            except LeaseLost as exc:
-                verdict = now()
-                self._lose(exc.reason, exc.detail, at=verdict, round_trip=verdict - woke)
-                return
-            except Exception as exc:  # a custom store's bug must still stop the body
-                verdict = now()
-                self._lose("error", repr(exc), at=verdict, round_trip=verdict - woke)
-                return
-            if self._stopping:  # the block ended meanwhile (its cancellation was swallowed)
-                return
-            self._lease = renewed
-            self._renewals += 1
-            self._scope.deadline = self._body_deadline()
-            self._emit(
-                "renewed",
-                round_trip=round_trip,
-                remaining=self._lease.remaining(),
-                expires_at=self._lease.expires_at,
-            )
 
     def _body_deadline(self) -> float:
         return min(self.lease.local_deadline, self._runtime_deadline)
@@ -398,7 +356,7 @@ class HeldLease:
 
         ``round_trip``: how long the renewal whose verdict this is took, if one did.
         """
-        if self._loss is not None or self._stopping:
+        if self._loss is not None or (self._renewals is not None and self._renewals.stopping):
             return
         self._loss = (reason, detail, at)
         self._scope.cancel()
@@ -425,14 +383,13 @@ class HeldLease:
         )
 
     def _note(self) -> str:
-        """Return the observer's note for this acquisition (``""`` without one, or on failure)."""
-        lease_note = getattr(self._observer, "lease_note", None)
-        if lease_note is None:
+        """Return the note for this acquisition (``""`` without one, or on failure)."""
+        if self._lease_note is None:
             return ""
         try:
-            return str(lease_note())
+            return str(self._lease_note())
         except Exception:
-            logger.exception("lease observer failed to give a note")
+            logger.exception("lease_note failed to give a note")
             return ""
 
     async def _holder_ttl(self) -> float | None:
@@ -472,11 +429,17 @@ class HeldLease:
         return {"event": event, "jobId": self._key, "fence": self.fence, **self._log_fields, **more}
 
     def _emit(self, name: LeaseEventName, **fields: Any) -> None:
-        """Tell the observer, if any; its failure is logged and never propagates."""
-        if self._observer is None:
-            return
-        event = LeaseEvent(name=name, key=self._key, fence=self.fence, at=now(), **fields)
-        try:
-            self._observer.on_lease_event(event)
-        except Exception:
-            logger.exception("lease observer failed on %s", name)
+        """Tell the hooks, if any; a hook's failure is logged and never propagates."""
+        if self._hooks:
+            at = now()
+            emit(
+                self._hooks,
+                LeaseEvent(
+                    name=name,
+                    key=self._key,
+                    fence=self.fence,
+                    at=at,
+                    attempt=self._attempt,
+                    **fields,
+                ),
+            )

@@ -15,20 +15,21 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, final
 
 import anyio
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from .._errors import ConfigError, LeaseLost, LeaseUnavailable
-from .._outcome import LeaseLostReason
+from .._errors import ConfigError, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
+from ._verdict import judge_renewal
+from ._verdict import lost as _lost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,12 +126,12 @@ class LeaseStore(Protocol):
 
 @final
 class RedisLeases:
-    """Leases stored in Redis: a lease key, a fence key and a note key per job key.
+    """Leases stored in Redis: a lease key and a fence key per job key.
 
-    Keys are ``{namespace}:{<job key>}:lease``, ``...:fence`` and ``...:note`` (the
-    last acquisition's note); the braces are
-    a Redis Cluster hash tag, so every key of a job lives in one slot and the
-    scripts stay atomic on a cluster. Usage::
+    Keys are ``{namespace}:{<job key>}:lease`` and ``...:fence`` (the last fence,
+    followed by the last acquisition's note); the braces are a Redis Cluster hash
+    tag, so both keys of a job live in one slot and the scripts stay atomic on a
+    cluster. Usage::
 
         leases = RedisLeases(redis.asyncio.Redis.from_url(url))
         lease = await leases.acquire("report:acme:2026-11", ttl=30)
@@ -178,6 +179,9 @@ class RedisLeases:
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
+        # A renewal is sent at least ttl/3 before it matters: a few ms spent waiting
+        # for others to share its trip cost nothing, and many held leases a trip each.
+        self._linger = min(_RENEWAL_LINGER, command_timeout / 16)
         scripts = {sha: src for src, sha in self._scripts.items()}
         self._router: ClusterRouter | None = None
         self._pipeline: ScriptPipeline | None = None
@@ -217,12 +221,11 @@ class RedisLeases:
         return f"{self._namespace}:{{{_checked(key)}}}:lease"
 
     def fence_key(self, key: str) -> str:
-        """Return the Redis key holding ``key``'s last fence."""
-        return f"{self._namespace}:{{{_checked(key)}}}:fence"
+        """Return the Redis key holding ``key``'s last fence and its acquisition's note.
 
-    def note_key(self, key: str) -> str:
-        """Return the Redis key holding the note of ``key``'s last acquisition."""
-        return f"{self._namespace}:{{{_checked(key)}}}:note"
+        Its value is ``"<fence> <note>"``, or ``"<fence>"`` without a note (see ``_scripts``).
+        """
+        return f"{self._namespace}:{{{_checked(key)}}}:fence"
 
     async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
         """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
@@ -237,7 +240,7 @@ class RedisLeases:
         """
         _check_ttl(ttl)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
-        keys = [self.lease_key(key), self.fence_key(key), self.note_key(key)]
+        keys = [self.lease_key(key), self.fence_key(key)]
         sent_at = now()
         try:
             reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl), note])
@@ -276,21 +279,22 @@ class RedisLeases:
         sent_at = now()
         try:
             renewed = await self._call(
-                _scripts.RENEW, [self.lease_key(lease.key)], [lease.owner, _ms(lease.ttl)]
+                _scripts.RENEW,
+                [self.lease_key(lease.key)],
+                [lease.owner, _ms(lease.ttl)],
+                linger=self._linger,
             )
         except TimeoutError as exc:
             raise _lost(lease, "timeout", "no answer within command_timeout") from exc
         except _CLIENT_ERRORS as exc:
             raise _lost(lease, "error", _describe(exc)) from exc
-        if not int(renewed.value):
-            raise _lost(lease, "rejected", "the lease key is gone or has another owner")
-        if not self._replicated(renewed):
-            raise _lost(lease, "unreplicated", self._unreplicated(renewed))
-        late_by = now() - lease.local_deadline
-        if late_by > 0:
-            raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
-        return replace(
-            lease, sent_at=sent_at, local_deadline=self._policy.local_deadline(sent_at, lease.ttl)
+        unreplicated = None if self._replicated(renewed) else self._unreplicated(renewed)
+        return judge_renewal(
+            lease,
+            sent_at=sent_at,
+            policy=self._policy,
+            extended=bool(int(renewed.value)),
+            unreplicated=unreplicated,
         )
 
     async def release(self, lease: Lease) -> bool:
@@ -323,26 +327,33 @@ class RedisLeases:
             key=key,
             owner=_text(owner),
             ttl=int(pttl) / 1000 if owner is not None and int(pttl) >= 0 else None,
-            fence=None if fence is None else int(fence),
+            fence=None if fence is None else _scripts.fence_of(fence),
         )
 
     async def _call(
-        self, script: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        *,
+        replicated: bool = True,
+        linger: float = 0.0,
     ) -> Replied:
         """Run ``script`` within the command timeout (see ``_deadlines``).
 
         ``replicated=False`` (a release) spares a lone call its ``WAIT``: a
         release lost in a failover brings the lease back until its TTL ends,
-        which costs availability, not safety.
+        which costs availability, not safety. ``linger``: see
+        :meth:`ScriptPipeline.call` (only with pipelining).
         """
         sha = self._scripts[script]
         if self._router is not None:
             return await self._deadlines.run(
-                self._router.call(sha, keys, args, replicated=replicated)
+                self._router.call(sha, keys, args, replicated=replicated, linger=linger)
             )
         if self._pipeline is not None:
             return await self._deadlines.run(
-                self._pipeline.call(sha, keys, args, replicated=replicated)
+                self._pipeline.call(sha, keys, args, replicated=replicated, linger=linger)
             )
         assert self._node is not None
         wait = self._wait if replicated else None
@@ -377,6 +388,8 @@ class RedisLeases:
 
 
 _SCRIPTS = (_scripts.ACQUIRE, _scripts.RENEW, _scripts.RELEASE)
+_RENEWAL_LINGER = 0.01
+"""Seconds a renewal made while nothing is in flight waits for others to share its trip."""
 _CLIENT_ERRORS = (RedisError, RedisClusterException, OSError)
 """What any Redis client can raise: translated here, never passed to the job."""
 
@@ -425,10 +438,6 @@ def _ms(seconds: float) -> str:
     millisecond more.)
     """
     return str(max(1, math.ceil(round(seconds * 1000, 6))))
-
-
-def _lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:
-    return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)
 
 
 def _text(value: bytes | str | None) -> str | None:

@@ -2,8 +2,9 @@
 
 A call made while nothing is in flight goes alone; calls made meanwhile go
 together as one pipeline when it is answered, each still bounded by its own
-deadline. Why (the event loop's CPU per call) and what it costs: see
-docs/design.md#pipelining.
+deadline. A call that can wait (a renewal) lingers a few milliseconds for
+others to share its trip instead of going alone. Why (the event loop's CPU
+per call) and what it costs: see docs/design.md#pipelining.
 """
 
 from __future__ import annotations
@@ -75,27 +76,43 @@ class ScriptPipeline:
         self._deadlines = deadlines
         self._max_batch = max_batch
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._busy = False  # a call or pipeline is in flight
+        self._busy = False  # a call or pipeline is in flight, or a linger is pending
         self._queued: list[_Call] = []
+        self._linger: asyncio.TimerHandle | None = None  # sends the lingering calls
         self._senders: set[asyncio.Task[None]] = set()  # strong references while they run
 
     async def call(
-        self, sha: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+        self,
+        sha: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        *,
+        replicated: bool = True,
+        linger: float = 0.0,
     ) -> Replied:
         """Run the script ``sha`` with ``keys`` and ``args``; return its reply.
 
         ``replicated=False``: a lone call goes without its ``WAIT`` (a release:
         losing it in a failover costs availability, not safety); a queued one
-        shares its pipeline's ``WAIT``. Raises what redis-py raises for a lone
+        shares its pipeline's ``WAIT``. ``linger`` (seconds; renewals, which are
+        not in a hurry): made while nothing is in flight, the call waits that
+        long for others to share its trip, unless a call without linger comes
+        first and takes it along at once. Raises what redis-py raises for a lone
         call (``RedisError``, ``OSError``), and ``TimeoutError`` when a
         pipeline outlives the timeout.
         """
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
-            self._loop, self._busy, self._queued = loop, False, []
-        if self._busy:
+            self._loop, self._busy, self._queued, self._linger = loop, False, [], None
+        if self._busy or linger > 0:
             answer: asyncio.Future[Replied] = loop.create_future()
             self._queued.append(_Call(sha, keys, args, answer))
+            if not self._busy:
+                self._busy = True
+                self._linger = loop.call_later(linger, self._lingered)
+            elif self._linger is not None and not linger:
+                self._linger.cancel()  # a call in a hurry: the lingering ones go with it now
+                self._lingered()
             return await answer  # cancelled with the caller: left out, or its answer dropped
         self._busy = True  # sent alone, on redis-py's plain path
         try:
@@ -113,11 +130,19 @@ class ScriptPipeline:
         A sender still running after its client closed would open a connection
         nobody closes.
         """
+        if self._linger is not None:
+            self._linger.cancel()
+            self._lingered()  # sent, so that its callers get an answer or the sender's error
         senders = list(self._senders)
         for sender in senders:
             sender.cancel()
         if senders:
             await asyncio.wait(senders)
+
+    def _lingered(self) -> None:
+        """End the linger: send what queued (a loop callback, or a call in a hurry)."""
+        self._linger = None
+        self._next()
 
     def _next(self) -> None:
         """Hand the connection on: send what queued meanwhile, or become idle."""

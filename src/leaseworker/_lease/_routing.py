@@ -65,18 +65,25 @@ class ClusterRouter:
         self._closed = False
 
     async def call(
-        self, sha: str, keys: Sequence[str], args: Sequence[str], *, replicated: bool = True
+        self,
+        sha: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        *,
+        replicated: bool = True,
+        linger: float = 0.0,
     ) -> Replied:
         """Run script ``sha`` on the owner of ``keys[0]``; once more after a ``MOVED``.
 
-        ``replicated=False``: no ``WAIT`` of its own (see :meth:`ScriptPipeline.call`).
+        ``replicated=False``: no ``WAIT`` of its own; ``linger``: see
+        :meth:`ScriptPipeline.call`.
         """
         try:
             try:
-                return await self._call_following_ask(sha, keys, args, replicated)
+                return await self._call_following_ask(sha, keys, args, replicated, linger)
             except MovedError as moved:
                 self._moved[moved.slot_id] = (moved.host, int(moved.port))
-                return await self._call_following_ask(sha, keys, args, replicated)
+                return await self._call_following_ask(sha, keys, args, replicated, linger)
         except _STALE_MAP:
             self._starts, self._owners = [], []  # read the map again at the next call
             raise
@@ -103,11 +110,11 @@ class ClusterRouter:
             await client.aclose()
 
     async def _call_following_ask(
-        self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool
+        self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool, linger: float
     ) -> Replied:
         """Run the call; after an ``ASK`` (its slot is migrating), once on the importing node."""
         try:
-            return await self._call_once(sha, keys, args, replicated)
+            return await self._call_once(sha, keys, args, replicated, linger)
         except MovedError:  # redis-py's MovedError is an AskError: call() handles it
             raise
         except AskError as ask:
@@ -116,11 +123,11 @@ class ClusterRouter:
             return await run_asking(client, self._scripts[sha], keys, args, wait)
 
     async def _call_once(
-        self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool
+        self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool, linger: float
     ) -> Replied:
         client, pipeline = await self._route(keys[0])
         if pipeline is not None:
-            return await pipeline.call(sha, keys, args, replicated=replicated)
+            return await pipeline.call(sha, keys, args, replicated=replicated, linger=linger)
         wait = self._wait if replicated else None
         return await run_script(client, sha, self._scripts[sha], keys, args, wait)
 

@@ -6,33 +6,40 @@ persistence, failover to a lagging replica): a new fence is
 restarts, so a store that rejects lower fences keeps accepting new owners.
 
 Each acquisition may leave a note (an opaque text: telemetry puts the trace
-reference of its execution there) in a third key of the same slot, and gets
-back the note its predecessor left: the successor of a lost execution knows
-which one it took over from, in the same round trip.
+reference of its execution there) and gets back the note its predecessor left,
+in the same round trip: the successor of a lost execution knows which one it
+took over from. The note lives in the fence key's value, after the fence and
+one space (``"<fence> <note>"``; a bare ``"<fence>"`` without a note, as scripts
+before notes moved there wrote it), so an acquisition writes one key besides
+the lease: ``SET ... GET`` stores the new value and returns the old one.
 """
 
 from __future__ import annotations
 
-# KEYS[1] lease key, KEYS[2] fence key, KEYS[3] note key; ARGV[1] owner token,
-# ARGV[2] ttl in ms, ARGV[3] this acquisition's note ('' for none: the key is deleted,
-# so a successor never mistakes an older note for its predecessor's).
-# Returns {1, fence, the previous note or ''} when acquired, {0, holder's pttl in ms} when busy.
+# KEYS[1] lease key, KEYS[2] fence key; ARGV[1] owner token, ARGV[2] ttl in ms,
+# ARGV[3] this acquisition's note ('' for none: a successor then gets none, never an
+# older note). Returns {1, fence, the previous note or ''} when acquired, {0, holder's
+# pttl in ms} when busy. The fence key is first set to the time floor (the common
+# case: it is above the last fence) and set once more only when the last fence is not
+# below it (two acquisitions in one microsecond, or a server clock that went back).
 ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  local fence = math.max(last + 1, floor)
-  redis.call('SET', KEYS[2], string.format('%.0f', fence))
-  local previous = redis.call('GET', KEYS[3]) or ''
-  if ARGV[3] == '' then
-    redis.call('DEL', KEYS[3])
-  else
-    redis.call('SET', KEYS[3], ARGV[3])
-  end
-  return {1, fence, previous}
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local now = redis.call('TIME')
+local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local note = ARGV[3] == '' and '' or ' ' .. ARGV[3]
+local stored = redis.call('SET', KEYS[2], string.format('%.0f', fence) .. note, 'GET')
+local last, previous = 0, ''
+if stored then
+  local digits, rest = string.match(stored, '^(%d+) ?(.*)$')
+  last, previous = tonumber(digits) or 0, rest or ''
+end
+if last >= fence then
+  fence = last + 1
+  redis.call('SET', KEYS[2], string.format('%.0f', fence) .. note)
+end
+return {1, fence, previous}
 """
 
 # KEYS[1] lease key; ARGV[1] owner token, ARGV[2] ttl in ms. 1 renewed, 0 not ours.
@@ -51,3 +58,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+def fence_of(stored: bytes | str) -> int:
+    """Return the fence in a fence key's value (``"<fence>"`` or ``"<fence> <note>"``)."""
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    return int(text.partition(" ")[0])

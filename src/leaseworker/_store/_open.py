@@ -6,8 +6,10 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from .._errors import ConfigError
+from .._secrets import SecretFile
 from ._protocol import CompletionStore
 from ._url import parse_store_url
 
@@ -16,7 +18,11 @@ logger = logging.getLogger("leaseworker.store")
 
 @contextlib.asynccontextmanager
 async def open_store(
-    url: str | None = None, *, call_timeout: float = 5.0, max_connections: int = 10
+    url: str | None = None,
+    *,
+    call_timeout: float = 5.0,
+    max_connections: int = 10,
+    url_file: str | Path | None = None,
 ) -> AsyncIterator[CompletionStore]:
     """Open the completion store at ``url`` for the ``async with`` block.
 
@@ -37,8 +43,15 @@ async def open_store(
     The schema is created or migrated before the block starts. Every call is
     bounded by ``call_timeout`` seconds. A malformed URL or setting raises
     :class:`ConfigError` before any I/O; a database that cannot be reached
-    raises :class:`StoreUnavailable` within about ``call_timeout``.
+    raises :class:`StoreUnavailable` within about ``call_timeout``; one that
+    refuses the connection (credentials, TLS) or whose schema this role may not
+    create raises :class:`ConfigError`. ``url_file``: a file holding the URL
+    (which then wins over ``url``), read again for every new PostgreSQL
+    connection, so a rotated password is used without reopening the store.
     """
+    source = None if url_file is None else SecretFile(Path(url_file), "store_url_file")
+    if source is not None:
+        url = source.read()
     parsed = parse_store_url(url)
     if not (isinstance(call_timeout, int | float) and math.isfinite(call_timeout)):
         raise ConfigError(f"call_timeout must be a finite number, got {call_timeout!r}")
@@ -51,7 +64,7 @@ async def open_store(
         from ._postgres import PostgresStore  # psycopg is optional: import on demand
 
         store = await PostgresStore.open(
-            parsed, call_timeout=call_timeout, max_connections=max_connections
+            parsed, call_timeout=call_timeout, max_connections=max_connections, source=source
         )
     elif parsed.backend == "memory":
         from ._memory import MemoryStore

@@ -31,6 +31,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
+from .._secrets import SecretFile
 from ._batch import Batcher, Call
 from ._effects import OutboxRow, StoreTransaction
 from ._model import (
@@ -42,7 +43,8 @@ from ._model import (
     check_call,
     completion_params,
 )
-from ._schema import ADVISORY_LOCK_KEY, MIGRATIONS, Migration, pending
+from ._pg_schema import first_connection, migrate, reread_url
+from ._schema import MIGRATIONS, Migration
 from ._url import StoreURL
 
 logger = logging.getLogger("leaseworker.store")
@@ -68,13 +70,6 @@ _STATE = """
     JOIN leaseworker_completions c
       ON c.job_key = j.job_key AND c.input_version = j.input_version
     WHERE j.job_key = %s
-"""
-_VERSION_TABLE = """
-    CREATE TABLE IF NOT EXISTS leaseworker_schema_version (
-        version     integer PRIMARY KEY,
-        description text NOT NULL,
-        applied_at  timestamptz NOT NULL DEFAULT now()
-    )
 """
 
 
@@ -106,10 +101,14 @@ class PostgresStore:
         call_timeout: float,
         max_connections: int = 10,
         migrations: Sequence[Migration] = MIGRATIONS,
+        source: SecretFile | None = None,
     ) -> PostgresStore:
-        """Connect, then create or migrate the schema; raise StoreUnavailable on failure."""
+        """Connect, then create or migrate the schema; raise StoreUnavailable on failure.
+
+        ``source``: the file ``url`` came from, read again for every new connection.
+        """
         pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
-            url.target,
+            url.target if source is None else functools.partial(reread_url, source, url),
             open=False,
             min_size=1,
             max_size=max_connections,
@@ -120,14 +119,16 @@ class PostgresStore:
         )
         store = cls(pool, shown_url=url.redacted, call_timeout=call_timeout)
         try:
+            await first_connection(url, call_timeout)
             try:
                 await pool.open(wait=True, timeout=call_timeout)
             except psycopg.Error as exc:
                 raise StoreUnavailable(
                     None, f"cannot connect to {url.redacted} within {call_timeout}s"
                 ) from exc
+            where = f"completion store at {url.redacted}"
             store.schema_version = await store._run(
-                None, lambda conn, attempt: _migrate(conn, migrations)
+                None, lambda conn, attempt: migrate(conn, migrations, where)
             )
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -437,27 +438,3 @@ def _completion(job_key: str, row: TupleRow) -> Completion:
         pod=pod,
         completed_at=completed_at.astimezone(UTC),  # the session's TimeZone may be anything
     )
-
-
-async def _migrate(conn: _Conn, migrations: Sequence[Migration]) -> int:
-    """Apply missing migrations under a transaction-scoped advisory lock; return the version."""
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-        await conn.execute(_VERSION_TABLE)
-        row = await (
-            await conn.execute("SELECT coalesce(max(version), 0) FROM leaseworker_schema_version")
-        ).fetchone()
-        applied = int(row[0]) if row is not None else 0
-        for migration in pending(applied, migrations):
-            for statement in migration.postgresql:
-                await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO leaseworker_schema_version (version, description) VALUES (%s, %s)",
-                (migration.version, migration.description),
-            )
-            logger.info(
-                "completion store: applied schema version %d (%s)",
-                migration.version,
-                migration.description,
-            )
-    return max([applied, *(m.version for m in migrations)])

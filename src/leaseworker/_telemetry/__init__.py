@@ -2,7 +2,7 @@
 
 ``_names`` holds every span, attribute and metric name; ``_propagation`` W3C
 trace context in Kafka headers; ``_trace`` one trigger's trace state;
-``_pod`` the observer and Kafka-source hooks of a pod; ``_lease_spans`` one
+``_pod`` a pod's hook (execution, lease and source events); ``_lease_spans`` one
 execution's lease events; ``_metrics`` the instruments; ``_telemetry`` the
 public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
 ``_producer`` the ``send`` side; ``_setup`` OTEL_*/flag configuration for the

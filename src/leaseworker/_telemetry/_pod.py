@@ -1,38 +1,44 @@
-"""One pod's telemetry: execution events, lease events and Kafka source hooks as spans.
+"""One pod's telemetry: execution, lease and Kafka source events as spans and metrics.
 
-:class:`PodTelemetry` is the observer, lease-observer factory and source hooks
-a :class:`~leaseworker.Worker` wires in: one CONSUMER ``process {topic}`` trace
-per trigger, sampled as a whole; a failing hook is logged, never changes the
+:class:`PodTelemetry` is the hook a :class:`~leaseworker.Worker` gives its
+executor and its Kafka source: one CONSUMER ``process {topic}`` trace per
+trigger, sampled as a whole; a failing step is logged, never changes the
 worker. See docs/design.md#pod-telemetry-and-sampling.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar, final
 
 import anyio
 from opentelemetry import context as otel_context
 from opentelemetry.trace import (
     SpanKind,
-    Status,
-    StatusCode,
     Tracer,
     set_span_in_context,
 )
 
-from .._execution import ExecutionEvent, Trigger
-from .._lease import LeaseObserver, now
+from .._events import Attempt, Event, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
+from .._lease import now
 from .._outcome import DeadLetterReason, MalformedReason
 from . import _names as n
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import consumer_parent
-from ._trace import CURRENT, Attributes, TriggerTrace, ms, wall_ns
+from ._trace import (
+    CURRENT,
+    Attributes,
+    TriggerTrace,
+    error_status,
+    key_text,
+    ms,
+    note_acquire_event,
+    wall_ns,
+)
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -41,9 +47,6 @@ R = TypeVar("R")
 
 MAX_PENDING_COMMITS = 10_000
 """Records per partition remembered until their offset is committed (oldest dropped)."""
-
-MAX_ACQUIRE_EVENTS = 64
-"""Events (busy, retry, lost tries) kept for one ``lease acquire`` span; later ones are counted."""
 
 
 def _guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
@@ -81,33 +84,78 @@ class PodTelemetry:
         self._group = group
         self._parent_on_producer = parent_on_producer
         self._pending: dict[tuple[str, int], dict[int, TriggerTrace]] = {}
+        self._leases: dict[str, LeaseSpans] = {}  # execution id -> its lease spans
         self._running: dict[str, str] = {}  # execution id -> job key
         self._per_key: dict[str, tuple[int, float]] = {}  # job key -> (running, since)
 
-    # -- Kafka source hooks ----------------------------------------------------------
+    # -- the hook ----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def processing(self, record: Any) -> Iterator[None]:
+    def __call__(self, event: Event) -> None:
+        """Record one event of the executor, a held lease or the Kafka source.
+
+        A failure here is logged by the caller's ``emit()``: telemetry never breaks
+        the worker.
+        """
+        if isinstance(event, LeaseEvent):
+            if event.attempt is not None and (
+                spans := self._leases.get(event.attempt.execution_id)
+            ):
+                spans.on_lease_event(event)
+        elif isinstance(event, ExecutionEvent):
+            if event.event == "acquiring":
+                self._acquiring(event.attempt)
+            else:
+                self.on_event(event)
+        else:
+            self._source_event(event)
+
+    def lease_note(self, attempt: Attempt) -> str:
+        """Return the note ``attempt``'s acquisition leaves with its lease (its trace reference)."""
+        spans = self._leases.get(attempt.execution_id)
+        return "" if spans is None else spans.lease_note()
+
+    def _source_event(self, event: SourceEvent) -> None:
+        name = event.name
+        if name == "processing":
+            self._processing(event.record)
+        elif name == "processed":
+            self._processed(event.record, event.error)
+        elif name == "received" and event.trigger is not None and event.job_key is not None:
+            self.received(event.trigger, event.job_key)
+        elif name == "malformed":
+            self.malformed(event.record, event.reason)  # type: ignore[arg-type]
+        elif name == "dead_lettered":
+            self.dead_lettered(event.record, event.reason)  # type: ignore[arg-type]
+        elif name == "committed" and event.offsets is not None:
+            began = event.began or 0.0
+            self.committed(event.offsets, began, error=event.error, rejected=event.rejected)
+        elif name == "revoked" and event.topic is not None and event.partition is not None:
+            self.forget(event.topic, event.partition)
+
+    # -- Kafka source events -----------------------------------------------------------
+
+    def _processing(self, record: Any) -> None:
         """Make ``record``'s ``process {topic}`` span current while it is processed."""
         trace = self._open(record)
         if trace is None:
-            yield
             return
-        ctx_token = otel_context.attach(trace.parent)
-        var_token = CURRENT.set(trace)
-        try:
-            yield
-        except BaseException as exc:
-            if trace.span is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
-                trace.span.set_attribute(n.ERROR_TYPE, type(exc).__name__)
-                trace.span.set_status(_error(type(exc).__name__))
-            raise
-        finally:
-            CURRENT.reset(var_token)
-            otel_context.detach(ctx_token)
-            self._close(trace)
+        trace.tokens = (otel_context.attach(trace.parent), CURRENT.set(trace))
 
-    @_guarded
+    def _processed(self, record: Any, error: BaseException | None) -> None:
+        """End what :meth:`_processing` began (in the same task): the trace of ``record``."""
+        trace = CURRENT.get()
+        if trace is None or trace.tokens is None:
+            return  # processing opened none (its trace failed to open)
+        ctx_token, var_token = trace.tokens
+        trace.tokens = None
+        cancelled = isinstance(error, anyio.get_cancelled_exc_class())
+        if error is not None and trace.span is not None and not cancelled:
+            trace.span.set_attribute(n.ERROR_TYPE, type(error).__name__)
+            trace.span.set_status(error_status(type(error).__name__))
+        CURRENT.reset(var_token)
+        otel_context.detach(ctx_token)
+        self._close(trace)
+
     def received(self, trigger: Trigger, job_key: str) -> None:
         """Record the ``trigger received`` span: the record decoded for ``job_key``."""
         if not self.enabled:
@@ -116,7 +164,6 @@ class PodTelemetry:
         trace.job_key = job_key  # the process span gets it when it ends (one SDK call less)
         trace.received = True
 
-    @_guarded
     def malformed(self, record: Any, reason: MalformedReason) -> None:
         """Mark the record malformed: a terminal outcome (dead-lettered if configured)."""
         trace = CURRENT.get()
@@ -125,9 +172,8 @@ class PodTelemetry:
         trace.terminal = True
         trace.outcome = "malformed"
         trace.span.set_attributes({n.MALFORMED_REASON: reason, n.ERROR_TYPE: "MalformedTrigger"})
-        trace.span.set_status(_error(f"malformed trigger: {reason}"))
+        trace.span.set_status(error_status(f"malformed trigger: {reason}"))
 
-    @_guarded
     def dead_lettered(self, record: Any, reason: DeadLetterReason) -> None:
         """Record that the record was copied to the dead-letter topic."""
         self._metrics.dead_letters.add(
@@ -141,7 +187,6 @@ class PodTelemetry:
                 n.SPAN_DEAD_LETTER, context=trace.parent, attributes=attributes
             ).end()
 
-    @_guarded
     def committed(
         self,
         offsets: Mapping[Any, int],
@@ -173,18 +218,18 @@ class PodTelemetry:
             if rejected:
                 self.forget(tp.topic, tp.partition)
 
-    @_guarded
     def forget(self, topic: str, partition: int) -> None:
         """Drop what is pending commit on a partition this pod no longer owns."""
         self._pending.pop((topic, partition), None)
 
-    # -- executor: ExecutionObserver and lease observers ------------------------------
+    # -- executor and lease events -----------------------------------------------------
 
-    def lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
-        """Return the lease observer of a new execution (its acquire span starts now)."""
-        trace = self._trace_for(trigger)
+    def _acquiring(self, attempt: Attempt) -> None:
+        """Start the lease spans of a new execution (its acquire span starts now)."""
+        trace = self._trace_for(attempt.trigger)
         if trace.job_key is None:
-            trace.job_key = job_key
+            trace.job_key = attempt.job_key
+        execution_id = attempt.execution_id
         self._received_span(trace, execution_id)
         if not trace.acquiring:  # the first try: the ``lease acquire`` span starts now
             trace.acquiring = True
@@ -192,12 +237,13 @@ class PodTelemetry:
             if trace.recording:
                 trace.acquire_began = now()
                 trace.acquire_started_ns = time.time_ns()
-        return LeaseSpans(self._tracer, self._metrics, trace, execution_id)
+        self._leases[execution_id] = LeaseSpans(self._tracer, self._metrics, trace, execution_id)
 
-    @_guarded
     def on_event(self, event: ExecutionEvent) -> None:
         """Record one execution event (started, finished, retry, or a newer kind)."""
         trace = self._trace_for(event.trigger)
+        if event.event == "finished":
+            self._leases.pop(event.execution_id, None)
         if event.event == "started":
             self._started(trace, event)
         elif event.event == "finished":
@@ -205,7 +251,7 @@ class PodTelemetry:
         elif event.event == "retry":
             retry_in: Attributes = {n.RETRY_IN_MS: ms(event.retry_in or 0.0)}
             if trace.acquiring:
-                _note_acquire_event(trace, "retry", retry_in)
+                note_acquire_event(trace, "retry", retry_in)
             elif trace.span is not None:
                 trace.span.add_event("retry", retry_in)
         else:
@@ -236,7 +282,7 @@ class PodTelemetry:
             if trace.acquiring:
                 trace.busy += outcome == "busy"
                 attributes: Attributes = {n.EXECUTION_ID: event.execution_id, n.OUTCOME: outcome}
-                _note_acquire_event(trace, outcome, attributes)
+                note_acquire_event(trace, outcome, attributes)
         else:
             self._metrics.in_flight.add(-1)
             self._count_key(job_key, -1)
@@ -281,7 +327,7 @@ class PodTelemetry:
                 topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
-                key=_key_text(record.key),
+                key=key_text(record.key),
                 group=self._group,
                 pod=self._pod,
                 parent=parent,
@@ -340,7 +386,7 @@ class PodTelemetry:
                 identity[n.OUTCOME] = trace.outcome or "cancelled"
                 trace.span.set_attributes(identity)
                 if trace.outcome in ERROR_OUTCOMES and trace.outcome != "lost":
-                    trace.span.set_status(_error(trace.outcome or ""))
+                    trace.span.set_status(error_status(trace.outcome or ""))
             trace.span.end()
             if trace.terminal:
                 self._remember(trace)
@@ -373,7 +419,7 @@ class PodTelemetry:
             start_time=wall_ns(began),
         )
         if error is not None:
-            span.set_status(_error(type(error).__name__))
+            span.set_status(error_status(type(error).__name__))
         span.end(end)
 
     def _run_span(self, trace: TriggerTrace, outcome: str, error: BaseException | None) -> None:
@@ -393,7 +439,7 @@ class PodTelemetry:
         )
         trace.run_started_ns = None
         if outcome in ERROR_OUTCOMES:
-            span.set_status(_error(outcome))
+            span.set_status(error_status(outcome))
         span.end()
 
     def _trace_for(self, trigger: Trigger) -> TriggerTrace:
@@ -428,37 +474,3 @@ class PodTelemetry:
             self._per_key.pop(job_key, None)
         else:
             self._per_key[job_key] = (running, moment)
-
-
-def _note_acquire_event(trace: TriggerTrace, name: str, attributes: Attributes) -> None:
-    """Keep an event for the ``lease acquire`` span: the first ones, if the trace records.
-
-    A trigger may wait for its lease for hours (a busy key, Redis down): its
-    tries are counted (``busy``), but only the first
-    :data:`MAX_ACQUIRE_EVENTS` become span events, so the wait costs no memory.
-    """
-    if trace.recording and len(trace.acquire_events) < MAX_ACQUIRE_EVENTS:
-        trace.acquire_events.append((name, attributes, time.time_ns()))
-
-
-def _error(description: str) -> Status:
-    """Return the ERROR status with ``description`` (the common ones are made once)."""
-    status = _ERRORS.get(description)
-    if status is None:
-        status = Status(StatusCode.ERROR, description)
-        if len(_ERRORS) < 64:
-            _ERRORS[description] = status
-    return status
-
-
-_ERRORS: dict[str, Status] = {}
-
-
-def _key_text(key: bytes | None) -> str | None:
-    """Return the record key as text; ``None`` when absent or not UTF-8 (semconv)."""
-    if key is None:
-        return None
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return None

@@ -18,6 +18,7 @@ from typing import Any, final
 import anyio
 
 from .._errors import ConfigError
+from ._collector import check_collector
 from ._telemetry import Telemetry
 
 logger = logging.getLogger("leaseworker.telemetry")
@@ -98,10 +99,15 @@ def configure(
     otlp_endpoint: str | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",  # Prometheus scrapes the pod from outside
+    check_collector: bool = False,
 ) -> ConfiguredTelemetry:
     """Build the telemetry of one process from the OTEL_* variables and the flags.
 
-    An endpoint that is not an ``http(s)://`` URL raises :class:`ConfigError`.
+    An endpoint that is not an ``http(s)://`` URL raises :class:`ConfigError`;
+    with ``check_collector`` (the CLI's commands) so does a collector that
+    refuses the spans at start (401/403, a certificate that does not verify:
+    see ``_collector``). HTTPS uses the SDK's own TLS variables
+    (``OTEL_EXPORTER_OTLP_CERTIFICATE``, ``..._CLIENT_CERTIFICATE``/``_KEY``).
     OTLP metrics are off unless configured for themselves (see ``_otlp_metrics``);
     ``metrics_port`` serves Prometheus on ``metrics_host``.
     """
@@ -123,7 +129,9 @@ def configure(
     configured = ConfiguredTelemetry(Telemetry())
     resource = _resource(pod)
     if traces:
-        configured.tracer_provider = _tracer_provider(resource, flag, _traces_protocol())
+        configured.tracer_provider = _tracer_provider(
+            resource, flag, _traces_protocol(), check=check_collector
+        )
         configured.exporting.append("traces")
     readers: list[Any] = []
     if otlp_metrics:
@@ -202,10 +210,13 @@ def _traces_protocol() -> str:
     return protocol
 
 
-def _tracer_provider(resource: Any, endpoint: str, protocol: str = "http/json") -> Any:
+def _tracer_provider(
+    resource: Any, endpoint: str, protocol: str = "http/json", *, check: bool = False
+) -> Any:
     """Return leaseworker's lean provider, configured as the SDK's would be (see ``_lean``).
 
     ``endpoint``: the ``--otlp-endpoint`` flag; empty, the exporter reads OTEL_*.
+    ``check``: ask the collector first (``_collector``; ConfigError if it refuses).
     """
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -216,6 +227,12 @@ def _tracer_provider(resource: Any, endpoint: str, protocol: str = "http/json") 
     sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider = LeanTracerProvider(resource, sdk.sampler, id_generator=sdk.id_generator)
     exporter = _span_exporter(f"{endpoint}/v1/traces" if endpoint else None, protocol)
+    if check:
+        try:
+            check_collector(exporter)
+        except ConfigError:
+            exporter.shutdown()
+            raise
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 

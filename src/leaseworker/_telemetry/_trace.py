@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .._lease import now as monotonic_now
@@ -52,6 +53,7 @@ class TriggerTrace:
     outcome: str | None = None
     terminal: bool = False
     common: Attributes = field(default_factory=dict)  # filled once, see attributes()
+    tokens: tuple[Any, Any] | None = None  # while processing: what to reset at its end
 
     def attributes(
         self, *, execution_id: str | None = None, fence: int | None = None
@@ -117,3 +119,41 @@ def wall_ns(at: float | None = None) -> int:
 def ms(seconds: float) -> float:
     """Seconds to milliseconds, rounded to 0.1 ms for readable attributes."""
     return round(seconds * 1000, 1)
+
+
+MAX_ACQUIRE_EVENTS = 64
+"""Events (busy, retry, lost tries) kept for one ``lease acquire`` span; later ones are counted."""
+
+
+def note_acquire_event(trace: TriggerTrace, name: str, attributes: Attributes) -> None:
+    """Keep an event for the ``lease acquire`` span: the first ones, if the trace records.
+
+    A trigger may wait for its lease for hours (a busy key, Redis down): its
+    tries are counted (``busy``), but only the first
+    :data:`MAX_ACQUIRE_EVENTS` become span events, so the wait costs no memory.
+    """
+    if trace.recording and len(trace.acquire_events) < MAX_ACQUIRE_EVENTS:
+        trace.acquire_events.append((name, attributes, time.time_ns()))
+
+
+def error_status(description: str) -> Status:
+    """Return the ERROR status with ``description`` (the common ones are made once)."""
+    status = _STATUSES.get(description)
+    if status is None:
+        status = Status(StatusCode.ERROR, description)
+        if len(_STATUSES) < 64:
+            _STATUSES[description] = status
+    return status
+
+
+_STATUSES: dict[str, Status] = {}
+
+
+def key_text(key: bytes | None) -> str | None:
+    """Return the record key as text; ``None`` when absent or not UTF-8 (semconv)."""
+    if key is None:
+        return None
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return None

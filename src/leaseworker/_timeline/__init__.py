@@ -5,8 +5,9 @@
 (``render_text``), ``_html`` as a self-contained page (``render_html``). Every
 history, from Jaeger traces or from a fault campaign's recorders, is drawn by
 this one component. ``_spans`` turns leaseworker's spans into a history,
-``_jaeger`` finds a job key's spans through Jaeger's query API, reading its
-answers with ``_jaeger_json`` (which the tests' ``LocalJaeger`` reads with too).
+``_jaeger`` is leaseworker's one Jaeger reader (a job key's spans for the
+timeline, a service's for ``LocalJaeger`` and the tests; one error type),
+reading its answers with ``_jaeger_json``.
 """
 
 from ._html import render_html as render_html

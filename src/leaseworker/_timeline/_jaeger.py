@@ -5,7 +5,11 @@ included), so ``tags={"leaseworker.job.key": KEY}`` returns exactly the traces
 of that key. Its OTLP-shaped ``GET /api/v3/traces`` takes no attribute filter
 over HTTP (Jaeger 2.x: "most curiously not supported by grpc-gateway"), so it
 is used only where the classic route is missing, and the traces of the
-service are filtered here. Both answers become :class:`~._spans.Span` s.
+service are filtered here. Both answers become :class:`~._spans.Span` s for
+the timeline (:meth:`JaegerQuery.job_key`), or stay :class:`JaegerSpan` s for
+the dev services' and tests' look at everything a service sent
+(:meth:`JaegerQuery.service_spans`). This is leaseworker's one Jaeger reader;
+every failure is a :class:`JaegerError`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ from typing import Any, Literal, final
 
 from .._history import Scalar
 from .._telemetry import _names as n
-from ._jaeger_json import JaegerSpan, spans_from_otlp, spans_from_v1, v3_found_nothing
+from ._jaeger_json import (
+    JaegerSpan,
+    spans_from_otlp,
+    spans_from_v1,
+    v3_found_nothing,
+    without_v1_tags,
+)
 from ._spans import Span
 
 Api = Literal["auto", "v1", "v3"]
@@ -28,6 +38,10 @@ Api = Literal["auto", "v1", "v3"]
 
 DEFAULT_LIMIT = 500
 """How many traces one search returns at most (one trace per trigger)."""
+
+
+V1 = "/api/traces"
+V3 = "/api/v3/traces"
 
 
 class JaegerError(Exception):
@@ -39,6 +53,16 @@ class Found:
     """What a search found: the spans, which API answered, and whether ``limit`` cut it."""
 
     spans: list[Span]
+    api: str
+    traces: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One search's spans as Jaeger gave them, and which API answered."""
+
+    spans: list[JaegerSpan]
     api: str
     traces: int
     truncated: bool
@@ -68,30 +92,70 @@ class JaegerQuery:
 
     def job_key(self, job_key: str, *, since: float, limit: int = DEFAULT_LIMIT) -> Found:
         """Return the spans of every trace of ``job_key`` that started in the last ``since`` s."""
+        answer = self._search(since, limit, tags={n.JOB_KEY: job_key})
+        if answer.api == V1:
+            spans = [_span(raw, error=_v1_error(raw)) for raw in answer.spans]
+            return Found(spans, V1, answer.traces, answer.truncated)
+        keyed = {s.trace_id for s in answer.spans if s.attributes.get(n.JOB_KEY) == job_key}
+        spans = [_span(raw, error=raw.status == "error") for raw in answer.spans]
+        found = [s for s in spans if s.trace_id in keyed]
+        return Found(found, V3, len(keyed), answer.truncated)
+
+    def service_spans(self, *, since: float, limit: int = 100) -> list[JaegerSpan]:
+        """Return every span of the service's traces of the last ``since`` s, by start time.
+
+        A trace found contributes all its spans, those of other services too;
+        nothing found is an empty list. v3 answers first here (where it is
+        missing, the classic API, whose spans lose the tags its OTLP
+        translation added, so both give the same spans).
+        """
+        answer = self._search(since, limit, tags=None)
+        spans = [without_v1_tags(s) for s in answer.spans] if answer.api == V1 else answer.spans
+        return sorted(spans, key=lambda s: (s.start_time_unix_nano, s.span_id))
+
+    def _search(self, since: float, limit: int, *, tags: dict[str, str] | None) -> _Answer:
+        """Ask one API, falling back to the other where its route is missing (HTTP 404).
+
+        A tag search asks the classic API first (v3 cannot filter by attribute);
+        a whole-service search asks v3 first (nanosecond times, no added tags).
+        """
         end = datetime.now(UTC).timestamp() + 60  # spans stamped a little ahead still count
         start = end - 60 - since
-        if self._api == "v3":
-            return self._v3(job_key, start, end, limit)
-        status, body = self._get(
-            "/api/traces",
-            {
-                "service": self._service,
-                "tags": json.dumps({n.JOB_KEY: job_key}),
-                "start": str(int(start * 1_000_000)),
-                "end": str(int(end * 1_000_000)),
-                "limit": str(limit),
-            },
-        )
+        order = {"v1": (V1,), "v3": (V3,), "auto": (V1, V3) if tags else (V3, V1)}[self._api]
+        missing = []
+        for api in order:
+            if api == V1:
+                answer, problem = self._v1(start, end, limit, tags)
+            else:
+                answer, problem = self._v3(start, end, limit)
+            if answer is not None:
+                return answer
+            missing.append(problem)
+        raise JaegerError("; ".join(missing))
+
+    def _v1(
+        self, start: float, end: float, limit: int, tags: dict[str, str] | None
+    ) -> tuple[_Answer | None, str]:
+        query = {
+            "service": self._service,
+            "start": str(int(start * 1_000_000)),
+            "end": str(int(end * 1_000_000)),
+            "limit": str(limit),
+        }
+        if tags:
+            query["tags"] = json.dumps(tags)
+        status, body = self._get(V1, query)
         if status == 200:
             traces = _json(body).get("data") or []
-            return Found(_from_v1(traces), "/api/traces", len(traces), len(traces) >= limit)
-        if status != 404 or self._api == "v1":
-            raise JaegerError(f"Jaeger /api/traces answered HTTP {status}: {_excerpt(body)}")
-        return self._v3(job_key, start, end, limit)
+            return _Answer(spans_from_v1(traces), V1, len(traces), len(traces) >= limit), ""
+        problem = f"Jaeger {V1} answered HTTP {status}: {_excerpt(body)}"
+        if status != 404:
+            raise JaegerError(problem)
+        return None, problem
 
-    def _v3(self, job_key: str, start: float, end: float, limit: int) -> Found:
+    def _v3(self, start: float, end: float, limit: int) -> tuple[_Answer | None, str]:
         status, body = self._get(
-            "/api/v3/traces",
+            V3,
             {
                 "query.service_name": self._service,
                 "query.start_time_min": _rfc3339(start),
@@ -100,14 +164,15 @@ class JaegerQuery:
             },
         )
         if status == 404 and v3_found_nothing(body):
-            return Found([], "/api/v3/traces", 0, truncated=False)
+            return _Answer([], V3, 0, truncated=False), ""
+        problem = f"Jaeger {V3} answered HTTP {status}: {_excerpt(body)}"
+        if status == 404:
+            return None, problem
         if status != 200:
-            raise JaegerError(f"Jaeger /api/v3/traces answered HTTP {status}: {_excerpt(body)}")
-        spans = _from_otlp(_json(body).get("result") or {})
-        keyed = {s.trace_id for s in spans if s.attributes.get(n.JOB_KEY) == job_key}
-        traces = {s.trace_id for s in spans}
-        found = [s for s in spans if s.trace_id in keyed]
-        return Found(found, "/api/v3/traces", len(keyed), len(traces) >= limit)
+            raise JaegerError(problem)
+        spans = spans_from_otlp(_json(body).get("result") or {})
+        traces = len({s.trace_id for s in spans})
+        return _Answer(spans, V3, traces, traces >= limit), ""
 
     def _get(self, path: str, query: dict[str, str]) -> tuple[int, bytes]:
         url = f"{self._url}{path}?{urllib.parse.urlencode(query)}"
@@ -142,11 +207,12 @@ def spans_from_document(document: Any) -> list[Span]:
 
 
 def _from_v1(traces: list[dict[str, Any]]) -> list[Span]:
-    """Read a classic answer: a span is an error by its status or by its ``error`` tag."""
-    return [
-        _span(raw, error=raw.status == "error" or bool(raw.attributes.get("error")))
-        for raw in spans_from_v1(traces)
-    ]
+    return [_span(raw, error=_v1_error(raw)) for raw in spans_from_v1(traces)]
+
+
+def _v1_error(raw: JaegerSpan) -> bool:
+    """Tell whether a classic answer's span is an error: by its status or its ``error`` tag."""
+    return raw.status == "error" or bool(raw.attributes.get("error"))
 
 
 def _from_otlp(traces_data: dict[str, Any]) -> list[Span]:

@@ -3,16 +3,15 @@
 The classic ``/api/traces`` answers in Jaeger's own model (``data``: traces of
 spans with typed tags, microsecond times, processes); the OTLP-shaped
 ``/api/v3/traces`` answers an OTLP/JSON ``TracesData`` (``resourceSpans``).
-Both become :class:`JaegerSpan` s here, once, for the timeline
-(:mod:`._jaeger`) and for the tests' ``LocalJaeger``; each then keeps what it
-needs. Times stay integer Unix nanoseconds, so nothing is lost to floats.
+Both become :class:`JaegerSpan` s here, once, for the one reader
+(:mod:`._jaeger`). Times stay integer Unix nanoseconds, so nothing is lost to floats.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 SpanStatus = Literal["unset", "ok", "error"]
@@ -87,6 +86,18 @@ def spans_from_v1(traces: Iterable[dict[str, Any]]) -> list[JaegerSpan]:
                 )
             )
     return spans
+
+
+def without_v1_tags(span: JaegerSpan) -> JaegerSpan:
+    """Return a classic answer's ``span`` without the tags its OTLP translation added.
+
+    The translation also marks error spans with ``error=true``; a real attribute
+    of that name and value is indistinguishable from it and dropped too.
+    """
+    tags = {k: v for k, v in span.attributes.items() if k not in V1_SYNTHETIC_TAGS}
+    if span.status == "error" and tags.get("error") is True:
+        del tags["error"]
+    return replace(span, attributes=tags)
 
 
 def spans_from_otlp(traces_data: dict[str, Any]) -> list[JaegerSpan]:

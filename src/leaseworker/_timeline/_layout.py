@@ -66,7 +66,7 @@ class Layout:
             lanes=_lanes(history.executions, until),
             origin=origin,
             until=until,
-            overlaps=_overlaps(history.executions, until),
+            overlaps=_overlaps(history, until),
         )
 
     @property
@@ -230,16 +230,12 @@ def _lanes(executions: tuple[Execution, ...], until: float) -> tuple[Lane, ...]:
     )
 
 
-def _overlaps(executions: tuple[Execution, ...], until: float) -> tuple[Overlap, ...]:
+def _overlaps(history: History, until: float) -> tuple[Overlap, ...]:
     found: list[Overlap] = []
-    ordered = sorted(executions, key=lambda e: (e.start, e.execution_id))
-    for i, first in enumerate(ordered):
-        for second in ordered[i + 1 :]:
-            if second.job_key != first.job_key or not first.overlaps(second, until=until):
-                continue
-            first_end = first.end if first.end is not None else until
-            second_end = second.end if second.end is not None else until
-            found.append(Overlap(first, second, second.start, min(first_end, second_end)))
+    for first, second in history.overlapping(until=until):
+        first_end = first.end if first.end is not None else until
+        second_end = second.end if second.end is not None else until
+        found.append(Overlap(first, second, second.start, min(first_end, second_end)))
     return tuple(found)
 
 

@@ -14,13 +14,17 @@ import dataclasses
 import math
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import KafkaSecurity
 from .._lease import parse_redis_url
+from .._secrets import SecretFile
 from .._store import DEFAULT_URL, parse_store_url, redact
+
+_DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,13 +56,22 @@ class WorkerConfig:
     bootstrap_servers: str = "127.0.0.1:9092"
     """Kafka bootstrap servers, ``host:port[,...]``."""
 
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    redis_url: str = field(default=_DEFAULT_REDIS_URL, repr=False)
     """The lease Redis, any topology (see :func:`~leaseworker.redis_from_url`).
 
     ``redis://``, ``rediss://`` (TLS), ``unix://``,
     ``redis+sentinel://host:port[,host:port...]/<service>[/db]`` or
     ``redis+cluster://host:port[,host:port...]`` (``rediss+...`` for TLS). It
     carries Redis AUTH (``rediss://user:pw@host``), so it is left out of the repr.
+    """
+
+    redis_url_file: Path | None = None
+    """A file holding :attr:`redis_url` (a mounted Secret), read again on every reconnect.
+
+    Read at construction unless ``redis_url`` is given too (the CLI passes the
+    URL it read, with ``--redis-ca-file``, ``-cert-file`` and ``-key-file``
+    added). The topology, hosts and TLS options are the first URL's; a new
+    user or password in the file is used by the next connection made.
     """
 
     group: str = "leaseworker"
@@ -129,6 +142,12 @@ class WorkerConfig:
     It may hold a password, so it is left out of the repr.
     """
 
+    store_url_file: Path | None = None
+    """A file holding :attr:`store_url`, read again whenever the store opens a connection.
+
+    Read at construction unless ``store_url`` is given too.
+    """
+
     store_timeout: float = 5.0
     """The bound of every completion store call."""
 
@@ -181,6 +200,10 @@ class WorkerConfig:
     """
 
     def __post_init__(self) -> None:
+        for name, default in (("redis_url", _DEFAULT_REDIS_URL), ("store_url", DEFAULT_URL)):
+            source = getattr(self, f"{name}_file")
+            if source is not None and getattr(self, name) == default:  # the URL from the file
+                object.__setattr__(self, name, SecretFile(Path(source), f"{name}_file").read())
         _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers must not be empty")
         parse_redis_url(self.redis_url)  # ConfigError for a malformed URL, before any I/O
         _require(
@@ -353,6 +376,7 @@ class LeaseSettings:
     """
 
     redis_url: str = field(repr=False)
+    redis_url_file: Path | None
     namespace: str
     redis_timeout: float
     lease_pipelining: bool
@@ -368,6 +392,7 @@ class StoreSettings:
     """
 
     store_url: str = field(repr=False)
+    store_url_file: Path | None
     store_timeout: float
 
 

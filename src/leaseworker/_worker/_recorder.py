@@ -1,7 +1,7 @@
 """The execution recorder: every execution's start and stop, appended to a history file.
 
 ``leaseworker run --record-history FILE`` adds a :class:`HistoryRecorder`
-beside the logging observer. It writes a :mod:`leaseworker._history` record
+hook beside the logging one. It writes a :mod:`leaseworker._history` record
 file on the event loop's monotonic clock (``time.monotonic()``, which every
 process on one Linux machine shares, so the files of several pods merge into
 one history): a line when an execution acquired its lease, and the full
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import final
 
-from .._execution import ExecutionEvent, Trigger
+from .._events import Event, ExecutionEvent, LeaseEvent, Trigger
 from .._history import Execution, Scalar, Step, header_line, record_line
-from .._lease import LeaseEvent, LeaseObserver, now
+from .._lease import now
 
 logger = logging.getLogger("leaseworker.worker")
 
@@ -38,17 +38,15 @@ class _Draft:
     loss: str | None = None
     completion: str | None = None
     steps: list[Step] = field(default_factory=list)
-    input_version: str | None = None
-    version_read: bool = False
 
 
 @final
 class HistoryRecorder:
-    """Append every execution of this pod to ``path`` (an execution and a lease observer).
+    """Append every execution of this pod to ``path`` (a hook of execution and lease events).
 
     ::
 
-        recorder = HistoryRecorder(Path("history-pod-1.jsonl"), input_version=job.input_version)
+        recorder = HistoryRecorder(Path("history-pod-1.jsonl"))
         worker = Worker(job, config, recorder=recorder)
 
     An execution's ``start`` is when its acquire was answered; its ``end`` is
@@ -59,11 +57,16 @@ class HistoryRecorder:
     ``completion`` (``status``), ``released``. Writing never raises into the
     worker: a failed write is logged once and recording stops. Each line is
     appended with its own open and close (two per execution), so the file
-    needs no closing and a killed pod loses nothing.
+    needs no closing and a killed pod loses nothing. The input version is
+    the attempt's (``input_version``, the job's method, is no longer asked:
+    accepted for callers that pass it).
     """
 
-    def __init__(self, path: Path, *, input_version: Callable[[Trigger], str]) -> None:
-        self._input_version = input_version
+    accepts = (ExecutionEvent, LeaseEvent)
+
+    def __init__(
+        self, path: Path, *, input_version: Callable[[Trigger], str] | None = None
+    ) -> None:
         self._drafts: dict[str, _Draft] = {}
         self._path: Path | None = path
         with path.open("a", encoding="utf-8") as file:  # raises OSError now, not mid-run
@@ -73,6 +76,13 @@ class HistoryRecorder:
     def close(self) -> None:
         """Stop recording (executions still running stay open-ended in the file)."""
         self._path = None
+
+    def __call__(self, event: Event) -> None:
+        """Note a lease event into its execution's draft; record an execution event."""
+        if isinstance(event, ExecutionEvent):
+            self.on_event(event)
+        elif isinstance(event, LeaseEvent) and event.attempt is not None:
+            self._lease_event(event.attempt.execution_id, event)
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Record an execution's start line, its completion answer and its end."""
@@ -98,10 +108,6 @@ class HistoryRecorder:
             del self._drafts[event.execution_id]
             self._write(record_line(self._execution(event, draft, ended=True)))
 
-    def lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
-        """Return the lease observer of one execution (the ``LeaseObservers`` factory)."""
-        return _LeaseNotes(self._drafts, execution_id)
-
     def _execution(self, event: ExecutionEvent, draft: _Draft, *, ended: bool) -> Execution:
         trigger = event.trigger
         end = None
@@ -114,7 +120,7 @@ class HistoryRecorder:
             start=draft.start,
             end=end,
             fence=draft.fence,
-            input_version=self._version(draft, trigger),
+            input_version=event.attempt.input_version,
             outcome=event.outcome if ended else None,
             reason=(event.reason or draft.loss) if ended else None,
             completion=draft.completion,
@@ -124,44 +130,15 @@ class HistoryRecorder:
             steps=tuple(sorted(draft.steps, key=lambda step: step.at)),
         )
 
-    def _version(self, draft: _Draft, trigger: Trigger) -> str | None:
-        """Return the trigger's input version, asked of the job once per execution."""
-        if not draft.version_read:
-            draft.version_read = True
-            try:
-                draft.input_version = self._input_version(trigger)
-            except Exception:  # the executor failed the trigger on it already
-                draft.input_version = None
-        return draft.input_version
-
-    def _write(self, line: str) -> None:
-        """Append one line; the file is opened per line, so nothing is left to close."""
-        if self._path is None:
-            return
-        try:
-            with self._path.open("a", encoding="utf-8") as file:
-                file.write(line)  # closed: in the kernel, a killed pod loses none of it
-        except OSError as exc:
-            logger.warning("history recorder stopped: %s", exc, extra={"event": "recorder_failed"})
-            self._path = None
-
-
-@final
-class _LeaseNotes:
-    """One execution's lease events, noted into its draft."""
-
-    def __init__(self, drafts: dict[str, _Draft], execution_id: str) -> None:
-        self._drafts = drafts
-        self._execution_id = execution_id
-
-    def on_lease_event(self, event: LeaseEvent) -> None:
+    def _lease_event(self, execution_id: str, event: LeaseEvent) -> None:
+        """Note one lease event of an execution into its draft (made at ``acquired``)."""
         if event.name == "acquired":
             acquired = Step(at=event.at, name="acquired", attrs={"fence": event.fence})
-            self._drafts[self._execution_id] = _Draft(
+            self._drafts[execution_id] = _Draft(
                 start=event.at, fence=event.fence, expires_at=event.expires_at, steps=[acquired]
             )
             return
-        draft = self._drafts.get(self._execution_id)
+        draft = self._drafts.get(execution_id)
         if draft is None:
             return
         if event.name == "renewed":
@@ -181,3 +158,14 @@ class _LeaseNotes:
             if draft.expires_at is not None:
                 attrs["margin_ms"] = round((draft.expires_at - released) * 1000, 3)
             draft.steps.append(Step(at=released, name=event.name, attrs=attrs))
+
+    def _write(self, line: str) -> None:
+        """Append one line; the file is opened per line, so nothing is left to close."""
+        if self._path is None:
+            return
+        try:
+            with self._path.open("a", encoding="utf-8") as file:
+                file.write(line)  # closed: in the kernel, a killed pod loses none of it
+        except OSError as exc:
+            logger.warning("history recorder stopped: %s", exc, extra={"event": "recorder_failed"})
+            self._path = None

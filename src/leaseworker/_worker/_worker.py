@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterable
 from typing import final
 
 import anyio
@@ -24,18 +24,25 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
 
 from .._errors import ConfigError, StoreUnavailable
+from .._events import Hook
 from .._execution import (
     Ending,
     ExecutionObserver,
     Executor,
-    LeaseObservers,
     LoggingObserver,
-    MultiObserver,
+    ObserverHook,
     ReportJob,
     Trigger,
 )
 from .._kafka import KafkaTriggerSource, SourceStats
-from .._lease import LeaseEvent, LeaseObserver, LeaseStore, RedisLeases, redis_from_url
+from .._lease import (
+    LeaseStore,
+    RedisLeases,
+    check_redis,
+    parse_redis_url,
+    redis_from_url,
+    redis_refusal,
+)
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
@@ -57,10 +64,13 @@ class Worker:
         await serve(worker)          # or: await worker.run(), and worker.stop() to end
 
     ``leases`` replaces the Redis lease store built from ``config.redis_url``
-    (tests pass one routed through a chaos proxy); ``observer`` receives every
-    execution lifecycle event (default: :class:`LoggingObserver`);
-    ``telemetry`` turns every lifecycle step into OpenTelemetry spans and
-    metrics on its injected providers (default: none). ``store`` replaces the
+    (tests pass one routed through a chaos proxy); ``hooks`` receive every
+    lifecycle event (execution, lease and Kafka source; see
+    :class:`~leaseworker.Hook`), after the logging hook
+    (:class:`LoggingObserver`, or ``observer`` in its place: deprecated, an
+    object with ``on_event``, or a hook); ``telemetry`` turns every lifecycle
+    step into OpenTelemetry spans and metrics on its injected providers
+    (default: none), as one more hook. ``store`` replaces the
     completion store the worker opens from ``config.store_url`` for the
     duration of :meth:`run` (the caller then owns it). The job's lease settings
     are checked here (:class:`~leaseworker.ConfigError`). ``recorder``
@@ -73,10 +83,11 @@ class Worker:
         config: WorkerConfig,
         *,
         leases: LeaseStore | None = None,
-        observer: ExecutionObserver | None = None,
+        observer: ExecutionObserver | Hook | None = None,
         telemetry: Telemetry | None = None,
         store: CompletionStore | None = None,
         recorder: HistoryRecorder | None = None,
+        hooks: Iterable[Hook] = (),
     ) -> None:
         self._job = job
         self._config = config
@@ -84,7 +95,11 @@ class Worker:
         self._redis: Redis | RedisCluster | None = None
         self._own_leases: RedisLeases | None = None  # built here from the URL: closed here
         if leases is None:
-            self._redis = redis_from_url(config.redis_url, connect_timeout=config.redis_timeout)
+            self._redis = redis_from_url(
+                config.redis_url,
+                connect_timeout=config.redis_timeout,
+                url_file=config.redis_url_file,
+            )
             leases = self._own_leases = RedisLeases(
                 self._redis,
                 namespace=config.namespace,
@@ -96,19 +111,16 @@ class Worker:
         self._leases = leases
         telemetry = telemetry or Telemetry()
         pod = telemetry.instrument(pod=config.pod, group=config.group)
-        observer = observer or LoggingObserver(log_job_errors=config.log_job_errors)
-        if telemetry.enabled:
-            self._observer: ExecutionObserver = MultiObserver([observer, pod])
-            self._lease_observers: LeaseObservers | None = pod.lease_observer
-        else:  # no providers: spare every trigger the no-op spans and their bookkeeping
-            self._observer = observer
-            self._lease_observers = None
+        logging_hook = _as_hook(observer or LoggingObserver(log_job_errors=config.log_job_errors))
+        self._hooks: tuple[Hook, ...] = (logging_hook, *hooks)
+        self._pod = pod if telemetry.enabled else None  # none: spare every trigger its spans
+        if self._pod is not None:
+            self._hooks = (*self._hooks, self._pod)
         if recorder is not None:
-            self._observer = MultiObserver([self._observer, recorder])
-            self._lease_observers = _both(self._lease_observers, recorder.lease_observer)
+            self._hooks = (*self._hooks, recorder)
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
-            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=pod
+            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=self._hooks
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
@@ -116,10 +128,6 @@ class Worker:
     def stats(self) -> SourceStats:
         """The Kafka source's counters (assignments, commits, pauses, in-flight...)."""
         return self._source.stats
-
-    async def wait_until(self, predicate: Callable[[], bool], *, timeout: float) -> None:  # noqa: ASYNC109 - a bound is required: a test's wait must not hang
-        """Return once ``predicate()`` holds (re-checked as the source moves); see the source's."""
-        await self._source.wait_until(predicate, timeout=timeout)
 
     def stop(self) -> None:
         """Stop fetching; ``run()`` returns once in-flight work ended (bounded).
@@ -193,8 +201,8 @@ class Worker:
             self._job,
             self._leases,
             pod=self._config.pod,
-            observer=self._observer,
-            lease_observers=self._lease_observers,
+            hooks=self._hooks,
+            lease_note=None if self._pod is None else self._pod.lease_note,
             store=store,
             store_namespace=self._config.namespace,
             loss_budget=self._config.loss_budget,
@@ -212,7 +220,11 @@ class Worker:
         async with contextlib.AsyncExitStack() as stack:
             while True:
                 try:
-                    opening = open_store(config.store_url, call_timeout=config.store_timeout)
+                    opening = open_store(
+                        config.store_url,
+                        call_timeout=config.store_timeout,
+                        url_file=config.store_url_file,
+                    )
                     store = await stack.enter_async_context(opening)
                 except StoreUnavailable as exc:
                     log = functools.partial(_store_unavailable, config, exc, self._source)
@@ -264,10 +276,24 @@ class Worker:
                     f"Redis URL ({type(exc).__name__})"
                 ) from None
             except (RedisError, OSError, TimeoutError) as exc:
+                refused = redis_refusal(exc)  # a TLS refusal does not heal by waiting either
+                if refused is not None:
+                    raise ConfigError(
+                        f"Redis at {self._config.redacted_redis()} refused the connection: "
+                        f"{refused}"
+                    ) from None
                 log = functools.partial(_redis_unavailable, self._config, exc, self._source)
                 if not await retries.wait(log):
                     return False
                 continue
+            if self._own_leases is not None:  # the URL's topology and the ACL, tried once
+                await check_redis(
+                    self._redis,
+                    self._own_leases,
+                    target=parse_redis_url(self._config.redis_url),
+                    where=self._config.redacted_redis(),
+                    bound=self._config.redis_timeout,
+                )
             self._source.waiting_for(None)
             if retries.count:
                 logger.info(
@@ -306,29 +332,11 @@ class Worker:
             )
 
 
-def _both(first: LeaseObservers | None, second: LeaseObservers) -> LeaseObservers:
-    """One lease-observer factory of two (telemetry's, if any, and the recorder's)."""
-    if first is None:
-        return second
-
-    def make(trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
-        return _LeaseFanOut(
-            first(trigger, job_key, execution_id), second(trigger, job_key, execution_id)
-        )
-
-    return make
-
-
-@final
-class _LeaseFanOut:
-    """Pass each lease event to two observers in order."""
-
-    def __init__(self, first: LeaseObserver, second: LeaseObserver) -> None:
-        self._observers = (first, second)
-
-    def on_lease_event(self, event: LeaseEvent) -> None:
-        for observer in self._observers:
-            observer.on_lease_event(event)
+def _as_hook(observer: ExecutionObserver | Hook) -> Hook:
+    """Return ``observer`` as a hook: a deprecated ``on_event`` observer is adapted."""
+    if isinstance(observer, LoggingObserver) or not hasattr(observer, "on_event"):
+        return observer
+    return ObserverHook(observer)  # type: ignore[arg-type]
 
 
 def _store_unavailable(

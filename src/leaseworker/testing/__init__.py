@@ -1,19 +1,20 @@
 """Test helpers shipped with leaseworker, for its own tests and for yours (docs/testing.md).
 
 ``_environment`` ``JobEnvironment``, which runs a job on one trigger through
-the pod's executor in memory; ``_run`` one such run (its observers, probe and
-faults); ``_result`` ``JobResult``, how a trigger ended; ``_faults`` the
-faults it injects on demand; ``_store`` the completion store with outages;
-``_effects`` the statements and messages a run committed;
-``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's rules
-(the lease conformance suite runs on both); ``_clock`` ``VirtualTimeLoop``,
-asyncio on virtual time; ``_triggers`` triggers built by the pod's decoder;
-``_chaos`` ``ChaosProxy``, which sits between a client and a real server and
-can black-hole, delay or cut the traffic. The pytest plugin (fixtures for
-real services) is ``leaseworker.testing.pytest_plugin``.
+the pod's executor in memory; ``_run`` one such run (its hook and faults);
+``_result`` ``JobResult``, how a trigger ended; ``_faults`` the faults it
+injects on demand; ``_store`` ``FaultyStore``, a completion store with
+outages; ``_effects`` the statements and messages a run committed;
+``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's
+rules (the lease conformance suite runs on both); ``_clock``
+``VirtualTimeLoop``, asyncio on virtual time; ``_triggers`` triggers built by
+the pod's decoder; ``ChaosProxy`` (from ``leaseworker._chaos``, below the dev
+services that use it too) sits between a client and a real server and can
+black-hole, delay or cut the traffic. The pytest plugin (fixtures for real
+services) is ``leaseworker.testing.pytest_plugin``.
 """
 
-from ._chaos import ChaosProxy as ChaosProxy
+from .._chaos import ChaosProxy as ChaosProxy
 from ._clock import VirtualTimeLoop as VirtualTimeLoop
 from ._clock import run_in_virtual_time as run_in_virtual_time
 from ._clock import stall as stall
@@ -28,6 +29,7 @@ from ._faults import Superseded as Superseded
 from ._leases import MemoryLeases as MemoryLeases
 from ._leases import RenewalFault as RenewalFault
 from ._result import JobResult as JobResult
+from ._store import FaultyStore as FaultyStore
 from ._triggers import decode_record as decode_record
 from ._triggers import make_trigger as make_trigger
 
@@ -35,6 +37,7 @@ __all__ = [
     "ChaosProxy",
     "FailRenewal",
     "Fault",
+    "FaultyStore",
     "JobEnvironment",
     "JobResult",
     "KeyTaken",
@@ -53,6 +56,6 @@ __all__ = [
 
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("leaseworker.testing._"):
+    if getattr(_obj, "__module__", "").startswith(("leaseworker.testing._", "leaseworker._chaos")):
         _obj.__module__ = "leaseworker.testing"  # reprs and docs show the public path
 del _name, _obj

@@ -3,9 +3,9 @@
 The executor is the pod's own (store lookup, lease, claim, ``run(ctx)``,
 completion, outcome), built once on :class:`MemoryLeases` and the
 ``memory://`` completion store; each run (``_run``) records every lifecycle
-step on the loop's clock and applies its faults through the lease store, the
-completion store and the held lease's checkpoint probe. Nothing in the
-executor knows it is under test. See docs/testing.md.
+step on the loop's clock (it is the executor's hook) and applies its faults
+through the public switches of the lease store and the completion store.
+Nothing in the executor knows it is under test. See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -88,8 +88,7 @@ class JobEnvironment:
             job,
             self.leases,
             pod=pod,
-            observer=self._current,
-            lease_observers=self._current.lease_observer,
+            hooks=(self._current,),
             store=self._faulty,
             store_namespace=namespace,
         )
@@ -115,9 +114,7 @@ class JobEnvironment:
             job_key = resolve_job_key(self.job.job_key, trigger)
         except MalformedTrigger as exc:
             return _malformed(exc)
-        mark = effects_mark(self.store)
-        result = await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
-        return with_effects(result, self.store, mark)
+        return await self._go(trigger, job_key, faults, work_per_checkpoint, retry)
 
     async def run_record(
         self,
@@ -150,9 +147,7 @@ class JobEnvironment:
         except MalformedTrigger as exc:
             return _malformed(exc)
         # The job key decode_record resolved: job_key() runs once per record, as in a pod.
-        mark = effects_mark(self.store)
-        result = await Run(self, trigger, job_key, faults, work_per_checkpoint, retry).go()
-        return with_effects(result, self.store, mark)
+        return await self._go(trigger, job_key, faults, work_per_checkpoint, retry)
 
     def run_sync(
         self,
@@ -179,6 +174,29 @@ class JobEnvironment:
     async def completion(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion in the store, or ``None``."""
         return await self.store.state(completion_key(self.namespace, job_key))
+
+    async def _go(
+        self,
+        trigger: Trigger,
+        job_key: str,
+        faults: Sequence[Fault],
+        work_per_checkpoint: float,
+        retry: bool,
+    ) -> JobResult:
+        run = Run(
+            executor=self._executor,
+            leases=self.leases,
+            store=self._faulty,
+            lease_duration=self.job.lease_duration,
+            time_limit=self.time_limit,
+            trigger=trigger,
+            job_key=job_key,
+            faults=faults,
+            work_per_checkpoint=work_per_checkpoint,
+            retry=retry,
+        )
+        mark = effects_mark(self.store)
+        return with_effects(await self._current.go(run), self.store, mark)
 
     async def _timed(self, run: Coroutine[Any, Any, JobResult]) -> JobResult:
         try:

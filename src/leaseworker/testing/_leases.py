@@ -14,21 +14,27 @@ from __future__ import annotations
 import math
 import secrets
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal, TypeVar, final
 
 import anyio
 
 from .._errors import LeaseUnavailable
 from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
-from .._lease._leases import _check_ttl, _checked, _describe, _lost, _ms
+from .._lease._leases import _check_ttl, _checked, _describe, _ms
+from .._lease._verdict import judge_renewal
+from .._lease._verdict import lost as _lost
+from .._outcome import LeaseLostReason
 from ._clock import stall
 
 RenewalFault = Literal["rejected", "timeout", "late", "error"]
 """How a renewal fails: key gone, no answer in time, an answer after the deadline, an error."""
 
 _T = TypeVar("_T")
+
+AtCheckpoint = Callable[[Lease], Awaitable[LeaseLostReason | None]]
+"""What runs at a held lease's ``checkpoint()``; a reason it returns makes ownership uncertain."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +60,9 @@ class MemoryLeases:
     server), ``reply_delay`` (each answer arrives that many seconds after the
     command ran). :meth:`fail_renewals` fails the next renewals one chosen way;
     :meth:`delete` and :meth:`take` do what expiry, eviction or another pod do
-    to the key; :meth:`restart_empty` is a Redis restart without persistence.
+    to the key; :meth:`restart_empty` is a Redis restart without persistence;
+    :meth:`at_checkpoints` runs a function at every held lease's
+    ``checkpoint()`` (the work's time, a loss found there).
     """
 
     def __init__(
@@ -72,6 +80,7 @@ class MemoryLeases:
         self._notes: dict[str, str] = {}  # the last acquisition's note, per key
         self._fence_floor = 0  # what Redis's server-time floor keeps after a restart
         self._renewal_faults: deque[RenewalFault] = deque()
+        self._at_checkpoint: AtCheckpoint | None = None
         self.blackhole = False
         self.refuse = False
         self.reply_delay = 0.0
@@ -136,16 +145,9 @@ class MemoryLeases:
             raise _lost(lease, "timeout", _describe(exc)) from exc
         except OSError as exc:
             raise _lost(lease, "error", _describe(exc)) from exc
-        if not renewed:
-            raise _lost(lease, "rejected", "the lease key is gone or has another owner")
-        if fault == "late":
+        if renewed and fault == "late":
             stall(max(0.0, lease.local_deadline - now()) + 0.001)  # the loop was blocked
-        late_by = now() - lease.local_deadline
-        if late_by > 0:
-            raise _lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
-        return replace(
-            lease, sent_at=sent_at, local_deadline=self._policy.local_deadline(sent_at, lease.ttl)
-        )
+        return judge_renewal(lease, sent_at=sent_at, policy=self._policy, extended=renewed)
 
     async def release(self, lease: Lease) -> bool:
         """Delete the lease if this owner still holds it; return whether it did."""
@@ -161,7 +163,21 @@ class MemoryLeases:
         except OSError as exc:  # TimeoutError included
             raise LeaseUnavailable(key, _describe(exc)) from exc
 
+    async def checkpoint(self, lease: Lease) -> LeaseLostReason | None:
+        """Asked by a held lease at each ``checkpoint()``: what :meth:`at_checkpoints` armed."""
+        if self._at_checkpoint is None:
+            return None
+        return await self._at_checkpoint(lease)
+
     # -- what happens to the keys ------------------------------------------------------
+
+    def at_checkpoints(self, handler: AtCheckpoint | None) -> None:
+        """Run ``handler(lease)`` at every held lease's ``checkpoint()`` (``None``: nothing).
+
+        A loss reason it returns makes ownership uncertain at that checkpoint,
+        as if a renewal had just failed that way (:class:`~leaseworker.LeaseLost`).
+        """
+        self._at_checkpoint = handler
 
     def fail_renewals(self, how: RenewalFault, *, times: int = 1) -> None:
         """Fail the next ``times`` renewals (of any key) ``how``.

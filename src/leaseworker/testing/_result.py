@@ -2,7 +2,8 @@
 
 The one definition of outcome, reason, dead-letter reason and terminality a
 test sees, for a :class:`JobEnvironment` run and an embedded pod's trigger
-alike, read from the executor's ending and its ``finished`` event.
+alike, read from the executor's :class:`Ending` (or its ``finished`` event,
+which carries the same outcome and reason).
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .._errors import LeaseLost
-from .._execution import Ending, ExecutionEvent
+from .._events import Ending, ExecutionEvent, Reason
 from .._history import Scalar, Step
-from .._outcome import EndingReason, Outcome
+from .._outcome import Outcome
 from .._store._effects import OutboxRow
 
 
@@ -89,14 +89,11 @@ def ended(
     from the event (a run stopped at a retry, a pod's trigger).
     """
     if ending is None:
-        ending = Ending(last.outcome or "failed", reason=cast(EndingReason | None, last.reason))
-    reason: str | None = ending.reason
-    if reason is None and isinstance(last.error, LeaseLost):
-        reason = last.error.reason
+        ending = Ending(last.outcome or "failed", reason=cast(Reason | None, last.reason))
     return JobResult(
         job_key=job_key,
         outcome=ending.outcome,
-        reason=reason,
+        reason=ending.reason,
         dead_letter=ending.dead_letter,
         terminal=ending.terminal,
         result=last.result,

@@ -1,25 +1,25 @@
-"""One :meth:`JobEnvironment.run`: the observer, the checkpoint probe and the faults of a trigger.
+"""One :meth:`JobEnvironment.run`: the hook and the faults of one trigger.
 
-The executor's observers forward to the run in progress (``_Current``); the
+The executor's hook forwards to the run in progress (:class:`Current`); the
 run records every step on the loop's clock, arms each fault where it is due
-(a checkpoint, an acquire or renewal, a lease time, the completion) and turns
-the executor's ending into a :class:`JobResult`.
+(a checkpoint, an acquire or renewal, a lease time, the completion) through
+the public switches of :class:`MemoryLeases` and :class:`FaultyStore`, and
+turns the executor's ending into a :class:`JobResult`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from contextvars import Token
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, final
+from typing import final
 
 import anyio
 
-from .._execution import Ending, ExecutionEvent, Trigger
+from .._events import Ending, Event, ExecutionEvent, LeaseEvent, Trigger
+from .._execution import Executor
 from .._history import Scalar, Step
-from .._lease import HeldLease, LeaseEvent, LeaseObserver, now
-from .._lease._hold import CheckpointProbe, checkpoint_probe
+from .._lease import Lease, now
 from .._outcome import LeaseLostReason
 from .._store import CompletionRequest, CompletionStore
 from ._clock import stall
@@ -32,11 +32,9 @@ from ._faults import (
     StoreOutage,
     Superseded,
 )
+from ._leases import MemoryLeases
 from ._result import JobResult, ended, execution_step, scalars
 from ._store import BeforeComplete, FaultyStore
-
-if TYPE_CHECKING:
-    from ._environment import JobEnvironment
 
 
 @dataclass
@@ -49,9 +47,18 @@ class _Execution:
 
 @dataclass
 class Run:
-    """One :meth:`JobEnvironment.run`: the observer, the probe and the faults of one trigger."""
+    """One :meth:`JobEnvironment.run`: the hook and the faults of one trigger.
 
-    env: JobEnvironment
+    ``executor`` runs it on ``leases`` and ``store`` (the environment's);
+    ``lease_duration`` is what a takeover holds the key for; ``time_limit``
+    bounds the run. Give it to :class:`Current` before :meth:`go`.
+    """
+
+    executor: Executor
+    leases: MemoryLeases
+    store: FaultyStore
+    lease_duration: float
+    time_limit: float
     trigger: Trigger
     job_key: str
     faults: Sequence[Fault]
@@ -61,37 +68,45 @@ class Run:
     steps: list[Step] = field(default_factory=list)
     finished: list[ExecutionEvent] = field(default_factory=list)
     executions: list[_Execution] = field(default_factory=list)
+    indexes: dict[str, int] = field(default_factory=dict)  # execution id -> its index
     completion: str | None = None
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     async def go(self) -> JobResult:
-        env = self.env
-        if env._current.run is not None:
-            raise RuntimeError("a JobEnvironment runs one trigger at a time")
-        env._current.run = self
-        self._arm_store(env._faulty)
-        probe: CheckpointProbe = self._checkpoint
-        token: Token[CheckpointProbe | None] = checkpoint_probe.set(probe)
+        """Run the trigger through the executor with the faults armed; return how it ended."""
+        self._arm_store(self.store)
+        self.leases.at_checkpoints(self._checkpoint)
         ending: Ending | None = None
         try:
-            with anyio.move_on_after(env.time_limit) as limit, self.scope:
-                ending = await env._executor.run(self.trigger, self.job_key)
+            with anyio.move_on_after(self.time_limit) as limit, self.scope:
+                ending = await self.executor.run(self.trigger, self.job_key)
         finally:
             # What this run armed and did not use must not hit the next one.
-            checkpoint_probe.reset(token)
+            self.leases.at_checkpoints(None)
             for timer in self.timers:
                 timer.cancel()
-            env._faulty.clear()
-            env.leases.clear_renewal_faults()
-            env._current.run = None
+            self.store.clear()
+            self.leases.clear_renewal_faults()
         if limit.cancelled_caught:
             raise RuntimeError(
-                f"the trigger did not reach an end within {self.env.time_limit}s of lease time"
+                f"the trigger did not reach an end within {self.time_limit}s of lease time"
             )
         return self._result(ending)
 
-    # -- the observers ----------------------------------------------------------------
+    # -- the hook ---------------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        """Record an execution or lease event of this run's executions."""
+        if isinstance(event, LeaseEvent):
+            if event.attempt is not None and event.attempt.execution_id in self.indexes:
+                self.on_lease_event(self.indexes[event.attempt.execution_id], event)
+        elif isinstance(event, ExecutionEvent):
+            if event.event == "acquiring":  # a new execution: its lease events follow
+                self.indexes[event.execution_id] = len(self.executions)
+                self.executions.append(_Execution())
+            else:
+                self.on_event(event)
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Record an execution event; without ``retry``, a retry ends the run."""
@@ -102,11 +117,6 @@ class Run:
             self.completion = event.reason
         elif event.event == "retry" and not self.retry:
             self.scope.cancel()  # at the executor's backoff sleep, before the next execution
-
-    def lease_observer(self) -> LeaseObserver:
-        """Return the lease observer of the run's next execution."""
-        self.executions.append(_Execution())
-        return _LeaseSteps(self, len(self.executions) - 1)
 
     def on_lease_event(self, index: int, event: LeaseEvent) -> None:
         """Record a lease event and arm the faults that count from it."""
@@ -143,19 +153,19 @@ class Run:
                 # Armed once the renewal before it is confirmed (for the first: the acquire).
                 before = "acquired" if fault.n == 1 else "renewed"
                 if event.name == before and execution.renewals == fault.n - 1:
-                    self.env.leases.fail_renewals(fault.how)
+                    self.leases.fail_renewals(fault.how)
                     self._fault("fail_renewal", how=fault.how, n=fault.n)
             elif isinstance(fault, KeyTaken) and event.name == "acquired":
                 loop = asyncio.get_running_loop()
                 self.timers.append(loop.call_at(event.at + fault.after, self._take_key))
 
     def _take_key(self) -> None:
-        self.env.leases.take(self.job_key, self.env.job.lease_duration)
+        self.leases.take(self.job_key, self.lease_duration)
         self._fault("key_taken")
 
     def _takeover(self, fault: Superseded) -> BeforeComplete:
         async def take_over(inner: CompletionStore, request: CompletionRequest) -> None:
-            other = self.env.leases.take(self.job_key, self.env.job.lease_duration)
+            other = self.leases.take(self.job_key, self.lease_duration)
             await inner.claim(request.job_key, request.input_version, other.fence)
             if fault.completed:
                 await inner.complete(
@@ -172,8 +182,8 @@ class Run:
 
         return take_over
 
-    async def _checkpoint(self, held: HeldLease) -> LeaseLostReason | None:
-        """Count the checkpoint, let the work's time pass, apply its faults (the probe)."""
+    async def _checkpoint(self, lease: Lease) -> LeaseLostReason | None:
+        """Count the checkpoint, let the work's time pass, apply its faults (at checkpoints)."""
         index = len(self.executions) - 1
         execution = self.executions[index]
         execution.checkpoints += 1
@@ -189,7 +199,7 @@ class Run:
                 stall(fault.seconds)
             elif isinstance(fault, LoseAtCheckpoint) and fault.n == n:
                 if fault.reason == "rejected":
-                    self.env.leases.delete(held.key)
+                    self.leases.delete(lease.key)
                 self._fault("lose_at_checkpoint", reason=fault.reason)
                 return fault.reason
         return None
@@ -224,27 +234,23 @@ class Run:
 
 @final
 class Current:
-    """The executor's observers: they forward to the run in progress (one at a time)."""
+    """The executor's hook: it forwards to the run in progress (one at a time)."""
+
+    accepts = (ExecutionEvent, LeaseEvent)
 
     def __init__(self) -> None:
         self.run: Run | None = None
 
-    def on_event(self, event: ExecutionEvent) -> None:
+    def __call__(self, event: Event) -> None:
         if self.run is not None:
-            self.run.on_event(event)
+            self.run(event)
 
-    def lease_observer(self, trigger: Trigger, job_key: str, execution_id: str) -> LeaseObserver:
-        assert self.run is not None  # executions run only inside a run
-        return self.run.lease_observer()
-
-
-@final
-class _LeaseSteps:
-    """The lease observer of one execution: forwards to the run with its index."""
-
-    def __init__(self, run: Run, index: int) -> None:
-        self._run = run
-        self._index = index
-
-    def on_lease_event(self, event: LeaseEvent) -> None:
-        self._run.on_lease_event(self._index, event)
+    async def go(self, run: Run) -> JobResult:
+        """Make ``run`` the one in progress while it goes; refuse a second one meanwhile."""
+        if self.run is not None:
+            raise RuntimeError("a JobEnvironment runs one trigger at a time")
+        self.run = run
+        try:
+            return await run.go()
+        finally:
+            self.run = None

@@ -25,7 +25,17 @@ BeforeComplete = Callable[[CompletionStore, CompletionRequest], Awaitable[None]]
 
 @final
 class FaultyStore:
-    """Forward every call to ``inner``, unless an outage or a hook says otherwise."""
+    """A :class:`~leaseworker.CompletionStore` forwarding to ``inner``, unless a fault says no.
+
+    ::
+
+        store = FaultyStore(inner)
+        store.outage("complete", calls=2)     # the next two completions: StoreUnavailable
+        store.before_next_complete(takeover)  # another pod's claim, just before ours
+
+    ``JobEnvironment`` injects its store faults through it, as it injects lease
+    faults through :class:`MemoryLeases`.
+    """
 
     def __init__(self, inner: CompletionStore) -> None:
         self.inner = inner

@@ -18,6 +18,8 @@ from .._execution import resolve_job_key as _resolve
 
 DEFAULT_TOPIC = "leaseworker.test"
 """The topic of a test trigger when neither the call nor the job names one."""
+DEAD_LETTER_SUFFIX = ".dead-letter"
+"""The dead-letter topic of the pytest plugin's ``leaseworker_topic`` is its name plus this."""
 
 Headers = Mapping[str, bytes | str] | Sequence[tuple[str, bytes]]
 """Record headers: a mapping, or Kafka's ordered ``(name, bytes)`` pairs."""

@@ -4,6 +4,8 @@ Installed with leaseworker as the ``leaseworker`` pytest plugin (a ``pytest11``
 entry point; ``-p no:leaseworker`` turns it off). It only defines fixtures, and
 nothing starts until a test asks for one:
 
+- ``leaseworker_stack``: the session's local services (leaseworker's one
+  stack builder); each starts on first use, all stop at the session's end;
 - ``leaseworker_redis``: a private ``redis-server`` on a free loopback port,
   once per session (``.url``);
 - ``leaseworker_kafka``: a private single-node Kafka broker (KRaft), once per
@@ -21,49 +23,48 @@ nothing starts until a test asks for one:
 
 Services are stopped by PID at the end of the session and their temporary
 directories removed. This module is the one part of ``leaseworker.testing``
-that uses the development services (``leaseworker._dev``); see docs/testing.md.
+that uses the development services (``leaseworker._dev``), and only inside the
+fixtures: loading the plugin imports neither them nor aiokafka (the embedded
+pod lives in ``_embedded``); see docs/testing.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, final
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 
-from .._dev._services import LocalRedis
-from .._dev._services._kafka import LocalKafka
-from .._execution import ExecutionEvent, LoggingObserver, MultiObserver, ReportJob
-from .._kafka._producer import send_trigger
-from .._lease import now
-from .._worker import Worker, WorkerConfig
-from ._result import JobResult, ended, execution_step
+from ._triggers import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
 
-DEAD_LETTER_SUFFIX = ".dead-letter"
-"""The dead-letter topic of ``leaseworker_topic`` is the topic's name plus this."""
+if TYPE_CHECKING:
+    from .._dev._services import LocalRedis
+    from .._dev._services._kafka import LocalKafka
+    from .._dev._services._stack import LocalStack
+    from ._embedded import EmbeddedPod as EmbeddedPod
+    from ._embedded import PodFactory as PodFactory
 
 
 @pytest.fixture(scope="session")
-def leaseworker_redis() -> Iterator[LocalRedis]:
-    """Start a private redis-server for the session (``.url``); stop it by PID at its end."""
-    server = LocalRedis.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def leaseworker_stack() -> Iterator[LocalStack]:
+    """Provide the session's local services: each starts on first use, all stop at its end."""
+    from .._dev._services._stack import LocalStack
+
+    with LocalStack() as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")
-def leaseworker_kafka() -> Iterator[LocalKafka]:
-    """Start a private Kafka broker for the session (``.bootstrap_servers``); stop it by PID."""
-    server = LocalKafka.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def leaseworker_redis(leaseworker_stack: LocalStack) -> LocalRedis:
+    """Start a private redis-server for the session (``.url``)."""
+    return leaseworker_stack.redis
+
+
+@pytest.fixture(scope="session")
+def leaseworker_kafka(leaseworker_stack: LocalStack) -> LocalKafka:
+    """Start a private Kafka broker for the session (``.bootstrap_servers``)."""
+    return leaseworker_stack.kafka
 
 
 @pytest.fixture
@@ -79,131 +80,16 @@ def leaseworker_pod(
     leaseworker_kafka: LocalKafka, leaseworker_redis: LocalRedis, leaseworker_topic: str
 ) -> PodFactory:
     """Return a factory of embedded pods on the test's topic: see :class:`PodFactory`."""
+    from ._embedded import EmbeddedPod as EmbeddedPod
+    from ._embedded import PodFactory as PodFactory
+
     return PodFactory(leaseworker_kafka, leaseworker_redis, leaseworker_topic)
 
 
-@final
-class PodFactory:
-    """Builds :class:`EmbeddedPod` s on the fixtures' Kafka topic and Redis.
+def __getattr__(name: str) -> Any:
+    """``PodFactory`` and ``EmbeddedPod`` (for annotations) load on first use (PEP 562)."""
+    if name in ("PodFactory", "EmbeddedPod"):
+        from . import _embedded
 
-    ``factory(JobClass, *args, **kwargs)`` runs a pod of a subclass of
-    ``JobClass`` whose ``topic`` is the test's topic (the class's own attributes
-    and ``job_key()`` otherwise unchanged), built with ``args``/``kwargs``;
-    ``config`` overrides :class:`~leaseworker.WorkerConfig` fields.
-    """
-
-    def __init__(self, kafka: LocalKafka, redis: LocalRedis, topic: str) -> None:
-        self.kafka = kafka
-        self.redis = redis
-        self.topic = topic
-        self._namespace = f"t{uuid.uuid4().hex[:12]}"
-
-    @contextlib.asynccontextmanager
-    async def __call__(
-        self,
-        job_class: type[ReportJob],
-        *args: Any,
-        config: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[EmbeddedPod]:
-        """Run a pod of ``job_class(*args, **kwargs)`` on the test's topic while the block runs."""
-        on_topic = type(job_class.__name__, (job_class,), {"topic": self.topic})
-        job = on_topic(*args, **kwargs)
-        pod = EmbeddedPod(job, self._config(config or {}), self.kafka.bootstrap_servers)
-        async with anyio.create_task_group() as tg:
-            await tg.start(pod.run)
-            try:
-                yield pod
-            finally:
-                pod.worker.stop()
-
-    def _config(self, overrides: Mapping[str, Any]) -> WorkerConfig:
-        settings: dict[str, Any] = {
-            "bootstrap_servers": self.kafka.bootstrap_servers,
-            "redis_url": self.redis.url,
-            "group": f"group-{self.topic}",
-            "pod": "test-pod",
-            "namespace": self._namespace,
-            "dead_letter_topic": self.topic + DEAD_LETTER_SUFFIX,
-            "store_url": "sqlite:///:memory:",
-            "shutdown_timeout": 5.0,
-            "session_timeout": 6.0,
-            "heartbeat_interval": 1.0,
-            "poll_timeout": 0.1,
-            "startup_retry_cap": 0.5,
-            **overrides,
-        }
-        return WorkerConfig(**settings)
-
-
-@final
-class EmbeddedPod:
-    """A pod running one job class in the test's event loop; :meth:`send` waits for the outcome."""
-
-    def __init__(self, job: ReportJob, config: WorkerConfig, bootstrap_servers: str) -> None:
-        self.job = job
-        self.config = config
-        self._bootstrap = bootstrap_servers
-        self._events: dict[tuple[int, int], list[tuple[float, ExecutionEvent]]] = {}
-        self._began = now()
-        self._ended: dict[tuple[int, int], anyio.Event] = {}
-        observer = MultiObserver([LoggingObserver(), self])
-        self.worker = Worker(job, config, observer=observer)
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Run the worker until stopped (``task_status``: once Kafka is connected)."""
-        await self.worker.run(task_status=task_status)
-
-    async def send(
-        self,
-        payload: Mapping[str, Any],
-        *,
-        key: str | None = None,
-        within: float = 60.0,
-    ) -> JobResult:
-        """Produce one trigger and wait until the pod ends it; return how it ended.
-
-        The result is a :class:`~leaseworker.testing.JobResult` whose events are
-        the trigger's execution events (``at``: seconds since the pod started;
-        checkpoints are not counted in a pod). Raises ``TimeoutError`` after
-        ``within`` seconds, and ``AssertionError`` when the pod dead-letters
-        the record as malformed instead of running it (send such records one
-        at a time: the pod's malformed count tells them apart).
-        """
-        malformed = self.worker.stats.malformed
-        partition, offset = await send_trigger(
-            self._bootstrap, self.job.topic, key=key, payload=dict(payload)
-        )
-        ended = self._ended.setdefault((partition, offset), anyio.Event())
-        with anyio.fail_after(within):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_malformed, malformed, tg.cancel_scope)
-                await ended.wait()
-                tg.cancel_scope.cancel()
-        if not ended.is_set():
-            raise AssertionError(f"the pod dead-lettered record {offset} as malformed")
-        return self._result(self._events[(partition, offset)])
-
-    async def _watch_malformed(self, before: int, scope: anyio.CancelScope) -> None:
-        await self.worker.wait_until(lambda: self.worker.stats.malformed > before, timeout=3600)
-        scope.cancel()
-
-    def on_event(self, event: ExecutionEvent) -> None:
-        """Keep the event under its record; a terminal ``finished`` ends the wait."""
-        where = (event.trigger.partition, event.trigger.offset)
-        self._events.setdefault(where, []).append((now() - self._began, event))
-        if event.event == "finished" and event.terminal:
-            self._ended.setdefault(where, anyio.Event()).set()
-
-    def _result(self, timed: list[tuple[float, ExecutionEvent]]) -> JobResult:
-        events = [event for _, event in timed]
-        finished = [event for event in events if event.event == "finished"]
-        completions = [event.reason for event in events if event.event == "completion"]
-        steps = tuple(execution_step(event, at=at) for at, event in timed)
-        return ended(
-            finished[-1].job_key,
-            finished[-1],
-            completion=completions[-1] if completions else None,
-            executions=len(finished),
-            events=steps,
-        )
+        return getattr(_embedded, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,10 +24,13 @@ from ._nodes import (
     fields,
     in_thread,
     installed,
-    wait_until,
+    listen_config,
+    poll_until,
     write_config,
 )
 from ._proc import LOOPBACK, distinct_free_ports, run_captured
+from ._redis import tls_query
+from ._tls import ServiceTLS
 
 SHARDS = 3
 NODES = SHARDS * 2
@@ -73,13 +76,19 @@ class LocalRedisCluster:
     _ids: dict[int, str] = field(default_factory=dict)
     _shards: list[frozenset[int]] = field(default_factory=list)
     _migrating: dict[int, RedisNode] = field(default_factory=dict)
+    tls: ServiceTLS | None = None
 
     @classmethod
-    def start(cls, *, node_timeout_ms: int = 2000, timeout: float = 60.0) -> Self:
-        """Start six nodes, join them with ``redis-cli --cluster create``; wait until ok."""
+    def start(
+        cls, *, node_timeout_ms: int = 2000, timeout: float = 60.0, tls: ServiceTLS | None = None
+    ) -> Self:
+        """Start six nodes, join them with ``redis-cli --cluster create``; wait until ok.
+
+        ``tls``: every node serves TLS only, the cluster bus included (``tls-cluster yes``).
+        """
         server_bin, cli_bin = _binaries()
         workdir = Path(tempfile.mkdtemp(prefix="leaseworker-cluster-"))
-        cluster = cls(workdir=workdir, timeout=timeout)
+        cluster = cls(workdir=workdir, timeout=timeout, tls=tls)
         try:
             ports = distinct_free_ports(2 * NODES)  # a client port and a bus port each
             for index in range(NODES):
@@ -91,7 +100,7 @@ class LocalRedisCluster:
             cluster._ids = {
                 node.port: str(node.command("CLUSTER", "MYID")) for node in cluster.nodes
             }
-            wait_until(cluster._settled, timeout=timeout, what="the cluster to settle")
+            poll_until(cluster._settled, timeout=timeout, what="the cluster to settle")
             cluster._shards = cluster._shards_from(cluster._view())
         except BaseException:
             cluster.stop()
@@ -111,7 +120,10 @@ class LocalRedisCluster:
     @property
     def url(self) -> str:
         """``redis+cluster://host:port,...`` over every node, the URL ``--redis-url`` takes."""
-        return "redis+cluster://" + ",".join(f"{LOOPBACK}:{node.port}" for node in self.nodes)
+        hosts = ",".join(f"{LOOPBACK}:{node.port}" for node in self.nodes)
+        if self.tls is None:
+            return f"redis+cluster://{hosts}"
+        return f"rediss+cluster://{hosts}?{tls_query(self.tls)}"
 
     def shard_nodes(self, shard: int) -> list[RedisNode]:
         """Return the two nodes of ``shard``, in port order, whatever their roles now."""
@@ -240,7 +252,8 @@ class LocalRedisCluster:
         write_config(
             config,
             [
-                f"port {port}",
+                *listen_config(port, self.tls),
+                *([] if self.tls is None else ["tls-cluster yes"]),
                 f"bind {LOOPBACK}",
                 "daemonize no",
                 f"dir {directory}",
@@ -259,12 +272,15 @@ class LocalRedisCluster:
             ],
         )
         log = self.workdir / f"{name}.log"
-        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log)
+        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
 
     def _create(self, cli: str) -> None:
         """Run ``redis-cli --cluster create`` over the nodes, one replica per master."""
         addresses = [f"{LOOPBACK}:{node.port}" for node in self.nodes]
         argv = [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"]
+        if self.tls is not None:
+            argv += ["--tls", "--cacert", str(self.tls.server.ca)]
+            argv += ["--cert", str(self.tls.client.cert), "--key", str(self.tls.client.key)]
         result = run_captured(argv, cwd=self.workdir, timeout=self.timeout)
         if result.returncode != 0:
             output = result.stdout.decode(errors="replace")
@@ -327,7 +343,7 @@ class LocalRedisCluster:
             return bool(found)
 
         what = f"a running master for shard {shard}"
-        wait_until(promoted, timeout=self.timeout if timeout is None else timeout, what=what)
+        poll_until(promoted, timeout=self.timeout if timeout is None else timeout, what=what)
         return found[0]
 
     # -- acting
@@ -368,7 +384,7 @@ class LocalRedisCluster:
         def moved() -> bool:
             return self._settled() and self._owner(slot, self._view()) is to
 
-        wait_until(moved, timeout=self.timeout, what=f"slot {slot} to be served by {to.name}")
+        poll_until(moved, timeout=self.timeout, what=f"slot {slot} to be served by {to.name}")
 
     def _settle(self) -> None:
         for node in self.nodes:
@@ -378,7 +394,7 @@ class LocalRedisCluster:
                 node.restart()
         for slot in list(self._migrating):
             self._finish_migration(slot)
-        wait_until(self._replicating, timeout=self.timeout, what="every replica to sync")
+        poll_until(self._replicating, timeout=self.timeout, what="every replica to sync")
 
     def _replicating(self) -> bool:
         """Whether the cluster is settled and every replica's link to its master is up."""

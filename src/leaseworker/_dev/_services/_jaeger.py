@@ -8,28 +8,18 @@ clone; its JSON query API is complete, its web UI is a placeholder. See docs/des
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.parse
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Self, TypedDict
+from typing import Self
 
-from ..._timeline._jaeger import http_get
-from ..._timeline._jaeger_json import (
-    V1_SYNTHETIC_TAGS,
-    JaegerSpan,
-    SpanStatus,
-    spans_from_otlp,
-    spans_from_v1,
-    v3_found_nothing,
-)
+from ..._timeline._jaeger import JaegerQuery, http_get
+from ..._timeline._jaeger_json import JaegerSpan
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 from ._shipped import ToolMissingError, shipped
 
@@ -43,28 +33,6 @@ MAX_TRACES = 100_000
 """How many traces the in-memory store keeps before it drops the oldest."""
 
 _log = logging.getLogger(__name__)
-
-
-class FoundSpan(TypedDict):
-    """One span as :meth:`LocalJaeger.find_traces` returns it.
-
-    The form is the same whichever query API answered, so tests can compare
-    plain values: ids are lowercase hex (32 digits for traces, 16 for spans),
-    ``parent_span_id`` is ``None`` for a root span, times are Unix nanoseconds,
-    and ``attributes`` is flat: ``{"key": value}`` with OTLP integers as ``int``,
-    doubles as ``float``, booleans as ``bool``, arrays as ``list``, key-value
-    lists as ``dict`` and bytes as their base64 text.
-    """
-
-    service: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    start_time_unix_nano: int
-    end_time_unix_nano: int
-    status: SpanStatus
-    attributes: dict[str, Any]
 
 
 def deploy_dir() -> Path:
@@ -88,6 +56,7 @@ class LocalJaeger:
     workdir: Path
     process: LocalProcess
     remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
+    otlp_https: bool = False  # the OTLP/HTTP receiver serves TLS (``start(otlp_tls=...)``)
 
     @property
     def otlp_grpc_endpoint(self) -> str:
@@ -97,7 +66,8 @@ class LocalJaeger:
     @property
     def otlp_http_endpoint(self) -> str:
         """The OTLP/HTTP base URL; traces are POSTed to ``{endpoint}/v1/traces``."""
-        return f"http://{LOOPBACK}:{self.otlp_http_port}"
+        scheme = "https" if self.otlp_https else "http"
+        return f"{scheme}://{LOOPBACK}:{self.otlp_http_port}"
 
     @property
     def query_url(self) -> str:
@@ -161,12 +131,22 @@ class LocalJaeger:
         return binary
 
     @classmethod
-    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+    def start(
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 60.0,
+        otlp_tls: tuple[Path, Path] | None = None,
+        otlp_client_ca: Path | None = None,
+    ) -> Self:
         """Build if needed, start Jaeger, and wait until its query API answers.
 
         The YAML config and ``jaeger.log`` are written into ``workdir`` (a new
         temporary directory by default, removed by :meth:`stop`; a failed start
-        shows the log's tail in its error).
+        shows the log's tail in its error). ``otlp_tls``: a PEM certificate
+        chain and key; the OTLP/HTTP receiver then serves HTTPS only
+        (:attr:`otlp_http_endpoint` says ``https://``); ``otlp_client_ca``
+        makes it require client certificates issued by that CA.
         """
         binary = cls.ensure_built()
         remove = workdir is None
@@ -180,6 +160,8 @@ class LocalJaeger:
                 otlp_http=otlp_http,
                 query_http=query_http,
                 query_grpc=query_grpc,
+                otlp_tls=otlp_tls,
+                otlp_client_ca=otlp_client_ca,
             )
         )
         process = LocalProcess.spawn(
@@ -195,6 +177,7 @@ class LocalJaeger:
             workdir=workdir,
             process=process,
             remove_workdir=remove,
+            otlp_https=otlp_tls is not None,
         )
         try:
             jaeger._wait_ready(timeout)
@@ -214,60 +197,17 @@ class LocalJaeger:
 
     def find_traces(
         self, service: str, *, lookback_s: float = 600, limit: int = 100
-    ) -> list[FoundSpan]:
+    ) -> list[JaegerSpan]:
         """Return the spans of ``service``'s traces from the last ``lookback_s`` seconds.
 
-        Uses the OTLP-shaped API ``/api/v3/traces`` and falls back to the classic
-        ``/api/traces`` when that route is missing. Each trace found contributes
-        all its spans, including those of other services; spans come sorted by
-        start time. No match is an empty list, not an error. ``limit`` caps the
-        number of traces.
+        Read by the one Jaeger reader (:meth:`JaegerQuery.service_spans`: the
+        classic API, v3 where it is missing; a failure is a ``JaegerError``).
+        Each trace found contributes all its spans, those of other services
+        too, sorted by start time; no match is an empty list. ``limit`` caps
+        the number of traces.
         """
-        now = datetime.now(UTC)
-        # Spans stamped a little ahead of this clock (another process, rounding)
-        # still count, hence the slack at the upper bound.
-        start_min, start_max = now - timedelta(seconds=lookback_s), now + timedelta(seconds=60)
-        try:
-            spans = self._find_v3(service, start_min, start_max, limit)
-        except _RouteMissingError:
-            spans = self._find_v1(service, start_min, start_max, limit)
-        return sorted(spans, key=lambda s: (s["start_time_unix_nano"], s["span_id"]))
-
-    def _find_v3(
-        self, service: str, start_min: datetime, start_max: datetime, limit: int
-    ) -> list[FoundSpan]:
-        query = urllib.parse.urlencode(
-            {
-                "query.service_name": service,
-                "query.start_time_min": _rfc3339(start_min),
-                "query.start_time_max": _rfc3339(start_max),
-                "query.num_traces": str(limit),
-            }
-        )
-        status, body = http_get(f"{self.query_url}/api/v3/traces?{query}")
-        if status == 404:
-            if v3_found_nothing(body):
-                return []
-            raise _RouteMissingError
-        if status != 200:
-            raise RuntimeError(f"Jaeger /api/v3/traces answered {status}: {body[:500]!r}")
-        return [_found(span) for span in spans_from_otlp(json.loads(body).get("result", {}))]
-
-    def _find_v1(
-        self, service: str, start_min: datetime, start_max: datetime, limit: int
-    ) -> list[FoundSpan]:
-        query = urllib.parse.urlencode(
-            {
-                "service": service,
-                "start": str(int(start_min.timestamp() * 1_000_000)),
-                "end": str(int(start_max.timestamp() * 1_000_000)),
-                "limit": str(limit),
-            }
-        )
-        status, body = http_get(f"{self.query_url}/api/traces?{query}")
-        if status != 200:
-            raise RuntimeError(f"Jaeger /api/traces answered {status}: {body[:500]!r}")
-        return [_found_v1(span) for span in spans_from_v1(json.loads(body).get("data") or [])]
+        query = JaegerQuery(self.query_url, service=service)
+        return query.service_spans(since=lookback_s, limit=limit)
 
     def _wait_ready(self, timeout: float) -> None:
         """Wait for the query API, then for both OTLP receivers.
@@ -292,11 +232,15 @@ class LocalJaeger:
             wait_for_port(port, timeout=remaining, process=self.process.popen)
 
 
-class _RouteMissingError(Exception):
-    """The queried Jaeger has no such HTTP route."""
-
-
-def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc: int) -> str:
+def _config_yaml(
+    *,
+    otlp_grpc: int,
+    otlp_http: int,
+    query_http: int,
+    query_grpc: int,
+    otlp_tls: tuple[Path, Path] | None = None,
+    otlp_client_ca: Path | None = None,
+) -> str:
     """Return the Jaeger v2 (OpenTelemetry Collector) config for a private instance.
 
     Only the OTLP receiver runs (no Jaeger/Zipkin receivers, no remote sampling,
@@ -304,8 +248,16 @@ def _config_yaml(*, otlp_grpc: int, otlp_http: int, query_http: int, query_grpc:
     loopback address, and ``metrics: level: none`` turns off the collector's own
     Prometheus endpoint, which would otherwise bind port 8888. The query service's
     self-tracing is off too: it would dial the default OTLP port 4317 (someone
-    else's collector, or nothing, which delays shutdown by retries).
+    else's collector, or nothing, which delays shutdown by retries). With
+    ``otlp_tls`` (certificate, key) the OTLP/HTTP receiver speaks TLS, and
+    with ``otlp_client_ca`` it asks for client certificates.
     """
+    tls = ""
+    if otlp_tls is not None:
+        cert, key = otlp_tls
+        tls = f'\n        tls:\n          cert_file: "{cert}"\n          key_file: "{key}"'
+        if otlp_client_ca is not None:
+            tls += f'\n          client_ca_file: "{otlp_client_ca}"'
     return f"""\
 # Written by leaseworker._dev._services.LocalJaeger; regenerated on every start.
 service:
@@ -343,7 +295,7 @@ receivers:
       grpc:
         endpoint: "{LOOPBACK}:{otlp_grpc}"
       http:
-        endpoint: "{LOOPBACK}:{otlp_http}"
+        endpoint: "{LOOPBACK}:{otlp_http}"{tls}
 
 processors:
   batch:
@@ -352,33 +304,3 @@ exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
 """
-
-
-def _rfc3339(moment: datetime) -> str:
-    """Format an aware UTC datetime the way Go's ``time.RFC3339Nano`` parses it."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _found(span: JaegerSpan, attributes: dict[str, Any] | None = None) -> FoundSpan:
-    """Return ``span`` as a :class:`FoundSpan` (with ``attributes`` instead of its own)."""
-    return FoundSpan(
-        service=span.service,
-        name=span.name,
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        parent_span_id=span.parent_span_id,
-        start_time_unix_nano=span.start_time_unix_nano,
-        end_time_unix_nano=span.end_time_unix_nano,
-        status=span.status,
-        attributes=span.attributes if attributes is None else attributes,
-    )
-
-
-def _found_v1(span: JaegerSpan) -> FoundSpan:
-    """Return a classic answer's span without the tags its OTLP translation added."""
-    tags = {k: v for k, v in span.attributes.items() if k not in V1_SYNTHETIC_TAGS}
-    if span.status == "error" and tags.get("error") is True:
-        # The translation marks error spans with error=true; a real
-        # attribute of that name and value is indistinguishable and dropped.
-        del tags["error"]
-    return _found(span, tags)

@@ -1,28 +1,24 @@
 """A private single-node Apache Kafka broker (KRaft) on free loopback ports.
 
-The broker comes as jars from Maven Central (``deploy/local/kafka/pom.xml``,
-shipped in the wheel too, cached outside the clone), runs in combined mode,
-and :meth:`LocalKafka.start` returns once the group coordinator answers;
-topics are never auto-created (unless the broker settings given to
-:meth:`LocalKafka.start` say so). Version, start-up and JVM choices: see
-docs/design.md#local-kafka.
+The broker comes as jars from Maven Central (``_kafka_install``), runs in
+combined mode, and :meth:`LocalKafka.start` returns once the group
+coordinator answers; topics are never auto-created (unless the broker
+settings given to :meth:`LocalKafka.start` say so). With a
+``BrokerSecurity`` (``_kafka_secure``) it also opens SSL and SASL_SSL
+listeners and may enforce ACLs (``_kafka_acls``). Version, start-up and JVM
+choices: see docs/design.md#local-kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import fcntl
-import hashlib
-import os
 import re
 import shutil
 import signal
 import tempfile
 import time
 import uuid
-import xml.etree.ElementTree as ET
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +28,35 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from ..._kafka import create_topics
-from ._proc import LOOPBACK, LocalProcess, cache_dir, free_port, run_captured, wait_for_port
-from ._shipped import ToolMissingError, shipped
+from ._kafka_acls import Acl, create_acls
+from ._kafka_install import (
+    JVM_OPTIONS,
+    POM,
+    _cds_archive,
+    _format,
+    _spawn,
+    ensure_installed,
+    find_java,
+    kafka_version,
+    random_cluster_id,
+)
+from ._kafka_secure import BrokerSecurity, broker_settings, scram_format_args
+from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+
+__all__ = [
+    "BROKER_SETTINGS",
+    "JVM_OPTIONS",
+    "NODE_ID",
+    "POM",
+    "BrokerSecurity",
+    "LocalKafka",
+    "ensure_installed",
+    "find_java",
+    "kafka_version",
+    "random_cluster_id",
+]
 
 _T = TypeVar("_T")
-
-POM = "deploy/local/kafka/pom.xml"
-"""The Maven pom that lists the broker's jars (in a clone, and shipped in the wheel)."""
 
 NODE_ID = 1
 """The id of the one node, which is both broker and controller."""
@@ -71,15 +89,6 @@ BROKER_SETTINGS: dict[str, str] = {
     "num.io.threads": "2",
 }
 
-JVM_OPTIONS: tuple[str, ...] = (
-    "-Xmx512m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Djava.awt.headless=true",
-)
-"""JVM flags for the broker: small heap, fast start-up (see the module docstring)."""
-
 _LOG4J2_PROPERTIES = """\
 # Written by leaseworker: the broker logs to stdout, which LocalProcess appends
 # to kafka.log in the work directory.
@@ -97,128 +106,15 @@ logger.config.name = org.apache.kafka.common.config.AbstractConfig
 logger.config.level = WARN
 """
 
-_MARKER = ".complete"
-_POM_NS = "{http://maven.apache.org/POM/4.0.0}"
-
-
-def kafka_version(pom: Path | None = None) -> str:
-    """Return ``kafka.version`` from the pom's ``<properties>`` (default: the shipped pom)."""
-    pom = pom or shipped(POM)
-    properties = ET.parse(pom).getroot().find(f"{_POM_NS}properties")
-    if properties is not None:
-        for prop in properties:
-            if prop.tag == f"{_POM_NS}kafka.version" and prop.text:
-                return prop.text.strip()
-    raise RuntimeError(f"{pom} has no <properties><kafka.version>")
-
-
-def ensure_installed(pom: Path | None = None) -> Path:
-    """Fetch the broker's jars into the cache once; return the ``libs`` directory.
-
-    A marker file holding the pom's SHA-256 is written after a successful copy,
-    so a later call returns at once, and an edited pom (a new version or another
-    dependency) fetches again. Concurrent callers (parallel test sessions) are
-    serialised with a lock file; Maven writes into a fresh directory that is
-    renamed into place only when complete, so a failed or killed download never
-    leaves a half-filled ``libs``.
-    """
-    pom = pom or shipped(POM)
-    version = kafka_version(pom)
-    home = cache_dir(f"kafka-{version}")
-    libs = home / "libs"
-    marker = home / _MARKER
-    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
-    if _is_complete(marker, digest, libs, version):
-        return libs
-    with (home / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_complete(marker, digest, libs, version):
-            return libs
-        _fetch(pom, home, libs, version)
-        marker.write_text(digest + "\n")
-    return libs
-
-
-def _is_complete(marker: Path, digest: str, libs: Path, version: str) -> bool:
-    """Tell whether ``libs`` holds a finished copy made from this very pom."""
-    try:
-        recorded = marker.read_text().strip()
-    except OSError:
-        return False
-    return recorded == digest and (libs / f"kafka_2.13-{version}.jar").is_file()
-
-
-def _fetch(pom: Path, home: Path, libs: Path, version: str) -> None:
-    """Run Maven to copy the runtime jars into ``libs``, replacing what was there."""
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise ToolMissingError(
-            f"Kafka {version} jars are not cached in {home} and Maven (mvn) is not "
-            "installed to fetch them; install Maven (Debian: apt-get install maven)"
-        )
-    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
-    staging.chmod(0o755)  # mkdtemp makes it private; the jars are nothing secret
-    # Maven runs on a copy in the cache: an installed package may be read-only.
-    shutil.copyfile(pom, home / "pom.xml")
-    argv = [
-        mvn,
-        "-q",
-        "-B",
-        "-f",
-        str(home / "pom.xml"),
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={staging}",
-    ]
-    try:
-        result = run_captured(argv, cwd=home, timeout=1800)
-        if result.returncode != 0:
-            tail = "\n".join(result.stdout.decode(errors="replace").splitlines()[-40:])
-            raise RuntimeError(
-                f"fetching Kafka {version} jars with Maven failed "
-                f"(exit {result.returncode}):\n{tail}"
-            )
-        if not (staging / f"kafka_2.13-{version}.jar").is_file():
-            raise RuntimeError(f"Maven finished but {staging} has no kafka_2.13-{version}.jar")
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def find_java() -> str:
-    """Return the ``java`` launcher: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and os.access(Path(java_home, "bin", "java"), os.X_OK):
-        return str(Path(java_home, "bin", "java"))
-    java = shutil.which("java")
-    if java is None:
-        raise ToolMissingError(
-            "java not found (neither $JAVA_HOME/bin/java nor on PATH); the local Kafka "
-            "broker needs Java 17 or newer (Debian: apt-get install openjdk-17-jre-headless)"
-        )
-    return java
-
-
-def random_cluster_id() -> str:
-    """Return a new Kafka cluster id, as ``kafka-storage random-uuid`` makes them.
-
-    That is a random UUID in URL-safe base64 without padding (22 characters);
-    like Kafka, ids starting with ``-`` are avoided because command-line parsers
-    take them for options. Generating it here saves one JVM launch.
-    """
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        if not text.startswith("-"):
-            return text
-
 
 @dataclass
 class LocalKafka:
     """A running single-node KRaft Kafka broker, stopped by PID with :meth:`stop`.
 
     The work directory holds ``server.properties``, ``log4j2.properties``, the
-    broker's log ``kafka.log`` and its data in ``data/``.
+    broker's log ``kafka.log`` and its data in ``data/``. ``listener_ports``
+    maps the secured listeners' names (``SSL``, ``SASL_SSL``, ...) to their
+    ports; empty without a ``BrokerSecurity``.
     """
 
     port: int
@@ -226,6 +122,7 @@ class LocalKafka:
     workdir: Path
     process: LocalProcess
     cluster_id: str
+    listener_ports: Mapping[str, int] = field(default_factory=dict)
     _remove_workdir: bool = field(default=False, repr=False)
     _cds_recording: Path | None = field(default=None, repr=False)
 
@@ -233,6 +130,13 @@ class LocalKafka:
     def bootstrap_servers(self) -> str:
         """The ``host:port`` that Kafka clients bootstrap from."""
         return f"{LOOPBACK}:{self.port}"
+
+    def address(self, listener: str) -> str:
+        """Return the ``host:port`` of a secured listener (``SSL``, ``SASL_SSL``, ...)."""
+        try:
+            return f"{LOOPBACK}:{self.listener_ports[listener]}"
+        except KeyError:
+            raise KeyError(f"this broker has no {listener} listener") from None
 
     @staticmethod
     def ensure_installed() -> Path:
@@ -251,11 +155,13 @@ class LocalKafka:
         workdir: Path | None = None,
         timeout: float = 60.0,
         settings: Mapping[str, str] | None = None,
+        security: BrokerSecurity | None = None,
     ) -> Self:
         """Format a fresh broker, start it, and wait until it serves Kafka requests.
 
         ``settings`` override :data:`BROKER_SETTINGS` (``{"auto.create.topics.enable":
-        "true"}`` for a broker that creates topics on first use).
+        "true"}`` for a broker that creates topics on first use). ``security``
+        adds the secured listeners, SASL users and authorizer (``_kafka_secure``).
 
         ``workdir`` must not hold a ``data`` directory yet. Without it a temporary
         directory is used and removed again by :meth:`stop`. Raises
@@ -269,16 +175,27 @@ class LocalKafka:
         if workdir is None:
             workdir = Path(tempfile.mkdtemp(prefix="leaseworker-kafka-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
-        controller_port = free_port()
-        while controller_port == port:
-            controller_port = free_port()
+        port, controller_port, *secured = _distinct_ports(
+            2 + (len(security.listeners) if security else 0)
+        )
+        listener_ports = dict(zip(security.listeners if security else (), secured, strict=True))
         cluster_id = random_cluster_id()
         try:
-            properties = _write_config(workdir, port, controller_port, settings or {})
+            properties = _write_config(
+                workdir, port, controller_port, settings or {}, security, listener_ports
+            )
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
-            _format(java, libs, workdir, properties, cluster_id, use_archive, timeout=timeout)
+            _format(
+                java,
+                libs,
+                workdir,
+                properties,
+                cluster_id,
+                use_archive,
+                scram_format_args(security),
+                timeout=timeout,
+            )
             recording = (
                 None if use_archive else archive.with_name(f"{archive.name}.{uuid.uuid4().hex}")
             )
@@ -293,6 +210,7 @@ class LocalKafka:
             workdir=workdir,
             process=process,
             cluster_id=cluster_id,
+            listener_ports=listener_ports,
             _remove_workdir=remove,
             _cds_recording=recording,
         )
@@ -411,6 +329,13 @@ class LocalKafka:
             )
         )
 
+    def grant(self, acls: Sequence[Acl], *, timeout: float = 30.0) -> None:
+        """Create ACLs (see ``_kafka_acls.pod_acls``) and wait until the broker applies them.
+
+        Only meaningful on a broker started with ``BrokerSecurity(authorizer=True)``.
+        """
+        _run_in_thread(lambda: create_acls(self.bootstrap_servers, list(acls), within=timeout))
+
     def _wait_ready(self, *, timeout: float) -> None:
         """Block until the broker answers metadata and group-coordinator requests.
 
@@ -423,21 +348,43 @@ class LocalKafka:
         _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline))
 
 
+def _distinct_ports(count: int) -> list[int]:
+    """Return ``count`` different free loopback ports."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _write_config(
-    workdir: Path, port: int, controller_port: int, overrides: Mapping[str, str]
+    workdir: Path,
+    port: int,
+    controller_port: int,
+    overrides: Mapping[str, str],
+    security: BrokerSecurity | None = None,
+    listener_ports: Mapping[str, int] | None = None,
 ) -> Path:
     """Write ``server.properties`` and ``log4j2.properties``; return the former."""
+    secured = dict(listener_ports or {})
+    advertised = [f"PLAINTEXT://{LOOPBACK}:{port}"]
+    advertised += [f"{name}://{LOOPBACK}:{p}" for name, p in secured.items()]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    if security is not None:
+        protocols += [f"{name}:{security.protocol(name)}" for name in secured]
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(NODE_ID),
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": ",".join([*advertised, f"CONTROLLER://{LOOPBACK}:{controller_port}"]),
+        "advertised.listeners": ",".join(advertised),
+        "listener.security.protocol.map": ",".join(protocols),
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{controller_port}",
         "log.dirs": str(workdir / "data"),
         **BROKER_SETTINGS,
+        **(broker_settings(security) if security is not None else {}),
         **overrides,
     }
     properties = workdir / "server.properties"
@@ -446,86 +393,6 @@ def _write_config(
     properties.write_text("\n".join(lines) + "\n")
     (workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
     return properties
-
-
-def _cds_archive(java: str, libs: Path) -> Path:
-    """Return where the AppCDS archive for this JVM build and jar set lives.
-
-    A dynamic class-data archive only works with the JDK build and the exact
-    class path it was recorded with (the JVM checks each jar's size and mtime),
-    so its name hashes the resolved ``java`` binary and every jar by path, size
-    and mtime, plus the JVM flags: a re-fetched ``libs`` or an upgraded JDK gets
-    a new archive instead of one the JVM would silently ignore. The file may
-    not exist yet.
-    """
-    entries = [Path(java).resolve(), *sorted(libs.iterdir())]
-    stamps = [f"{path}|{path.stat().st_size}|{path.stat().st_mtime_ns}" for path in entries]
-    key = "\n".join([*stamps, *JVM_OPTIONS])
-    return libs.parent / f"classes-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
-
-
-def _java_argv(
-    java: str, libs: Path, workdir: Path, archive: Path | None, recording: Path | None = None
-) -> list[str]:
-    """Return ``java`` with the JVM flags, class-data archive, logging config and classpath."""
-    cds: list[str] = []
-    if archive is not None:
-        cds.append(f"-XX:SharedArchiveFile={archive}")
-    if recording is not None:
-        cds.append(f"-XX:ArchiveClassesAtExit={recording}")
-    return [
-        java,
-        *JVM_OPTIONS,
-        *cds,
-        f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
-        "-cp",
-        f"{libs}/*",
-    ]
-
-
-def _format(
-    java: str,
-    libs: Path,
-    workdir: Path,
-    properties: Path,
-    cluster_id: str,
-    archive: Path | None,
-    *,
-    timeout: float,
-) -> None:
-    """Format the storage as a single-node dynamic quorum; raise with output on failure."""
-    argv = [
-        *_java_argv(java, libs, workdir, archive),
-        "kafka.tools.StorageTool",
-        "format",
-        "--cluster-id",
-        cluster_id,
-        "--config",
-        str(properties),
-        "--standalone",
-    ]
-    result = run_captured(argv, cwd=workdir, timeout=timeout)
-    if result.returncode != 0:
-        output = "\n".join(result.stdout.decode(errors="replace").splitlines()[-40:])
-        raise RuntimeError(
-            f"formatting Kafka storage failed with exit code {result.returncode}:\n{output}"
-        )
-
-
-def _spawn(
-    java: str,
-    libs: Path,
-    workdir: Path,
-    properties: Path,
-    archive: Path | None,
-    recording: Path | None,
-) -> LocalProcess:
-    """Start ``kafka.Kafka`` in the foreground, logging to ``kafka.log``.
-
-    With ``recording`` the JVM writes a class-data archive there when it exits.
-    """
-    argv = [*_java_argv(java, libs, workdir, archive, recording), "kafka.Kafka", str(properties)]
-    return LocalProcess.spawn("kafka", argv, log_path=workdir / "kafka.log")
 
 
 _ERROR_LINE = re.compile(r"^\[[^\]]*\] (?:ERROR|FATAL) |^Caused by: ")

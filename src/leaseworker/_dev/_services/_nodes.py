@@ -24,6 +24,7 @@ import redis
 
 from ._proc import LOOPBACK, LocalProcess
 from ._redis import spawn_redis
+from ._tls import ServiceTLS
 
 T = TypeVar("T")
 
@@ -47,12 +48,21 @@ class RedisNode:
     argv: list[str]
     log_path: Path
     process: LocalProcess
+    tls: ServiceTLS | None = None
 
     @classmethod
-    def start(cls, name: str, argv: list[str], *, port: int, log_path: Path) -> Self:
-        """Start ``argv`` and wait until it answers PING on ``port``."""
-        process = _spawn(name, argv, port, log_path)
-        return cls(name=name, port=port, argv=argv, log_path=log_path, process=process)
+    def start(
+        cls,
+        name: str,
+        argv: list[str],
+        *,
+        port: int,
+        log_path: Path,
+        tls: ServiceTLS | None = None,
+    ) -> Self:
+        """Start ``argv`` and wait until it answers PING on ``port`` (over TLS with ``tls``)."""
+        process = _spawn(name, argv, port, log_path, tls)
+        return cls(name=name, port=port, argv=argv, log_path=log_path, process=process, tls=tls)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -76,6 +86,7 @@ class RedisNode:
 
     def client(self, *, decode: bool = True) -> redis.Redis:
         """Return a new synchronous client for control commands; close it (``with``) after use."""
+        tls: dict[str, Any] = {} if self.tls is None else self.tls.redis_kwargs()
         return redis.Redis(
             host=LOOPBACK,
             port=self.port,
@@ -83,6 +94,7 @@ class RedisNode:
             protocol=2,  # the reply shapes below are RESP2's (redis-py 8 defaults to RESP3)
             socket_timeout=COMMAND_TIMEOUT,
             socket_connect_timeout=COMMAND_TIMEOUT,
+            **tls,
         )
 
     def command(self, *args: str | int) -> Any:
@@ -110,12 +122,12 @@ class RedisNode:
     def pause(self) -> None:
         """SIGSTOP the process; return once the kernel reports it stopped."""
         self.process.signal(SIGSTOP)
-        wait_until(lambda: self.paused, timeout=5, what=f"{self.name} to stop")
+        poll_until(lambda: self.paused, timeout=5, what=f"{self.name} to stop")
 
     def resume(self) -> None:
         """SIGCONT a paused process; return once it runs again."""
         self.process.signal(SIGCONT)
-        wait_until(lambda: not self.paused, timeout=5, what=f"{self.name} to continue")
+        poll_until(lambda: not self.paused, timeout=5, what=f"{self.name} to continue")
 
     def restart(self, extra_args: Sequence[str] = ()) -> None:
         """Start a node that was killed again, on its port, from its config file.
@@ -125,7 +137,8 @@ class RedisNode:
         if self.alive:
             raise RuntimeError(f"{self.name} is still running (pid {self.pid})")
         self.process.stop()  # closes the dead process's log handle
-        self.process = _spawn(self.name, [*self.argv, *extra_args], self.port, self.log_path)
+        argv = [*self.argv, *extra_args]
+        self.process = _spawn(self.name, argv, self.port, self.log_path, self.tls)
 
     def stop(self) -> None:
         """Stop the process by PID (continuing it first, or SIGTERM would wait for SIGKILL)."""
@@ -152,12 +165,19 @@ def cut_off(replica: RedisNode, master: RedisNode) -> None:
             f"port={replica.port}," in v for k, v in info.items() if k.startswith("slave")
         )
 
-    wait_until(dropped, timeout=10, what=f"{master.name} to drop {replica.name}")
+    poll_until(dropped, timeout=10, what=f"{master.name} to drop {replica.name}")
 
 
-def _spawn(name: str, argv: list[str], port: int, log_path: Path) -> LocalProcess:
+def _spawn(
+    name: str, argv: list[str], port: int, log_path: Path, tls: ServiceTLS | None
+) -> LocalProcess:
     """Start one node and wait for its PONG; never leave it running on failure."""
-    return spawn_redis(name, argv, port=port, log_path=log_path, what=name)
+    return spawn_redis(name, argv, port=port, log_path=log_path, what=name, tls=tls)
+
+
+def listen_config(port: int, tls: ServiceTLS | None) -> list[str]:
+    """Return the config lines a node listens with: ``port``, or TLS only on it."""
+    return [f"port {port}"] if tls is None else tls.redis_config(port)
 
 
 def installed(*names: str, hint: str) -> list[str]:
@@ -197,7 +217,7 @@ def pairs(reply: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
-def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
+def poll_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
     """Return once ``check()`` is true; raise ``TimeoutError`` naming ``what`` after ``timeout``.
 
     A Redis error inside ``check`` counts as "not yet": a topology in the middle

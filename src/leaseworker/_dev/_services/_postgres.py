@@ -2,7 +2,9 @@
 
 Each :class:`LocalPostgres` runs ``initdb`` and the ``postgres`` binary directly,
 with a random superuser password on TCP, and drops to the ``postgres`` user when
-run as root. See docs/design.md#local-postgresql.
+run as root. Given :class:`TLSFiles` it serves TLS only (``ssl = on``, every TCP
+client through ``hostssl ... scram-sha-256``) and its URLs ask for
+``sslmode=verify-full`` against the test CA. See docs/design.md#local-postgresql.
 """
 
 from __future__ import annotations
@@ -13,14 +15,22 @@ import re
 import secrets
 import shutil
 import signal
+import socket
+import ssl
+import struct
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from ._proc import LOOPBACK, LocalProcess, free_port, run_captured, wait_for_port
+from ._tls import TLSFiles
+
+if TYPE_CHECKING:
+    from psycopg.abc import Query
 
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 """Where Debian's ``postgresql-NN`` packages put ``initdb`` and ``postgres``."""
@@ -49,6 +59,15 @@ SERVER_SETTINGS: dict[str, str] = {
 }
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+TLS_ONLY_HBA = """\
+local     all all                trust
+hostssl   all all 127.0.0.1/32   scram-sha-256
+hostssl   all all ::1/128        scram-sha-256
+hostnossl all all 0.0.0.0/0      reject
+hostnossl all all ::/0           reject
+"""
+"""``pg_hba.conf`` of a TLS server: SCRAM passwords over TLS, nothing in plain text."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +154,7 @@ class LocalPostgres:
     workdir: Path
     process: LocalProcess
     password: str = field(repr=False)
+    tls: TLSFiles | None = None
     _remove_workdir: bool = field(default=False, repr=False)
 
     @property
@@ -142,18 +162,65 @@ class LocalPostgres:
         """The ``postgresql://`` URL of the ``leaseworker`` database."""
         return self.url_for(DEFAULT_DATABASE)
 
-    def url_for(self, database: str) -> str:
-        """Return the ``postgresql://`` URL of ``database`` on this cluster."""
-        return f"postgresql://{SUPERUSER}:{self.password}@{LOOPBACK}:{self.port}/{database}"
+    def url_for(
+        self, database: str, *, role: str = SUPERUSER, password: str | None = None, **params: str
+    ) -> str:
+        """Return the ``postgresql://`` URL of ``database`` as ``role`` (default: the superuser).
+
+        On a TLS server the URL asks for ``sslmode=verify-full`` against the
+        test CA unless ``params`` (libpq parameters) say otherwise.
+        """
+        secret = self.password if password is None else password
+        if self.tls is not None:
+            params = {"sslmode": "verify-full", "sslrootcert": str(self.tls.ca), **params}
+        query = "&".join(f"{name}={value}" for name, value in params.items())
+        where = f"{role}:{secret}@{LOOPBACK}:{self.port}/{database}"
+        return f"postgresql://{where}" + (f"?{query}" if query else "")
+
+    def create_role(self, name: str, *, password: str) -> None:
+        """Create a login role with a SCRAM password and no other right (grant them apart)."""
+        if not _IDENTIFIER.fullmatch(name):
+            raise ValueError(f"role name must match {_IDENTIFIER.pattern}: {name!r}")
+        from psycopg import sql
+
+        create = sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}")
+        self.execute(create.format(sql.Identifier(name), sql.Literal(password)))
+
+    def execute(self, statement: Query, *, database: str = "postgres") -> None:
+        """Run one statement as the superuser in ``database`` (autocommit): roles, grants."""
+        import psycopg
+
+        with psycopg.connect(self._admin_url(database), autocommit=True) as conn:
+            conn.execute(statement)
+
+    def _admin_url(self, database: str) -> str:
+        """Return the superuser's URL for control statements: on a TLS server, its socket.
+
+        Control works whatever certificate the server presents (an expired one, say).
+        """
+        if self.tls is None:
+            return self.url_for(database)
+        return f"postgresql://{SUPERUSER}@/{database}?host={self.workdir}&port={self.port}"
 
     @classmethod
-    def start(cls, *, workdir: Path | None = None, timeout: float = 60.0) -> Self:
+    def start(
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 60.0,
+        tls: TLSFiles | None = None,
+        settings: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Self:
         """Create a fresh cluster, start the server, and wait until it serves queries.
 
         ``workdir`` must not contain a ``data`` directory yet; every path above it
         must be enterable by the server's OS user (``postgres`` when root). Keep it
         short: the Unix socket path inside it is limited to 107 bytes. Without
         ``workdir`` a temporary directory is used and removed again by :meth:`stop`.
+        ``tls``: serve TLS only, with this certificate and key (see :data:`TLS_ONLY_HBA`).
+        ``settings`` are added to the server's (``lc_messages``, say), ``env`` to its
+        environment (``LOCPATH`` for a locale compiled apart).
         """
         bindir = find_bindir()
         run_as = _RunAs.for_current_process()
@@ -166,14 +233,20 @@ class LocalPostgres:
         password = secrets.token_hex(16)
         try:
             _initdb(bindir, workdir, password, run_as, timeout=timeout)
+            chosen = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
             port = free_port()
-            process = _spawn(bindir, workdir, port, run_as)
+            process = _spawn(bindir, workdir, port, run_as, {**chosen, **(settings or {})}, env)
         except BaseException:
             if remove:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
         pg = cls(
-            port=port, workdir=workdir, process=process, password=password, _remove_workdir=remove
+            port=port,
+            workdir=workdir,
+            process=process,
+            password=password,
+            tls=tls,
+            _remove_workdir=remove,
         )
         try:
             pg._wait_ready(timeout=timeout)
@@ -201,6 +274,30 @@ class LocalPostgres:
         with psycopg.connect(self.url_for("postgres"), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return self.url_for(name)
+
+    def replace_certificate(self, tls: TLSFiles, *, timeout: float = 10.0) -> None:
+        """Serve ``tls``'s certificate and key from now on (reloaded, no restart).
+
+        Returns once a new TLS connection is shown the new certificate: the
+        postmaster reloads on a signal, after ``pg_reload_conf()`` returned.
+        """
+        if self.tls is None:
+            raise RuntimeError("this PostgreSQL was started without TLS")
+        for name, source in (("server.crt", tls.cert), ("server.key", tls.key)):
+            target = self.workdir / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            _RunAs.for_current_process().give(target)
+        self.execute(b"SELECT pg_reload_conf()")
+        wanted = ssl.PEM_cert_to_DER_cert(
+            tls.cert.read_text().split("-----END CERTIFICATE-----")[0]
+            + "-----END CERTIFICATE-----\n"
+        )
+        deadline = time.monotonic() + timeout
+        while _served_certificate(self.port) != wanted:
+            if time.monotonic() > deadline:
+                raise TimeoutError("postgres did not reload its certificate")
+            time.sleep(0.05)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server by PID and remove a temporary work directory.
@@ -283,7 +380,54 @@ def _initdb(bindir: Path, workdir: Path, password: str, run_as: _RunAs, *, timeo
         raise RuntimeError(f"initdb failed with exit code {result.returncode}:\n{output}")
 
 
-def _spawn(bindir: Path, workdir: Path, port: int, run_as: _RunAs) -> LocalProcess:
+def _served_certificate(port: int) -> bytes | None:
+    """Return the DER certificate the server on ``port`` presents (unverified), or ``None``."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=2) as sock:
+            sock.sendall(struct.pack("!ii", 8, 80877103))  # SSLRequest
+            if sock.recv(1) != b"S":
+                return None
+            with context.wrap_socket(sock) as tls:
+                return tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError):
+        return None
+
+
+def _tls_settings(workdir: Path, tls: TLSFiles, run_as: _RunAs) -> dict[str, str]:
+    """Install ``tls`` for the server (its key readable by it alone) and TLS-only access.
+
+    Returns the server settings with ``ssl`` on. PostgreSQL refuses a key file
+    that others may read, so certificate and key are copied into the work
+    directory and given to the server's OS user.
+    """
+    copies = {}
+    for name, source in (("server.crt", tls.cert), ("server.key", tls.key), ("ca.crt", tls.ca)):
+        target = workdir / name
+        shutil.copyfile(source, target)
+        target.chmod(0o600)
+        run_as.give(target)
+        copies[name] = str(target)
+    (workdir / "data" / "pg_hba.conf").write_text(TLS_ONLY_HBA)
+    return {
+        **SERVER_SETTINGS,
+        "ssl": "on",
+        "ssl_cert_file": copies["server.crt"],
+        "ssl_key_file": copies["server.key"],
+        "ssl_ca_file": copies["ca.crt"],
+    }
+
+
+def _spawn(
+    bindir: Path,
+    workdir: Path,
+    port: int,
+    run_as: _RunAs,
+    settings: dict[str, str],
+    env: Mapping[str, str] | None,
+) -> LocalProcess:
     """Start the ``postgres`` server in the foreground, logging to ``postgres.log``."""
     argv = [
         str(bindir / "postgres"),
@@ -296,13 +440,13 @@ def _spawn(bindir: Path, workdir: Path, port: int, run_as: _RunAs) -> LocalProce
         "-k",
         str(workdir),
     ]
-    for name, value in SERVER_SETTINGS.items():
+    for name, value in settings.items():
         argv += ["-c", f"{name}={value}"]
     return LocalProcess.spawn(
         "postgres",
         argv,
         log_path=workdir / "postgres.log",
-        env=run_as.env(),
+        env={**run_as.env(), **(env or {})},
         cwd=workdir,
         user=run_as.uid,
         group=run_as.gid,

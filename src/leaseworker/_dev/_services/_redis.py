@@ -1,16 +1,19 @@
-"""A private ``redis-server`` on a free loopback port, without persistence."""
+"""A private ``redis-server`` on a free loopback port, without persistence (TLS if asked)."""
 
 from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
 from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
 from ._shipped import ToolMissingError
+from ._tls import ServiceTLS
 
 
 @dataclass
@@ -27,15 +30,24 @@ class LocalRedis:
     workdir: Path
     process: LocalProcess
     remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
+    tls: ServiceTLS | None = None
 
     @property
     def url(self) -> str:
-        """The ``redis://`` URL clients connect to."""
-        return f"redis://{LOOPBACK}:{self.port}/0"
+        """The ``redis://`` URL clients connect to (``rediss://`` with the CA and client cert)."""
+        if self.tls is None:
+            return f"redis://{LOOPBACK}:{self.port}/0"
+        return f"rediss://{LOOPBACK}:{self.port}/0?" + tls_query(self.tls)
 
     @classmethod
-    def start(cls, *, port: int | None = None, workdir: Path | None = None) -> Self:
-        """Start the server and wait until it accepts connections."""
+    def start(
+        cls, *, port: int | None = None, workdir: Path | None = None, tls: ServiceTLS | None = None
+    ) -> Self:
+        """Start the server and wait until it accepts connections.
+
+        ``tls``: serve TLS only (``port 0``, ``tls-port``), asking clients for a
+        certificate if ``tls.auth_clients``.
+        """
         binary = shutil.which("redis-server")
         if binary is None:
             raise ToolMissingError(
@@ -46,20 +58,25 @@ class LocalRedis:
         remove = workdir is None
         workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-redis-"))
         try:
-            process = _spawn(binary, port, workdir)
+            process = _spawn(binary, port, workdir, tls)
         except BaseException:
             if remove:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
         return cls(
-            binary=binary, port=port, workdir=workdir, process=process, remove_workdir=remove
+            binary=binary,
+            port=port,
+            workdir=workdir,
+            process=process,
+            remove_workdir=remove,
+            tls=tls,
         )
 
     def restart_empty(self) -> None:
         """Stop the server and start it again on the same port with no data."""
         self.process.stop()
         (self.workdir / "dump.rdb").unlink(missing_ok=True)  # left by restart_with_data
-        self.process = _spawn(self.binary, self.port, self.workdir)
+        self.process = _spawn(self.binary, self.port, self.workdir, self.tls)
 
     def restart_with_data(self) -> None:
         """Snapshot the data (``SAVE``), stop the server, start it again on it, same port.
@@ -73,7 +90,7 @@ class LocalRedis:
             if not sock.recv(64).startswith(b"+OK"):
                 raise RuntimeError("redis-server refused SAVE")
         self.process.stop()
-        self.process = _spawn(self.binary, self.port, self.workdir)
+        self.process = _spawn(self.binary, self.port, self.workdir, self.tls)
 
     def stop(self) -> None:
         """Stop the server by PID and remove its temporary work directory (if it made one)."""
@@ -82,13 +99,25 @@ class LocalRedis:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
+def tls_query(tls: ServiceTLS) -> str:
+    """Return the URL query options of a client trusting ``tls``'s CA and presenting its cert."""
+    files = {
+        "ssl_ca_certs": tls.server.ca,
+        "ssl_certfile": tls.client.cert,
+        "ssl_keyfile": tls.client.key,
+    }
+    return "&".join(f"{name}={path}" for name, path in files.items())
+
+
+def _spawn(binary: str, port: int, workdir: Path, tls: ServiceTLS | None) -> LocalProcess:
+    listen = ["--port", str(port)]
+    if tls is not None:
+        listen = [part for line in tls.redis_config(port) for part in _as_args(line)]
     argv = [
         binary,
         "--bind",
         LOOPBACK,
-        "--port",
-        str(port),
+        *listen,
         "--save",
         "",
         "--appendonly",
@@ -98,19 +127,33 @@ def _spawn(binary: str, port: int, workdir: Path) -> LocalProcess:
         "--daemonize",
         "no",
     ]
-    return spawn_redis("redis", argv, port=port, log_path=workdir / "redis.log")
+    return spawn_redis("redis", argv, port=port, log_path=workdir / "redis.log", tls=tls)
+
+
+def _as_args(line: str) -> list[str]:
+    """Turn a ``redis.conf`` line into command-line arguments (``--name value``)."""
+    name, _, value = line.partition(" ")
+    return [f"--{name}", value]
 
 
 def spawn_redis(
-    label: str, argv: list[str], *, port: int, log_path: Path, what: str = "redis-server"
+    label: str,
+    argv: list[str],
+    *,
+    port: int,
+    log_path: Path,
+    what: str = "redis-server",
+    tls: ServiceTLS | None = None,
 ) -> LocalProcess:
     """Start a Redis process and wait for its PONG on ``port``; never leave it running.
 
-    ``label`` names the process in logs, ``what`` names it in the error.
+    ``label`` names the process in logs, ``what`` names it in the error; with
+    ``tls`` the PING goes over TLS, presenting the service's client certificate.
     """
     process = LocalProcess.spawn(label, argv, log_path=log_path)
+    probe = _answers_ping if tls is None else _answers_ping_over(tls.client_context(verify=False))
     try:
-        wait_for_port(port, timeout=15, process=process.popen, probe=_answers_ping)
+        wait_for_port(port, timeout=15, process=process.popen, probe=probe)
     except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
         process.stop()
         if not isinstance(exc, Exception):
@@ -128,3 +171,16 @@ def _answers_ping(sock: socket.socket) -> bool:
     """
     sock.sendall(b"PING\r\n")
     return sock.recv(16).startswith(b"+PONG")
+
+
+def _answers_ping_over(context: ssl.SSLContext) -> Callable[[socket.socket], bool]:
+    """Return a probe that sends the PING over TLS (a TLS-only server ignores plain text)."""
+
+    def probe(sock: socket.socket) -> bool:
+        try:
+            with context.wrap_socket(sock, server_hostname=LOOPBACK) as tls:
+                return _answers_ping(tls)
+        except ssl.SSLError:
+            return False
+
+    return probe

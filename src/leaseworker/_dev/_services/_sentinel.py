@@ -24,11 +24,14 @@ from ._nodes import (
     cut_off,
     in_thread,
     installed,
+    listen_config,
     pairs,
-    wait_until,
+    poll_until,
     write_config,
 )
 from ._proc import LOOPBACK, distinct_free_ports
+from ._redis import tls_query
+from ._tls import ServiceTLS
 
 SENTINELS = 3
 QUORUM = 2
@@ -61,6 +64,7 @@ class LocalSentinelGroup:
     servers: list[RedisNode] = field(default_factory=list)
     sentinels: list[RedisNode] = field(default_factory=list)
     timeout: float = 30.0
+    tls: ServiceTLS | None = None
 
     @classmethod
     def start(
@@ -71,17 +75,20 @@ class LocalSentinelGroup:
         down_after_ms: int = 1500,
         failover_timeout_ms: int = 3000,
         timeout: float = 30.0,
+        tls: ServiceTLS | None = None,
     ) -> Self:
         """Start the master, ``replicas`` replicas and three sentinels; wait until settled.
 
         Settled means: every replica replicates from the master, and every
         sentinel names that master, sees every replica and both other sentinels.
+        ``tls``: every server and sentinel serves TLS only, replication and
+        the sentinels' links included.
         """
         if replicas < 1:
             raise ValueError("a Sentinel group needs at least one replica to fail over to")
         server_bin, sentinel_bin = _binaries()
         workdir = Path(tempfile.mkdtemp(prefix="leaseworker-sentinel-"))
-        group = cls(service=service, workdir=workdir, timeout=timeout)
+        group = cls(service=service, workdir=workdir, timeout=timeout, tls=tls)
         try:
             ports = distinct_free_ports(1 + replicas + SENTINELS)
             group._start_servers(server_bin, ports[: 1 + replicas])
@@ -89,7 +96,7 @@ class LocalSentinelGroup:
             settings = (down_after_ms, failover_timeout_ms)
             for index, port in enumerate(ports[1 + replicas :]):
                 group.sentinels.append(group._start_sentinel(sentinel_bin, index, port, settings))
-            wait_until(group._settled, timeout=timeout, what="the sentinel group to settle")
+            poll_until(group._settled, timeout=timeout, what="the sentinel group to settle")
         except BaseException:
             group.stop()
             raise
@@ -106,7 +113,9 @@ class LocalSentinelGroup:
     def url(self) -> str:
         """``redis+sentinel://host:port,.../<service>``, the URL ``--redis-url`` takes for it."""
         hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
-        return f"redis+sentinel://{hosts}/{self.service}"
+        if self.tls is None:
+            return f"redis+sentinel://{hosts}/{self.service}"
+        return f"rediss+sentinel://{hosts}/{self.service}?{tls_query(self.tls)}"
 
     @contextlib.asynccontextmanager
     async def master_client(self, **kwargs: Any) -> AsyncIterator[Redis]:
@@ -214,10 +223,10 @@ class LocalSentinelGroup:
             name = "master" if index == 0 else f"replica{index}"
             replicaof = [] if index == 0 else [f"replicaof {LOOPBACK} {master_port}"]
             config = self.workdir / name / "redis.conf"
-            write_config(config, [*_server_config(port, config.parent), *replicaof])
+            write_config(config, [*_server_config(port, config.parent, self.tls), *replicaof])
             log = self.workdir / f"{name}.log"
             self.servers.append(
-                RedisNode.start(name, [binary, str(config)], port=port, log_path=log)
+                RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
             )
 
     def _wait_replicating(self, master: RedisNode) -> None:
@@ -233,7 +242,7 @@ class LocalSentinelGroup:
             synced = ("state=online" in info.get(f"slave{i}", "") for i in range(expected))
             return sum(synced) == expected
 
-        wait_until(online, timeout=self.timeout, what="the replicas to sync with the master")
+        poll_until(online, timeout=self.timeout, what="the replicas to sync with the master")
 
     def _start_sentinel(
         self, binary: str, index: int, port: int, settings: tuple[int, int]
@@ -245,7 +254,7 @@ class LocalSentinelGroup:
         write_config(
             config,
             [
-                f"port {port}",
+                *listen_config(port, self.tls),
                 f"bind {LOOPBACK}",
                 "daemonize no",
                 f"dir {config.parent}",
@@ -256,7 +265,7 @@ class LocalSentinelGroup:
             ],
         )
         log = self.workdir / f"{name}.log"
-        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log)
+        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
 
     # -- observing
 
@@ -282,7 +291,7 @@ class LocalSentinelGroup:
             found[:] = [] if master is None else [master]
             return bool(found)
 
-        wait_until(agreed, timeout=self.timeout, what="the sentinels to agree on a master")
+        poll_until(agreed, timeout=self.timeout, what="the sentinels to agree on a master")
         return found[0]
 
     def _switched_to(self, old: RedisNode) -> RedisNode | None:
@@ -339,7 +348,7 @@ class LocalSentinelGroup:
                 raise
             return True
 
-        wait_until(requested, timeout=self.timeout, what="a sentinel to accept SENTINEL FAILOVER")
+        poll_until(requested, timeout=self.timeout, what="a sentinel to accept SENTINEL FAILOVER")
         return self._wait_switched(old)
 
     def _wait_switched(self, old: RedisNode) -> RedisNode:
@@ -350,7 +359,7 @@ class LocalSentinelGroup:
             found[:] = [] if master is None else [master]
             return bool(found)
 
-        wait_until(switched, timeout=self.timeout, what=f"a new master in place of {old.name}")
+        poll_until(switched, timeout=self.timeout, what=f"a new master in place of {old.name}")
         return found[0]
 
     def _settle(self) -> RedisNode:
@@ -365,14 +374,14 @@ class LocalSentinelGroup:
                 node.restart(["--replicaof", LOOPBACK, str(master.port)])
             elif node.role()[0] == "master":  # demoted, not yet reconfigured by Sentinel
                 node.command("REPLICAOF", LOOPBACK, master.port)
-        wait_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
+        poll_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
         return master
 
 
-def _server_config(port: int, directory: Path) -> list[str]:
+def _server_config(port: int, directory: Path, tls: ServiceTLS | None) -> list[str]:
     """Return the settings of every server: loopback, no persistence, no sync delay."""
     return [
-        f"port {port}",
+        *listen_config(port, tls),
         f"bind {LOOPBACK}",
         "daemonize no",
         f"dir {directory}",

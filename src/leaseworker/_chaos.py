@@ -2,7 +2,9 @@
 
 Put it between a client and a real Redis (or any TCP server) to reproduce a
 slow or unreachable server on one side while a direct connection still sees
-the truth. leaseworker's own tests and demo use it; so can yours.
+the truth. Public as ``leaseworker.testing.ChaosProxy``; it lives in a bottom
+module of its own because the dev services, the campaign and the testing kit
+all use it, and the testing kit's pytest plugin sits above the dev services.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
-"""What happens to a held lease, as events an observer can turn into spans or metrics.
+"""What happens to a held lease: one :class:`LeaseEvent` per step, for the hooks.
 
-``hold()`` reports each step of a lease's life to an optional
-:class:`LeaseObserver`: acquired, every renewal (with its round trip and the
-validity it bought), the loss and the cancel it requested, how long the body
-took to stop, and the release. Observers run inline and must be quick; an
-observer that raises is logged and ignored, never allowed to change the outcome.
+``hold()`` reports each step of a lease's life to its hooks: acquired, every
+renewal (with its round trip and the validity it bought), the loss and the
+cancel it requested, how long the body took to stop, and the release.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from .._outcome import LeaseLostReason
+from ._identity import Attempt
 
 LeaseEventName = Literal[
     "acquired", "renewed", "lost", "cancel_requested", "stopped", "released", "release_failed"
@@ -31,9 +30,10 @@ class LeaseEvent:
     the loss until the body stopped. ``deleted``: whether the release deleted
     this owner's key. ``error``: why the release failed. ``previous``: on
     ``acquired``, the note the acquisition before this one left (see
-    :class:`LeaseObserver`). ``expires_at`` (acquired, renewed): the earliest
-    moment Redis can expire the key, on the same clock as ``at`` (the
-    request's send time plus the TTL).
+    ``lease_note`` of :func:`~leaseworker.hold`). ``expires_at`` (acquired,
+    renewed): the earliest moment Redis can expire the key, on the same clock
+    as ``at`` (the request's send time plus the TTL). ``attempt``: the
+    execution holding the lease (``None`` for a bare ``hold()``).
     """
 
     name: LeaseEventName
@@ -49,16 +49,4 @@ class LeaseEvent:
     error: BaseException | None = None
     previous: str | None = None
     expires_at: float | None = None
-
-
-class LeaseObserver(Protocol):
-    """Receives every :class:`LeaseEvent` of one held lease; must not block.
-
-    An observer may also define ``lease_note() -> str``: ``hold()`` stores what
-    it returns with the acquisition (telemetry: its trace reference), and the
-    next acquisition of the key gets it back as ``LeaseEvent.previous``.
-    """
-
-    def on_lease_event(self, event: LeaseEvent) -> None:
-        """Handle one lease event."""
-        ...
+    attempt: Attempt | None = None

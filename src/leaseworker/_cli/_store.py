@@ -1,0 +1,78 @@
+"""``leaseworker store migrate``: create or migrate the completion store's schema, once.
+
+Run by the schema's owner role (a Kubernetes Job, a release step) so that the
+pods can run as a role that only reads and writes the store's tables;
+``--grant-to`` grants that role exactly what a pod needs. A pod whose schema is
+behind and whose role may not migrate it exits 2 naming this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+
+from .._errors import ConfigError, StoreUnavailable
+from ._common import Setting, positive_seconds
+
+STORE_URL = Setting(
+    flag="--store-url",
+    help="the store as its owner role: postgresql://owner:pw@host/db or sqlite:///path",
+    secret=True,
+)
+
+
+def add_parser(subparsers: Any, summary: str) -> None:
+    """Register the ``store`` subcommand (with its one action, ``migrate``)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "store",
+        help=summary,
+        description="Manage the completion store.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    migrate = actions.add_parser(
+        "migrate",
+        help="create or migrate the schema (as its owner) and grant the pods' role its use",
+        description="Create or migrate the completion store's schema and print its version as "
+        "JSON. Exit 2 with one line when the store refuses or cannot be reached.",
+    )
+    STORE_URL.add_to(migrate)
+    migrate.add_argument(
+        "--grant-to",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a PostgreSQL role the pods run as: grant it SELECT, INSERT, UPDATE on the "
+        "store's tables (and SELECT on its version table); repeat for several",
+    )
+    migrate.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=10.0,
+        help="seconds each store call may take (default 10)",
+    )
+    migrate.set_defaults(handler=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from .._store._grants import migrate_store
+
+    url = STORE_URL.value(args)
+    if url is None:
+        return _fail("--store-url (or --store-url-file) is required")
+    try:
+        version = anyio.run(
+            lambda: migrate_store(url, grant_to=args.grant_to, call_timeout=args.timeout)
+        )
+    except (ConfigError, StoreUnavailable) as exc:
+        return _fail(str(exc))
+    print(json.dumps({"schema_version": version, "granted_to": args.grant_to}))
+    return 0
+
+
+def _fail(reason: str) -> int:
+    print(f"leaseworker store migrate: error: {reason}", file=sys.stderr)
+    return 2

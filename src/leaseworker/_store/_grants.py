@@ -1,0 +1,100 @@
+"""What the pod's PostgreSQL role needs, checked at start; granted by ``store migrate``.
+
+Least privilege: the pods run as a *runtime* role that reads and writes the
+store's tables and changes no schema; an *owner* role creates and migrates
+the schema once per release (``leaseworker store migrate --store-url OWNER_URL
+--grant-to RUNTIME_ROLE``). The functions the store calls run with the
+caller's rights, so table privileges are all the runtime role needs
+(``EXECUTE`` on functions is PostgreSQL's default for every role): reading
+the version table, and ``SELECT, INSERT, UPDATE`` on every other
+``leaseworker_*`` table, those a later migration adds included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg import AsyncConnection, sql
+from psycopg.rows import TupleRow
+
+from .._errors import ConfigError
+from ._schema import VERSION_TABLE
+
+WRITE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
+"""What a pod's role needs on every store table (``leaseworker_*``) but the version table."""
+
+VERSION_PRIVILEGES = ("SELECT",)
+"""What it needs on :data:`~._schema.VERSION_TABLE`: reading the schema's version."""
+
+MIGRATE_HINT = "run `leaseworker store migrate --store-url <owner URL>` once as the schema's owner"
+
+_TABLES = r"""
+    SELECT c.relname FROM pg_class c
+    WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'leaseworker\_%'
+      AND pg_table_is_visible(c.oid)
+    ORDER BY c.relname
+"""
+
+
+async def runtime_privileges(conn: AsyncConnection[TupleRow]) -> dict[str, tuple[str, ...]]:
+    """Return each store table the session sees with the privileges a pod needs on it."""
+    tables = [row[0] for row in await (await conn.execute(_TABLES)).fetchall()]
+    return {t: VERSION_PRIVILEGES if t == VERSION_TABLE else WRITE_PRIVILEGES for t in tables}
+
+
+async def missing_privileges(conn: AsyncConnection[TupleRow]) -> list[str]:
+    """Return ``"UPDATE on leaseworker_jobs"``-style names of what the session's role lacks."""
+    wanted = await runtime_privileges(conn)
+    names = [(table, privilege) for table, privileges in wanted.items() for privilege in privileges]
+    cursor = await conn.execute(
+        "SELECT t, p FROM unnest(%s::text[], %s::text[]) AS w(t, p) "
+        "WHERE NOT has_table_privilege(t, p)",
+        ([t for t, _ in names], [p for _, p in names]),
+    )
+    return [f"{privilege} on {table}" for table, privilege in await cursor.fetchall()]
+
+
+async def check_privileges(conn: AsyncConnection[TupleRow], where: str) -> None:
+    """Raise :class:`ConfigError` naming every privilege the session's role lacks."""
+    missing = await missing_privileges(conn)
+    if missing:
+        raise ConfigError(
+            f"{where}: the role lacks {', '.join(missing)}; grant them, or {MIGRATE_HINT} "
+            "with --grant-to <role>"
+        )
+
+
+async def grant_runtime(conn: AsyncConnection[TupleRow], roles: Sequence[str]) -> None:
+    """Grant ``roles`` exactly what :func:`runtime_privileges` names, in one transaction."""
+    async with conn.transaction():
+        for table, privileges in (await runtime_privileges(conn)).items():
+            for role in roles:
+                statement = sql.SQL("GRANT {} ON {} TO {}").format(
+                    sql.SQL(", ").join(sql.SQL(p) for p in privileges),
+                    sql.Identifier(table),
+                    sql.Identifier(role),
+                )
+                await conn.execute(statement)
+
+
+async def migrate_store(
+    url: str, *, grant_to: Sequence[str] = (), call_timeout: float = 5.0
+) -> int:
+    """Create or migrate the schema at ``url``, grant ``grant_to`` its use; return the version.
+
+    ``leaseworker store migrate`` calls this with the owner role's URL. A
+    malformed URL, a refusal or ``grant_to`` on a store that has no roles
+    raise :class:`ConfigError`; a database that is not up, StoreUnavailable.
+    """
+    from ._open import open_store
+    from ._url import parse_store_url
+
+    parsed = parse_store_url(url)
+    if grant_to and parsed.backend != "postgresql":
+        raise ConfigError(f"--grant-to needs a PostgreSQL store, not {parsed.redacted}")
+    async with open_store(url, call_timeout=call_timeout, max_connections=1) as store:
+        version = int(getattr(store, "schema_version", 0))
+    if grant_to:
+        async with await AsyncConnection.connect(parsed.target, autocommit=True) as conn:
+            await grant_runtime(conn, grant_to)
+    return version

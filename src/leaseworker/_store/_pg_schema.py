@@ -1,0 +1,138 @@
+"""Opening the PostgreSQL store: the first connection, the schema's version, the migrations.
+
+The first connection tells a refusal (exit 2) from a server that is not up
+(wait), see :mod:`._refusal`. A schema that is current is only read, so a
+runtime role without DDL rights can open the store; one that is behind is
+migrated under an advisory lock when the role may, and otherwise the error
+says how (``leaseworker store migrate``, :mod:`._grants`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Sequence
+
+import anyio
+import psycopg
+from psycopg.rows import TupleRow
+
+from .._errors import ConfigError, StoreUnavailable
+from .._secrets import SecretFile
+from ._grants import MIGRATE_HINT, check_privileges
+from ._schema import ADVISORY_LOCK_KEY, VERSION_TABLE, Migration, pending
+from ._url import StoreURL, parse_store_url
+
+logger = logging.getLogger("leaseworker.store")
+
+_Conn = psycopg.AsyncConnection[TupleRow]
+
+_VERSION_TABLE = """
+    CREATE TABLE IF NOT EXISTS leaseworker_schema_version (
+        version     integer PRIMARY KEY,
+        description text NOT NULL,
+        applied_at  timestamptz NOT NULL DEFAULT now()
+    )
+"""
+
+
+def reread_url(source: SecretFile, opened: StoreURL) -> str:
+    """Return the URL in ``source`` now, for a new pooled connection (a rotated password).
+
+    A file that cannot be read, or holds no PostgreSQL URL, gives the URL the
+    store was opened with: its connection then fails or succeeds as before.
+    """
+    try:
+        current = parse_store_url(source.read())
+    except ConfigError as exc:
+        logger.warning("completion store: %s; connecting with the URL read at start", exc)
+        return opened.target
+    return current.target if current.backend == "postgresql" else opened.target
+
+
+async def first_connection(url: StoreURL, call_timeout: float) -> None:
+    """Connect once before the pool does, to tell a refusal from a server not up yet.
+
+    The pool retries failed connections in the background and reports only a
+    timeout; this attempt's error says what happened (:mod:`._refusal`).
+    """
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            url.target, autocommit=True, connect_timeout=max(2, math.ceil(call_timeout))
+        )
+    except psycopg.OperationalError as exc:
+        from ._refusal import refusal
+
+        refused = await anyio.to_thread.run_sync(
+            functools.partial(refusal, url, exc, timeout=call_timeout)
+        )
+        if refused is not None:
+            raise refused from None
+        raise StoreUnavailable(
+            None, f"cannot connect to {url.redacted} ({type(exc).__name__})"
+        ) from exc
+    await conn.close()
+
+
+async def _applied_version(conn: _Conn, where: str) -> int:
+    """Return the schema version the database records (0: no schema), without any DDL."""
+    exists = await (
+        await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (VERSION_TABLE,))
+    ).fetchone()
+    if exists is None or not exists[0]:
+        return 0
+    readable = await (
+        await conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (VERSION_TABLE,))
+    ).fetchone()
+    if readable is None or not readable[0]:
+        raise ConfigError(f"{where}: the role lacks SELECT on {VERSION_TABLE}")
+    row = await (
+        await conn.execute(f"SELECT coalesce(max(version), 0) FROM {VERSION_TABLE}")
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def migrate(conn: _Conn, migrations: Sequence[Migration], where: str) -> int:
+    """Bring the schema to the latest version if it is behind; return the version.
+
+    A current schema is only read (a runtime role without DDL rights starts),
+    then the role's table privileges are checked; a schema that is behind is
+    migrated if the role may, else :class:`ConfigError` says how to migrate it.
+    """
+    latest = max(m.version for m in migrations)
+    applied = await _applied_version(conn, where)
+    if applied < latest:
+        try:
+            applied = await _apply(conn, migrations)
+        except psycopg.errors.InsufficientPrivilege:
+            raise ConfigError(
+                f"{where}: the schema is at version {applied} of {latest} and this role may "
+                f"not migrate it; {MIGRATE_HINT}"
+            ) from None
+    await check_privileges(conn, where)
+    return max(applied, latest)
+
+
+async def _apply(conn: _Conn, migrations: Sequence[Migration]) -> int:
+    """Apply missing migrations under a transaction-scoped advisory lock; return the version."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+        await conn.execute(_VERSION_TABLE)
+        row = await (
+            await conn.execute("SELECT coalesce(max(version), 0) FROM leaseworker_schema_version")
+        ).fetchone()
+        applied = int(row[0]) if row is not None else 0
+        for migration in pending(applied, migrations):
+            for statement in migration.postgresql:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO leaseworker_schema_version (version, description) VALUES (%s, %s)",
+                (migration.version, migration.description),
+            )
+            logger.info(
+                "completion store: applied schema version %d (%s)",
+                migration.version,
+                migration.description,
+            )
+    return max([applied, *(m.version for m in migrations)])

@@ -1,0 +1,172 @@
+"""Secured peers, each started once per session: a test CA, PostgreSQL on TLS, Redis on TLS.
+
+- ``test_ca``: the run's certificate authority (``_dev/_services/_tls.py``).
+- ``secure_postgres``: ``ssl = on`` and SCRAM passwords over ``hostssl`` only; an
+  owner role that migrated the store's database (``store migrate --grant-to``)
+  and the runtime role the pods use, which may read and write but not create.
+- ``redis_tls``, ``sentinel_tls``, ``cluster_tls``: one node, a Sentinel group
+  and a Cluster, TLS only (replication, sentinels and the cluster bus too),
+  asking for client certificates, with the ACL user of docs/operations.md on
+  every data node.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+import redis
+
+from leaseworker._dev._services import (
+    LocalPostgres,
+    LocalRedis,
+    LocalRedisCluster,
+    LocalSentinelGroup,
+)
+from leaseworker._dev._services._nodes import RedisNode
+from leaseworker._dev._services._tls import ServiceTLS, TestCA
+from leaseworker._store._grants import migrate_store
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+OWNER, RUNTIME = "lw_owner", "lw_runtime"
+STORE_DB = "store"
+
+
+@pytest.fixture(scope="session")
+def test_ca() -> Iterator[TestCA]:
+    """The run's test CA, its files in a directory of their own (removed after the session)."""
+    directory = Path(tempfile.mkdtemp(prefix="leaseworker-ca-"))
+    directory.chmod(0o755)  # PostgreSQL's OS user reads nothing here: it gets copies
+    yield TestCA(directory / "ca")
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def other_ca(test_ca: TestCA) -> TestCA:
+    """A second CA: "an unknown CA" to every peer of ``test_ca``."""
+    return TestCA(test_ca.directory.parent / "other-ca")
+
+
+@dataclass(frozen=True)
+class SecurePostgres:
+    """The TLS PostgreSQL, its roles' passwords and the store database's URLs."""
+
+    server: LocalPostgres
+    passwords: dict[str, str]
+
+    def url(self, role: str = RUNTIME, *, database: str = STORE_DB, **params: str) -> str:
+        """Return ``role``'s verify-full URL of ``database`` (libpq ``params`` override)."""
+        password = self.passwords.get(role, "no-such-password")
+        return self.server.url_for(database, role=role, password=password, **params)
+
+    def add_role(self, role: str) -> str:
+        """Create a login role with a new password; return the password."""
+        password = uuid.uuid4().hex
+        self.server.create_role(role, password=password)
+        self.passwords[role] = password
+        return password
+
+
+@pytest.fixture(scope="session")
+def secure_postgres(test_ca: TestCA) -> Iterator[SecurePostgres]:
+    """PostgreSQL on TLS with SCRAM; the schema migrated by the owner, granted to the pods."""
+    server = LocalPostgres.start(tls=test_ca.server())
+    try:
+        pg = SecurePostgres(server, {})
+        pg.add_role(OWNER)
+        pg.add_role(RUNTIME)
+        server.execute(f"CREATE DATABASE {STORE_DB} OWNER {OWNER}".encode())
+        anyio.run(lambda: migrate_store(pg.url(OWNER), grant_to=[RUNTIME]))
+        yield pg
+    finally:
+        server.stop()
+
+
+def documented_acl(user: str, password: str) -> list[str]:
+    """The ``ACL SETUSER`` line of docs/operations.md, for ``user`` with ``password``."""
+    [line] = [
+        line.strip()
+        for line in DOCS.read_text().splitlines()
+        if line.strip().startswith("ACL SETUSER ")
+    ]
+    argv = shlex.split(line)
+    argv[2] = user
+    return [f">{password}" if arg == ">CHANGE-ME" else arg for arg in argv]
+
+
+@dataclass(frozen=True)
+class SecureRedis:
+    """A TLS Redis topology, its URL, the documented ACL user's name and password."""
+
+    base_url: str
+    tls: ServiceTLS
+    user: str
+    password: str
+    ports: tuple[int, ...]  # the data nodes', where the ACL users live
+
+    def url(self, *, user: str | None = None, password: str | None = None) -> str:
+        """Return the topology's TLS URL as the ACL user (or another), with CA and client cert."""
+        name, secret = user or self.user, self.password if password is None else password
+        scheme, _, rest = self.base_url.partition("://")
+        return f"{scheme}://{name}:{secret}@{rest}"
+
+    def set_user(self, *argv: str) -> None:
+        """Run ``ACL SETUSER ARGV`` on every data node (ACLs are per node, not replicated)."""
+        for port in self.ports:
+            with admin_client(port, self.tls) as admin:
+                admin.execute_command("ACL", "SETUSER", *argv)
+
+
+def _secured(base_url: str, tls: ServiceTLS, nodes: list[int]) -> SecureRedis:
+    secured = SecureRedis(base_url, tls, "leaseworker", uuid.uuid4().hex, tuple(nodes))
+    secured.set_user(*documented_acl(secured.user, secured.password)[2:])
+    return secured
+
+
+def _service_tls(test_ca: TestCA) -> ServiceTLS:
+    return ServiceTLS(server=test_ca.server(), client=test_ca.client("leaseworker"))
+
+
+@pytest.fixture(scope="session")
+def redis_tls(test_ca: TestCA) -> Iterator[SecureRedis]:
+    """One TLS-only Redis asking for client certificates, with the documented ACL user."""
+    tls = _service_tls(test_ca)
+    server = LocalRedis.start(tls=tls)
+    try:
+        yield _secured(server.url, tls, [server.port])
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_tls(test_ca: TestCA) -> Iterator[SecureRedis]:
+    """A Sentinel group (master, two replicas, three sentinels), all TLS only."""
+    tls = _service_tls(test_ca)
+    group = LocalSentinelGroup.start(tls=tls)
+    try:
+        yield _secured(group.url, tls, [node.port for node in group.servers])
+    finally:
+        group.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_tls(test_ca: TestCA) -> Iterator[tuple[SecureRedis, list[RedisNode]]]:
+    """A six-node Cluster on TLS (``tls-cluster yes``), and its nodes."""
+    tls = _service_tls(test_ca)
+    cluster = LocalRedisCluster.start(tls=tls)
+    try:
+        yield _secured(cluster.url, tls, [node.port for node in cluster.nodes]), cluster.nodes
+    finally:
+        cluster.stop()
+
+
+def admin_client(port: int, tls: ServiceTLS) -> redis.Redis:
+    """A synchronous client of the default (admin) user, over TLS; close it after use."""
+    return redis.Redis(host="127.0.0.1", port=port, **tls.redis_kwargs())  # type: ignore[arg-type]

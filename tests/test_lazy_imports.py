@@ -1,0 +1,133 @@
+"""Nothing loads until used: each check imports in a fresh interpreter and reads sys.modules.
+
+A pytest session of everyone who installs leaseworker loads the plugin, and a
+user's ``import leaseworker`` should not pay for the tooling (demos, campaign,
+timeline, CLI) either; the CLI imports only the subcommand it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+from leaseworker._cli._main import COMMANDS
+
+TOOLING = ("leaseworker._dev", "leaseworker._campaign", "leaseworker._timeline", "leaseworker._cli")
+
+
+def run(code: str) -> Any:
+    """Run ``code`` in a fresh interpreter; return the JSON its last line printed."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def loaded(code: str, *prefixes: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter; return the loaded modules under ``prefixes``."""
+    found: list[str] = run(
+        textwrap.dedent(code)
+        + textwrap.dedent(
+            f"""
+            import json, sys
+            print(json.dumps(sorted(
+                m for m in sys.modules
+                if any(m == p or m.startswith(p + ".") for p in {prefixes!r})
+            )))
+            """
+        )
+    )
+    return found
+
+
+def test_the_pytest_plugin_loads_no_tooling_and_no_aiokafka() -> None:
+    """Loading the ``pytest11`` plugin imports no tooling package and no aiokafka.
+
+    Its fixtures import the dev services when a test asks for one.
+    """
+    assert loaded("import leaseworker.testing.pytest_plugin", *TOOLING, "aiokafka") == []
+
+
+def test_the_plugin_still_offers_the_embedded_pod_by_name() -> None:
+    """``PodFactory`` (what tests annotate ``leaseworker_pod`` with) loads on first use."""
+    code = "from leaseworker.testing.pytest_plugin import PodFactory, EmbeddedPod"
+    assert "leaseworker._worker" in loaded(code, "leaseworker._worker")
+
+
+def test_import_leaseworker_loads_no_tooling_and_no_aiokafka() -> None:
+    """The library's top level loads no tooling package; its Kafka-bound names load on use."""
+    assert loaded("import leaseworker, leaseworker.testing", *TOOLING, "aiokafka") == []
+    assert "aiokafka" in loaded("from leaseworker import Worker", "aiokafka")
+
+
+def test_no_leaseworker_module_imports_the_opentelemetry_sdk() -> None:
+    """No leaseworker module asks for the OpenTelemetry SDK when imported.
+
+    The library layers use the API only. redis-py 8 itself imports the SDK when it is
+    installed, so this blocks the SDK and records who asked for it instead of reading
+    sys.modules.
+    """
+    code = """
+        import sys
+        askers = []
+
+        class NoSdk:
+            def find_spec(self, name, path=None, target=None):
+                if name == "opentelemetry.sdk" or name.startswith("opentelemetry.sdk."):
+                    frame = sys._getframe(1)
+                    while frame and frame.f_globals.get("__name__", "").startswith(
+                        ("importlib", "_frozen_importlib")
+                    ):
+                        frame = frame.f_back
+                    askers.append(frame.f_globals.get("__name__", "") if frame else "")
+                    raise ImportError(name)
+                return None
+
+        sys.meta_path.insert(0, NoSdk())
+        import leaseworker, leaseworker.testing, leaseworker.testing.pytest_plugin
+        from leaseworker import Worker, WorkerConfig, serve, KafkaSecurity
+        import json
+        print(json.dumps(sorted(set(askers))))
+    """
+    assert [asker for asker in run(code) if asker.startswith("leaseworker")] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "tooling"),
+    [
+        (["--help"], None, set()),
+        (["demo", "--help"], "demo", set()),
+        (["chaos", "--help"], "chaos", set()),
+        (["timeline", "--help"], "timeline", {"leaseworker._timeline"}),
+        (["--log-level", "DEBUG", "topics", "--help"], "topics", set()),
+    ],
+)
+def test_the_cli_imports_only_the_subcommand_it_runs(
+    argv: list[str], command: str | None, tooling: set[str]
+) -> None:
+    """``leaseworker <command>`` imports that command's module and no other subcommand's.
+
+    Of the tooling packages it loads only those the command uses.
+    """
+    code = f"""
+        from leaseworker._cli import main
+        try:
+            main({argv!r})
+        except SystemExit:
+            pass
+    """
+    found = set(loaded(code, *TOOLING))
+    subcommands = {f"leaseworker._cli.{module}" for module, _ in COMMANDS.values()}
+    assert found & subcommands == (
+        {f"leaseworker._cli.{COMMANDS[command][0]}"} if command else set()
+    )
+    assert {m for m in found if m.count(".") == 1} - {"leaseworker._cli"} == tooling
