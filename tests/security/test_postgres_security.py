@@ -21,9 +21,12 @@ import pytest
 from leaseworker import CompletionRequest, ConfigError, open_store
 from leaseworker._dev._services import LocalPostgres, LocalRedis
 from leaseworker._dev._services._tls import TestCA
+from leaseworker._store._schema import MIGRATIONS
 
 from .cli import leaseworker, run_pod
 from .conftest import OWNER, RUNTIME, SecurePostgres
+
+LATEST = MIGRATIONS[-1].version  # what `store migrate` brings a fresh database to
 
 
 async def test_the_runtime_role_completes_through_verify_full(
@@ -69,11 +72,11 @@ def test_store_migrate_creates_the_schema_and_grants_the_runtime_role(
         "LEASEWORKER_STORE_URL": owner_url
     })  # fmt: skip
     assert ended.code == 0, ended.stderr
-    assert json.loads(ended.stdout) == {"schema_version": 4, "granted_to": [RUNTIME]}
+    assert json.loads(ended.stdout) == {"schema_version": LATEST, "granted_to": [RUNTIME]}
     with psycopg.connect(secure_postgres.url(RUNTIME, database=database)) as conn:
         row = conn.execute("SELECT max(version) FROM leaseworker_schema_version").fetchone()
         assert row is not None
-        assert row[0] >= 4
+        assert row[0] == LATEST
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ transaction, with the writes the effect causes: a redelivered effect is a
 ``stale`` (a superseded execution's, or one overtaken): fencing carried
 downstream. One row per effect id and one per job key (its highest fence),
 under the receiver's name, so several receivers can share a database.
-See docs/effects.md#receivers.
+See docs/effects.md#what-a-receiver-must-do.
 """
 
 from __future__ import annotations

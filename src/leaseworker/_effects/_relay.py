@@ -7,7 +7,7 @@ the next only once the broker acknowledged the previous (keys in parallel),
 and marks sent only what was acknowledged. A failed send stops its key's
 chain for this round; the rest of the claim is sent again later (at least
 once: receivers drop duplicates). A relay that dies leaves its claims to
-expire, and another takes them over. See docs/effects.md#the-relay.
+expire, and another takes them over. See docs/effects.md#what-is-at-least-once-the-relay.
 """
 
 from __future__ import annotations
