@@ -419,8 +419,8 @@ the pod still looks the identity up, claims its fence and records a fenced
 completion per trigger (three store calls), but no database is involved, so what remains is
 leaseworker's own cost. ``sqlite-memory`` is SQLite without a disk
 (``sqlite:///:memory:``): the cost of the SQL alone. ``sqlite`` is the default
-embedded store (a file, WAL, ``synchronous=FULL``, group commit: one fsync per
-batch of completions) and ``postgresql`` a private local server (its
+embedded store (a file, WAL, commits on the loop, group fsync in a helper
+process) and ``postgresql`` a private local server (its
 throwaway cluster runs with ``fsync=off``, so that line is the client's cost
 of a round trip per call): durability's price, reported as separate lines.
 ``none`` is a bench-only :class:`NullStore`: the pod's cost without the two
