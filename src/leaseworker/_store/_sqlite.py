@@ -294,7 +294,7 @@ class SqliteStore:
         every commit, so its batches always go to the thread.
         """
         if self._inline:
-            self._run_batch(batch, patient=False)
+            self._run_batch(batch, patient=True)  # a private database: no lock to wait for
             return
         if self._sync is not None:
             batch = self._run_batch(batch, patient=False)
