@@ -66,7 +66,7 @@ def test_the_plugin_still_offers_the_embedded_pod_by_name() -> None:
 def test_import_leaseworker_loads_no_tooling_and_no_aiokafka() -> None:
     """The library's top level loads no tooling package; its Kafka-bound names load on use."""
     assert loaded("import leaseworker, leaseworker.testing", *TOOLING, "aiokafka") == []
-    assert "aiokafka" in loaded("from leaseworker import Worker", "aiokafka")
+    assert "aiokafka" in loaded("from leaseworker import Pod", "aiokafka")
 
 
 def test_no_leaseworker_module_imports_the_opentelemetry_sdk() -> None:
@@ -94,7 +94,7 @@ def test_no_leaseworker_module_imports_the_opentelemetry_sdk() -> None:
 
         sys.meta_path.insert(0, NoSdk())
         import leaseworker, leaseworker.testing, leaseworker.testing.pytest_plugin
-        from leaseworker import Worker, WorkerConfig, serve, KafkaSecurity
+        from leaseworker import Pod, PodConfig, serve, KafkaSecurity
         import json
         print(json.dumps(sorted(set(askers))))
     """

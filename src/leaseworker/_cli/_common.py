@@ -1,7 +1,7 @@
 """Helpers every subcommand shares: ``LEASEWORKER_*`` defaults, flag rows and flag types.
 
 A flag ``--redis-url`` can also come from ``LEASEWORKER_REDIS_URL``
-(:func:`env_default`) and defaults to WorkerConfig's own default
+(:func:`env_default`) and defaults to PodConfig's own default
 (:func:`config_default`); a :class:`Setting` or :class:`Switch` is one row of
 a command's flag table; argparse ``type`` functions give one-line errors.
 """
@@ -57,7 +57,7 @@ class Setting:
     ``default`` is flag text, parsed by ``kind`` like a value given on the
     command line (argparse does that for string defaults), so a bad
     environment variable fails the way a bad flag does. ``field`` names the
-    :class:`~leaseworker.WorkerConfig` field the value goes to, if any; an
+    :class:`~leaseworker.PodConfig` field the value goes to, if any; an
     empty value of a setting that defaults to none means none.
     """
 
@@ -174,10 +174,10 @@ def port(text: str) -> int:
 
 
 def config_default(name: str) -> str | None:
-    """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
-    from .._worker import WorkerConfig  # here: `leaseworker demo` and `--help` load no worker
+    """Return PodConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
+    from .._worker import PodConfig  # here: `leaseworker demo` and `--help` load no worker
 
-    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
+    [found] = [f for f in dataclasses.fields(PodConfig) if f.name == name]
     if found.default_factory is not dataclasses.MISSING:
         default = found.default_factory()
     else:

@@ -22,6 +22,7 @@ import anyio
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
+from .._deprecated import keyword, renamed
 from .._errors import ConfigError, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
@@ -45,7 +46,7 @@ class Lease:
     key: str
     owner: str
     fence: int
-    ttl: float
+    lease_duration: float
     sent_at: float
     local_deadline: float
     previous: str | None = None
@@ -56,7 +57,13 @@ class Lease:
 
         Redis starts the TTL when the request arrives, never before it was sent.
         """
-        return self.sent_at + self.ttl
+        return self.sent_at + self.lease_duration
+
+    @property
+    def ttl(self) -> float:
+        """Deprecated spelling of :attr:`lease_duration`."""
+        renamed("Lease.ttl", "Lease.lease_duration")
+        return self.lease_duration
 
     def remaining(self) -> float:
         """Seconds of trusted ownership left (0 once the deadline passed)."""
@@ -64,16 +71,16 @@ class Lease:
 
     def __repr__(self) -> str:
         # The owner token authorises renew/release; keep it out of logs and reprs.
-        return f"Lease(key={self.key!r}, fence={self.fence}, ttl={self.ttl})"
+        return f"Lease(key={self.key!r}, fence={self.fence}, lease_duration={self.lease_duration})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseInfo:
     """What Redis holds for a job key, for operators (``leaseworker inspect``).
 
-    ``owner`` and ``ttl`` are ``None`` when nobody holds the lease; ``fence`` is
-    the last fence handed out, ``None`` when the key was never acquired (or
-    Redis lost its data).
+    ``owner`` and ``ttl`` (the time Redis has left on the key) are
+    ``None`` when nobody holds the lease; ``fence`` is the last fence handed
+    out, ``None`` when the key was never acquired (or Redis lost its data).
     """
 
     key: str
@@ -103,7 +110,7 @@ class LeaseStore(Protocol):
         """The deadline policy every lease from this store is computed with."""
         ...
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
+    async def acquire(self, key: str, lease_duration: float, *, note: str = "") -> Lease | None:
         """Take the lease for ``key`` or return ``None`` when someone holds it.
 
         ``note`` is kept with this acquisition until the next one, which gets it
@@ -134,7 +141,7 @@ class RedisLeases:
     cluster. Usage::
 
         leases = RedisLeases(redis.asyncio.Redis.from_url(url))
-        lease = await leases.acquire("report:acme:2026-11", ttl=30)
+        lease = await leases.acquire("report:acme:2026-11", lease_duration=30)
         if lease is not None:
             lease = await leases.renew(lease)      # or LeaseLost
             await leases.release(lease)
@@ -179,7 +186,7 @@ class RedisLeases:
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
-        # A renewal is sent at least ttl/3 before it matters: a few ms spent waiting
+        # A renewal is sent at least lease_duration/3 before it matters: a few ms spent waiting
         # for others to share its trip cost nothing, and many held leases a trip each.
         self._linger = min(_RENEWAL_LINGER, command_timeout / 16)
         scripts = {sha: src for src, sha in self._scripts.items()}
@@ -227,8 +234,15 @@ class RedisLeases:
         """
         return f"{self._namespace}:{{{_checked(key)}}}:fence"
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+    async def acquire(
+        self,
+        key: str,
+        lease_duration: float | None = None,
+        *,
+        note: str = "",
+        ttl: float | None = None,
+    ) -> Lease | None:
+        """Take the lease for ``key`` for ``lease_duration`` seconds, or ``None`` when held.
 
         ``note`` (opaque text, e.g. a trace reference) is stored with this
         acquisition in the same script; the note the previous acquisition of
@@ -236,14 +250,17 @@ class RedisLeases:
 
         Raises :class:`LeaseUnavailable` when Redis fails or does not answer in
         time; the lease may then have been taken, so leaseworker releases it
-        with the same owner token on a best-effort basis.
+        with the same owner token on a best-effort basis. ``ttl=`` is the
+        deprecated spelling of ``lease_duration``.
         """
-        _check_ttl(ttl)
+        if lease_duration is None:
+            lease_duration = _duration("RedisLeases.acquire()", ttl)
+        _check_lease_duration(lease_duration)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         keys = [self.lease_key(key), self.fence_key(key)]
         sent_at = now()
         try:
-            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl), note])
+            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(lease_duration), note])
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             await self._forget(key, owner)
             raise LeaseUnavailable(key, _describe(exc)) from exc
@@ -256,12 +273,12 @@ class RedisLeases:
         if not self._replicated(reply):
             await self._forget(key, owner)
             raise LeaseUnavailable(key, self._unreplicated(reply))
-        deadline = self._policy.local_deadline(sent_at, ttl)
+        deadline = self._policy.local_deadline(sent_at, lease_duration)
         return Lease(
             key=key,
             owner=owner,
             fence=value,
-            ttl=ttl,
+            lease_duration=lease_duration,
             sent_at=sent_at,
             local_deadline=deadline,
             previous=_text(reply.value[2]) or None,
@@ -281,7 +298,7 @@ class RedisLeases:
             renewed = await self._call(
                 _scripts.RENEW,
                 [self.lease_key(lease.key)],
-                [lease.owner, _ms(lease.ttl)],
+                [lease.owner, _ms(lease.lease_duration)],
                 linger=self._linger,
             )
         except TimeoutError as exc:
@@ -381,7 +398,7 @@ class RedisLeases:
 
     async def _forget(self, key: str, owner: str) -> None:
         """Best-effort release of an acquire whose reply never arrived (shielded)."""
-        probe = Lease(key=key, owner=owner, fence=0, ttl=0, sent_at=0, local_deadline=0)
+        probe = Lease(key=key, owner=owner, fence=0, lease_duration=0, sent_at=0, local_deadline=0)
         with anyio.CancelScope(shield=True), contextlib.suppress(LeaseUnavailable):
             # On failure the lease expires after its TTL; nobody else can hold it meanwhile.
             await self.release(probe)
@@ -423,9 +440,17 @@ def _replica_wait(
     return ReplicaWait(replicas=replicas, timeout_ms=max(1, math.floor(timeout * 1000)))
 
 
-def _check_ttl(ttl: float) -> None:
-    if ttl <= 0.001:
-        raise ConfigError(f"ttl must be more than 1 ms, got {ttl}s")
+def _duration(where: str, ttl: float | None) -> float:
+    """Return the lease duration given as the deprecated ``ttl=`` (a ``TypeError`` if none)."""
+    value = keyword(where, "ttl", ttl, "lease_duration", None, stacklevel=5)
+    if value is None:
+        raise TypeError(f"{where} missing required argument: 'lease_duration'")
+    return value
+
+
+def _check_lease_duration(lease_duration: float) -> None:
+    if lease_duration <= 0.001:
+        raise ConfigError(f"lease_duration must be more than 1 ms, got {lease_duration}s")
 
 
 def _ms(seconds: float) -> str:

@@ -42,7 +42,9 @@ def judge_renewal(
     late_by = now() - lease.local_deadline
     if late_by > 0:
         raise lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
-    return replace(lease, sent_at=sent_at, local_deadline=policy.local_deadline(sent_at, lease.ttl))
+    return replace(
+        lease, sent_at=sent_at, local_deadline=policy.local_deadline(sent_at, lease.lease_duration)
+    )
 
 
 def lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:

@@ -6,7 +6,7 @@ coordinator answers; topics are never auto-created (unless the broker
 settings given to :meth:`LocalKafka.start` say so). With a
 ``BrokerSecurity`` (``_kafka_secure``) it also opens SSL and SASL_SSL
 listeners and may enforce ACLs (``_kafka_acls``). Version, start-up and JVM
-choices: see docs/design.md#local-kafka.
+choices: see docs/design.md#development-services.
 """
 
 from __future__ import annotations

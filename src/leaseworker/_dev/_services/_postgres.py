@@ -4,7 +4,7 @@ Each :class:`LocalPostgres` runs ``initdb`` and the ``postgres`` binary directly
 with a random superuser password on TCP, and drops to the ``postgres`` user when
 run as root. Given :class:`TLSFiles` it serves TLS only (``ssl = on``, every TCP
 client through ``hostssl ... scram-sha-256``) and its URLs ask for
-``sslmode=verify-full`` against the test CA. See docs/design.md#local-postgresql.
+``sslmode=verify-full`` against the test CA. See docs/design.md#development-services.
 """
 
 from __future__ import annotations
