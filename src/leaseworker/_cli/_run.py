@@ -23,7 +23,6 @@ import anyio
 from .._errors import ConfigError
 from .._execution import ReportJob
 from .._telemetry import ConfiguredTelemetry
-from .._version import __version__
 from .._worker import (
     HealthServer,
     HistoryRecorder,
@@ -39,6 +38,7 @@ from ._common import (
     Switch,
     config_default,
     dest,
+    job_parser,
     non_negative_int,
     port,
     positive_int,
@@ -202,16 +202,15 @@ setting is one row here (and its field).
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``run`` subcommand with the flags of :data:`RUN_SETTINGS`."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = job_parser(
+        subparsers,
         "run",
-        help=summary,
-        description="Consume the job's topic in a consumer group and run each trigger's job "
+        summary,
+        "Consume the job's topic in a consumer group and run each trigger's job "
         "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once. Redis, "
         "Kafka and the store are waited for while they are not up; what waiting cannot fix "
         "(credentials Redis refuses, a missing topic, an unusable store URL) exits 2.",
     )
-    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
-    parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
     for setting in RUN_SETTINGS:
         setting.add_to(parser)
     parser.set_defaults(handler=_run)
