@@ -19,8 +19,10 @@ bottom modules (exceptions, backoff policies, the retry loop, the history model,
 outcomes and reason codes); ``_chaos`` the fault-injecting TCP proxy
 (``leaseworker.testing.ChaosProxy``), below the dev services and the testing kit that use it.
 
-The Kafka-bound names (``Pod``, ``PodConfig``, ``serve``, ``KafkaSecurity``) load
-on first use, so ``import leaseworker`` (and the pytest plugin inside it) loads no aiokafka.
+The Kafka-bound names (``Pod``, ``PodConfig``, ``serve``, ``KafkaSecurity``) and the
+Redis-bound ones (``RedisLeases``, ``redis_from_url``) load on first use, so ``import
+leaseworker`` (and the pytest plugin inside it) loads no aiokafka, no redis-py and so no
+OpenTelemetry SDK (redis-py 8.1 imports it).
 ``Worker``, ``WorkerConfig`` and ``BusyPolicy`` are the deprecated names of ``Pod``,
 ``PodConfig`` and ``Backoff`` (docs/design.md#vocabulary); they warn and are not listed.
 """
@@ -59,9 +61,7 @@ from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
 from ._lease import LeaseTiming as LeaseTiming
-from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
-from ._lease import redis_from_url as redis_from_url
 from ._outcome import DeadLetterReason as DeadLetterReason
 from ._outcome import LeaseLostReason as LeaseLostReason
 from ._outcome import Outcome as Outcome
@@ -77,12 +77,15 @@ from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from ._kafka import KafkaSecurity as KafkaSecurity
+    from ._lease import RedisLeases as RedisLeases
+    from ._lease import redis_from_url as redis_from_url
     from ._worker import Pod as Pod
     from ._worker import PodConfig as PodConfig
     from ._worker import serve as serve
 
 _LAZY = {"KafkaSecurity": "._kafka", "Pod": "._worker", "PodConfig": "._worker"}
 _LAZY["serve"] = "._worker"
+_LAZY |= {"RedisLeases": "._lease", "redis_from_url": "._lease"}  # redis-py loads the OTel SDK
 _RENAMED = {"Worker": "Pod", "WorkerConfig": "PodConfig", "BusyPolicy": "Backoff"}
 
 __all__ = [

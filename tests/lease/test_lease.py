@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import ConfigError, RedisLeases
-from leaseworker._lease._leases import _ms
+from leaseworker._lease._model import _ms
 
 from ..waiting import eventually
 

@@ -22,7 +22,7 @@ from .._deprecated import keyword
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit, hooks_for
 from .._outcome import LeaseLostReason, Outcome
-from ._leases import Lease, LeaseStore
+from ._model import Lease, LeaseStore
 from ._renewals import Renewals
 from ._timing import LeaseTiming, now
 

@@ -26,7 +26,7 @@ import anyio
 
 from .._errors import LeaseLost
 from .._outcome import LeaseLostReason
-from ._leases import Lease, LeaseStore
+from ._model import Lease, LeaseStore
 from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")

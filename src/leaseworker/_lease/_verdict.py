@@ -19,7 +19,7 @@ from .._outcome import LeaseLostReason
 from ._timing import DeadlinePolicy, now
 
 if TYPE_CHECKING:  # _leases calls this module: no import cycle at run time
-    from ._leases import Lease
+    from ._model import Lease
 
 
 def judge_renewal(

@@ -22,7 +22,7 @@ import anyio
 
 from .._errors import LeaseUnavailable
 from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
-from .._lease._leases import _check_lease_duration, _checked, _describe, _duration, _ms
+from .._lease._model import _check_lease_duration, _checked, _describe, _duration, _ms
 from .._lease._verdict import judge_renewal
 from .._lease._verdict import lost as _lost
 from .._outcome import LeaseLostReason
