@@ -82,12 +82,13 @@ def hold(
     uncertain there (``leaseworker.testing.MemoryLeases``: work time and
     injected losses). Other stores cost one attribute test per checkpoint.
     """
-    lease_duration = keyword("hold()", "ttl", ttl, "lease_duration", lease_duration)
+    if ttl is not None or renew_every is not None:  # deprecated spellings: off the usual path
+        lease_duration = keyword("hold()", "ttl", ttl, "lease_duration", lease_duration)
+        renewal_interval = keyword(
+            "hold()", "renew_every", renew_every, "renewal_interval", renewal_interval
+        )
     if lease_duration is None:
         raise TypeError("hold() missing required keyword argument: 'lease_duration'")
-    renewal_interval = keyword(
-        "hold()", "renew_every", renew_every, "renewal_interval", renewal_interval
-    )
     if observer is not None:
         hooks = (*hooks, _ObserverHook(observer))
         lease_note = lease_note or getattr(observer, "lease_note", None)
