@@ -42,13 +42,15 @@ CHECKPOINT_BYTES = 4 * 1024 * 1024
 """WAL size from which a sync also checkpoints (SQLite's own default is about 4 MB)."""
 
 # The helper: for each byte read, fsync the WAL (the database file while there
-# is none) and answer b"k", or b"e" if that failed; once the WAL has grown,
+# is none; fdatasync, as SQLite's own syncs on Linux: the data and its size,
+# not the times) and answer b"k", or b"e" if that failed; once the WAL has grown,
 # checkpoint it (PASSIVE: never blocks writers; its connection's default
 # synchronous=FULL fsyncs the WAL before and the database after copying).
 # It exits when its stdin closes: the pod closed the store, or died.
 _HELPER = """
 import os, sqlite3, sys
 path, limit = sys.argv[1], int(sys.argv[2])
+sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 checkpointer = None
 while os.read(0, 1):
     try:
@@ -57,7 +59,7 @@ while os.read(0, 1):
         except FileNotFoundError:
             fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            sync(fd)
             grown = os.fstat(fd).st_size >= limit
         finally:
             os.close(fd)
