@@ -26,7 +26,9 @@ from ._leases import LeaseInfo as LeaseInfo
 from ._leases import LeaseStore as LeaseStore
 from ._leases import RedisLeases as RedisLeases
 from ._probe import check_redis as check_redis
+from ._probe import ping_redis as ping_redis
 from ._probe import redis_refusal as redis_refusal
+from ._probe import start_refusal as start_refusal
 from ._scripts import RELEASE as RELEASE
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
@@ -49,7 +51,9 @@ __all__ = [
     "hold",
     "now",
     "parse_redis_url",
+    "ping_redis",
     "redis_from_url",
     "redis_refusal",
+    "start_refusal",
     "with_tls_files",
 ]
