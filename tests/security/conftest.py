@@ -5,6 +5,7 @@
 - ``secured_kafka``: a KRaft broker with SSL and SASL_SSL listeners, SCRAM and
   PLAIN users and the ``StandardAuthorizer`` (``secured_kafka.py``).
 - ``otlp_collector``: an OTLP/HTTP collector on HTTPS keeping every export.
+- ``stack``: all of them at once for one pod (``stack.py``); ``pods``: killed at the end.
 - ``secure_postgres``: ``ssl = on`` and SCRAM passwords over ``hostssl`` only; an
   owner role that migrated the store's database (``store migrate --grant-to``)
   and the runtime role the pods use, which may read and write but not create.
@@ -23,11 +24,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 import redis
 
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import (
     LocalPostgres,
     LocalRedis,
@@ -40,6 +43,9 @@ from leaseworker._store._grants import migrate_store
 
 from .collector import Collector, https_collector
 from .secured_kafka import SecuredKafka, start_secured_kafka
+
+if TYPE_CHECKING:
+    from .stack import SecuredStack
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 OWNER, RUNTIME = "lw_owner", "lw_runtime"
@@ -198,6 +204,32 @@ def secured(request: pytest.FixtureRequest) -> SecureRedis:
         topology, _nodes = request.getfixturevalue("cluster_tls")
         return topology  # type: ignore[no-any-return]
     return request.getfixturevalue(f"{'redis' if request.param == 'single' else 'sentinel'}_tls")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def stack(
+    secured_kafka: SecuredKafka,
+    secured: SecureRedis,
+    secure_postgres: SecurePostgres,
+    otlp_collector: Collector,
+    tmp_path: Path,
+) -> SecuredStack:
+    """Every secured peer at once (Redis: the topology of ``secured``), the test's topics."""
+    from .stack import SecuredStack  # stack.py builds on this module's peers
+
+    names = secured_kafka.names("pod")
+    stack = SecuredStack(secured_kafka, secured, secure_postgres, otlp_collector, names, tmp_path)
+    stack.prepare()
+    return stack
+
+
+@pytest.fixture
+def pods() -> Iterator[list[PodProcess]]:
+    """Pods a test starts; any still running at its end is killed."""
+    started: list[PodProcess] = []
+    yield started
+    for pod in started:
+        pod.kill()
 
 
 def admin_client(port: int, tls: ServiceTLS) -> redis.Redis:

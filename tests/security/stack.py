@@ -15,10 +15,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from leaseworker._dev._pods import PodProcess, pod_process
 from leaseworker._dev._services._kafka_acls import Acl
 from leaseworker._dev._services._tls import TLSFiles
 
 from ..kafka_util import KafkaNames
+from ..pods import REPO
+from .cli import Ended, leaseworker
 from .collector import Collector
 from .conftest import OWNER, RUNTIME, SecurePostgres, SecureRedis
 from .secured_kafka import SecuredKafka
@@ -114,3 +117,24 @@ def pem_body_lines(identity: TLSFiles) -> list[str]:
     """The base64 lines of ``identity``'s private key (any one of them shown is a leak)."""
     text = identity.key.read_text()
     return [line for line in text.splitlines() if re.fullmatch(r"[A-Za-z0-9+/=]{16,}", line)]
+
+
+def start_pod(stack: SecuredStack, name: str, *flags: str, log_level: str = "INFO") -> PodProcess:
+    """Start ``leaseworker run`` of the stack's job as ``name``, CA-bundle variables unset."""
+    pod = pod_process(
+        name,
+        JOB,
+        workdir=stack.workdir,
+        flags=flags,
+        env={**stack.env(), "LEASEWORKER_POD": name, "OTEL_SERVICE_NAME": f"secured-{name}"},
+        cwd=REPO,
+        log_level=log_level,
+    )
+    for variable in CA_BUNDLE_VARIABLES:
+        pod.env.pop(variable, None)
+    return pod.start()
+
+
+def command(*argv: str, env: dict[str, str]) -> Ended:
+    """Run a ``leaseworker`` command with ``env`` (CA-bundle variables emptied: not set)."""
+    return leaseworker(*argv, env=env | dict.fromkeys(CA_BUNDLE_VARIABLES, ""))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,15 +69,6 @@ def pod_env(redis_server: LocalRedis, namespace: str) -> dict[str, str]:
         "LEASEWORKER_NAMESPACE": namespace,
         "LW_TEST_LEASE": "3",
     }
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[list[Pod]]:
-    """Pods started by a test; any still running at its end is killed."""
-    started: list[Pod] = []
-    yield started
-    for pod in started:
-        pod.kill()
 
 
 @pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])

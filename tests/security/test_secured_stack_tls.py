@@ -15,68 +15,17 @@ from __future__ import annotations
 import json
 import signal
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from leaseworker._dev._pods import PodProcess, pod_process
+from leaseworker._dev._pods import PodProcess
 from leaseworker._telemetry import _names as names
 
 from ..kafka_util import read_topic
-from ..pods import REPO
 from ..waiting import eventually
-from .cli import Ended, leaseworker
-from .collector import Collector
-from .conftest import OWNER, SecurePostgres, SecureRedis
-from .secured_kafka import SecuredKafka
-from .stack import CA_BUNDLE_VARIABLES, JOB, SecuredStack
-
-
-@pytest.fixture
-def stack(
-    secured_kafka: SecuredKafka,
-    secured: SecureRedis,
-    secure_postgres: SecurePostgres,
-    otlp_collector: Collector,
-    tmp_path: Path,
-) -> SecuredStack:
-    """The test's topics on the secured peers, the Redis topology of ``secured``."""
-    names = secured_kafka.names("pod")
-    stack = SecuredStack(secured_kafka, secured, secure_postgres, otlp_collector, names, tmp_path)
-    stack.prepare()
-    return stack
-
-
-def start_pod(stack: SecuredStack, name: str, *flags: str, log_level: str = "INFO") -> PodProcess:
-    """Start ``leaseworker run`` of the stack's job as ``name``, CA-bundle variables unset."""
-    pod = pod_process(
-        name,
-        JOB,
-        workdir=stack.workdir,
-        flags=flags,
-        env={**stack.env(), "LEASEWORKER_POD": name, "OTEL_SERVICE_NAME": f"secured-{name}"},
-        cwd=REPO,
-        log_level=log_level,
-    )
-    for variable in CA_BUNDLE_VARIABLES:
-        pod.env.pop(variable, None)
-    return pod.start()
-
-
-def command(*argv: str, env: dict[str, str]) -> Ended:
-    """Run a ``leaseworker`` command with ``env`` (CA-bundle variables emptied: not set)."""
-    return leaseworker(*argv, env=env | dict.fromkeys(CA_BUNDLE_VARIABLES, ""))
-
-
-@pytest.fixture
-def pods() -> Iterator[list[PodProcess]]:
-    """Pods a test starts; any still running at its end is killed."""
-    started: list[PodProcess] = []
-    yield started
-    for pod in started:
-        pod.kill()
+from .conftest import OWNER
+from .stack import SecuredStack, command, start_pod
 
 
 async def test_sasl_ssl_tls_a_pod_runs_a_transactional_job_through_every_secured_peer(
