@@ -54,7 +54,7 @@ def test_the_leak_check_finds_a_planted_secret_of_each_kind(stack: SecuredStack)
     """A password, a URL with one, a PEM key line: each planted once, each found."""
     secrets = stack.secrets()
     key_line = next(line for line in secrets if len(line) >= 60)
-    planted = {
+    planted: dict[str, str | bytes] = {
         "log": f"connecting with {stack.postgres.passwords[RUNTIME]}\n",
         "span": b'{"attributes": "' + stack.redis.url().encode() + b'"}',
         "help": f"  --redis-key-file  default\n{key_line}\n",
