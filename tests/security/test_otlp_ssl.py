@@ -21,6 +21,7 @@ import pytest
 from leaseworker._dev._services import LocalJaeger
 
 from ..waiting import eventually
+from .collector import https_collector
 from .secured_kafka import SecuredKafka
 from .test_kafka_sasl_ssl import _cli, _refused_line
 
@@ -115,6 +116,30 @@ def test_a_collector_with_an_unknown_ca_makes_run_exit_2_ssl(
     line = _refused_line(result, took, TOKEN)
     assert "OTLP collector" in line
     assert "certificate is not accepted" in line
+
+
+@pytest.mark.parametrize("certificate", ["expired", "another host's"])
+def test_a_collector_with_an_expired_or_misnamed_certificate_makes_run_exit_2_ssl(
+    secured_kafka: SecuredKafka, certificate: str
+) -> None:
+    """The collector's certificate chains to the trusted CA but expired, or names another host."""
+    ca = secured_kafka.ca
+    identity = (
+        ca.server(expired=True, name="expired-collector")
+        if certificate == "expired"
+        else ca.server(hosts=("collector.invalid",), name="misnamed-collector")
+    )
+    with https_collector(identity) as collector:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca.ca_file),
+        }
+        result, took = _cli(["run", "tests.jobs:MarkerJob"], env, drop=CA_BUNDLE_VARIABLES)
+        assert collector.exports == []
+    line = _refused_line(result, took, TOKEN)
+    assert "OTLP collector" in line
+    assert "certificate is not accepted" in line
+    assert ("expired" if certificate == "expired" else "mismatch") in line.lower()
 
 
 def test_a_collector_answering_401_or_403_makes_run_exit_2_ssl(
