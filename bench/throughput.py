@@ -47,7 +47,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -100,6 +100,10 @@ class NullStore:
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Nothing ever completed."""
         return None
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Nothing ever completed."""
+        return [None] * len(identities)
 
     async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
         """Every claim stands: nothing is kept."""
