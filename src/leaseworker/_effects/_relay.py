@@ -7,20 +7,24 @@ the next only once the broker acknowledged the previous (keys in parallel),
 and marks sent only what was acknowledged. A failed send stops its key's
 chain for this round; the rest of the claim is sent again later (at least
 once: receivers drop duplicates). A relay that dies leaves its claims to
-expire, and another takes them over. See docs/effects.md#what-is-at-least-once-the-relay.
+expire, and another takes them over. Its hooks get an ``EffectEvent`` per
+send (``sent``, ``send_failed``, in the relay's task, after the broker's
+answer) and, every ``backlog_every`` seconds, the store's ``backlog``.
+See docs/effects.md#what-is-at-least-once-the-relay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Protocol, final
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, Protocol, final
 
 import anyio
 
 from .._backoff import BusyPolicy
 from .._errors import StoreUnavailable
+from .._events import EffectEvent, Hook, emit, hooks_for
 from .._retry import Retries
 from .._store._effects import EffectStore, OutboxRow
 
@@ -46,6 +50,8 @@ class Relay:
     ``hold`` seconds a claim lasts before another relay may take it over
     (longer than a round's sends); after a round that found nothing to send
     it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes.
+    ``hooks`` receive its :class:`~leaseworker.effects.EffectEvent` s; only
+    with hooks does it ask the store for its backlog (every ``backlog_every`` s).
     """
 
     def __init__(
@@ -59,6 +65,8 @@ class Relay:
         idle: float = 0.05,
         idle_max: float = 1.0,
         retry: BusyPolicy = RELAY_RETRY,
+        hooks: Iterable[Hook] = (),
+        backlog_every: float = 5.0,
     ) -> None:
         self._store = store
         self._sender = sender
@@ -69,6 +77,9 @@ class Relay:
         self._idle_max = idle_max
         self._retry = retry
         self.sent = 0  # messages acknowledged and marked sent by this relay
+        self._hooks = hooks_for(hooks, EffectEvent)
+        self._backlog_every = backlog_every
+        self._backlog_at = -backlog_every  # anyio's clock: the first round samples it
 
     async def run(self, stop: anyio.Event) -> None:
         """Relay rounds until ``stop`` is set; the round in progress finishes first."""
@@ -76,6 +87,7 @@ class Relay:
         idle = self._idle
         while not stop.is_set():
             try:
+                await self._backlog()
                 claimed, failed = await self.relay_once()
             except StoreUnavailable as exc:
                 logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
@@ -119,10 +131,12 @@ class Relay:
     ) -> None:
         """Send one job key's rows in order, each after the previous was acknowledged."""
         for row in chain:
+            began = anyio.current_time()
             try:
-                await self._sender.send(row)
+                partition, offset = await self._sender.send(row)
             except Exception as exc:  # the broker is down or refused: the rest waits
                 failures.append(exc)
+                self._emit("send_failed", row, began, error=exc)
                 logger.warning(
                     "outbox relay: sending %s to %s failed (%s); retried",
                     row.effect_id,
@@ -132,6 +146,34 @@ class Relay:
                 )
                 return
             acked.append(row.id)
+            self._emit("sent", row, began, partition=partition, offset=offset)
+
+    def _emit(
+        self, name: Literal["sent", "send_failed"], row: OutboxRow, began: float, **fields: Any
+    ) -> None:
+        if self._hooks:
+            event = EffectEvent(
+                name=name,
+                topic=row.message.topic,
+                effect_id=row.effect_id,
+                job_key=row.job_key,
+                fence=row.fence,
+                trace=row.message.trace,
+                began=began,
+                elapsed=anyio.current_time() - began,
+                relay=self.name,
+                **fields,
+            )
+            emit(self._hooks, event)
+
+    async def _backlog(self) -> None:
+        """Tell the hooks how many messages are unsent and how old the oldest is (at times)."""
+        if not self._hooks or anyio.current_time() - self._backlog_at < self._backlog_every:
+            return
+        self._backlog_at = anyio.current_time()
+        depth, oldest_age = await self._store.outbox_backlog()
+        event = EffectEvent(name="backlog", depth=depth, oldest_age=oldest_age, relay=self.name)
+        emit(self._hooks, event)
 
     async def _settle(self, rows: Sequence[OutboxRow], acked: list[int]) -> None:
         """Mark the acknowledged rows sent; release the others (best effort: claims expire)."""
