@@ -17,13 +17,15 @@ import anyio
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, get_current_span
+from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 
 from leaseworker import JobContext, ReportJob, Worker, open_store
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._history import History
 from leaseworker._store._effects import effect_store
 from leaseworker._telemetry import Telemetry, extract, traced_send
+from leaseworker._timeline import Span, history_from_spans, render_html, render_text
 from leaseworker.effects import Effect, EffectEvent, MemoryInbox, Relay
 
 from ..effects.test_relay import FakeSender, commit
@@ -116,6 +118,33 @@ async def test_the_message_carries_the_executions_trace_and_the_relay_span_is_it
     [point] = _points(metric_reader, "leaseworker.effects.sent")
     assert point.value == 1
     assert dict(point.attributes) == {"messaging.destination.name": effects}
+    # The timeline marks when the effect was committed (the accepted completion) and sent.
+    [execution] = history_from_spans(map(_as_timeline, spans), key).executions
+    [completion] = [s for s in execution.steps if s.name == "completion"]
+    [committed] = [s for s in execution.steps if s.name == "effect_committed"]
+    [delivered] = [s for s in execution.steps if s.name == "effect_sent"]
+    assert committed.at == completion.at
+    assert committed.attrs["effect_id"] == delivered.attrs["effect_id"] == effect_id
+    assert (delivered.attrs["partition"], delivered.attrs["offset"]) == ("0", record.offset)
+    assert delivered.at >= committed.at
+    text = render_text(History(executions=(execution,)), width=140)
+    assert f"effect sent       {effect_id} to {effects} at 0:{record.offset}" in text
+    assert "m effect sent" in text
+    assert 'class="step step-effect_sent' in render_html(History(executions=(execution,)))
+
+
+def _as_timeline(span: Any) -> Span:
+    """An exported span as the timeline reads one from Jaeger."""
+    return Span(
+        trace_id=f"{span.context.trace_id:032x}",
+        span_id=f"{span.context.span_id:016x}",
+        name=span.name,
+        start=span.start_time / 1e9,
+        end=span.end_time / 1e9,
+        attributes=dict(span.attributes or {}),
+        parent_span_id=None if span.parent is None else f"{span.parent.span_id:016x}",
+        error=span.status.status_code == StatusCode.ERROR,
+    )
 
 
 def _spans(exporter: InMemorySpanExporter) -> list[Any]:
