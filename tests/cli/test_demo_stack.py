@@ -18,6 +18,9 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     completed it afterwards (read from the histories the pods recorded). The
     summary ends with that report's timeline, read back from Jaeger: both
     pods, the loss and the takeover, overlap 0; its page is written where asked.
+    Every report's ``reports.ready`` notification, committed with its
+    completion, reached the example receiver exactly once; the takeover's
+    timeline marks its notification committed and sent.
     """
     LocalJaeger.ensure_built()  # the demo exports to Jaeger when it is there: make it be
     lines: list[str] = []
@@ -38,10 +41,16 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     assert summary.loss_after is not None
     assert summary.loss_after < 3.0  # stopped within one lease duration of the stall
     assert summary.takeover_after is not None
+    notifications = summary.notifications
+    assert notifications is not None
+    assert notifications.committed == 13  # one per report: duplicates and re-runs commit none
+    assert notifications.delivered_once == notifications.committed
+    assert (notifications.stale, notifications.got_through) == (0, 0)
     assert summary.ok
     assert summary.lost_trace is not None  # the demo exported traces to a local Jaeger
     rendered = summary.render()
     assert "result               OK" in rendered
+    assert "  notifications        13 committed, 13 delivered once, " in rendered
     assert "Jaeger UI" not in rendered
     assert "has no web UI" in rendered
     assert summary.timeline is not None
@@ -52,6 +61,7 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     [taker] = [e for e in executions if e.previous_execution_id == lost[0].execution_id]
     assert taker.pod != summary.stall_pod
     assert taker.outcome == "completed"
+    assert {"effect_committed", "effect_sent"} <= {step.name for step in taker.steps}
     timeline = rendered.split("== timeline of the stalled report", 1)[1]
     assert "overlap: 0 ms" in timeline
     assert "renew failed" in timeline
