@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 
-from leaseworker import JobContext, ReportJob, Worker, open_store
+from leaseworker import JobContext, Pod, ReportJob, open_store
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._history import History
@@ -89,7 +89,7 @@ async def test_the_message_carries_the_executions_trace_and_the_relay_span_is_it
     [producer] = producer_exporter.get_finished_spans()
     job = on_topic(Publishing, trigger_topic)(effects)
     config = pod_config(kafka_server, redis_server, kafka_names, namespace, store_url="memory://")
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         await until(lambda: bool(named(_spans(exporter), f"send {effects}")))
     [record] = await read_topic(kafka_server.bootstrap_servers, effects, 1)
     spans = _spans(exporter)

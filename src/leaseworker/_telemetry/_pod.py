@@ -1,6 +1,6 @@
 """One pod's telemetry: execution, lease, Kafka source and effect events as spans and metrics.
 
-:class:`PodTelemetry` is the hook a :class:`~leaseworker.Worker` gives its
+:class:`PodTelemetry` is the hook a :class:`~leaseworker.Pod` gives its
 executor, its Kafka source and its outbox relay: one CONSUMER ``process
 {topic}`` trace per trigger, sampled as a whole (effects: ``_effect_spans``);
 a failing step is logged, never changes the worker. See docs/design.md#pod-telemetry-and-sampling.

@@ -19,12 +19,12 @@ from .._events import Hook
 from .._kafka import KafkaSender
 from .._store import CompletionStore
 from .._store._effects import EffectStore
-from ._config import WorkerConfig
+from ._config import PodConfig
 
 
 @contextlib.asynccontextmanager
 async def outbox_relay(
-    store: CompletionStore, config: WorkerConfig, hooks: Iterable[Hook] = ()
+    store: CompletionStore, config: PodConfig, hooks: Iterable[Hook] = ()
 ) -> AsyncIterator[Relay | None]:
     """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox).
 
