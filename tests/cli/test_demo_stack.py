@@ -34,12 +34,13 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     slow = [e for e in summary.executions if e.job_key == "report:{}:{}".format(*SLOW_KEY)]
     stalled = [e for e in slow if e.pod == summary.stall_pod]
     others = [e for e in slow if e.pod != summary.stall_pod]
-    assert [e.outcome for e in stalled] == ["lost"]
+    # Lost, all of them: a renewal lost to a loaded machine before the stall is retried there.
+    assert {e.outcome for e in stalled} == {"lost"}
     assert [e.outcome for e in others] == ["completed"]
-    assert stalled[0].end is not None
-    assert others[0].start >= stalled[0].end
+    assert stalled[-1].end is not None
+    assert others[0].start >= stalled[-1].end
     assert summary.loss_after is not None
-    assert summary.loss_after < 3.0  # stopped within one lease duration of the stall
+    assert 0 <= summary.loss_after < 3.0  # stopped within one lease duration of the stall
     assert summary.takeover_after is not None
     notifications = summary.notifications
     assert notifications is not None
@@ -57,8 +58,8 @@ def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_
     executions = summary.timeline.executions
     assert {e.pod for e in executions} >= {summary.stall_pod, others[0].pod}
     lost = [e for e in executions if e.outcome == "lost"]
-    assert [e.pod for e in lost] == [summary.stall_pod]
-    [taker] = [e for e in executions if e.previous_execution_id == lost[0].execution_id]
+    assert {e.pod for e in lost} == {summary.stall_pod}
+    [taker] = [e for e in executions if e.previous_execution_id == lost[-1].execution_id]
     assert taker.pod != summary.stall_pod
     assert taker.outcome == "completed"
     assert {"effect_committed", "effect_sent"} <= {step.name for step in taker.steps}

@@ -55,7 +55,12 @@ def test_tally_counts_committed_delivered_duplicates_stale_and_what_got_through(
         conn.execute("INSERT INTO notification VALUES ('lw1:x:0', 'ns:{k}', 1, 'acme', '2026-11')")
         conn.execute("INSERT INTO dropped VALUES (?, 'duplicate', 3)", (first,))
         conn.execute("INSERT INTO dropped VALUES ('lw1:y:0', 'stale', 1)")
-    counted = anyio.run(tally, url, tmp_path)
+
+    async def count() -> Notifications:
+        async with open_store(url) as opened:
+            return await tally(effect_store(opened), tmp_path)
+
+    counted = anyio.run(count)
     assert counted == Notifications(
         committed=2, delivered_once=1, duplicates=1, stale=1, got_through=1
     )

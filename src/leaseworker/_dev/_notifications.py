@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 
 from .._store import open_store
-from .._store._effects import effect_store
+from .._store._effects import EffectStore, effect_store
 from ._pods import PodProcess
 
 READY_TOPIC = "reports.ready"  # MonthlyReport.ready_topic
@@ -62,10 +62,9 @@ def receiver_process(workdir: Path, cwd: Path, bootstrap: str, group: str) -> Po
     return PodProcess("receiver", argv, env, cwd, workdir / "receiver.log")
 
 
-async def tally(store_url: str, workdir: Path) -> Notifications:
+async def tally(store: EffectStore, workdir: Path) -> Notifications:
     """Count the committed messages (the store) and what the receiver recorded (its file)."""
-    async with open_store(store_url) as store:
-        committed = {entry.row.effect_id for entry in await effect_store(store).outbox_entries()}
+    committed = {entry.row.effect_id for entry in await store.outbox_entries()}
     notified, dropped = await anyio.to_thread.run_sync(_received, workdir / "notifications.sqlite3")
     return Notifications(
         committed=len(committed),
@@ -96,7 +95,9 @@ async def until_delivered(store_url: str, workdir: Path, *, within: float) -> No
     the condition is final once it holds.
     """
     counted = Notifications()
-    with anyio.move_on_after(within):
-        while not (counted := await tally(store_url, workdir)).ok:  # noqa: ASYNC110 - processes
-            await anyio.sleep(0.2)
+    async with open_store(store_url) as opened:  # the pods' store, opened once
+        store = effect_store(opened)
+        with anyio.move_on_after(within):
+            while not (counted := await tally(store, workdir)).ok:  # noqa: ASYNC110 - processes
+                await anyio.sleep(0.2)
     return counted

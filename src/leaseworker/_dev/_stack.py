@@ -12,6 +12,7 @@ notification not delivered exactly once (docs/design.md#the-stack-demo).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -365,7 +366,9 @@ class _Run:
             key = f"report:{tenant}:{period}".encode()
             with anyio.fail_after(15):
                 meta = await self.producer.send_and_wait(
-                    TOPIC, key=key, value=_payload(tenant, period, **more)
+                    TOPIC,
+                    key=key,
+                    value=json.dumps({"tenant": tenant, "period": period, **more}).encode(),
                 )
             self.sent.add((meta.partition, meta.offset))
             self.keys[(meta.partition, meta.offset)] = key.decode()
@@ -395,10 +398,12 @@ async def _play(run: _Run) -> None:
     stall_unix = time.time()
     run.summary.stall_pod = stalled.name
     run.clock.say(f"Redis stall injected for {stalled.name}: its renewals go unanswered")
-    await _until(lambda: first.execution_id in _stopped(run, slow_key), within=LEASE + 5, what="")
-    stop = _stopped(run, slow_key)[first.execution_id]
+    # The stall stops the execution holding now (a retry, if load lost a renewal before it).
+    stopped = functools.partial(_stopped, run, slow_key, stalled.name, stall_at)
+    await _until(lambda: bool(stopped()), within=LEASE + 5, what="the stalled report's stop")
+    stop = stopped()[0]
     assert stop.end is not None
-    release.touch()  # the takeover's run need not wait
+    release.touch()  # now the report may finish: the takeover's run need not wait
     run.summary.loss_after = stop.end - stall_at
     run.clock.say(
         f"{stalled.name} stopped the slow report ({stop.outcome}) "
@@ -455,8 +460,8 @@ def _answered(run: _Run, executions: list[Execution]) -> set[Position]:
     return {position for position, key in run.keys.items() if key in done_keys}
 
 
-def _stopped(run: _Run, key: str) -> dict[str, Execution]:
-    return {e.execution_id: e for e in run.executions(key) if e.end is not None}
+def _stopped(run: _Run, key: str, pod: str, since: float) -> list[Execution]:
+    return [e for e in run.executions(key) if e.pod == pod and (e.end or 0) >= since]
 
 
 def _completed(executions: list[Execution]) -> set[Position]:
@@ -483,10 +488,6 @@ async def _stop_all(pods: list[PodProcess]) -> None:
         for pod in pods:
             if pod.running():
                 tg.start_soon(pod.stop, 10.0)
-
-
-def _payload(tenant: str, period: str, **more: object) -> bytes:
-    return json.dumps({"tenant": tenant, "period": period, **more}).encode()
 
 
 def _wait_for_interrupt(out: Out) -> None:
