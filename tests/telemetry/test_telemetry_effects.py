@@ -16,7 +16,9 @@ from typing import Any
 import anyio
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 
 from leaseworker import JobContext, Pod, ReportJob, open_store
@@ -27,12 +29,14 @@ from leaseworker._store._effects import effect_store
 from leaseworker._telemetry import Telemetry, extract, traced_send
 from leaseworker._timeline import Span, history_from_spans, render_html, render_text
 from leaseworker.effects import Effect, EffectEvent, MemoryInbox, Relay
+from leaseworker.testing import JobEnvironment, make_trigger
 
 from ..effects.test_relay import FakeSender, commit
 from ..jobs import on_topic
 from ..kafka_util import KafkaNames, payload, read_topic
 from ..worker_util import pod_config, running, until
 from . import test_telemetry as base
+from . import test_telemetry_hooks as hooks
 from .test_telemetry import SECRET, _assert_no_payload, _attrs, _ctx, _points, named, send
 
 # The fixtures of test_telemetry.py (injected providers, exporter, metric reader), shared.
@@ -104,6 +108,7 @@ async def test_the_message_carries_the_executions_trace_and_the_relay_span_is_it
     assert (carried.trace_id, carried.span_id) == (_ctx(publish).trace_id, _ctx(publish).span_id)
     assert relayed.parent is not None
     assert relayed.parent.span_id == _ctx(publish).span_id
+    assert [link.context.span_id for link in relayed.links] == [_ctx(publish).span_id]
     assert _ctx(relayed).trace_id == _ctx(process).trace_id
     sent = _attrs(relayed)
     assert sent["messaging.destination.partition.id"] == str(record.partition)
@@ -201,3 +206,29 @@ async def test_the_outbox_gauges_and_the_receivers_counter(
     assert counted == {"new": 2, "duplicate": 1, "stale": 1}
     assert [p.value for p in _points(metric_reader, "leaseworker.outbox.depth")] == [3]
     assert [p.value for p in _points(metric_reader, "leaseworker.outbox.oldest_age")] == [1.5]
+
+
+async def test_a_sampled_out_trigger_passes_its_decision_on_and_makes_no_effect_spans() -> None:
+    """ALWAYS_OFF: the message carries the process span's context (not sampled); no spans."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    pod = Telemetry(tracer_provider=provider).instrument(pod="pod-a", group="g")
+    record, _ = hooks._trigger(3)
+    carrier: list[tuple[str, bytes]] = []
+    with hooks._processing(pod, record):
+        pod(EffectEvent(name="published", topic="reports.ready", carrier=carrier))
+    carried = _remote(carrier)
+    assert carried.is_valid
+    assert not carried.trace_flags.sampled
+    pod(EffectEvent(name="sent", topic="reports.ready", trace=tuple(carrier), began=0.0))
+    assert exporter.get_finished_spans() == ()
+
+
+def test_without_a_tracing_hook_a_message_carries_the_triggers_trace_context() -> None:
+    """No pod telemetry (the testing kit's runs): the trigger's ``traceparent`` goes on."""
+    parent = [("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01")]
+    job = on_topic(Publishing, "reports.requested")("reports.ready")
+    result = JobEnvironment(job).run_sync(make_trigger({"n": 1}, key="k", headers=parent))
+    [message] = result.messages
+    assert message.message.trace == tuple(parent)

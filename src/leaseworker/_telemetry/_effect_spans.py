@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import final
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import SpanKind, Tracer, get_current_span, set_span_in_context
+from opentelemetry.trace import Link, SpanKind, Tracer, get_current_span, set_span_in_context
 
 from .._events import EffectEvent
 from .._execution import job_key_of
@@ -78,15 +78,16 @@ class EffectSpans:
         span.end()
 
     def _sent(self, event: EffectEvent) -> None:
-        """Count the send and make its ``send`` span, a child of the message's trace context."""
+        """Count the send; make its ``send`` span, child of (and linked to) the ``publish`` span."""
         topic = event.topic or ""
         failed = event.name == "send_failed"
         (self._metrics.send_failures if failed else self._metrics.effects_sent).add(
             1, {n.MESSAGING_DESTINATION: topic}
         )
         parent = extract(event.trace) if event.trace else otel_context.Context()
-        if not _sampled_in(parent):
-            return
+        published = get_current_span(parent).get_span_context()
+        if published.is_valid and not published.trace_flags.sampled:
+            return  # the execution's trace was sampled out: so is its message's
         attributes: Attributes = {
             n.MESSAGING_SYSTEM: "kafka",
             n.MESSAGING_OPERATION_NAME: "send",
@@ -110,6 +111,7 @@ class EffectSpans:
             context=parent,
             kind=SpanKind.PRODUCER,
             attributes=attributes,
+            links=[Link(published)] if published.is_valid else (),
             start_time=wall_ns(event.began),
         )
         if event.error is not None:
@@ -122,9 +124,3 @@ def _identify(attributes: Attributes, event: EffectEvent) -> None:
         attributes[n.EFFECT_ID] = event.effect_id
     if event.fence is not None:
         attributes[n.FENCE] = event.fence
-
-
-def _sampled_in(parent: otel_context.Context) -> bool:
-    """Return False when the message's trace context says its trace was sampled out."""
-    span_context = get_current_span(parent).get_span_context()
-    return not span_context.is_valid or span_context.trace_flags.sampled
