@@ -166,7 +166,8 @@ def render_text(shown: dict[str, Any]) -> str:
     """Return ``inspect``'s answer as aligned lines: lease, completion, one line per effect."""
     owner = shown["owner"] or "none"
     ttl = "" if shown["ttl"] is None else f", TTL {shown['ttl']:.1f}s"
-    lines = [f"lease       {shown['key']}: owner {owner}{ttl}, last fence {shown['fence']}"]
+    fence = "none" if shown["fence"] is None else shown["fence"]
+    lines = [f"lease       {shown['key']}: owner {owner}{ttl}, last fence {fence}"]
     done = shown["completion"]
     if done is None:
         lines.append("completion  none")
