@@ -55,10 +55,12 @@ def history_from_spans(spans: Iterable[Span], job_key: str | None = None) -> His
             by_execution.setdefault(execution_id, []).append(span)
             if span.name.startswith(_PUBLISH):
                 published[span.span_id] = execution_id
-        elif n.EFFECT_ID in span.attributes and span.parent_span_id is not None:
-            relayed.append(span)  # the relay's send: its parent is the publish span
+        elif n.EFFECT_ID in span.attributes:
+            relayed.append(span)  # the relay's send: child of and linked to the publish span
     for span in relayed:
-        if (execution_id := published.get(span.parent_span_id or "")) is not None:
+        # Jaeger's classic answer keeps a link to one's own parent as the one reference.
+        found = (published.get(s) for s in (span.parent_span_id, *(s for _, s in span.links)) if s)
+        if (execution_id := next((e for e in found if e is not None), None)) is not None:
             by_execution[execution_id].append(span)
     for span in process.values():  # answered without an execution span: from the store
         if (execution_id := _execution_of(span, job_key)) is not None:
