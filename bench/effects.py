@@ -362,9 +362,17 @@ async def pod_part(
 
 
 async def receive(
-    bootstrap: str, topic: str, count: int, into: list[float], done: anyio.Event
+    bootstrap: str,
+    topic: str,
+    count: int,
+    into: list[float],
+    done: anyio.Event,
+    first: anyio.Event,
 ) -> None:
-    """Consume ``topic`` from the start; append each record's commit-to-arrival seconds."""
+    """Consume ``topic`` from the start; append each record's commit-to-arrival seconds.
+
+    ``first`` is set at the first arrival, ``done`` after ``count`` distinct effects.
+    """
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10
     )
@@ -381,6 +389,7 @@ async def receive(
                         continue
                     seen.add(effect)
                     into.append(arrived - COMMITTED[effect])
+                    first.set()
     finally:
         await consumer.stop()
     done.set()
@@ -401,8 +410,14 @@ async def latency_run(
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(_run_worker, worker)
-            received = anyio.Event()
-            tg.start_soon(receive, kafka.bootstrap_servers, out, count, latencies, received)
+            received, first = anyio.Event(), anyio.Event()
+            tg.start_soon(
+                receive, kafka.bootstrap_servers, out, count + 1, latencies, received, first
+            )
+            await producer.send_and_wait(topic, b'{"n": 1}', key=b"warm-up")
+            with anyio.fail_after(60):  # the relay's producer connects on its first message
+                await first.wait()
+            latencies.clear()
             if idle:
                 for n in range(count):
                     await producer.send_and_wait(topic, b'{"n": 1}', key=f"idle:{n}".encode())

@@ -60,8 +60,10 @@ class Relay:
     (longer than a round's sends); after a round that found nothing to send
     it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes,
     or until this process commits messages. ``in_flight`` rounds at most at
-    once; every ``prune_every`` seconds sent rows older than ``retention``
-    seconds are deleted (never an unsent one).
+    once; after a round of less than ``batch`` rows the next claim waits
+    ``linger`` seconds, so that under load rounds are fuller; every
+    ``prune_every`` seconds sent rows older than ``retention`` seconds are
+    deleted (never an unsent one).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class Relay:
         idle_max: float = 1.0,
         retry: BusyPolicy = RELAY_RETRY,
         in_flight: int = 2,
+        linger: float = 0.01,
         retention: float = RETENTION,
         prune_every: float = 60.0,
     ) -> None:
@@ -87,6 +90,7 @@ class Relay:
         self._idle = idle
         self._idle_max = idle_max
         self._retry = retry
+        self._linger = linger
         self._retention = retention
         self._prune_every = prune_every
         self._pruned_at: float | None = None
@@ -132,6 +136,8 @@ class Relay:
                 retries.reset()
                 if rows:
                     idle = self._idle
+                    if len(rows) < self._batch:  # let commits gather: fewer, fuller rounds
+                        await anyio.sleep(self._linger)
                     continue
                 await self._bell.wait(seen, idle)  # a commit of this process rings it
                 idle = min(idle * 2, self._idle_max)

@@ -200,7 +200,9 @@ class PgTransaction:
                 if status != "accepted":
                     await self._conn.execute("ROLLBACK")
                     return answer
-                if rows:
+                if len(rows) == 1:  # the common case: executemany's pipeline costs a sync more
+                    await self._conn.execute(_INSERT, rows[0])
+                elif rows:
                     async with self._conn.cursor() as cursor:
                         await cursor.executemany(_INSERT, rows)
                 await self._conn.execute("COMMIT")
