@@ -53,12 +53,13 @@ from throughput import (
     PostgresWrites,
     SqliteBatch,
     _input_version,
+    _run_worker,
     bare_loop,
     produce,
     wait_committed,
 )
 
-from leaseworker import CompletionRequest, JobContext, ReportJob, Worker, WorkerConfig, open_store
+from leaseworker import CompletionRequest, JobContext, Pod, PodConfig, ReportJob, open_store
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
 from leaseworker._kafka import KafkaSender
@@ -224,18 +225,14 @@ async def relay_part(kafka: LocalKafka, urls: dict[str, str], args: argparse.Nam
 # --- the pod with a row and a message per trigger -----------------------------------------
 
 
-async def _run_worker(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-    await worker.run(task_status=task_status)
-
-
 def _pod(
     kafka: LocalKafka, redis_url: str, store_url: str, topic: str, out: str, concurrency: int
-) -> tuple[Worker, FirstStart, str]:
+) -> tuple[Pod, FirstStart, str]:
     """Return a pod running :class:`RowAndMessage` on ``topic``, its observer and its group."""
     group = f"lw-{uuid.uuid4().hex[:8]}"
     attrs = {"topic": topic, "out": out, "insert": INSERT_ROW[_kind(store_url)]}
     job = type("RowAndMessage", (RowAndMessage,), attrs)()
-    config = WorkerConfig(
+    config = PodConfig(
         bootstrap_servers=kafka.bootstrap_servers,
         redis_url=redis_url,
         group=group,
@@ -245,7 +242,7 @@ def _pod(
         store_url=store_url,
     )
     first = FirstStart()
-    return Worker(job, config, observer=first, store=None), first, group
+    return Pod(job, config, observer=first, store=None), first, group
 
 
 async def wait_messages(bootstrap: str, topic: str, count: int) -> float:

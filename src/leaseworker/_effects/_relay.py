@@ -24,7 +24,7 @@ from typing import Protocol, final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import StoreUnavailable
 from .._retry import Retries
 from .._store._bell import OutboxBell, outbox_bell
@@ -32,7 +32,7 @@ from .._store._effects import EffectStore, OutboxRow
 
 logger = logging.getLogger("leaseworker.relay")
 
-RELAY_RETRY = BusyPolicy(initial=0.2, cap=5.0)
+RELAY_RETRY = Backoff(initial=0.2, cap=5.0)
 """Rounds after a failed send or an unavailable store (the broker or the store is down)."""
 
 RETENTION = 86_400.0
@@ -76,7 +76,7 @@ class Relay:
         hold: float = 30.0,
         idle: float = 0.05,
         idle_max: float = 1.0,
-        retry: BusyPolicy = RELAY_RETRY,
+        retry: Backoff = RELAY_RETRY,
         in_flight: int = 2,
         linger: float = 0.01,
         retention: float = RETENTION,
