@@ -24,7 +24,7 @@ import anyio
 
 from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
-from ._effects import OutboxRow, StoreTransaction
+from ._effects import PRUNE_LIMIT, OutboxRow, StoreTransaction
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -227,6 +227,12 @@ class SqliteStore:
         from ._sqlite_effects import rows
 
         return await self._run(job_key, lambda c: rows(c, job_key), writes=False)
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete old sent messages; see ``EffectStore.prune_outbox``."""
+        from ._sqlite_effects import prune
+
+        return await self._run(None, lambda c: prune(c, older_than, limit), writes=True)
 
     async def aclose(self) -> None:
         """Close the connection once the call using it (if any) has finished."""

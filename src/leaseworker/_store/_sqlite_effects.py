@@ -223,6 +223,16 @@ def release(conn: sqlite3.Connection, relay: str, ids: Sequence[int]) -> int:
     ).rowcount
 
 
+def prune(conn: sqlite3.Connection, older_than: float, limit: int) -> int:
+    """Delete old sent rows as ``EffectStore.prune_outbox`` says; runs in a write batch."""
+    cutoff = time.time_ns() // 1000 - int(older_than * 1_000_000)
+    return conn.execute(
+        "DELETE FROM leaseworker_outbox WHERE id IN (SELECT id FROM leaseworker_outbox"
+        " WHERE sent_at IS NOT NULL ORDER BY id LIMIT ?) AND sent_at < ?",
+        (limit, cutoff),
+    ).rowcount
+
+
 def rows(conn: sqlite3.Connection, job_key: str | None) -> list[tuple[OutboxRow, bool]]:
     """Every outbox row (of ``job_key``) with whether it was sent."""
     where, args = ("WHERE job_key = ?", (job_key,)) if job_key is not None else ("", ())
