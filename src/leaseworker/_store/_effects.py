@@ -36,6 +36,9 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 RESERVED_HEADERS = frozenset({EFFECT_ID_HEADER, JOB_KEY_HEADER, FENCE_HEADER, *TRACE_HEADERS})
 """Headers the relay sets on every message; a job's own headers may not use these names."""
 
+PRUNE_LIMIT = 1000
+"""Sent rows one ``prune_outbox`` call looks at (and deletes at most)."""
+
 Params = Sequence[Any] | Mapping[str, Any] | None
 """A statement's parameters, as the database driver takes them."""
 
@@ -292,6 +295,15 @@ class EffectStore(CompletionStore, Protocol):
 
     async def outbox_backlog(self) -> tuple[int, float | None]:
         """Return how many messages are unsent and the oldest one's age in seconds (``None``)."""
+        ...
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete up to ``limit`` rows sent more than ``older_than`` seconds ago; return how many.
+
+        Never an unsent row. Looks at the ``limit`` oldest sent rows only (a
+        bounded scan): rows leave roughly in commit order, so those are the
+        old ones; a later call takes the next.
+        """
         ...
 
 

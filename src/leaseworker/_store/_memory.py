@@ -17,7 +17,7 @@ from typing import final
 import anyio
 
 from .._errors import StoreUnavailable
-from ._effects import OutboxEntry, OutboxRow, Params
+from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, Params
 from ._memory_effects import MemoryOutbox, MemoryTransaction
 from ._model import (
     NO_FENCE,
@@ -183,6 +183,11 @@ class MemoryStore:
         """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
         self._check_open(None)
         return self.outbox_rows.backlog()
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete nothing: a ``memory://`` store lives as long as its test or process."""
+        self._check_open(None)
+        return 0
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
