@@ -95,20 +95,26 @@ async def test_the_message_carries_the_executions_trace_and_the_relay_span_is_it
     job = on_topic(Publishing, trigger_topic)(effects)
     config = pod_config(kafka_server, redis_server, kafka_names, namespace, store_url="memory://")
     async with running(Pod(job, config, telemetry=telemetry)):
-        await until(lambda: bool(named(_spans(exporter), f"send {effects}")))
+        # A bound, not a pace: the relay's producer connects on its first message.
+        await until(lambda: bool(named(_spans(exporter), f"send {effects}")), within=60)
     [record] = await read_topic(kafka_server.bootstrap_servers, effects, 1)
     spans = _spans(exporter)
-    [process] = named(spans, f"process {trigger_topic}")
-    [publish] = named(spans, f"publish {effects}")
-    [relayed] = named(spans, f"send {effects}")
-    assert publish.kind == relayed.kind == SpanKind.PRODUCER
+    by_id = {_ctx(s).span_id: s for s in spans}
+    # From the message back: its send span, that span's parent (publish) and its parent.
+    # (A loaded machine may lose a renewal and run the job twice: only one commits.)
+    [relayed] = [
+        s for s in named(spans, f"send {effects}") if s.status.status_code != StatusCode.ERROR
+    ]
+    assert relayed.parent is not None
+    publish = by_id[relayed.parent.span_id]
+    assert publish.name == f"publish {effects}"
     assert publish.parent is not None
-    assert publish.parent.span_id == _ctx(process).span_id
+    process = by_id[publish.parent.span_id]
+    assert process.name == f"process {trigger_topic}"
+    assert publish.kind == relayed.kind == SpanKind.PRODUCER
     carried = _remote(record.headers)
     assert carried.span_id != _ctx(producer).span_id  # the execution's, not the trigger's
     assert (carried.trace_id, carried.span_id) == (_ctx(publish).trace_id, _ctx(publish).span_id)
-    assert relayed.parent is not None
-    assert relayed.parent.span_id == _ctx(publish).span_id
     assert [link.context.span_id for link in relayed.links] == [_ctx(publish).span_id]
     assert _ctx(relayed).trace_id == _ctx(process).trace_id
     sent = _attrs(relayed)
@@ -128,8 +134,13 @@ async def test_the_message_carries_the_executions_trace_and_the_relay_span_is_it
     as_read = [_as_timeline(s) for s in spans]
     # Jaeger's classic /api/traces keeps the send span's link to its parent, not the parent.
     as_jaeger_v1 = [replace(s, parent_span_id=None) if s.links else s for s in as_read]
-    [again] = history_from_spans(as_jaeger_v1, key).executions
-    [execution] = history_from_spans(as_read, key).executions
+    committing = _attrs(publish)["leaseworker.execution.id"]
+    [execution] = [
+        e for e in history_from_spans(as_read, key).executions if e.execution_id == committing
+    ]
+    [again] = [
+        e for e in history_from_spans(as_jaeger_v1, key).executions if e.execution_id == committing
+    ]
     assert again.steps == execution.steps
     [completion] = [s for s in execution.steps if s.name == "completion"]
     [committed] = [s for s in execution.steps if s.name == "effect_committed"]
