@@ -72,7 +72,7 @@ class ScriptPipeline:
         scripts: Mapping[str, str],
         deadlines: DeadlineWheel,
         *,
-        max_batch: int = 1024,
+        max_batch: int = 128,
         wait: ReplicaWait | None = None,
     ) -> None:
         self._redis = redis
