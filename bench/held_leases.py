@@ -4,9 +4,9 @@ Each size runs in a fresh process of its own (so memory freed by a smaller
 size cannot hide a larger one's), against one private redis-server. The
 process holds ``N`` leases with :func:`~leaseworker.hold` around a body that
 waits (a long I/O-bound job), all on one :class:`~leaseworker.RedisLeases`
-with auto-pipelining, renewing at the default ``ttl / 3``. Acquisitions are
+with auto-pipelining, renewing at the default ``lease_duration / 3``. Acquisitions are
 spread evenly over one renewal interval, so renewals arrive at a steady rate
-(``N / (ttl / 3)`` per second) as on a pod whose jobs started at random
+(``N / (lease_duration / 3)`` per second) as on a pod whose jobs started at random
 times, not in one burst that would batch perfectly.
 
 Once all ``N`` are held and each renewed once (so its renewal task exists),
@@ -19,7 +19,7 @@ all ``N`` held and renewing, divided by ``N``; it includes each body's own
 task, as a job's would. Every size runs ``--rounds`` times, sizes
 interleaved.
 
-    .venv/bin/python bench/held_leases.py [--sizes 100,1000,10000] [--ttl 30]
+    .venv/bin/python bench/held_leases.py [--sizes 100,1000,10000] [--lease-duration 30]
         [--periods 2] [--rounds 3]
 """
 
@@ -85,12 +85,12 @@ def resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[str, Any]:
+async def hold_many(url: str, count: int, lease_duration: float, periods: float) -> dict[str, Any]:
     """Hold ``count`` leases, measure one steady stretch of renewals, release them all."""
     pool = ConnectionPool.from_url(url, connection_class=CountingConnection, socket_timeout=None)
     redis = Redis.from_pool(pool)
     leases = RedisLeases(redis, namespace=f"held{count}")
-    every = ttl / 3
+    every = lease_duration / 3
     held: list[HeldLease] = []
     ends = [anyio.Event() for _ in range(END_SLOTS)]  # the jobs end slot by slot
 
@@ -112,7 +112,7 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
                 return
 
     async def body(i: int) -> None:
-        async with hold(leases, f"report:{i}", ttl=ttl) as lease:
+        async with hold(leases, f"report:{i}", lease_duration=lease_duration) as lease:
             held.append(lease)
             if len(held) == count:
                 all_held.set()
@@ -169,21 +169,23 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
     }
 
 
-def one_size(url: str, count: int, ttl: float, periods: float, *, gc_tuning: bool) -> None:
+def one_size(
+    url: str, count: int, lease_duration: float, periods: float, *, gc_tuning: bool
+) -> None:
     """Run one size in this process and print its figures as one JSON line.
 
     With ``gc_tuning`` the collector is tuned as ``leaseworker run`` tunes it.
     """
     if gc_tuning:
         tune_garbage_collector()
-    print(json.dumps(anyio.run(hold_many, url, count, ttl, periods)))
+    print(json.dumps(anyio.run(hold_many, url, count, lease_duration, periods)))
 
 
 def main() -> None:
     """Start a private redis-server, run every size in a process of its own, print a table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="100,1000,10000")
-    parser.add_argument("--ttl", type=float, default=30.0)
+    parser.add_argument("--lease-duration", type=float, default=30.0)
     parser.add_argument("--periods", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-gc-tuning", action="store_true")
@@ -191,7 +193,9 @@ def main() -> None:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        one_size(args.url, args.one, args.ttl, args.periods, gc_tuning=not args.no_gc_tuning)
+        one_size(
+            args.url, args.one, args.lease_duration, args.periods, gc_tuning=not args.no_gc_tuning
+        )
         return
     sizes = [int(size) for size in args.sizes.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
@@ -200,13 +204,21 @@ def main() -> None:
         for _ in range(args.rounds):
             for size in sizes:
                 child = [sys.executable, __file__, "--one", str(size), "--url", server.url]
-                child += ["--ttl", str(args.ttl), "--periods", str(args.periods)]
+                child += [
+                    "--lease-duration",
+                    str(args.lease_duration),
+                    "--periods",
+                    str(args.periods),
+                ]
                 child += ["--no-gc-tuning"] if args.no_gc_tuning else []
                 out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
                 runs[size].append(json.loads(out.splitlines()[-1]))
     finally:
         server.stop()
-    print(f"ttl {args.ttl:g} s, renewing every {args.ttl / 3:g} s; median of {args.rounds} runs")
+    print(
+        f"lease_duration {args.lease_duration:g} s, renewing every "
+        f"{args.lease_duration / 3:g} s; median of {args.rounds} runs"
+    )
     print(
         f"{'held':>6}  {'KB/lease':>9}  {'% of a core':>16}  {'renewals/s':>10}  "
         f"{'us CPU/renewal':>14}  {'renewals/trip':>13}  lost (while held)  retried  "

@@ -1,8 +1,8 @@
-"""Worker throughput with telemetry on (spans to a real Jaeger, Prometheus metrics) vs off.
+"""Pod throughput with telemetry on (spans to a real Jaeger, Prometheus metrics) vs off.
 
 One in-process worker pod runs a trivial job for ``--triggers`` triggers on a
 fresh one-partition topic per round, against a private Kafka broker, Redis and
-Jaeger started here. "off" is ``Worker(..., telemetry=None)``; "on" is what
+Jaeger started here. "off" is ``Pod(..., telemetry=None)``; "on" is what
 ``leaseworker run --otlp-endpoint ... --metrics-port ...`` sets up (OTLP/HTTP
 batch export to Jaeger, a Prometheus reader). Rounds alternate off/on so
 machine noise hits both alike; throughput is counted from the first job start
@@ -66,7 +66,7 @@ from types import FrameType
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
-from leaseworker import JobContext, ReportJob, Worker, WorkerConfig
+from leaseworker import JobContext, Pod, PodConfig, ReportJob
 from leaseworker._cli._run import tune_garbage_collector
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._jaeger import LocalJaeger
@@ -233,7 +233,7 @@ async def run_worker(
     """Run a fresh worker (group of its own) until ``topic``'s triggers ran; return their rate."""
     job_class = type("Counted", (Counted,), {"topic": topic})
     job: Counted = job_class(triggers, seconds)
-    config = WorkerConfig(
+    config = PodConfig(
         bootstrap_servers=kafka.bootstrap_servers,
         redis_url=redis.url,
         group=f"group-{topic}",
@@ -243,7 +243,7 @@ async def run_worker(
         poll_timeout=0.05,
         store_url=store_url,
     )
-    worker = Worker(job, config, telemetry=telemetry)
+    worker = Pod(job, config, telemetry=telemetry)
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(300):

@@ -119,7 +119,7 @@ def _reads(subcommand: str) -> set[str]:
 
 
 def _run_config(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, job: str) -> Any:
-    """Build the WorkerConfig that ``leaseworker run JOB`` would build in ``env``."""
+    """Build the PodConfig that ``leaseworker run JOB`` would build in ``env``."""
     for name in _env_vars(build_parser(), _subparser("run")):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
@@ -165,7 +165,7 @@ def test_kubernetes_and_image_set_only_variables_the_cli_reads() -> None:
 def test_the_configured_values_make_a_valid_worker_config(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The k8s ConfigMap + Secret template and the compose worker env build a WorkerConfig."""
+    """The k8s ConfigMap + Secret template and the compose worker env build a PodConfig."""
     k8s = _k8s()
     ca = tmp_path / "ca.crt"
     trustme.CA().cert_pem.write_to_path(str(ca))  # the pod loads it at start

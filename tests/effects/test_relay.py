@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from leaseworker import BusyPolicy, CompletionRequest, StoreUnavailable, open_store
+from leaseworker import Backoff, CompletionRequest, StoreUnavailable, open_store
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
 from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_store
@@ -279,7 +279,7 @@ async def test_a_store_outage_is_waited_out_and_nothing_is_lost(memory: EffectSt
     counting = Counting(sender, 2)
     stop = anyio.Event()
     flaky = DownFor(memory, 3)
-    relay = Relay(flaky, counting, name="relay-a", retry=BusyPolicy(initial=0.01, cap=0.02))
+    relay = Relay(flaky, counting, name="relay-a", retry=Backoff(initial=0.01, cap=0.02))
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay.run, stop)
         with anyio.fail_after(5):

@@ -72,7 +72,7 @@ async def scenario(
     group: LocalSentinelGroup,
     *,
     replicas: int,
-    ttl: float,
+    lease_duration: float,
     fail: Callable[[Run], Awaitable[None]],
 ) -> Run:
     """Run A's hold, call ``fail`` once A is in (or refused), then let B acquire.
@@ -90,13 +90,15 @@ async def scenario(
 
         async def hold_a() -> None:
             try:
-                async with hold(a, key, ttl=ttl, renew_every=ttl / 4) as held:
+                async with hold(
+                    a, key, lease_duration=lease_duration, renewal_interval=lease_duration / 4
+                ) as held:
                     run.a_started, run.a_fence = now(), held.fence
                     in_or_refused.set()
                     try:
-                        with anyio.move_on_after(3 * ttl + 30):
+                        with anyio.move_on_after(3 * lease_duration + 30):
                             await b_done.wait()
-                            await anyio.sleep(3 * ttl)  # an overlapping A still ends
+                            await anyio.sleep(3 * lease_duration)  # an overlapping A still ends
                     finally:
                         run.a_stopped = now()
             except LeaseUnavailable:
@@ -113,8 +115,8 @@ async def scenario(
             await fail(run)
             async with group.master_client() as b_client:
                 b = RedisLeases(b_client, command_timeout=0.5)
-                with anyio.fail_after(3 * ttl + 30):
-                    lease = await _acquire_when_free(b, key, ttl)
+                with anyio.fail_after(3 * lease_duration + 30):
+                    lease = await _acquire_when_free(b, key, lease_duration)
                 run.b_acquired = lease.sent_at  # B may run from when its acquire was sent
                 run.b_fence = lease.fence
                 b_done.set()
@@ -125,11 +127,11 @@ async def scenario(
     return run
 
 
-async def _acquire_when_free(leases: RedisLeases, key: str, ttl: float) -> Lease:
+async def _acquire_when_free(leases: RedisLeases, key: str, lease_duration: float) -> Lease:
     """Acquire as a pod would: every 50 ms until the lease is free (polling Redis itself)."""
     while True:
         try:
-            lease = await leases.acquire(key, ttl)
+            lease = await leases.acquire(key, lease_duration)
         except LeaseUnavailable:  # the master is switching: try again
             lease = None
         if lease is not None:
@@ -175,7 +177,7 @@ async def test_the_master_dies_before_replicating_the_lease(
     """
     await _cut_off_replicas(settled)
     run = await scenario(
-        settled, replicas=replicas, ttl=24.0, fail=_killed_before_replicating(settled)
+        settled, replicas=replicas, lease_duration=24.0, fail=_killed_before_replicating(settled)
     )
     print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
     if replicas:
@@ -202,7 +204,7 @@ async def test_a_connection_left_on_the_demoted_master(
     async def fail(run: Run) -> None:
         await settled.failover()
 
-    run = await scenario(settled, replicas=replicas, ttl=4.0, fail=fail)
+    run = await scenario(settled, replicas=replicas, lease_duration=4.0, fail=fail)
     print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
     assert run.a_started < run.b_acquired
     if replicas:
@@ -229,7 +231,7 @@ async def test_the_master_killed_after_replicating_the_lease(
         settled.kill(old)
         await settled.wait_for_new_master(old)
 
-    run = await scenario(settled, replicas=replicas, ttl=4.0, fail=fail)
+    run = await scenario(settled, replicas=replicas, lease_duration=4.0, fail=fail)
     print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
     assert run.a_started < run.b_acquired
     assert run.overlap < 0, run

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from leaseworker import KafkaSecurity
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker.testing._embedded import PodFactory
 
 from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic
-from ..pods import LEASEWORKER, REPO, Pod, spawn_pod
+from ..pods import LEASEWORKER, REPO, spawn_pod
 from ..waiting import eventually
 from .conftest import SecuredKafka
 
@@ -73,9 +74,9 @@ def pod_env(redis_server: LocalRedis, namespace: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def pods(tmp_path: Path) -> Iterator[list[Pod]]:
+def pods(tmp_path: Path) -> Iterator[list[PodProcess]]:
     """Pods started by a test; any still running at its end is killed."""
-    started: list[Pod] = []
+    started: list[PodProcess] = []
     yield started
     for pod in started:
         pod.kill()
@@ -85,7 +86,7 @@ def pods(tmp_path: Path) -> Iterator[list[Pod]]:
 async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutual_ssl(
     secured_kafka: SecuredKafka,
     pod_env: dict[str, str],
-    pods: list[Pod],
+    pods: list[PodProcess],
     tmp_path: Path,
     listener: str,
 ) -> None:
@@ -123,7 +124,7 @@ async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutu
 
 
 async def test_a_malformed_trigger_is_dead_lettered_under_the_write_acl_over_sasl_ssl(
-    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[Pod], tmp_path: Path
+    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[PodProcess], tmp_path: Path
 ) -> None:
     """Write on the dead-letter topic is enough for the pod's dead-letter producer."""
     names = secured_kafka.names("pod")
@@ -259,7 +260,7 @@ def test_a_pod_lacking_one_acl_exits_2_naming_it_over_sasl_ssl(
 
 
 async def test_a_sasl_ssl_broker_that_is_not_there_is_waited_for(
-    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[Pod], tmp_path: Path
+    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[PodProcess], tmp_path: Path
 ) -> None:
     """Nothing listening: the pod keeps retrying with a warning per attempt (no exit 2)."""
     env = secured_kafka.env(LEASEWORKER_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}") | pod_env

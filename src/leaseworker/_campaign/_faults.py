@@ -1,6 +1,6 @@
 """Playing a planned fault: inject it, hold it for its duration, heal it, record it.
 
-Each kind is one small coroutine; every one records a :class:`Fault` with its
+Each kind is one small coroutine; every one records a :class:`FaultWindow` with its
 start and end on the monotonic clock the pods' recorders use. What each
 models in production: see docs/chaos.md#the-faults.
 """
@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from .._history import Fault, Scalar
+from .._dev._pods import PodProcess
+from .._history import FaultWindow, Scalar
 from ._plan import PlannedFault
-from ._stack import Pod, Services
+from ._stack import Services
 from ._stall import stall_request
 
 
@@ -25,9 +26,9 @@ class Injector:
     """Plays faults against the services and pods; ``faults`` is what was played."""
 
     stack: Services
-    pods: dict[str, Pod]
+    pods: dict[str, PodProcess]
     lease: float
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[FaultWindow] = field(default_factory=list)
     skipped: list[PlannedFault] = field(default_factory=list)
     _lanes: dict[str, anyio.Lock] = field(default_factory=dict)
 
@@ -47,7 +48,7 @@ class Injector:
         self, planned: PlannedFault, start: float, end: float | None = None, **attrs: Scalar
     ) -> None:
         self.faults.append(
-            Fault(
+            FaultWindow(
                 kind=planned.kind,
                 start=start,
                 end=time.monotonic() if end is None else end,
@@ -56,7 +57,7 @@ class Injector:
             )
         )
 
-    def _pod(self, planned: PlannedFault) -> Pod:
+    def _pod(self, planned: PlannedFault) -> PodProcess:
         assert planned.target is not None
         return self.pods[planned.target]
 

@@ -30,16 +30,16 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from .._chaos import ChaosProxy
-from .._dev._pods import until_ready
+from .._dev._pods import PodProcess, until_ready
 from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
-from .._history import Execution, Fault, History, header_line, merge
+from .._history import Execution, FaultWindow, History, header_line, merge
 from ._checker import Verdict, check
 from ._faults import Injector
 from ._payloads import Generator
 from ._plan import PROXY_FAULTS, FaultKind, Plan, make_plan
 from ._records import PodExit, Produced, Records
-from ._stack import POD_FLAGS, Pod, Services, Topology, make_pod, services, store_proxy
+from ._stack import POD_FLAGS, Services, Topology, make_pod, services, store_proxy
 from ._stall import stall_log
 from ._witness import committed, completions, dead_letters
 
@@ -208,7 +208,7 @@ async def _campaign_body(
             *("--namespace", group, "--dead-letter-topic", dead_topic),
             *("--concurrency", str(settings.concurrency), *POD_FLAGS),
         ]
-        pods: dict[str, Pod] = {}
+        pods: dict[str, PodProcess] = {}
         for name in names:
             proxy = None
             if stack.redis is not None:
@@ -270,7 +270,7 @@ async def _play(
     job: ReportJob,
     producer: Any,
     injector: Injector,
-    pods: dict[str, Pod],
+    pods: dict[str, PodProcess],
     out: Out,
     stop: anyio.Event,
 ) -> list[Produced]:
@@ -341,7 +341,7 @@ async def _cancel_on(stop: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _watch(pods: dict[str, Pod], out: Out) -> None:
+async def _watch(pods: dict[str, PodProcess], out: Out) -> None:
     """Restart a pod that exited on its own (the exit is recorded: a crash)."""
     while True:
         for pod in pods.values():
@@ -395,7 +395,7 @@ async def _records(
     topic: str,
     dead_topic: str,
     produced: list[Produced],
-    pods: dict[str, Pod],
+    pods: dict[str, PodProcess],
 ) -> Records:
     bootstrap = stack.kafka.bootstrap_servers
     identities = {(p.job_key, p.input_version) for p in produced}
@@ -412,7 +412,7 @@ async def _records(
     )
 
 
-def _history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> History:
+def _history(pods: dict[str, PodProcess], faults: list[FaultWindow], workdir: Path) -> History:
     """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
     parts = [pod.recorded() for pod in pods.values()]
     all_faults = list(faults)
@@ -429,7 +429,7 @@ def _history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> Histor
     return History(clock="monotonic", executions=executions, faults=tuple(all_faults))
 
 
-def _judged(execution: Execution, deaths: list[float], faults: list[Fault]) -> Execution:
+def _judged(execution: Execution, deaths: list[float], faults: list[FaultWindow]) -> Execution:
     if execution.end is None:
         died = next((at for at in deaths if at > execution.start), None)
         if died is not None:
@@ -455,7 +455,7 @@ def _store_name(stack: Services) -> str:
     return stack.store_url.split("://", 1)[0]
 
 
-async def _stop_all(pods: list[Pod], within: float) -> None:
+async def _stop_all(pods: list[PodProcess], within: float) -> None:
     """SIGTERM every pod still running (after an error); SIGKILL what outlives ``within``."""
     async with anyio.create_task_group() as tg:
         for pod in pods:

@@ -26,7 +26,7 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from .._chaos import ChaosProxy
-from .._history import Execution, Fault, History
+from .._history import Execution, FaultWindow, History
 from .._timeline import render_html, render_text
 from ._jaeger_links import key_history, lost_trace_url
 from ._pods import PodProcess, committed_total, histories, pod_process, until_ready
@@ -427,7 +427,7 @@ def _with_stall(history: History | None, summary: Summary) -> History | None:
     if history is None or summary.stall is None:
         return history
     start, end = summary.stall
-    stall = Fault(kind="redis stall", start=start, end=end, target=summary.stall_pod)
+    stall = FaultWindow(kind="redis stall", start=start, end=end, target=summary.stall_pod)
     return replace(history, faults=(*history.faults, stall))
 
 

@@ -19,14 +19,14 @@ from typing import Protocol, final
 
 import anyio
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import StoreUnavailable
 from .._retry import Retries
 from .._store._effects import EffectStore, OutboxRow
 
 logger = logging.getLogger("leaseworker.relay")
 
-RELAY_RETRY = BusyPolicy(initial=0.2, cap=5.0)
+RELAY_RETRY = Backoff(initial=0.2, cap=5.0)
 """Rounds after a failed send or an unavailable store (the broker or the store is down)."""
 
 
@@ -58,7 +58,7 @@ class Relay:
         hold: float = 30.0,
         idle: float = 0.05,
         idle_max: float = 1.0,
-        retry: BusyPolicy = RELAY_RETRY,
+        retry: Backoff = RELAY_RETRY,
     ) -> None:
         self._store = store
         self._sender = sender

@@ -18,7 +18,7 @@ from typing import final
 
 import anyio
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import StoreUnavailable
 from .._lease import HeldLease, now
 from .._retry import STORE, Retries
@@ -72,7 +72,7 @@ class Completer:
         input_version: str,
         execution_id: str,
         pod: str,
-        retry: BusyPolicy = STORE,
+        retry: Backoff = STORE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.store = store

@@ -15,7 +15,7 @@ from typing import Any, final
 
 import anyio
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
 from .._events import (
     LOSS_REASONS,
@@ -107,7 +107,7 @@ class Executor:
         *,
         pod: str,
         hooks: Iterable[Hook] = (),
-        lost_retry: BusyPolicy = LOST,
+        lost_retry: Backoff = LOST,
         lease_note: LeaseNote | None = None,
         store: CompletionStore | None = None,
         store_namespace: str = "leaseworker",
@@ -133,7 +133,7 @@ class Executor:
 
     async def run(self, trigger: Trigger, job_key: str) -> Ending:
         """Run executions of ``job_key`` until one reaches a terminal outcome; return it."""
-        retries = {"busy": Retries(self._job.busy_policy), "lost": Retries(self._lost_retry)}
+        retries = {"busy": Retries(self._job.busy_backoff), "lost": Retries(self._lost_retry)}
         try:
             version = self._input_version(trigger)
         except Exception as exc:  # the trigger fails (and is dead-lettered): the job never ran

@@ -1,6 +1,6 @@
 """One pod's telemetry: execution, lease and Kafka source events as spans and metrics.
 
-:class:`PodTelemetry` is the hook a :class:`~leaseworker.Worker` gives its
+:class:`PodTelemetry` is the hook a :class:`~leaseworker.Pod` gives its
 executor and its Kafka source: one CONSUMER ``process {topic}`` trace per
 trigger, sampled as a whole; a failing step is logged, never changes the
 worker. See docs/design.md#pod-telemetry-and-sampling.

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .._history import Execution, Fault, History, Step
+from .._history import Execution, FaultWindow, History, Step
 
 NICE_STEPS = (1, 2, 5)
 """Axis ticks fall on 1, 2 or 5 times a power of ten seconds."""
@@ -94,7 +94,7 @@ class Layout:
         step = tick_step(self.duration, count)
         return [i * step for i in range(int(self.duration / step + 1e-9) + 1)]
 
-    def faults(self) -> tuple[Fault, ...]:
+    def faults(self) -> tuple[FaultWindow, ...]:
         """Return the faults drawn as a band, in start order."""
         return tuple(sorted(self.history.faults, key=lambda f: f.start))
 

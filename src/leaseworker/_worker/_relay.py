@@ -18,11 +18,11 @@ from .._effects import Relay
 from .._kafka import KafkaSender
 from .._store import CompletionStore
 from .._store._effects import EffectStore
-from ._config import WorkerConfig
+from ._config import PodConfig
 
 
 @contextlib.asynccontextmanager
-async def outbox_relay(store: CompletionStore, config: WorkerConfig) -> AsyncIterator[Relay | None]:
+async def outbox_relay(store: CompletionStore, config: PodConfig) -> AsyncIterator[Relay | None]:
     """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox)."""
     if not isinstance(store, EffectStore):
         yield None

@@ -1,6 +1,6 @@
 """The worker pod: one job class, one trigger source, one lease store.
 
-The :class:`Worker` joins the pieces: it waits for Redis and opens the
+The :class:`Pod` joins the pieces: it waits for Redis and opens the
 completion store (retrying with a log line, never crash-looping silently),
 builds the :class:`Executor` and the Kafka source, and serialises executions
 of one job key inside the pod (across pods the lease does it). :func:`serve`
@@ -46,20 +46,20 @@ from .._lease import (
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
-from ._config import WorkerConfig
+from ._config import PodConfig
 from ._recorder import HistoryRecorder
 from ._relay import outbox_relay
 
-logger = logging.getLogger("leaseworker.worker")
+logger = logging.getLogger("leaseworker.pod")
 
 
 @final
-class Worker:
+class Pod:
     """Run ``job`` for every trigger on ``job.topic`` until stopped.
 
     ::
 
-        worker = Worker(MonthlyReport(), WorkerConfig(bootstrap_servers="kafka:9092",
+        worker = Pod(MonthlyReport(), PodConfig(bootstrap_servers="kafka:9092",
                                                       redis_url="redis://redis:6379/0"))
         await serve(worker)          # or: await worker.run(), and worker.stop() to end
 
@@ -80,7 +80,7 @@ class Worker:
     def __init__(
         self,
         job: ReportJob,
-        config: WorkerConfig,
+        config: PodConfig,
         *,
         leases: LeaseStore | None = None,
         observer: ExecutionObserver | Hook | None = None,
@@ -340,7 +340,7 @@ def _as_hook(observer: ExecutionObserver | Hook) -> Hook:
 
 
 def _store_unavailable(
-    config: WorkerConfig,
+    config: PodConfig,
     exc: BaseException,
     source: KafkaTriggerSource,
     delay: float,
@@ -357,7 +357,7 @@ def _store_unavailable(
 
 
 def _redis_unavailable(
-    config: WorkerConfig,
+    config: PodConfig,
     exc: BaseException,
     source: KafkaTriggerSource,
     delay: float,
@@ -378,7 +378,7 @@ def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def serve(worker: Worker) -> None:
+async def serve(worker: Pod) -> None:
     """Run ``worker`` until SIGTERM/SIGINT; a second signal exits the process at once.
 
     The first signal stops fetching and lets in-flight jobs finish until the
@@ -392,7 +392,7 @@ async def serve(worker: Worker) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _watch_signals(worker: Worker) -> None:
+async def _watch_signals(worker: Pod) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         received = 0
         async for signum in signals:
