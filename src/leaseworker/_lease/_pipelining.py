@@ -284,6 +284,10 @@ async def _trip(
     """One round trip on ``connection``: send every command in one write, read every reply."""
     if wait is not None:
         commands = [*commands, ("WAIT", wait.replicas, wait.timeout_ms)]
+    if not connection.is_connected:
+        # connect(), as the pool's checkout does: a Sentinel-managed connection asks
+        # the sentinels for the master there (sending reconnects to the last address).
+        await connection.connect()  # type: ignore[no-untyped-call]
     await connection.send_packed_command(connection.pack_commands(commands))
     values: list[Any] = []
     for _ in commands:
