@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from ._clients import with_tls_files as with_tls_files
     from ._leases import RedisLeases as RedisLeases
     from ._probe import check_redis as check_redis
+    from ._probe import ping_redis as ping_redis
     from ._probe import redis_refusal as redis_refusal
+    from ._probe import start_refusal as start_refusal
 
 _REDIS_BOUND = {
     "RedisTarget": "._clients",
@@ -47,7 +49,9 @@ _REDIS_BOUND = {
     "with_tls_files": "._clients",
     "RedisLeases": "._leases",
     "check_redis": "._probe",
+    "ping_redis": "._probe",
     "redis_refusal": "._probe",
+    "start_refusal": "._probe",
 }
 
 __all__ = [
@@ -67,8 +71,10 @@ __all__ = [
     "hold",
     "now",
     "parse_redis_url",
+    "ping_redis",
     "redis_from_url",
     "redis_refusal",
+    "start_refusal",
     "with_tls_files",
 ]
 

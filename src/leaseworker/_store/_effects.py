@@ -35,6 +35,9 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 RESERVED_HEADERS = frozenset({EFFECT_ID_HEADER, JOB_KEY_HEADER, FENCE_HEADER, *TRACE_HEADERS})
 """Headers the relay sets on every message; a job's own headers may not use these names."""
 
+PRUNE_LIMIT = 1000
+"""Sent rows one ``prune_outbox`` call looks at (and deletes at most)."""
+
 Params = Sequence[Any] | Mapping[str, Any] | None
 """A statement's parameters, as the database driver takes them."""
 
@@ -264,6 +267,15 @@ class EffectStore(CompletionStore, Protocol):
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row (of ``job_key``), in order, with whether it was sent."""
+        ...
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete up to ``limit`` rows sent more than ``older_than`` seconds ago; return how many.
+
+        Never an unsent row. Looks at the ``limit`` oldest sent rows only (a
+        bounded scan): rows leave roughly in commit order, so those are the
+        old ones; a later call takes the next.
+        """
         ...
 
 

@@ -64,7 +64,10 @@ _COLUMNS = (
 # A candidate is claimed only if no earlier unsent row of its job key is left
 # out (held by another relay, locked, or past the limit): that keeps each
 # key's order across relays. An earlier row of a key committed before a later
-# one (the head row lock), so a snapshot that sees the later one sees it.
+# one (the head row lock), so a snapshot that sees the later one sees it. The
+# check is a scalar subquery, so it runs per candidate on the (job_key, id)
+# index whatever the table's statistics say (a fresh table's once made the
+# planner compare every candidate with every unsent row).
 _CLAIM = f"""
     WITH candidates AS (
         SELECT id, job_key FROM leaseworker_outbox
@@ -74,11 +77,12 @@ _CLAIM = f"""
         FOR UPDATE SKIP LOCKED
     ), ready AS (
         SELECT c.id FROM candidates c
-        WHERE NOT EXISTS (
-            SELECT 1 FROM leaseworker_outbox e
-            WHERE e.job_key = c.job_key AND e.id < c.id AND e.sent_at IS NULL
-              AND e.id NOT IN (SELECT id FROM candidates)
-        )
+        WHERE (
+            SELECT e.id FROM leaseworker_outbox e
+            WHERE e.job_key = c.job_key AND e.sent_at IS NULL AND e.id < c.id
+              AND e.id <> ALL (ARRAY(SELECT id FROM candidates))
+            LIMIT 1
+        ) IS NULL
     )
     UPDATE leaseworker_outbox o
     SET claimed_by = %(relay)s, claimed_until = now() + make_interval(secs => %(hold)s)
@@ -92,6 +96,14 @@ MARK = """
 RELEASE = """
     UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL
     WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
+"""
+# The ``limit`` oldest sent rows (the primary key's order), of which those sent
+# before the cutoff: a bounded scan, and ``sent_at < ...`` is never true of an unsent row.
+PRUNE = """
+    DELETE FROM leaseworker_outbox
+    WHERE id IN (SELECT id FROM leaseworker_outbox WHERE sent_at IS NOT NULL
+                 ORDER BY id LIMIT %(limit)s)
+      AND sent_at < now() - make_interval(secs => %(older_than)s)
 """
 _ROWS = f"SELECT {_COLUMNS}, o.sent_at IS NOT NULL FROM leaseworker_outbox o"
 
@@ -188,7 +200,9 @@ class PgTransaction:
                 if status != "accepted":
                     await self._conn.execute("ROLLBACK")
                     return answer
-                if rows:
+                if len(rows) == 1:  # the common case: executemany's pipeline costs a sync more
+                    await self._conn.execute(_INSERT, rows[0])
+                elif rows:
                     async with self._conn.cursor() as cursor:
                         await cursor.executemany(_INSERT, rows)
                 await self._conn.execute("COMMIT")
@@ -221,6 +235,16 @@ async def update(store: PostgresStore, sql: str, relay: str, ids: Sequence[int])
         return (await conn.execute(sql, (list(ids), relay))).rowcount
 
     return await store._run(None, run) if ids else 0
+
+
+async def prune(store: PostgresStore, older_than: float, limit: int) -> int:
+    """Delete old sent rows as ``EffectStore.prune_outbox`` says (one autocommit statement)."""
+    params = {"older_than": older_than, "limit": limit}
+
+    async def run(conn: _Conn, attempt: _Attempt) -> int:
+        return (await conn.execute(PRUNE, params)).rowcount
+
+    return await store._run(None, run)
 
 
 async def rows(store: PostgresStore, job_key: str | None) -> list[tuple[OutboxRow, bool]]:

@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from .._errors import StoreUnavailable
 from .._secrets import SecretFile
 from ._batch import Batcher, Call
-from ._effects import OutboxRow, StoreTransaction
+from ._effects import PRUNE_LIMIT, OutboxRow, StoreTransaction
 from ._model import (
     ClaimResult,
     Completion,
@@ -200,6 +200,12 @@ class PostgresStore:
         from . import _pg_effects
 
         return await _pg_effects.rows(self, job_key)
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete old sent messages; see ``EffectStore.prune_outbox``."""
+        from . import _pg_effects
+
+        return await _pg_effects.prune(self, older_than, limit)
 
     async def aclose(self) -> None:
         """Close the pool once no batch runs (waiting up to ``call_timeout`` for connections)."""

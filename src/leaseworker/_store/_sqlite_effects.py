@@ -4,7 +4,8 @@ A job's transaction holds the connection alone (no batch runs meanwhile) and
 the file's write lock (``BEGIN IMMEDIATE``) from its first step to its
 commit, so the fence read at its start still stands when it commits. Each
 step runs on a worker thread (inline for ``:memory:``) under the store's
-timeout. The relay's claims are write calls of the ordinary batches.
+timeout; the commit's answer waits until the WAL is on disk. The relay's
+claims are write calls of the ordinary batches.
 See docs/effects.md.
 """
 
@@ -150,7 +151,12 @@ class SqliteTransaction:
         self._done = True
         params = completion_params(request)
         rows = outbox_params(request, messages)
-        return await step(self._store, request.job_key, lambda c: _commit(c, request, params, rows))
+        answer = await step(
+            self._store, request.job_key, lambda c: _commit(c, request, params, rows)
+        )
+        deadline = time.monotonic() + self._store._timeout
+        await self._store.durable(request.job_key, deadline)  # what it wrote or read, on disk
+        return answer
 
     def _check(self) -> None:
         if self._done or self.opened.status != "claimed":
@@ -214,6 +220,16 @@ def release(conn: sqlite3.Connection, relay: str, ids: Sequence[int]) -> int:
         "UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL"
         f" WHERE id IN ({marks}) AND claimed_by = ? AND sent_at IS NULL",
         (*ids, relay),
+    ).rowcount
+
+
+def prune(conn: sqlite3.Connection, older_than: float, limit: int) -> int:
+    """Delete old sent rows as ``EffectStore.prune_outbox`` says; runs in a write batch."""
+    cutoff = time.time_ns() // 1000 - int(older_than * 1_000_000)
+    return conn.execute(
+        "DELETE FROM leaseworker_outbox WHERE id IN (SELECT id FROM leaseworker_outbox"
+        " WHERE sent_at IS NOT NULL ORDER BY id LIMIT ?) AND sent_at < ?",
+        (limit, cutoff),
     ).rowcount
 
 

@@ -21,9 +21,9 @@ from typing import final
 
 import anyio
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
+from redis.exceptions import RedisError
 
-from .._errors import ConfigError, StoreUnavailable
+from .._errors import StoreUnavailable
 from .._events import Hook
 from .._execution import (
     Ending,
@@ -40,8 +40,9 @@ from .._lease import (
     RedisLeases,
     check_redis,
     parse_redis_url,
+    ping_redis,
     redis_from_url,
-    redis_refusal,
+    start_refusal,
 )
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
@@ -144,7 +145,7 @@ class Pod:
         """
         if self._redis is not None:
             with anyio.fail_after(self._config.redis_timeout):
-                await self._redis.ping()
+                await ping_redis(self._redis, self._own_leases)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -268,20 +269,13 @@ class Pod:
         while True:
             try:
                 with anyio.fail_after(self._config.redis_timeout * 2):
-                    await self._redis.ping()
-            except (AuthenticationError, AuthorizationError) as exc:
-                # Wrong credentials do not heal by waiting: exit 2, naming the problem.
-                raise ConfigError(
-                    f"Redis at {self._config.redacted_redis()} refused the credentials in the "
-                    f"Redis URL ({type(exc).__name__})"
-                ) from None
+                    await ping_redis(self._redis, self._own_leases)
             except (RedisError, OSError, TimeoutError) as exc:
-                refused = redis_refusal(exc)  # a TLS refusal does not heal by waiting either
-                if refused is not None:
-                    raise ConfigError(
-                        f"Redis at {self._config.redacted_redis()} refused the connection: "
-                        f"{refused}"
-                    ) from None
+                target = parse_redis_url(self._config.redis_url)
+                where, bound = self._config.redacted_redis(), self._config.redis_timeout
+                refused = await start_refusal(exc, target, where=where, bound=bound)
+                if refused is not None:  # credentials, an ACL, TLS: waiting does not heal them
+                    raise refused from None
                 log = functools.partial(_redis_unavailable, self._config, exc, self._source)
                 if not await retries.wait(log):
                     return False

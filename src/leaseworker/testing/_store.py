@@ -14,7 +14,7 @@ from typing import Literal, final
 
 from .._errors import StoreUnavailable
 from .._store import ClaimResult, Completion, CompletionRequest, CompletionResult, CompletionStore
-from .._store._effects import OutboxRow, StoreTransaction, effect_store
+from .._store._effects import PRUNE_LIMIT, OutboxRow, StoreTransaction, effect_store
 
 StoreCall = Literal["complete", "lookup", "claim"]
 """A store call an outage can hit (:class:`~leaseworker.testing.StoreOutage`)."""
@@ -100,6 +100,10 @@ class FaultyStore:
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent."""
         return await effect_store(self.inner).outbox(job_key)
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete old sent messages."""
+        return await effect_store(self.inner).prune_outbox(older_than, limit=limit)
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""

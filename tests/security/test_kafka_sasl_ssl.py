@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic
 from ..pods import LEASEWORKER, REPO, spawn_pod
 from ..waiting import eventually
-from .conftest import SecuredKafka
+from .secured_kafka import SecuredKafka
 
 REFUSAL_BOUND = 10.0
 """Seconds within which a refused command must have exited 2."""
@@ -71,15 +70,6 @@ def pod_env(redis_server: LocalRedis, namespace: str) -> dict[str, str]:
         "LEASEWORKER_NAMESPACE": namespace,
         "LW_TEST_LEASE": "3",
     }
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[list[PodProcess]]:
-    """Pods started by a test; any still running at its end is killed."""
-    started: list[PodProcess] = []
-    yield started
-    for pod in started:
-        pod.kill()
 
 
 @pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])
@@ -147,7 +137,7 @@ async def test_a_malformed_trigger_is_dead_lettered_under_the_write_acl_over_sas
 
 def _refusal_cases(kafka: SecuredKafka) -> dict[str, tuple[dict[str, str], str]]:
     """Each refusal: the settings that provoke it and what its one line must say."""
-    other_ca = str(kafka.other_ca.cert)
+    other_ca = str(kafka.other_ca.ca_file)
     return {
         "sasl wrong password": (
             kafka.env(LEASEWORKER_KAFKA_SASL_PASSWORD="wrong-" + kafka.passwords["pod"]),
@@ -286,7 +276,7 @@ def test_the_sasl_password_file_is_read_again_for_every_new_client(
         sasl_mechanism="SCRAM-SHA-256",
         sasl_username="pod",
         sasl_password_file=str(secret),
-        ssl_cafile=str(secured_kafka.ca.cert),
+        ssl_cafile=str(secured_kafka.ca.ca_file),
     )
     assert security.client_kwargs()["sasl_plain_password"] == "old-password"
     secret.write_text(secured_kafka.passwords["pod"])
@@ -314,7 +304,7 @@ async def test_the_testing_kit_pod_runs_through_sasl_ssl(
         sasl_mechanism="SCRAM-SHA-256",
         sasl_username="admin",
         sasl_password=secured_kafka.passwords["admin"],
-        ssl_cafile=str(secured_kafka.ca.cert),
+        ssl_cafile=str(secured_kafka.ca.ca_file),
     )
     factory = PodFactory(secured_kafka.broker, redis_server, names.topic)
     config = {
