@@ -287,7 +287,7 @@ async def test_transactions_and_batches_of_two_pods_on_the_same_keys_never_deadl
 async def test_postgres_outbox_pages_keep_room_for_a_claims_row_version(
     store_url_for: Callable[[str], str],
 ) -> None:
-    """Migration 6: fillfactor 50, so a claim's update stays on its page (HOT, no index writes).
+    """Migration 7: fillfactor 50, so a claim's update stays on its page (HOT, no index writes).
 
     The relay's drain bench bounds this: every claim rewrites each row it takes.
     """
