@@ -40,7 +40,32 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
 from leaseworker import HeldLease, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker._cli._run import tune_garbage_collector
 from leaseworker._dev._services import LocalRedis
+
+END_SLOTS = 100
+END_SECONDS = 3.0
+"""The held jobs end in ``END_SLOTS`` groups over this many seconds (10,000 in 3 s).
+
+A burst of more than about 6,000 ends per second overloads the loop (about
+150 µs of CPU per ending hold: its release, the renewal task's stop, the body):
+renewals and releases in flight then outlive the command timeout.
+"""
+
+
+class Collections:
+    """The garbage collector's pauses (every generation), from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        """Time each collection (a ``gc.callbacks`` entry)."""
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._began))
 
 
 class CountingConnection(Connection):
@@ -67,7 +92,7 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
     leases = RedisLeases(redis, namespace=f"held{count}")
     every = lease_duration / 3
     held: list[HeldLease] = []
-    stop = anyio.Event()
+    ends = [anyio.Event() for _ in range(END_SLOTS)]  # the jobs end slot by slot
 
     all_held = anyio.Event()
     unavailable = 0  # acquires that got no answer in time (retried, as a worker would)
@@ -91,10 +116,11 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
             held.append(lease)
             if len(held) == count:
                 all_held.set()
-            await stop.wait()
-            await anyio.sleep(i % 100 / 100)  # the jobs end over a second, not at once
+            await ends[i % END_SLOTS].wait()
 
     gc.collect()
+    collections = Collections()
+    gc.callbacks.append(collections)
     before = resident_bytes()
     async with anyio.create_task_group() as tg:
         for i in range(count):
@@ -111,8 +137,13 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
         cpu = time.process_time() - cpu
         trips = CountingConnection.trips - trips
         renewed = sum(h.renewals for h in held) - renewed
-        stop.set()
+        lost_held = sum(h.loss_reason is not None for h in held)  # before the releases
+        for end in ends:  # the jobs end over END_SECONDS, as jobs of a pod do, not at once
+            end.set()
+            await anyio.sleep(END_SECONDS / END_SLOTS)
     await redis.aclose()
+    gc.callbacks.remove(collections)
+    full = [seconds for generation, seconds in collections.pauses if generation == 2]
     lost = [h.loss_reason for h in held if h.outcome != "completed"]
     return {
         "held": count,
@@ -122,14 +153,31 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
         "cpu_us_per_renewal": cpu / max(renewed, 1) * 1e6,
         "renewals_per_trip": renewed / max(trips, 1),
         "lost": len(lost),
+        "lost_while_held": lost_held,
         "loss_reasons": ",".join(sorted({str(reason) for reason in lost})),
         "unavailable": unavailable,
+        "full_collections": len(full),
+        "longest_pause": max((seconds for _, seconds in collections.pauses), default=0.0),
+        "longest_by_generation": [
+            max((s for g, s in collections.pauses if g == generation), default=0.0)
+            for generation in range(3)
+        ],
         "release_failed": sum(h.release_error is not None for h in held),
+        "release_errors": ",".join(
+            sorted({type(h.release_error).__name__ for h in held if h.release_error is not None})
+        ),
     }
 
 
-def one_size(url: str, count: int, lease_duration: float, periods: float) -> None:
-    """Run one size in this process and print its figures as one JSON line."""
+def one_size(
+    url: str, count: int, lease_duration: float, periods: float, *, gc_tuning: bool
+) -> None:
+    """Run one size in this process and print its figures as one JSON line.
+
+    With ``gc_tuning`` the collector is tuned as ``leaseworker run`` tunes it.
+    """
+    if gc_tuning:
+        tune_garbage_collector()
     print(json.dumps(anyio.run(hold_many, url, count, lease_duration, periods)))
 
 
@@ -140,11 +188,14 @@ def main() -> None:
     parser.add_argument("--lease-duration", type=float, default=30.0)
     parser.add_argument("--periods", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-gc-tuning", action="store_true")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        one_size(args.url, args.one, args.lease_duration, args.periods)
+        one_size(
+            args.url, args.one, args.lease_duration, args.periods, gc_tuning=not args.no_gc_tuning
+        )
         return
     sizes = [int(size) for size in args.sizes.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
@@ -159,6 +210,7 @@ def main() -> None:
                     "--periods",
                     str(args.periods),
                 ]
+                child += ["--no-gc-tuning"] if args.no_gc_tuning else []
                 out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
                 runs[size].append(json.loads(out.splitlines()[-1]))
     finally:
@@ -169,7 +221,9 @@ def main() -> None:
     )
     print(
         f"{'held':>6}  {'KB/lease':>9}  {'% of a core':>16}  {'renewals/s':>10}  "
-        f"{'us CPU/renewal':>14}  {'renewals/trip':>13}  lost  retried  release failed"
+        f"{'us CPU/renewal':>14}  {'renewals/trip':>13}  lost (while held)  retried  "
+        "release failed  "
+        "full GCs  longest GC ms  why lost"
     )
     for size, results in runs.items():
         print(
@@ -178,9 +232,14 @@ def main() -> None:
             f"{_median(results, 'renewals_per_second'):>10.0f}  "
             f"{_median(results, 'cpu_us_per_renewal'):>14.0f}  "
             f"{_median(results, 'renewals_per_trip'):>13.2f}  "
-            f"{sum(int(r['lost']) for r in results):>4}  "
+            f"{sum(int(r['lost']) for r in results):>4} "
+            f"{'(' + str(sum(int(r['lost_while_held']) for r in results)) + ')':>12}  "
             f"{sum(int(r['unavailable']) for r in results):>7}  "
-            f"{sum(int(r['release_failed']) for r in results)}"
+            f"{sum(int(r['release_failed']) for r in results):>14}  "
+            f"{sum(int(r['full_collections']) for r in results):>8}  "
+            f"{max(r['longest_pause'] for r in results) * 1000:>13.0f}  "
+            f"{','.join(sorted({r['loss_reasons'] for r in results} - {''}))} "
+            f"{','.join(sorted({r['release_errors'] for r in results} - {''}))}"
         )
     print("target at 10,000: <= 20 % of one core and <= 10 KB per lease")
 

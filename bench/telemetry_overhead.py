@@ -267,6 +267,10 @@ Samples = dict[float, dict[str, list[Round]]]
 """Per job time, per side (``off`` first): one :class:`Round` per round."""
 
 
+ON_SLOW_SWITCH = "on, 5 ms switch"
+"""The ``on`` side with CPython's default GIL switch interval (see ``_setup.SWITCH_INTERVAL``)."""
+
+
 @dataclass(frozen=True)
 class Stack:
     """The services of a run and telemetry as ``leaseworker run`` configures it."""
@@ -288,7 +292,7 @@ class Stack:
         """Return the telemetry of each side, ``off`` first and ``on`` last (``--breakdown``)."""
         configured = self.configured
         if not breakdown:
-            return {"off": None, "on": configured.telemetry}
+            return {"off": None, "on": configured.telemetry, ON_SLOW_SWITCH: configured.telemetry}
         traced = configured.tracer_provider
         unexported = LeanTracerProvider(  # the pod's sampler and ids, no span processor
             traced.resource, traced.sampler, id_generator=traced.id_generator
@@ -355,9 +359,15 @@ async def measure(
                 for side, telemetry in sides.items():
                     topic = await fresh_topic(kafka, triggers)
                     collected, used = clock.total, cpu.read()  # the worker's run only
-                    rate = await run_worker(
-                        kafka, redis, topic, triggers, telemetry, seconds, store_url
-                    )
+                    interval = sys.getswitchinterval()
+                    if side == ON_SLOW_SWITCH:
+                        sys.setswitchinterval(0.005)
+                    try:
+                        rate = await run_worker(
+                            kafka, redis, topic, triggers, telemetry, seconds, store_url
+                        )
+                    finally:
+                        sys.setswitchinterval(interval)
                     if telemetry is not None and tracer_provider is not None:
                         # the export of this side's spans is part of its cost
                         await anyio.to_thread.run_sync(tracer_provider.force_flush)

@@ -419,8 +419,8 @@ the pod still looks the identity up, claims its fence and records a fenced
 completion per trigger (three store calls), but no database is involved, so what remains is
 leaseworker's own cost. ``sqlite-memory`` is SQLite without a disk
 (``sqlite:///:memory:``): the cost of the SQL alone. ``sqlite`` is the default
-embedded store (a file, WAL, ``synchronous=FULL``, group commit: one fsync per
-batch of completions) and ``postgresql`` a private local server (its
+embedded store (a file, WAL, commits on the loop, group fsync in a helper
+process) and ``postgresql`` a private local server (its
 throwaway cluster runs with ``fsync=off``, so that line is the client's cost
 of a round trip per call): durability's price, reported as separate lines.
 ``none`` is a bench-only :class:`NullStore`: the pod's cost without the two
@@ -612,21 +612,26 @@ def main() -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lw-bench-")))
         services = stack.enter_context(LocalStack())
         services.start("redis", "kafka")  # PostgreSQL starts below if asked for
-        redis_server, kafka = services.redis, services.kafka
-        urls: dict[str, str] = {}
-        for store in stores:
-            if store == "memory":
-                urls[store] = "memory://"
-            elif store == "sqlite-memory":
-                urls[store] = "sqlite:///:memory:"
-            elif store in (NULL_STORE, LONE):
-                urls[store] = store
-            elif store == "sqlite":
-                urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
-            else:
-                urls[store] = services.postgres.create_database("bench")
-                urls["bare-postgresql"] = services.postgres.create_database("bare")
-        anyio.run(bench, kafka, redis_server, urls, args, workdir)
+        urls = store_urls(services, stores, workdir)
+        anyio.run(bench, services.kafka, services.redis, urls, args, workdir)
+
+
+def store_urls(services: LocalStack, stores: list[str], workdir: Path) -> dict[str, str]:
+    """Return each pod side's store URL (starting PostgreSQL if asked for) and the bare one's."""
+    urls: dict[str, str] = {}
+    for store in stores:
+        if store == "memory":
+            urls[store] = "memory://"
+        elif store == "sqlite-memory":
+            urls[store] = "sqlite:///:memory:"
+        elif store in (NULL_STORE, LONE):
+            urls[store] = store
+        elif store == "sqlite":
+            urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
+        else:
+            urls[store] = services.postgres.create_database("bench")
+            urls["bare-postgresql"] = services.postgres.create_database("bare")
+    return urls
 
 
 if __name__ == "__main__":

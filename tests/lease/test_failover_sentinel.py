@@ -25,6 +25,8 @@ from leaseworker import Lease, LeaseUnavailable, RedisLeases, hold, redis_from_u
 from leaseworker._dev._services import LocalSentinelGroup
 from leaseworker._lease import now
 
+from ..waiting import eventually
+
 
 @pytest.fixture
 async def settled(sentinel_group: LocalSentinelGroup) -> LocalSentinelGroup:
@@ -46,6 +48,49 @@ async def test_the_url_client_follows_the_master_and_closes_everything(
         await client.set("url-check", "1")
         assert (await client.info("replication"))["role"] == "master"
     finally:
+        await client.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_pipelined_store_follows_the_master_after_a_failover(
+    settled: LocalSentinelGroup,
+) -> None:
+    """The connection a pipelined store keeps reconnects through the sentinels.
+
+    Reconnecting to its last address would find the demoted master ("the
+    previous master is now a slave") at every call, for good.
+    """
+    client = redis_from_url(settled.url)
+    assert isinstance(client, Redis)
+    leases = RedisLeases(client, namespace=f"follow-{uuid.uuid4().hex[:8]}")
+    try:
+        lease = await leases.acquire("before", 5.0)
+        assert lease is not None  # the kept connection is on the first master
+        old = await settled.master()
+        master = await settled.failover()
+        demoted = Redis(host="127.0.0.1", port=old.port)
+
+        async def replica() -> bool:
+            return bool((await demoted.info("replication"))["role"] == "slave")
+
+        try:
+            await eventually(replica, within=30)  # the old master serves as a replica
+        finally:
+            await demoted.aclose()
+        after: Lease | None = None
+        with anyio.fail_after(30):
+            while after is None:
+                try:
+                    after = await leases.acquire("after", 5.0)
+                except LeaseUnavailable:
+                    await anyio.sleep(0.2)  # the switch is still settling
+        on_master = Redis(host="127.0.0.1", port=master.port)
+        try:
+            assert await on_master.exists(leases.lease_key("after"))
+        finally:
+            await on_master.aclose()
+    finally:
+        await leases.aclose()
         await client.aclose()
 
 

@@ -240,6 +240,34 @@ async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
             await client.aclose()
 
 
+async def test_a_call_cut_off_mid_read_leaves_no_late_reply_for_the_next_one(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """A reply that comes after its caller gave up is never read as the next call's answer.
+
+    Lone calls share one kept connection: a cut-off read drops it (reopened by the next call).
+    """
+    acquire, renew = _sha(ACQUIRE), _sha(RENEW)
+    await redis.script_load(ACQUIRE)
+    await redis.script_load(RENEW)
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            pipeline = ScriptPipeline(client, {acquire: ACQUIRE, renew: RENEW}, DeadlineWheel(5.0))
+            keys = [f"{namespace}:late", f"{namespace}:f"]
+            await pipeline.call(renew, [f"{namespace}:other"], ["o", "5000"])  # connected
+            proxy.reply_delay = 0.3
+            with pytest.raises(TimeoutError), anyio.fail_after(0.1):
+                await pipeline.call(acquire, keys, ["o", "5000", ""])
+            proxy.reply_delay = 0.0
+            await anyio.sleep(0.4)  # the late reply has reached the client side by now
+            with anyio.fail_after(2):
+                reply = await pipeline.call(renew, [f"{namespace}:other"], ["o", "5000"])
+            assert reply.value == 0  # its own answer (not ours), not the acquire's late list
+        finally:
+            await client.aclose()
+
+
 async def _times_out(call: Awaitable[object]) -> None:
     with pytest.raises(TimeoutError):
         await call

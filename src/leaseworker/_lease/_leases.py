@@ -293,9 +293,14 @@ class RedisLeases:
         return await self._router.client_for(key)
 
     async def aclose(self) -> None:
-        """Close the per-node clients a cluster needs; the client passed in stays the caller's."""
+        """Close the per-node clients a cluster needs and give back the pipeline's connection.
+
+        The client passed in stays the caller's.
+        """
         if self._router is not None:
             await self._router.aclose()
+        if self._pipeline is not None:
+            await self._pipeline.aclose()
 
     async def _forget(self, key: str, owner: str) -> None:
         """Best-effort release of an acquire whose reply never arrived (shielded)."""
