@@ -51,5 +51,10 @@ def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> No
         "every trigger committed, every identity done",
         "no pod exited non-zero unless killed",
         "every loss stopped before Redis could expire the key",
+        "every accepted completion's effects delivered, none lost",
+        "each effect processed once by the receiver",
+        "no effect from a stale or superseded execution",
+        "no sent message claimed again",
     ]
+    assert document["inconclusive"] is None
     assert page.read_text().lstrip().lower().startswith("<!doctype html")

@@ -13,9 +13,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
+    ConfigResource,
+    ConfigResourceType,
+)
 
 from .._history import Fault, Scalar
+from ._outbox import lapse_claims
 from ._plan import PlannedFault
+from ._receiver import Receiver
 from ._stack import Pod, Services
 from ._stall import stall_request
 
@@ -27,6 +34,7 @@ class Injector:
     stack: Services
     pods: dict[str, Pod]
     lease: float
+    receiver: Receiver | None = None  # knows the effects topics
     faults: list[Fault] = field(default_factory=list)
     skipped: list[PlannedFault] = field(default_factory=list)
     _lanes: dict[str, anyio.Lock] = field(default_factory=dict)
@@ -168,3 +176,66 @@ class Injector:
         self._record(planned, start, shard=int(planned.size), master_port=new.port)
         await cluster.settle()
         await anyio.sleep(planned.duration)
+
+    async def _effects_refused(self, planned: PlannedFault) -> None:
+        """Make the broker refuse writes to the effects topics: sends fail (spring-modulith #395).
+
+        Their ``min.insync.replicas`` rises above their one replica, so an
+        ``acks=all`` send is answered NOT_ENOUGH_REPLICAS until it is lowered
+        again; a relay must not mark those messages sent.
+        """
+        topics = sorted(self.receiver.topics()) if self.receiver is not None else []
+        if not topics:
+            self.skipped.append(planned)  # no effect published yet: nothing to refuse
+            return
+        bootstrap = self.stack.kafka.bootstrap_servers
+        start = time.monotonic()
+        await min_insync(bootstrap, topics, 2)
+        try:
+            await anyio.sleep(planned.duration)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await min_insync(bootstrap, topics, 1)
+        self._record(planned, start, topics=len(topics))
+
+    async def _outbox_claims_lapse(self, planned: PlannedFault) -> None:
+        """Relays take over each other's claims while the first still sends (spring-modulith #1935).
+
+        The broker refuses the effects topics' writes (as ``effects_refused``)
+        so relays hold their claims while their sends wait, and every claim
+        lapses as soon as it is seen (``lapse_claims``): other relays claim the
+        same messages and send them too. Then the broker accepts again: several
+        sends of one message land, one relay marks it, none may claim it again.
+        """
+        topics = sorted(self.receiver.topics()) if self.receiver is not None else []
+        if not topics:
+            self.skipped.append(planned)  # no effect published yet: no claim to lapse
+            return
+        bootstrap = self.stack.kafka.bootstrap_servers
+        start = time.monotonic()
+        await min_insync(bootstrap, topics, 2)
+        try:
+            lapsed = await lapse_claims(self.stack.store_url, planned.duration, every=0.02)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await min_insync(bootstrap, topics, 1)
+        if not lapsed:
+            self.skipped.append(planned)  # no relay held a claim meanwhile
+            return
+        self._record(planned, start, lapsed=lapsed)
+
+
+async def min_insync(bootstrap: str, topics: list[str], replicas: int) -> None:
+    """Set ``min.insync.replicas`` of ``topics``; raise if the broker refused."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    with anyio.fail_after(30):
+        await admin.start()
+        try:
+            setting = {"min.insync.replicas": str(replicas)}
+            resources = [ConfigResource(ConfigResourceType.TOPIC, t, setting) for t in topics]
+            for response in await admin.alter_configs(resources):
+                for error, message, *_ in response.resources:
+                    if error:
+                        raise RuntimeError(f"min.insync.replicas not set: {error} {message}")
+        finally:
+            await admin.close()

@@ -2,23 +2,33 @@
 
 The checker trusts these over the pods' own account: the group's committed
 positions come from the broker, the dead letters from their topic (their
-``leaseworker.*`` headers), the completions from the store itself.
+``leaseworker.*`` headers), the completions from the store itself. The pods'
+own history (:func:`pods_history`) is merged here too, with the faults, and
+each execution a kill ended or a freeze struck marked so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from pathlib import Path
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
 from .._execution import completion_key
+from .._history import Execution, Fault, History, header_line, merge
 from .._store import open_store
 from ._records import DeadLetter, Stored
+from ._stack import Pod
+from ._stall import stall_log
 
 TIMEOUT = 30.0
 """Seconds any one read may take."""
+
+FROZEN_FAULTS = frozenset({"pod_pause", "loop_stall"})
+"""Faults that freeze a pod's executions: those count as paused."""
 
 
 async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
@@ -79,3 +89,36 @@ async def completions(
             if done is not None:
                 found[(job_key, version)] = Stored(fence=done.fence, execution_id=done.execution_id)
     return found
+
+
+def pods_history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> History:
+    """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
+    parts = [pod.recorded() for pod in pods.values()]
+    all_faults = list(faults)
+    for pod in pods.values():
+        log = stall_log(workdir, pod.name)
+        if log.exists():
+            all_faults += History.from_json(header_line("monotonic") + log.read_text()).faults
+    merged = merge(parts)
+    deaths = {
+        pod.name: sorted(at for code, killed, at in pod.exits if killed or code != 0)
+        for pod in pods.values()
+    }
+    executions = tuple(_judged(e, deaths.get(e.pod, []), all_faults) for e in merged.executions)
+    return History(clock="monotonic", executions=executions, faults=tuple(all_faults))
+
+
+def _judged(execution: Execution, deaths: list[float], faults: list[Fault]) -> Execution:
+    if execution.end is None:
+        died = next((at for at in deaths if at > execution.start), None)
+        if died is not None:
+            execution = dataclasses.replace(execution, end=died, outcome="killed")
+    end = execution.end if execution.end is not None else float("inf")
+    frozen = any(
+        f.kind in FROZEN_FAULTS
+        and f.target == execution.pod
+        and f.start < end
+        and (f.end if f.end is not None else f.start) > execution.start
+        for f in faults
+    )
+    return dataclasses.replace(execution, paused=True) if frozen else execution
