@@ -49,14 +49,10 @@ async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
         bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
     )
     letters: list[DeadLetter] = []
+    partitions = [TopicPartition(topic, p) for p in await _partitions(bootstrap, topic)]
     with anyio.fail_after(TIMEOUT):
         await consumer.start()
         try:
-            partitions = [
-                TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()
-            ]
-            if not partitions:
-                partitions = [TopicPartition(topic, 0)]
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             ends = await consumer.end_offsets(partitions)
@@ -66,6 +62,18 @@ async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
         finally:
             await consumer.stop()
     return tuple(letters)
+
+
+async def _partitions(bootstrap: str, topic: str) -> list[int]:
+    """Return the partitions of ``topic`` (a fresh consumer's metadata may not know them yet)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    with anyio.fail_after(TIMEOUT):
+        await admin.start()
+        try:
+            [described] = await admin.describe_topics([topic])
+        finally:
+            await admin.close()
+    return sorted(int(p["partition"]) for p in described["partitions"]) or [0]
 
 
 def _letter(record: object) -> DeadLetter:
