@@ -57,6 +57,7 @@ def effects_delivered(history: History, records: Records) -> Verdict:
             )
     counts: dict[str, Scalar] = {
         "effects": len(records.outbox),
+        "completions": len(records.completions),
         "completions_with_effects": len({(r.job_key, r.input_version) for r in records.outbox}),
         "delivered": len(records.outbox) - lost,
         "unsent": unsent,
