@@ -42,15 +42,34 @@ class KafkaSender:
         """Send ``row`` and return (partition, offset) once every in-sync replica has it."""
         producer = await self._started()
         message = row.message
-        with anyio.fail_after(self._timeout):
-            delivery = await producer.send(
-                message.topic,
-                value=message.value,
-                key=message.key,
-                headers=row.kafka_headers(),
-            )
-            meta = await delivery
+        try:
+            with anyio.fail_after(self._timeout):
+                delivery = await producer.send(
+                    message.topic,
+                    value=message.value,
+                    key=message.key,
+                    headers=row.kafka_headers(),
+                )
+                meta = await delivery
+        except Exception:
+            await self._discard(producer)
+            raise
         return int(meta.partition), int(meta.offset)
+
+    async def _discard(self, producer: Any) -> None:
+        """Drop ``producer`` after a failed send: the next send starts a new one.
+
+        An idempotent producer whose batch failed (a record the broker refused,
+        a send that timed out) has spent that sequence number: aiokafka answers
+        every later send OutOfOrderSequenceNumber, so the relay would never
+        deliver again. A new producer gets a new producer id.
+        """
+        async with self._starting:
+            if self._producer is not producer:
+                return  # another chain's failure dropped it already
+            self._producer = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+            await producer.stop()
 
     async def aclose(self) -> None:
         """Stop the producer (flushing what it holds, within ``timeout``)."""
