@@ -178,11 +178,11 @@ class Injector:
         await anyio.sleep(planned.duration)
 
     async def _effects_refused(self, planned: PlannedFault) -> None:
-        """Make the broker refuse writes to the effects topics: sends fail (spring-modulith #395).
+        """Make the broker refuse every record of the effects topics (spring-modulith #395).
 
-        Their ``min.insync.replicas`` rises above their one replica, so an
-        ``acks=all`` send is answered NOT_ENOUGH_REPLICAS until it is lowered
-        again; a relay must not mark those messages sent.
+        Their ``max.message.bytes`` drops to 1 byte, so each relay send is
+        answered MESSAGE_TOO_LARGE at once until the override is removed; a
+        relay must not mark those messages sent.
         """
         topics = sorted(self.receiver.topics()) if self.receiver is not None else []
         if not topics:
@@ -190,52 +190,48 @@ class Injector:
             return
         bootstrap = self.stack.kafka.bootstrap_servers
         start = time.monotonic()
-        await min_insync(bootstrap, topics, 2)
+        await refuse_records(bootstrap, topics, refuse=True)
         try:
             await anyio.sleep(planned.duration)
         finally:
             with anyio.CancelScope(shield=True):
-                await min_insync(bootstrap, topics, 1)
+                await refuse_records(bootstrap, topics, refuse=False)
         self._record(planned, start, topics=len(topics))
 
     async def _outbox_claims_lapse(self, planned: PlannedFault) -> None:
         """Relays take over each other's claims while the first still sends (spring-modulith #1935).
 
-        The broker refuses the effects topics' writes (as ``effects_refused``)
-        so relays hold their claims while their sends wait, and every claim
-        lapses as soon as it is seen (``lapse_claims``): other relays claim the
-        same messages and send them too. Then the broker accepts again: several
-        sends of one message land, one relay marks it, none may claim it again.
+        The broker is frozen (SIGSTOP, a stop-the-world pause shorter than the
+        pods' session timeout), so relays hold their claims while their sends
+        wait, and every claim lapses as soon as it is seen (``lapse_claims``):
+        other relays claim the same messages and send them too. Then the
+        broker resumes: several sends of one message land, one relay marks it,
+        none may claim it again.
         """
-        topics = sorted(self.receiver.topics()) if self.receiver is not None else []
-        if not topics:
-            self.skipped.append(planned)  # no effect published yet: no claim to lapse
-            return
-        bootstrap = self.stack.kafka.bootstrap_servers
+        broker = self.stack.kafka.process.popen
         start = time.monotonic()
-        await min_insync(bootstrap, topics, 2)
+        broker.send_signal(signal.SIGSTOP)
         try:
             lapsed = await lapse_claims(self.stack.store_url, planned.duration, every=0.02)
         finally:
-            with anyio.CancelScope(shield=True):
-                await min_insync(bootstrap, topics, 1)
+            broker.send_signal(signal.SIGCONT)
         if not lapsed:
             self.skipped.append(planned)  # no relay held a claim meanwhile
             return
         self._record(planned, start, lapsed=lapsed)
 
 
-async def min_insync(bootstrap: str, topics: list[str], replicas: int) -> None:
-    """Set ``min.insync.replicas`` of ``topics``; raise if the broker refused."""
+async def refuse_records(bootstrap: str, topics: list[str], *, refuse: bool) -> None:
+    """Set ``topics``' ``max.message.bytes`` to 1 (``refuse``) or drop their overrides."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     with anyio.fail_after(30):
         await admin.start()
         try:
-            setting = {"min.insync.replicas": str(replicas)}
+            setting = {"max.message.bytes": "1"} if refuse else {}
             resources = [ConfigResource(ConfigResourceType.TOPIC, t, setting) for t in topics]
             for response in await admin.alter_configs(resources):
                 for error, message, *_ in response.resources:
                     if error:
-                        raise RuntimeError(f"min.insync.replicas not set: {error} {message}")
+                        raise RuntimeError(f"max.message.bytes not set: {error} {message}")
         finally:
             await admin.close()

@@ -171,10 +171,8 @@ def _sized(
         duration = rng.uniform(1.1, 1.4) * lease  # past the lease: fencing's case
     elif kind == "store_outage":
         duration = rng.uniform(1.0, 8.0)
-    elif kind == "effects_refused":  # past the relay's 10 s send timeout: its sends fail
-        duration = rng.uniform(10.5, 14.0)
-    elif kind == "outbox_claims_lapse":  # within the relay's send timeout: the sends wait
-        duration = rng.uniform(1.0, 5.0)
+    elif kind in ("effects_refused", "outbox_claims_lapse"):
+        duration = rng.uniform(1.0, 5.0)  # a lapse: a frozen broker, within the session timeout
     elif kind == "cluster_failover":
         return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
     elif kind == "kafka_restart":
