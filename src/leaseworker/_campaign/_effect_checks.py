@@ -19,7 +19,14 @@ from .._history import History, Scalar
 from ._checker import Verdict, verdict
 from ._records import Delivery, Outboxed, Records
 
-ACROSS = ("pod_kill", "pod_pause", "kafka_restart", "store_outage", "effects_refused")
+ACROSS = (
+    "pod_kill",
+    "pod_pause",
+    "kafka_restart",
+    "store_outage",
+    "effects_refused",
+    "outbox_claims_lapse",
+)
 """Fault kinds counted when they struck while an effect was between its commit and delivery."""
 
 CLOCK_SLACK = 0.002
