@@ -4,9 +4,9 @@ Each size runs in a fresh process of its own (so memory freed by a smaller
 size cannot hide a larger one's), against one private redis-server. The
 process holds ``N`` leases with :func:`~leaseworker.hold` around a body that
 waits (a long I/O-bound job), all on one :class:`~leaseworker.RedisLeases`
-with auto-pipelining, renewing at the default ``ttl / 3``. Acquisitions are
+with auto-pipelining, renewing at the default ``lease_duration / 3``. Acquisitions are
 spread evenly over one renewal interval, so renewals arrive at a steady rate
-(``N / (ttl / 3)`` per second) as on a pod whose jobs started at random
+(``N / (lease_duration / 3)`` per second) as on a pod whose jobs started at random
 times, not in one burst that would batch perfectly.
 
 Once all ``N`` are held and each renewed once (so its renewal task exists),
@@ -19,7 +19,7 @@ all ``N`` held and renewing, divided by ``N``; it includes each body's own
 task, as a job's would. Every size runs ``--rounds`` times, sizes
 interleaved.
 
-    .venv/bin/python bench/held_leases.py [--sizes 100,1000,10000] [--ttl 30]
+    .venv/bin/python bench/held_leases.py [--sizes 100,1000,10000] [--lease-duration 30]
         [--periods 2] [--rounds 3]
 """
 
@@ -40,7 +40,32 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
 from leaseworker import HeldLease, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker._cli._run import tune_garbage_collector
 from leaseworker._dev._services import LocalRedis
+
+END_SLOTS = 100
+END_SECONDS = 3.0
+"""The held jobs end in ``END_SLOTS`` groups over this many seconds (10,000 in 3 s).
+
+A burst of more than about 6,000 ends per second overloads the loop (about
+150 µs of CPU per ending hold: its release, the renewal task's stop, the body):
+renewals and releases in flight then outlive the command timeout.
+"""
+
+
+class Collections:
+    """The garbage collector's pauses (every generation), from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        """Time each collection (a ``gc.callbacks`` entry)."""
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._began))
 
 
 class CountingConnection(Connection):
@@ -60,14 +85,14 @@ def resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[str, Any]:
+async def hold_many(url: str, count: int, lease_duration: float, periods: float) -> dict[str, Any]:
     """Hold ``count`` leases, measure one steady stretch of renewals, release them all."""
     pool = ConnectionPool.from_url(url, connection_class=CountingConnection, socket_timeout=None)
     redis = Redis.from_pool(pool)
     leases = RedisLeases(redis, namespace=f"held{count}")
-    every = ttl / 3
+    every = lease_duration / 3
     held: list[HeldLease] = []
-    stop = anyio.Event()
+    ends = [anyio.Event() for _ in range(END_SLOTS)]  # the jobs end slot by slot
 
     all_held = anyio.Event()
     unavailable = 0  # acquires that got no answer in time (retried, as a worker would)
@@ -87,14 +112,15 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
                 return
 
     async def body(i: int) -> None:
-        async with hold(leases, f"report:{i}", ttl=ttl) as lease:
+        async with hold(leases, f"report:{i}", lease_duration=lease_duration) as lease:
             held.append(lease)
             if len(held) == count:
                 all_held.set()
-            await stop.wait()
-            await anyio.sleep(i % 100 / 100)  # the jobs end over a second, not at once
+            await ends[i % END_SLOTS].wait()
 
     gc.collect()
+    collections = Collections()
+    gc.callbacks.append(collections)
     before = resident_bytes()
     async with anyio.create_task_group() as tg:
         for i in range(count):
@@ -111,8 +137,13 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
         cpu = time.process_time() - cpu
         trips = CountingConnection.trips - trips
         renewed = sum(h.renewals for h in held) - renewed
-        stop.set()
+        lost_held = sum(h.loss_reason is not None for h in held)  # before the releases
+        for end in ends:  # the jobs end over END_SECONDS, as jobs of a pod do, not at once
+            end.set()
+            await anyio.sleep(END_SECONDS / END_SLOTS)
     await redis.aclose()
+    gc.callbacks.remove(collections)
+    full = [seconds for generation, seconds in collections.pauses if generation == 2]
     lost = [h.loss_reason for h in held if h.outcome != "completed"]
     return {
         "held": count,
@@ -122,29 +153,49 @@ async def hold_many(url: str, count: int, ttl: float, periods: float) -> dict[st
         "cpu_us_per_renewal": cpu / max(renewed, 1) * 1e6,
         "renewals_per_trip": renewed / max(trips, 1),
         "lost": len(lost),
+        "lost_while_held": lost_held,
         "loss_reasons": ",".join(sorted({str(reason) for reason in lost})),
         "unavailable": unavailable,
+        "full_collections": len(full),
+        "longest_pause": max((seconds for _, seconds in collections.pauses), default=0.0),
+        "longest_by_generation": [
+            max((s for g, s in collections.pauses if g == generation), default=0.0)
+            for generation in range(3)
+        ],
         "release_failed": sum(h.release_error is not None for h in held),
+        "release_errors": ",".join(
+            sorted({type(h.release_error).__name__ for h in held if h.release_error is not None})
+        ),
     }
 
 
-def one_size(url: str, count: int, ttl: float, periods: float) -> None:
-    """Run one size in this process and print its figures as one JSON line."""
-    print(json.dumps(anyio.run(hold_many, url, count, ttl, periods)))
+def one_size(
+    url: str, count: int, lease_duration: float, periods: float, *, gc_tuning: bool
+) -> None:
+    """Run one size in this process and print its figures as one JSON line.
+
+    With ``gc_tuning`` the collector is tuned as ``leaseworker run`` tunes it.
+    """
+    if gc_tuning:
+        tune_garbage_collector()
+    print(json.dumps(anyio.run(hold_many, url, count, lease_duration, periods)))
 
 
 def main() -> None:
     """Start a private redis-server, run every size in a process of its own, print a table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="100,1000,10000")
-    parser.add_argument("--ttl", type=float, default=30.0)
+    parser.add_argument("--lease-duration", type=float, default=30.0)
     parser.add_argument("--periods", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-gc-tuning", action="store_true")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        one_size(args.url, args.one, args.ttl, args.periods)
+        one_size(
+            args.url, args.one, args.lease_duration, args.periods, gc_tuning=not args.no_gc_tuning
+        )
         return
     sizes = [int(size) for size in args.sizes.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
@@ -153,15 +204,26 @@ def main() -> None:
         for _ in range(args.rounds):
             for size in sizes:
                 child = [sys.executable, __file__, "--one", str(size), "--url", server.url]
-                child += ["--ttl", str(args.ttl), "--periods", str(args.periods)]
+                child += [
+                    "--lease-duration",
+                    str(args.lease_duration),
+                    "--periods",
+                    str(args.periods),
+                ]
+                child += ["--no-gc-tuning"] if args.no_gc_tuning else []
                 out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
                 runs[size].append(json.loads(out.splitlines()[-1]))
     finally:
         server.stop()
-    print(f"ttl {args.ttl:g} s, renewing every {args.ttl / 3:g} s; median of {args.rounds} runs")
+    print(
+        f"lease_duration {args.lease_duration:g} s, renewing every "
+        f"{args.lease_duration / 3:g} s; median of {args.rounds} runs"
+    )
     print(
         f"{'held':>6}  {'KB/lease':>9}  {'% of a core':>16}  {'renewals/s':>10}  "
-        f"{'us CPU/renewal':>14}  {'renewals/trip':>13}  lost  retried  release failed"
+        f"{'us CPU/renewal':>14}  {'renewals/trip':>13}  lost (while held)  retried  "
+        "release failed  "
+        "full GCs  longest GC ms  why lost"
     )
     for size, results in runs.items():
         print(
@@ -170,9 +232,14 @@ def main() -> None:
             f"{_median(results, 'renewals_per_second'):>10.0f}  "
             f"{_median(results, 'cpu_us_per_renewal'):>14.0f}  "
             f"{_median(results, 'renewals_per_trip'):>13.2f}  "
-            f"{sum(int(r['lost']) for r in results):>4}  "
+            f"{sum(int(r['lost']) for r in results):>4} "
+            f"{'(' + str(sum(int(r['lost_while_held']) for r in results)) + ')':>12}  "
             f"{sum(int(r['unavailable']) for r in results):>7}  "
-            f"{sum(int(r['release_failed']) for r in results)}"
+            f"{sum(int(r['release_failed']) for r in results):>14}  "
+            f"{sum(int(r['full_collections']) for r in results):>8}  "
+            f"{max(r['longest_pause'] for r in results) * 1000:>13.0f}  "
+            f"{','.join(sorted({r['loss_reasons'] for r in results} - {''}))} "
+            f"{','.join(sorted({r['release_errors'] for r in results} - {''}))}"
         )
     print("target at 10,000: <= 20 % of one core and <= 10 KB per lease")
 

@@ -96,11 +96,17 @@ def leaseworker_cycle(redis: Redis | RedisCluster, *, replicas: int = 0) -> Cycl
 
 
 async def cycles_per_second(
-    cycle: Cycle, *, cycles: int, tasks: int, calls: list[float] | None = None
+    cycle: Cycle,
+    *,
+    cycles: int,
+    tasks: int,
+    calls: list[float] | None = None,
+    cpu: list[float] | None = None,
 ) -> float:
     """Run ``cycles`` cycles spread over ``tasks`` concurrent tasks (distinct keys).
 
-    Each call's seconds go to ``calls`` when given.
+    Each call's seconds go to ``calls`` when given; the process's CPU seconds
+    per cycle (the client's: Redis runs in its own process) to ``cpu``.
     """
     per_task = cycles // tasks
     seconds = [] if calls is None else calls
@@ -109,10 +115,12 @@ async def cycles_per_second(
         for i in range(per_task):
             await cycle(f"k{task}:{i % 64}", seconds)
 
-    started = time.perf_counter()
+    started, used = time.perf_counter(), time.process_time()
     async with anyio.create_task_group() as tg:
         for task in range(tasks):
             tg.start_soon(run, task)
+    if cpu is not None:
+        cpu.append((time.process_time() - used) / (per_task * tasks))
     return per_task * tasks / (time.perf_counter() - started)
 
 
@@ -121,6 +129,9 @@ class Line:
     """One concurrency level: paired (floor, leaseworker) cycles/s, and each call's seconds."""
 
     pairs: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    cpu: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"floor": [], "ours": []}
+    )
     floor_calls: list[float] = dataclasses.field(default_factory=list)
     our_calls: list[float] = dataclasses.field(default_factory=list)
 
@@ -143,10 +154,13 @@ async def measure(
             await cycles_per_second(cycle, cycles=min(cycles, 500), tasks=tasks)
         line = results.setdefault(tasks, Line())
         calls = {floor: line.floor_calls, ours: line.our_calls}
+        cpu = {floor: line.cpu["floor"], ours: line.cpu["ours"]}
         for round_no in range(rounds):
             order = (floor, ours) if round_no % 2 == 0 else (ours, floor)
             rate = {
-                c: await cycles_per_second(c, cycles=cycles, tasks=tasks, calls=calls[c])
+                c: await cycles_per_second(
+                    c, cycles=cycles, tasks=tasks, calls=calls[c], cpu=cpu[c]
+                )
                 for c in order
             }
             line.pairs.append((rate[floor], rate[ours]))
@@ -207,9 +221,8 @@ def main() -> None:
         )
     header = ("replicas", "tasks", "floor cyc/s", "leaseworker cyc/s", "ratio", "(quartiles)")
     print(
-        "{:>8}  {:>5}  {:>12}  {:>18}  {:>6}  {:>13}  per call p50/p99 ms: floor | ours".format(
-            *header
-        )
+        "{:>8}  {:>5}  {:>12}  {:>18}  {:>6}  {:>13}  per call p50/p99 ms: floor | ours"
+        "  CPU us/cycle: floor | ours".format(*header)
     )
     for replicas, levels in results.items():
         for tasks, line in levels.items():
@@ -219,6 +232,8 @@ def main() -> None:
             print(
                 f"{replicas:>8}  {tasks:>5}  {floor:>12.0f}  {ours:>18.0f}  {ratio:>5.2f}x  "
                 f"({q1:.2f}-{q3:.2f})  {_p50_p99(line.floor_calls)} | {_p50_p99(line.our_calls)}"
+                f"  {statistics.median(line.cpu['floor']) * 1e6:.0f} | "
+                f"{statistics.median(line.cpu['ours']) * 1e6:.0f}"
             )
     print("target: ratio >= 1.0x with 1 task, >= 2.0x with 50 (median of paired rounds;")
     print("replicas=1 against the floor that also WAITs for one replica)")

@@ -1,7 +1,7 @@
 """Triggers per second of one pod and of several pods on one consumer group.
 
 Each pod is a process of its own (its own event loop), running an in-process
-:class:`~leaseworker.Worker` with no-op jobs (bench/throughput.py's
+:class:`~leaseworker.Pod` with no-op jobs (bench/throughput.py's
 ``NoopReport``) against one private Kafka broker, Redis and completion store
 (PostgreSQL by default). A round starts the pods on an empty topic, waits
 until the group is stable with every pod in it, then produces the triggers;
@@ -30,7 +30,7 @@ import anyio
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from throughput import PARTITIONS, NoopReport, produce
 
-from leaseworker import ExecutionEvent, Worker, WorkerConfig
+from leaseworker import ExecutionEvent, Pod, PodConfig
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
 
@@ -55,7 +55,7 @@ def pod_process(settings: dict[str, Any], stop: ProcessEvent, results: Any) -> N
 async def _pod(settings: dict[str, Any], stop: ProcessEvent, results: Any) -> None:
     job = type("NoopReport", (NoopReport,), {"topic": settings.pop("topic")})()
     counter = Counter()
-    worker = Worker(job, WorkerConfig(**settings), observer=counter)
+    worker = Pod(job, PodConfig(**settings), observer=counter)
     async with anyio.create_task_group() as tg:
         await tg.start(_serve, worker)
         cpu = time.process_time()
@@ -64,7 +64,7 @@ async def _pod(settings: dict[str, Any], stop: ProcessEvent, results: Any) -> No
     results.put((time.process_time() - cpu, counter.finished))
 
 
-async def _serve(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+async def _serve(worker: Pod, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     await worker.run(task_status=task_status)
 
 

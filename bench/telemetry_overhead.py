@@ -1,8 +1,8 @@
-"""Worker throughput with telemetry on (spans to a real Jaeger, Prometheus metrics) vs off.
+"""Pod throughput with telemetry on (spans to a real Jaeger, Prometheus metrics) vs off.
 
 One in-process worker pod runs a trivial job for ``--triggers`` triggers on a
 fresh one-partition topic per round, against a private Kafka broker, Redis and
-Jaeger started here. "off" is ``Worker(..., telemetry=None)``; "on" is what
+Jaeger started here. "off" is ``Pod(..., telemetry=None)``; "on" is what
 ``leaseworker run --otlp-endpoint ... --metrics-port ...`` sets up (OTLP/HTTP
 batch export to Jaeger, a Prometheus reader). Rounds alternate off/on so
 machine noise hits both alike; throughput is counted from the first job start
@@ -66,7 +66,7 @@ from types import FrameType
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
-from leaseworker import JobContext, ReportJob, Worker, WorkerConfig
+from leaseworker import JobContext, Pod, PodConfig, ReportJob
 from leaseworker._cli._run import tune_garbage_collector
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._jaeger import LocalJaeger
@@ -233,7 +233,7 @@ async def run_worker(
     """Run a fresh worker (group of its own) until ``topic``'s triggers ran; return their rate."""
     job_class = type("Counted", (Counted,), {"topic": topic})
     job: Counted = job_class(triggers, seconds)
-    config = WorkerConfig(
+    config = PodConfig(
         bootstrap_servers=kafka.bootstrap_servers,
         redis_url=redis.url,
         group=f"group-{topic}",
@@ -243,7 +243,7 @@ async def run_worker(
         poll_timeout=0.05,
         store_url=store_url,
     )
-    worker = Worker(job, config, telemetry=telemetry)
+    worker = Pod(job, config, telemetry=telemetry)
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(300):
@@ -267,6 +267,10 @@ Samples = dict[float, dict[str, list[Round]]]
 """Per job time, per side (``off`` first): one :class:`Round` per round."""
 
 
+ON_SLOW_SWITCH = "on, 5 ms switch"
+"""The ``on`` side with CPython's default GIL switch interval (see ``_setup.SWITCH_INTERVAL``)."""
+
+
 @dataclass(frozen=True)
 class Stack:
     """The services of a run and telemetry as ``leaseworker run`` configures it."""
@@ -288,7 +292,7 @@ class Stack:
         """Return the telemetry of each side, ``off`` first and ``on`` last (``--breakdown``)."""
         configured = self.configured
         if not breakdown:
-            return {"off": None, "on": configured.telemetry}
+            return {"off": None, "on": configured.telemetry, ON_SLOW_SWITCH: configured.telemetry}
         traced = configured.tracer_provider
         unexported = LeanTracerProvider(  # the pod's sampler and ids, no span processor
             traced.resource, traced.sampler, id_generator=traced.id_generator
@@ -355,9 +359,15 @@ async def measure(
                 for side, telemetry in sides.items():
                     topic = await fresh_topic(kafka, triggers)
                     collected, used = clock.total, cpu.read()  # the worker's run only
-                    rate = await run_worker(
-                        kafka, redis, topic, triggers, telemetry, seconds, store_url
-                    )
+                    interval = sys.getswitchinterval()
+                    if side == ON_SLOW_SWITCH:
+                        sys.setswitchinterval(0.005)
+                    try:
+                        rate = await run_worker(
+                            kafka, redis, topic, triggers, telemetry, seconds, store_url
+                        )
+                    finally:
+                        sys.setswitchinterval(interval)
                     if telemetry is not None and tracer_provider is not None:
                         # the export of this side's spans is part of its cost
                         await anyio.to_thread.run_sync(tracer_provider.force_flush)

@@ -7,7 +7,7 @@ redis-server, and both commit every offset:
 - **bare**: an aiokafka consume-and-commit loop that, per record, does what a
   hand-written lock does: ``SET NX PX`` and a Lua compare-and-delete (two
   Redis round trips), ``concurrency`` records at a time, then commits the batch;
-- **leaseworker**: an in-process :class:`~leaseworker.Worker` running a job
+- **leaseworker**: an in-process :class:`~leaseworker.Pod` running a job
   whose ``run`` returns at once: lease acquire (fence) and release, the
   executor, per-key serialisation, offset tracking, pauses, commits, and
   the completion store (a lookup before the lease, a claim of the fence
@@ -67,9 +67,9 @@ from leaseworker import (
     CompletionStore,
     ExecutionEvent,
     JobContext,
+    Pod,
+    PodConfig,
     ReportJob,
-    Worker,
-    WorkerConfig,
 )
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
@@ -380,11 +380,11 @@ async def leaseworker_pod(
     """Run one in-process worker pod until everything is committed; return seconds.
 
     ``pipelining=False`` makes the worker send every lease call on its own
-    (``WorkerConfig.lease_pipelining``), as the bare loop does.
+    (``PodConfig.lease_pipelining``), as the bare loop does.
     """
     group = f"lw-{uuid.uuid4().hex[:8]}"
     job: NoopReport = type("NoopReport", (NoopReport,), {"topic": topic})()
-    config = WorkerConfig(
+    config = PodConfig(
         bootstrap_servers=bootstrap,
         redis_url=redis_url,
         group=group,
@@ -395,7 +395,7 @@ async def leaseworker_pod(
         lease_pipelining=pipelining,
     )
     first = FirstStart()
-    worker = Worker(job, config, observer=first, store=store)
+    worker = Pod(job, config, observer=first, store=store)
     async with anyio.create_task_group() as tg:
         await tg.start(_run_worker, worker)
         end = await wait_committed(bootstrap, group, topic, count)
@@ -404,7 +404,7 @@ async def leaseworker_pod(
     return end - first.at
 
 
-async def _run_worker(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+async def _run_worker(worker: Pod, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     await worker.run(task_status=task_status)
 
 
@@ -419,8 +419,8 @@ the pod still looks the identity up, claims its fence and records a fenced
 completion per trigger (three store calls), but no database is involved, so what remains is
 leaseworker's own cost. ``sqlite-memory`` is SQLite without a disk
 (``sqlite:///:memory:``): the cost of the SQL alone. ``sqlite`` is the default
-embedded store (a file, WAL, ``synchronous=FULL``, group commit: one fsync per
-batch of completions) and ``postgresql`` a private local server (its
+embedded store (a file, WAL, commits on the loop, group fsync in a helper
+process) and ``postgresql`` a private local server (its
 throwaway cluster runs with ``fsync=off``, so that line is the client's cost
 of a round trip per call): durability's price, reported as separate lines.
 ``none`` is a bench-only :class:`NullStore`: the pod's cost without the two
@@ -612,21 +612,26 @@ def main() -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lw-bench-")))
         services = stack.enter_context(LocalStack())
         services.start("redis", "kafka")  # PostgreSQL starts below if asked for
-        redis_server, kafka = services.redis, services.kafka
-        urls: dict[str, str] = {}
-        for store in stores:
-            if store == "memory":
-                urls[store] = "memory://"
-            elif store == "sqlite-memory":
-                urls[store] = "sqlite:///:memory:"
-            elif store in (NULL_STORE, LONE):
-                urls[store] = store
-            elif store == "sqlite":
-                urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
-            else:
-                urls[store] = services.postgres.create_database("bench")
-                urls["bare-postgresql"] = services.postgres.create_database("bare")
-        anyio.run(bench, kafka, redis_server, urls, args, workdir)
+        urls = store_urls(services, stores, workdir)
+        anyio.run(bench, services.kafka, services.redis, urls, args, workdir)
+
+
+def store_urls(services: LocalStack, stores: list[str], workdir: Path) -> dict[str, str]:
+    """Return each pod side's store URL (starting PostgreSQL if asked for) and the bare one's."""
+    urls: dict[str, str] = {}
+    for store in stores:
+        if store == "memory":
+            urls[store] = "memory://"
+        elif store == "sqlite-memory":
+            urls[store] = "sqlite:///:memory:"
+        elif store in (NULL_STORE, LONE):
+            urls[store] = store
+        elif store == "sqlite":
+            urls[store] = f"sqlite:///{workdir / 'completions.sqlite3'}"
+        else:
+            urls[store] = services.postgres.create_database("bench")
+            urls["bare-postgresql"] = services.postgres.create_database("bare")
+    return urls
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, RedisLeases, open_store
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import (
     LocalPostgres,
     LocalRedis,
@@ -24,7 +25,6 @@ from leaseworker._dev._services._stack import LocalStack
 
 from .health_util import spawn
 from .kafka_util import KafkaNames
-from .pods import Pod
 
 # The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
 # loaded from there it would import leaseworker before coverage starts measuring it).
@@ -108,11 +108,11 @@ def topic(kafka_server: LocalKafka, kafka_names: KafkaNames) -> str:
 
 
 @pytest.fixture
-def health_pods(tmp_path: Path) -> Iterator[Callable[..., Pod]]:
+def health_pods(tmp_path: Path) -> Iterator[Callable[..., PodProcess]]:
     """Start ``leaseworker run`` pods serving health endpoints; SIGKILL the rest at the end."""
-    started: list[Pod] = []
+    started: list[PodProcess] = []
 
-    def start(name: str, job: str, env: dict[str, str], *extra: str) -> Pod:
+    def start(name: str, job: str, env: dict[str, str], *extra: str) -> PodProcess:
         pod = spawn(name, job, tmp_path, env, *extra)
         started.append(pod)
         return pod

@@ -10,7 +10,8 @@ from typing import Any
 
 import anyio
 
-from .pods import Pod
+from leaseworker._dev._pods import PodProcess
+
 from .pods import spawn as start_pod
 
 
@@ -28,6 +29,6 @@ async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
     return await anyio.to_thread.run_sync(get_json, f"http://127.0.0.1:{port}{path}")
 
 
-def spawn(name: str, job: str, workdir: Path, env: dict[str, str], *extra: str) -> Pod:
+def spawn(name: str, job: str, workdir: Path, env: dict[str, str], *extra: str) -> PodProcess:
     """Start ``leaseworker run JOB`` as pod ``name``, logging to ``workdir/name.log``."""
     return start_pod(name, job, workdir, env, *extra, log_level="DEBUG")

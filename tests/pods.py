@@ -1,4 +1,4 @@
-"""Worker pods as real ``leaseworker run`` processes: the one pod process, and what they record."""
+"""Pod pods as real ``leaseworker run`` processes: the one pod process, and what they record."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
 
 
-Pod = PodProcess
 """The suite's pods are the one pod process the demo and the campaign use too."""
 
 
-def spawn_pod(name: str, workdir: Path, env: dict[str, str], *extra: str) -> Pod:
+def spawn_pod(name: str, workdir: Path, env: dict[str, str], *extra: str) -> PodProcess:
     """Start ``leaseworker run tests.jobs:MarkerJob`` as pod ``name``.
 
     It records its history (``pod.recorded()``) and serves ``/readyz`` on a
@@ -38,7 +37,7 @@ def spawn(
     *extra: str,
     log_level: str = "INFO",
     evidence: bool = False,
-) -> Pod:
+) -> PodProcess:
     """Start ``leaseworker run JOB`` as pod ``name`` from the repository, logging to ``workdir``.
 
     ``evidence``: record the history and serve ``/readyz`` (else the test's flags decide).
@@ -57,7 +56,7 @@ def spawn(
     return pod.start()
 
 
-async def ready(pod: Pod, *, idle: bool = False) -> bool:
+async def ready(pod: PodProcess, *, idle: bool = False) -> bool:
     """Whether ``/readyz`` says ready, holding a partition (or, ``idle``, holding none)."""
     answer = await anyio.to_thread.run_sync(pod.readiness)
     if answer is None or answer["status"] != "ready":
@@ -66,7 +65,7 @@ async def ready(pod: Pod, *, idle: bool = False) -> bool:
     return held == 0 if idle else held > 0
 
 
-def recorded(pods: Sequence[Pod]) -> list[Execution]:
+def recorded(pods: Sequence[PodProcess]) -> list[Execution]:
     """Every execution the pods recorded so far (one monotonic clock), in start order."""
     return sorted(histories(pods).executions, key=lambda e: e.start)
 

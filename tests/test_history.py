@@ -6,7 +6,7 @@ import pytest
 
 from leaseworker._history import (
     Execution,
-    Fault,
+    FaultWindow,
     History,
     Step,
     header_line,
@@ -34,7 +34,7 @@ def test_a_document_reads_back_as_written() -> None:
     """Executions, steps and faults survive a round trip."""
     history = History(
         executions=(_execution("a", 0.0, 5.0, 1), _execution("b", 4.0, None, 2)),
-        faults=(Fault(kind="pause", start=1.0, end=3.0, target="a"),),
+        faults=(FaultWindow(kind="pause", start=1.0, end=3.0, target="a"),),
     )
     assert History.from_json(history.to_json()) == history
 
@@ -42,7 +42,7 @@ def test_a_document_reads_back_as_written() -> None:
 def test_a_record_file_reads_as_the_history_it_recorded() -> None:
     """Lines appended by a recorder read as one history."""
     first, second = _execution("a", 0.0, 1.0, 1), _execution("a", 2.0, 3.0, 2)
-    fault = Fault(kind="kill", start=1.5, target="a")
+    fault = FaultWindow(kind="kill", start=1.5, target="a")
     text = header_line("monotonic") + record_line(first) + record_line(fault) + record_line(second)
     assert History.from_json(text) == History(
         clock="monotonic", executions=(first, second), faults=(fault,)

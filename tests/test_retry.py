@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from leaseworker import BusyPolicy
+from leaseworker import Backoff
 from leaseworker._retry import STARTUP, Retries, startup
 
 pytestmark = pytest.mark.fake
@@ -24,8 +24,8 @@ class _Sleeps:
         return self.go_on
 
 
-def _policy() -> BusyPolicy:
-    return BusyPolicy(initial=0.25, cap=1.0, jitter=0, rng=random.Random(1))
+def _policy() -> Backoff:
+    return Backoff(initial=0.25, cap=1.0, jitter=0, rng=random.Random(1))
 
 
 async def test_each_wait_counts_a_try_logs_its_delay_and_sleeps_it() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from leaseworker import Event, ReportJob, Worker, WorkerConfig
+from leaseworker import Event, Pod, PodConfig, ReportJob
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 
@@ -17,7 +17,7 @@ from .kafka_util import KafkaNames
 
 def pod_config(
     kafka: LocalKafka, redis: LocalRedis, names: KafkaNames, namespace: str, **overrides: Any
-) -> WorkerConfig:
+) -> PodConfig:
     """Short Kafka timings so rebalances and failovers take seconds, not minutes."""
     settings: dict[str, Any] = {
         "bootstrap_servers": kafka.bootstrap_servers,
@@ -38,11 +38,11 @@ def pod_config(
         "store_url": "sqlite:///:memory:",
     }
     settings.update(overrides)
-    return WorkerConfig(**settings)
+    return PodConfig(**settings)
 
 
 @contextlib.asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[Worker]:
+async def running(worker: Pod) -> AsyncIterator[Pod]:
     """Run ``worker`` until the block ends; then stop it and wait for its drain."""
     async with anyio.create_task_group() as tg:
         await tg.start(_run, worker)
@@ -52,7 +52,7 @@ async def running(worker: Worker) -> AsyncIterator[Worker]:
             worker.stop()
 
 
-async def _run(worker: Worker, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+async def _run(worker: Pod, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     await worker.run(task_status=task_status)
 
 
@@ -89,6 +89,6 @@ class Progress:
                 await self._moved.wait()
 
 
-def make_worker(job: ReportJob, config: WorkerConfig, **kwargs: Any) -> Worker:
+def make_worker(job: ReportJob, config: PodConfig, **kwargs: Any) -> Pod:
     """Build a worker (a seam for tests that need a custom lease store)."""
-    return Worker(job, config, **kwargs)
+    return Pod(job, config, **kwargs)

@@ -19,14 +19,20 @@ bottom modules (exceptions, backoff policies, the retry loop, the history model,
 outcomes and reason codes); ``_chaos`` the fault-injecting TCP proxy
 (``leaseworker.testing.ChaosProxy``), below the dev services and the testing kit that use it.
 
-The Kafka-bound names (``Worker``, ``WorkerConfig``, ``serve``, ``KafkaSecurity``) load
-on first use, so ``import leaseworker`` (and the pytest plugin inside it) loads no aiokafka.
+The Kafka-bound names (``Pod``, ``PodConfig``, ``serve``, ``KafkaSecurity``) and the
+Redis-bound ones (``RedisLeases``, ``redis_from_url``) load on first use, so ``import
+leaseworker`` (and the pytest plugin inside it) loads no aiokafka, no redis-py and so no
+OpenTelemetry SDK (redis-py 8.1 imports it).
+``Worker``, ``WorkerConfig`` and ``BusyPolicy`` are the deprecated names of ``Pod``,
+``PodConfig`` and ``Backoff`` (docs/design.md#vocabulary); they warn and are not listed.
 """
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
-from ._backoff import BusyPolicy as BusyPolicy
+from ._backoff import Backoff as Backoff
+from ._deprecated import renamed as _renamed
 from ._errors import BadResult as BadResult
 from ._errors import ConfigError as ConfigError
 from ._errors import LeaseBusy as LeaseBusy
@@ -55,9 +61,7 @@ from ._lease import LeaseInfo as LeaseInfo
 from ._lease import LeaseObserver as LeaseObserver
 from ._lease import LeaseStore as LeaseStore
 from ._lease import LeaseTiming as LeaseTiming
-from ._lease import RedisLeases as RedisLeases
 from ._lease import hold as hold
-from ._lease import redis_from_url as redis_from_url
 from ._outcome import DeadLetterReason as DeadLetterReason
 from ._outcome import LeaseLostReason as LeaseLostReason
 from ._outcome import Outcome as Outcome
@@ -73,17 +77,21 @@ from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from ._kafka import KafkaSecurity as KafkaSecurity
-    from ._worker import Worker as Worker
-    from ._worker import WorkerConfig as WorkerConfig
+    from ._lease import RedisLeases as RedisLeases
+    from ._lease import redis_from_url as redis_from_url
+    from ._worker import Pod as Pod
+    from ._worker import PodConfig as PodConfig
     from ._worker import serve as serve
 
-_LAZY = {"KafkaSecurity": "._kafka", "Worker": "._worker", "WorkerConfig": "._worker"}
+_LAZY = {"KafkaSecurity": "._kafka", "Pod": "._worker", "PodConfig": "._worker"}
 _LAZY["serve"] = "._worker"
+_LAZY |= {"RedisLeases": "._lease", "redis_from_url": "._lease"}  # redis-py loads the OTel SDK
+_RENAMED = {"Worker": "Pod", "WorkerConfig": "PodConfig", "BusyPolicy": "Backoff"}
 
 __all__ = [
     "Attempt",
+    "Backoff",
     "BadResult",
-    "BusyPolicy",
     "ClaimResult",
     "Completion",
     "CompletionRequest",
@@ -115,14 +123,14 @@ __all__ = [
     "LoggingObserver",
     "MalformedTrigger",
     "Outcome",
+    "Pod",
+    "PodConfig",
     "RedisLeases",
     "ReportJob",
     "SourceEvent",
     "StoreUnavailable",
     "Telemetry",
     "Trigger",
-    "Worker",
-    "WorkerConfig",
     "__version__",
     "fenced_upsert",
     "hold",
@@ -139,7 +147,10 @@ def _public(obj: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    """Import a Kafka-bound name on first use (PEP 562), then keep it."""
+    """Import a Kafka-bound name on first use (PEP 562), then keep it; warn on a renamed one."""
+    if name in _RENAMED:
+        _renamed(f"leaseworker.{name}", f"leaseworker.{_RENAMED[name]}")
+        return getattr(sys.modules[__name__], _RENAMED[name])
     if name not in _LAZY:
         raise AttributeError(f"module 'leaseworker' has no attribute {name!r}")
     value = globals()[name] = _public(getattr(importlib.import_module(_LAZY[name], __name__), name))

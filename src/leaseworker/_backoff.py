@@ -14,7 +14,7 @@ from ._errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BusyPolicy:
+class Backoff:
     """How long to wait before retrying, attempt after attempt.
 
     The n-th delay (n from 0) is ``min(cap, initial * multiplier**n)``, shortened
@@ -23,7 +23,7 @@ class BusyPolicy:
     factor in ``[1 - jitter, 1]``. So no delay ever exceeds ``cap``::
 
         class NightlyReport(ReportJob):
-            busy_policy = BusyPolicy(initial=0.5, cap=10)
+            busy_backoff = Backoff(initial=0.5, cap=10)
     """
 
     initial: float = 0.25

@@ -80,8 +80,8 @@ class Execution:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Fault:
-    """A fault injected into the system (campaign histories): what, where, when."""
+class FaultWindow:
+    """When an injected fault was on (campaign histories): its kind, target and window."""
 
     kind: str
     start: float
@@ -96,7 +96,7 @@ class History:
 
     clock: Clock = "unix"
     executions: tuple[Execution, ...] = ()
-    faults: tuple[Fault, ...] = ()
+    faults: tuple[FaultWindow, ...] = ()
 
     def keys(self) -> list[str]:
         """List the job keys present, in order of their first execution."""
@@ -166,7 +166,7 @@ class History:
             raise ValueError(f"unknown clock {clock!r}")
         try:
             executions = tuple(_execution(e) for e in document.get("executions", ()))
-            faults = tuple(Fault(**f) for f in document.get("faults", ()))
+            faults = tuple(FaultWindow(**f) for f in document.get("faults", ()))
         except TypeError as exc:
             raise ValueError(f"malformed history: {exc}") from None
         return cls(clock=clock, executions=executions, faults=faults)
@@ -177,7 +177,7 @@ def header_line(clock: Clock) -> str:
     return json.dumps({"format": FORMAT, "clock": clock}) + "\n"
 
 
-def record_line(item: Execution | Fault) -> str:
+def record_line(item: Execution | FaultWindow) -> str:
     """One line of a record file: an execution (started or ended) or a fault, as it happened."""
     kind = "execution" if isinstance(item, Execution) else "fault"
     return json.dumps({kind: asdict(item)}, separators=(",", ":"), allow_nan=False) + "\n"
@@ -221,7 +221,7 @@ __all__ = [
     "FORMAT",
     "Clock",
     "Execution",
-    "Fault",
+    "FaultWindow",
     "History",
     "Scalar",
     "Step",

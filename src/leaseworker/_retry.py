@@ -16,25 +16,25 @@ from typing import final
 
 import anyio
 
-from ._backoff import BusyPolicy
+from ._backoff import Backoff
 
-BUSY = BusyPolicy()
-"""Another pod holds the lease: the default ``ReportJob.busy_policy``."""
+BUSY = Backoff()
+"""Another pod holds the lease: the default ``ReportJob.busy_backoff``."""
 
-LOST = BusyPolicy(initial=0.5, cap=5.0)
+LOST = Backoff(initial=0.5, cap=5.0)
 """A new execution after one could not confirm its lease (Redis slow or down)."""
 
-STORE = BusyPolicy(initial=0.2, cap=2.0)
+STORE = Backoff(initial=0.2, cap=2.0)
 """A completion while the store is unavailable (the lease is held meanwhile)."""
 
-STARTUP = BusyPolicy(initial=0.5, cap=10.0)
+STARTUP = Backoff(initial=0.5, cap=10.0)
 """Services away: Kafka, Redis or the store at start, a poll, a dead letter.
 
 Its cap is the pod's ``startup_retry_cap``: see :func:`startup`.
 """
 
 
-def startup(cap: float) -> BusyPolicy:
+def startup(cap: float) -> Backoff:
     """Return :data:`STARTUP` capped at ``cap`` seconds (the pod's ``startup_retry_cap``)."""
     return dataclasses.replace(STARTUP, cap=cap)
 
@@ -58,7 +58,7 @@ class Retries:
                     return None             # the sleep said stop
     """
 
-    def __init__(self, policy: BusyPolicy, *, sleep: Sleep = anyio.sleep) -> None:
+    def __init__(self, policy: Backoff, *, sleep: Sleep = anyio.sleep) -> None:
         self._policy = policy
         self._sleep = sleep
         self.count = 0
@@ -69,7 +69,7 @@ class Retries:
     ) -> bool:
         """Count a failed try, tell ``log`` the delay and the count, and wait it out.
 
-        ``hint`` shortens the delay (see :meth:`BusyPolicy.delay`). Returns
+        ``hint`` shortens the delay (see :meth:`Backoff.delay`). Returns
         ``False`` when the sleep answered ``False`` (stop), else ``True``.
         """
         delay = self._policy.delay(self.count, hint)

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from leaseworker._campaign import PodExit, Produced, Records, Stored, Verdict, check
-from leaseworker._history import Execution, Fault, History, Step
+from leaseworker._history import Execution, FaultWindow, History, Step
 
 KEY = "report:acme:2026-11"
 
@@ -96,7 +96,7 @@ def test_an_overlap_with_a_paused_execution_is_counted_apart() -> None:
 def test_an_overlap_across_redis_restarted_empty_is_the_documented_limit() -> None:
     """Redis forgot the lease: counted as a data-loss overlap, not a violation."""
     running = dataclasses.replace(CLEAN.executions[0], end=7.0)
-    fault = Fault(kind="redis_restart_empty", start=2.0, end=2.5)
+    fault = FaultWindow(kind="redis_restart_empty", start=2.0, end=2.5)
     history = History(clock="monotonic", executions=(running, CLEAN.executions[1]), faults=(fault,))
     verdicts = check(history, RECORDS)
     assert verdicts[0].passed

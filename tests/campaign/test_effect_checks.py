@@ -13,7 +13,7 @@ import dataclasses
 
 from leaseworker._campaign import Records, Stored, Verdict, check
 from leaseworker._campaign._records import Delivery, Outboxed, Reclaim
-from leaseworker._history import Fault, History
+from leaseworker._history import FaultWindow, History
 from leaseworker.effects import effect_id
 
 from .test_checker import CLEAN, KEY, RECORDS
@@ -158,7 +158,7 @@ def test_a_record_carrying_another_fence_than_its_row_fails() -> None:
 
 def test_effects_in_flight_through_a_fault_are_counted_by_kind() -> None:
     """A pod kill between the commit (monotonic 0.0) and the delivery (0.3) is counted."""
-    kill = Fault(kind="pod_kill", start=0.1, end=0.1, target="pod-b")
+    kill = FaultWindow(kind="pod_kill", start=0.1, end=0.1, target="pod-b")
     history = dataclasses.replace(CLEAN, faults=(kill,))
     counts = _effects(WITH_EFFECTS, history)[NAMES[0]].counts
     assert counts["across_pod_kill"] == 1

@@ -18,7 +18,7 @@ from leaseworker._campaign._plan import Plan
 from leaseworker._campaign._report import render, to_json
 from leaseworker._campaign._run import Result, Settings
 from leaseworker._cli._main import main
-from leaseworker._history import Execution, Fault, History
+from leaseworker._history import Execution, FaultWindow, History
 
 from ..jobs import MarkerJob
 
@@ -33,7 +33,7 @@ DEAD = Records(
     ),
 )
 FAULTS = tuple(
-    Fault(kind="pod_kill", start=float(n), end=float(n), target="pod-1") for n in range(20)
+    FaultWindow(kind="pod_kill", start=float(n), end=float(n), target="pod-1") for n in range(20)
 )
 
 

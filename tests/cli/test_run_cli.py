@@ -164,7 +164,10 @@ def test_trigger_speaks_kafka_sasl_when_told_and_never_prints_the_password(
         ("NegativeRuntime", "NegativeRuntime.max_runtime must be a finite number of seconds > 0"),
         ("ZeroLossBudget", "ZeroLossBudget.loss_budget must be >= 1, got 0"),
         ("FloatResultBound", "FloatResultBound.max_result_bytes must be an int, got float"),
-        ("SlowRenewal", "SlowRenewal: renew_every=5.0s must be shorter than ttl=3.0s"),
+        (
+            "SlowRenewal",
+            "SlowRenewal: renewal_interval=5.0s must be shorter than lease_duration=3.0s",
+        ),
         ("BoolInterval", "BoolInterval.renewal_interval must be a number of seconds or None"),
         ("NoTopic", "NoTopic.topic must name a Kafka topic"),
     ],

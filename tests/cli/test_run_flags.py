@@ -1,4 +1,4 @@
-"""``leaseworker run`` flags: each one reaches WorkerConfig from its flag and its env var."""
+"""``leaseworker run`` flags: each one reaches PodConfig from its flag and its env var."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leaseworker import WorkerConfig
+from leaseworker import PodConfig
 from leaseworker._cli._common import env_name
 from leaseworker._cli._main import build_parser, main
 from leaseworker._cli._run import RUN_SETTINGS, build_config
@@ -18,7 +18,7 @@ from ..pods import LEASEWORKER, REPO
 
 JOB = "tests.jobs:MarkerJob"
 
-# flag, text given, WorkerConfig field, value expected there
+# flag, text given, PodConfig field, value expected there
 FLAGS: list[tuple[str, str, str, Any]] = [
     ("--bootstrap-servers", "k1:9092,k2:9092", "bootstrap_servers", "k1:9092,k2:9092"),
     ("--redis-url", "redis://redis:6380/2", "redis_url", "redis://redis:6380/2"),
@@ -62,7 +62,7 @@ def test_every_run_flag_reaches_the_config_from_its_flag_and_its_env_var(
     assert getattr(_config([flag, text]), field) == expected
 
 
-# switch, WorkerConfig field, the field's value without the switch
+# switch, PodConfig field, the field's value without the switch
 SWITCHES: list[tuple[str, str, bool]] = [
     ("--log-job-errors", "log_job_errors", False),
     ("--no-lease-pipelining", "lease_pipelining", True),
@@ -83,7 +83,7 @@ def test_a_switch_flips_its_field_from_the_flag_or_its_env_var(
     assert getattr(_config([flag]), field) is not default  # the flag wins over "off"
 
 
-# WorkerConfig fields without a flag of their own, and why
+# PodConfig fields without a flag of their own, and why
 NOT_FLAGS = {
     "kafka_security": "built from the --kafka-* flags",
     "redis_url_file": "--redis-url-file, the file form of the secret --redis-url",
@@ -94,10 +94,10 @@ NOT_FLAGS = {
 
 
 def test_every_worker_config_field_has_a_run_flag_or_a_stated_reason() -> None:
-    """A field added to WorkerConfig without a row in RUN_SETTINGS (or a reason) fails here."""
+    """A field added to PodConfig without a row in RUN_SETTINGS (or a reason) fails here."""
     flagged = [row.field for row in RUN_SETTINGS if row.field is not None]
     assert len(flagged) == len(set(flagged))
-    fields = {f.name for f in dataclasses.fields(WorkerConfig)}
+    fields = {f.name for f in dataclasses.fields(PodConfig)}
     assert set(flagged) | set(NOT_FLAGS) == fields
     assert not set(flagged) & set(NOT_FLAGS)
 
@@ -105,10 +105,10 @@ def test_every_worker_config_field_has_a_run_flag_or_a_stated_reason() -> None:
 def test_run_without_flags_or_env_vars_builds_worker_configs_defaults(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The defaults ``run --help`` shows are WorkerConfig's own: none is repeated by hand."""
+    """The defaults ``run --help`` shows are PodConfig's own: none is repeated by hand."""
     for name in [n for n in os.environ if n.startswith("LEASEWORKER_")]:
         monkeypatch.delenv(name)
-    assert _config([]) == WorkerConfig()
+    assert _config([]) == PodConfig()
 
 
 def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixture[str]) -> None:

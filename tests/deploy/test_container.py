@@ -24,7 +24,7 @@ from ..waiting import eventually
 from .podman import Container, Podman, recorded
 
 SESSION_TIMEOUT = 6.0
-BUSY_RETRY_CAP = 5.0  # ReportJob.busy_policy default cap
+BUSY_RETRY_CAP = 5.0  # ReportJob.busy_backoff default cap
 REBALANCE_ALLOWANCE = 3.0  # heartbeat + JoinGroup/SyncGroup + offset fetch + first poll
 READY_WITHIN = 60.0
 

@@ -9,7 +9,6 @@ and the Secret is made from the template with local URLs.
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -144,10 +143,10 @@ def played(
 ) -> Iterator[dict[str, Any]]:
     """The overlay played as a pod of this test's own; ``--down`` after, checked to leave nothing.
 
-    Podman 4.3 stores a played Secret in a form its own ``secretRef`` cannot
-    read, so the Secret made from the template is created with ``podman
-    secret create`` (a JSON map of base64 values, which secretRef reads) and
-    removed after; ``--down`` does not remove secrets.
+    The Secret made from the template is created with ``podman secret
+    create`` (the Secret's own YAML; Podman 4.3's ``secret`` volume mounts
+    ``data`` only, its values as written, not base64) and removed after;
+    ``--down`` does not remove secrets.
     """
     suffix = uuid.uuid4().hex[:8]
     name = f"leaseworker-{suffix}"
@@ -162,10 +161,14 @@ def played(
     )
     [secret] = _documents(K8S / "secret.template.yaml")
     values = {
-        "LEASEWORKER_REDIS_URL": redis_server.url,
-        "LEASEWORKER_STORE_URL": postgres_server.create_database(f"k{suffix}"),
-    }  # the local broker has no SASL: the template's Kafka credentials do not apply
+        "redis-url": redis_server.url,
+        "store-url": postgres_server.create_database(f"k{suffix}"),
+    }  # the local broker has no SASL: the template's Kafka password does not apply
     assert values.keys() <= secret["stringData"].keys()
+    # Podman 4.3's secret volume mounts only ``data``, its values as written (no base64)
+    del secret["stringData"]
+    secret["data"] = values
+    secret["metadata"]["name"] = name
     worker = _worker(deployment)
     worker["image"] = image
     for probe_name in PROBES:
@@ -174,8 +177,10 @@ def played(
         doc["metadata"]["name"] = name
     for ref in worker["envFrom"]:
         next(iter(ref.values()))["name"] = name
-    encoded = {key: base64.b64encode(value.encode()).decode() for key, value in values.items()}
-    engine("secret", "create", name, "-", stdin=json.dumps(encoded).encode())
+    for volume in deployment["spec"]["template"]["spec"]["volumes"]:
+        if "secret" in volume:
+            volume["secret"]["secretName"] = name
+    engine("secret", "create", name, "-", stdin=yaml.safe_dump(secret).encode())
     path = tmp_path / "play.yaml"
     ignored = [kinds["PodDisruptionBudget"], kinds["Service"]]  # accepted, not played
     path.write_text(yaml.safe_dump_all([config, deployment, *ignored]))
@@ -218,7 +223,12 @@ async def test_the_manifests_play_as_a_pod_that_passes_its_probes_runs_a_trigger
                 return False
         return True
 
-    await eventually(probes_pass, within=90)
+    try:
+        await eventually(probes_pass, within=90)
+    except TimeoutError:
+        names = engine("ps", "-a", "--format", "{{.Names}}").stdout.split()
+        logs = [engine("logs", n, check=False).stderr[-2000:] for n in names if suffix in n]
+        pytest.fail("the probes never passed; the containers logged:\n" + "\n".join(logs))
     container = _container_name(engine, suffix)
     [inspected] = json.loads(engine("inspect", container).stdout)
     assert inspected["Config"]["User"] == "10001:10001"

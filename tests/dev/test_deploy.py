@@ -118,8 +118,32 @@ def _reads(subcommand: str) -> set[str]:
     return _env_vars(build_parser(), _subparser(subcommand)) | OTEL_VARS
 
 
+def _k8s_env(k8s: dict[str, Any], directory: Path) -> dict[str, str]:
+    """The ConfigMap's variables, the Secret template's keys as the files its mount makes.
+
+    Each ``*_FILE`` variable naming a file in the Secret's mount points at a
+    copy in ``directory`` holding the template's value.
+    """
+    mount = _secret_mount(k8s)
+    env = dict(k8s["ConfigMap"]["data"])
+    for key, value in k8s["Secret"]["stringData"].items():
+        (directory / key).write_text(value + "\n")
+    for name, path in env.items():
+        if name.endswith("_FILE") and path.startswith(f"{mount}/"):
+            env[name] = str(directory / path.removeprefix(f"{mount}/"))
+    return env
+
+
+def _secret_mount(k8s: dict[str, Any]) -> str:
+    """Where the Deployment mounts the Secret (the one ``secret`` volume)."""
+    spec = k8s["Deployment"]["spec"]["template"]["spec"]
+    [volume] = [v["name"] for v in spec["volumes"] if v.get("secret", {}).get("secretName")]
+    [mount] = [m["mountPath"] for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume]
+    return str(mount)
+
+
 def _run_config(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, job: str) -> Any:
-    """Build the WorkerConfig that ``leaseworker run JOB`` would build in ``env``."""
+    """Build the PodConfig that ``leaseworker run JOB`` would build in ``env``."""
     for name in _env_vars(build_parser(), _subparser("run")):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
@@ -155,25 +179,42 @@ def test_kubernetes_and_image_set_only_variables_the_cli_reads() -> None:
     container = k8s["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     names = (
         set(k8s["ConfigMap"]["data"])
-        | set(k8s["Secret"]["stringData"])
         | {item["name"] for item in container.get("env", [])}
         | {name for name in _docker_env() if name.startswith(("LEASEWORKER_", "OTEL_"))}
     )
     assert names - _reads("run") == set()
 
 
+def test_every_credential_is_a_file_of_the_secret_named_by_a_file_variable() -> None:
+    """No credential in a variable: each Secret key is mounted and read through ``*_FILE``."""
+    k8s = _k8s()
+    container = k8s["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert all("secretRef" not in ref for ref in container["envFrom"])
+    mount = _secret_mount(k8s)
+    named = {
+        path.removeprefix(f"{mount}/")
+        for name, path in k8s["ConfigMap"]["data"].items()
+        if name.endswith("_FILE") and path.startswith(f"{mount}/")
+    }
+    assert named == set(k8s["Secret"]["stringData"])
+    assert not any(re.search(r"PASSWORD$|_URL$", name) for name in k8s["ConfigMap"]["data"])
+
+
 def test_the_configured_values_make_a_valid_worker_config(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The k8s ConfigMap + Secret template and the compose worker env build a WorkerConfig."""
+    """The k8s ConfigMap + Secret template and the compose worker env build a PodConfig."""
     k8s = _k8s()
     ca = tmp_path / "ca.crt"
     trustme.CA().cert_pem.write_to_path(str(ca))  # the pod loads it at start
-    env = {**k8s["ConfigMap"]["data"], **k8s["Secret"]["stringData"]}
+    env = _k8s_env(k8s, tmp_path)
     env["LEASEWORKER_KAFKA_CA_FILE"] = str(ca)
     job = _job_argument()
     config = _run_config(env, monkeypatch, job)
     assert config.kafka_security.protocol == env["LEASEWORKER_KAFKA_SECURITY_PROTOCOL"]
+    secret = k8s["Secret"]["stringData"]
+    assert config.kafka_security.password() == secret["kafka-sasl-password"]  # from its file
+    assert config.redis_url == secret["redis-url"]
     compose_env = {
         k: _interpolate(v) for k, v in _compose()["services"]["worker"]["environment"].items()
     }
@@ -236,7 +277,7 @@ def test_grace_periods_exceed_shutdown_timeout_plus_release_and_commit(
     k8s = _k8s()
     ca = tmp_path / "ca.crt"
     trustme.CA().cert_pem.write_to_path(str(ca))  # the pod loads it at start
-    env = {**k8s["ConfigMap"]["data"], **k8s["Secret"]["stringData"]}
+    env = _k8s_env(k8s, tmp_path)
     env["LEASEWORKER_KAFKA_CA_FILE"] = str(ca)
     config = _run_config(env, monkeypatch, _job_argument())
     grace = k8s["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]

@@ -17,9 +17,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
-from leaseworker import ConfigError, RedisLeases, WorkerConfig
+from leaseworker import ConfigError, PodConfig, RedisLeases
 from leaseworker._cli._main import build_parser
 from leaseworker._cli._run import build_config
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._proc import free_port
@@ -28,7 +29,6 @@ from leaseworker._kafka._security import KafkaSecurity
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames
-from ..pods import Pod
 from ..waiting import eventually
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
@@ -53,7 +53,7 @@ async def test_sasl_ssl_settings_reach_the_consumer_and_producer() -> None:
         sasl_password=KAFKA_PASSWORD,
         ssl_cafile=_ca_file(),
     )
-    config = WorkerConfig(kafka_security=security, dead_letter_topic="dead")
+    config = PodConfig(kafka_security=security, dead_letter_topic="dead")
     for client in (new_consumer(config, "t"), new_producer(config)):
         inner = getattr(client, "_client", None) or client.client
         await client.stop()  # never started: closes what the constructor opened
@@ -104,9 +104,9 @@ def test_inconsistent_kafka_security_is_a_config_error(
 
 
 def test_reprs_never_show_passwords() -> None:
-    """Neither WorkerConfig (Redis URL) nor KafkaSecurity (SASL password) prints a secret."""
+    """Neither PodConfig (Redis URL) nor KafkaSecurity (SASL password) prints a secret."""
     redis_password = f"redis-secret-{uuid.uuid4().hex}"
-    config = WorkerConfig(
+    config = PodConfig(
         redis_url=f"rediss://leaseworker:{redis_password}@redis:6380/0",
         kafka_security=KafkaSecurity(
             protocol="SASL_PLAINTEXT", sasl_username="u", sasl_password=KAFKA_PASSWORD
@@ -182,7 +182,7 @@ async def test_a_pod_never_logs_or_serves_its_redis_or_kafka_password(
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     acl_user: tuple[str, str],
-    health_pods: Callable[..., Pod],
+    health_pods: Callable[..., PodProcess],
 ) -> None:
     """With DEBUG logs, an ACL user in the Redis URL and a rejected SASL login, no secret leaks.
 

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-u
 from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped]
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-from leaseworker._dev._services import _kafka, free_port
+from leaseworker._dev._services import _kafka, _proc, free_port
 from leaseworker._dev._services._kafka import LocalKafka, ensure_installed, random_cluster_id
 
 
@@ -87,7 +87,8 @@ def test_broker_that_dies_is_reported_with_its_log(monkeypatch: pytest.MonkeyPat
         held.bind(("127.0.0.1", 0))
         held.listen()
         ports = itertools.chain([held.getsockname()[1]], iter(free_port, None))
-        monkeypatch.setattr(_kafka, "free_port", lambda: next(ports))
+        # The broker's ports come from _proc.distinct_free_ports, which asks _proc.free_port.
+        monkeypatch.setattr(_proc, "free_port", lambda: next(ports))
         with pytest.raises(RuntimeError, match="did not become ready") as caught:
             LocalKafka.start(timeout=60)
     assert "Address already in use" in str(caught.value)

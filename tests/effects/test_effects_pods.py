@@ -30,12 +30,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from redis.asyncio import Redis
 
 from leaseworker import JobContext, RedisLeases, ReportJob
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalPostgres, LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker.effects import Effect, PostgresInbox, TransactionRefused
 
 from ..kafka_util import committed, produce
-from ..pods import Pod, ready, spawn
+from ..pods import ready, spawn
 from ..waiting import eventually
 
 LEASE = 2.0
@@ -103,7 +104,7 @@ class Pods:
             *("--bootstrap-servers", kafka.bootstrap_servers, "--redis-url", redis_url),
             *("--namespace", self.namespace, "--store-url", store_url),
         ]
-        self.started: list[Pod] = []
+        self.started: list[PodProcess] = []
 
     def topic(self, name: str) -> str:
         """The trigger topic called ``name`` (its group is ``g-<topic>``)."""
@@ -111,7 +112,7 @@ class Pods:
 
     async def spawn(
         self, name: str, topic: str, *extra: str, idle: bool = False, lease: str = str(LEASE)
-    ) -> Pod:
+    ) -> PodProcess:
         """Start pod ``name`` on ``topic``; wait until it holds a partition (``idle``: none)."""
         self.kafka.create_topics([self.topic(topic)], exist_ok=True)
         env = {

@@ -9,13 +9,13 @@ restart, with a receiver's inbox processing every effect exactly once.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio
 import pytest
 
-from leaseworker import BusyPolicy, CompletionRequest, StoreUnavailable, open_store
+from leaseworker import Backoff, CompletionRequest, StoreUnavailable, open_store
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
 from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_store
@@ -33,15 +33,19 @@ class FakeSender:
         self.block_on: bytes | None = None
         self.blocked = anyio.Event()
 
-    async def send(self, row: OutboxRow) -> tuple[int, int]:
-        """Record ``row`` as acknowledged, or raise as a broker that is down would."""
-        if row.message.value == self.block_on:
-            self.blocked.set()
-            await anyio.sleep_forever()
-        if row.message.value in self.refuse:
-            raise ConnectionError("broker down")
-        self.sent.append((row.job_key, row.message.value))
-        return 0, len(self.sent) - 1
+    async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+        """Acknowledge each row, or fail it as a broker that is down would."""
+        outcomes: list[tuple[int, int] | Exception] = []
+        for row in rows:
+            if row.message.value == self.block_on:
+                self.blocked.set()
+                await anyio.sleep_forever()
+            if row.message.value in self.refuse:
+                outcomes.append(ConnectionError("broker down"))
+                continue
+            self.sent.append((row.job_key, row.message.value))
+            outcomes.append((0, len(self.sent) - 1))
+        return outcomes
 
 
 class Counting:
@@ -53,13 +57,13 @@ class Counting:
         self.acked = 0
         self.reached = anyio.Event()
 
-    async def send(self, row: OutboxRow) -> tuple[int, int]:
-        """Send through ``inner`` and count the acknowledgement."""
-        where = await self.inner.send(row)
-        self.acked += 1
+    async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+        """Send through ``inner`` and count the acknowledgements."""
+        outcomes = await self.inner.send_batch(rows)
+        self.acked += sum(not isinstance(outcome, Exception) for outcome in outcomes)
         if self.acked >= self.target:
             self.reached.set()
-        return where
+        return outcomes
 
 
 async def commit(store: EffectStore, key: str, fence: int, *values: bytes) -> None:
@@ -279,7 +283,7 @@ async def test_a_store_outage_is_waited_out_and_nothing_is_lost(memory: EffectSt
     counting = Counting(sender, 2)
     stop = anyio.Event()
     flaky = DownFor(memory, 3)
-    relay = Relay(flaky, counting, name="relay-a", retry=BusyPolicy(initial=0.01, cap=0.02))
+    relay = Relay(flaky, counting, name="relay-a", retry=Backoff(initial=0.01, cap=0.02))
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay.run, stop)
         with anyio.fail_after(5):

@@ -25,7 +25,7 @@ from leaseworker import (
     ReportJob,
     hold,
 )
-from leaseworker._backoff import BusyPolicy
+from leaseworker._backoff import Backoff
 from leaseworker._execution import Executor, decode_trigger
 
 
@@ -89,7 +89,7 @@ async def test_a_retried_trigger_runs_a_new_attempt_with_the_same_identity(
         leases,
         pod="pod-a",
         hooks=[events.append],
-        lost_retry=BusyPolicy(initial=0.01, cap=0.02),
+        lost_retry=Backoff(initial=0.01, cap=0.02),
     )
     trigger = decode_trigger(topic="t", partition=0, offset=6, key=b"report:r", value=b"{}")
     assert (await executor.run(trigger, "report:r")).outcome == "completed"
@@ -110,7 +110,7 @@ async def test_a_deprecated_lease_observer_still_gets_the_lease_events(
         def on_lease_event(self, event: LeaseEvent) -> None:
             seen.append(event.name)
 
-    async with hold(leases, "k", ttl=1.0, observer=_Old()):
+    async with hold(leases, "k", lease_duration=1.0, observer=_Old()):
         pass
     assert seen == ["acquired", "released"]
 
@@ -129,7 +129,7 @@ async def test_a_hook_that_raises_is_logged_and_skipped(
         leases,
         pod="pod-a",
         hooks=[broken, good.append],
-        lost_retry=BusyPolicy(initial=0.01, cap=0.02),
+        lost_retry=Backoff(initial=0.01, cap=0.02),
     )
     trigger = decode_trigger(topic="t", partition=0, offset=0, key=b"report:b", value=b"{}")
     assert (await executor.run(trigger, "report:b")).outcome == "completed"

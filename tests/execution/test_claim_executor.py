@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from leaseworker import (
-    BusyPolicy,
+    Backoff,
     ClaimResult,
     Completion,
     CompletionRequest,
@@ -137,7 +137,7 @@ def setup(
         leases,
         pod="pod-a",
         hooks=[events],
-        lost_retry=BusyPolicy(initial=0.01, cap=0.01),
+        lost_retry=Backoff(initial=0.01, cap=0.01),
         store=store,
         store_namespace=namespace,
     )

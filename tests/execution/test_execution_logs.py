@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from leaseworker import (
-    BusyPolicy,
+    Backoff,
     Hook,
     JobContext,
     LoggingObserver,
@@ -66,7 +66,7 @@ async def test_one_loss_is_one_warning_and_the_retry_is_info_with_its_wait(
         pod="pod-a",
         hooks=hooks,
         lease_note=lease_note,
-        lost_retry=BusyPolicy(initial=0.01, cap=0.02),
+        lost_retry=Backoff(initial=0.01, cap=0.02),
     )
     trigger = decode_trigger(topic="t", partition=0, offset=0, key=b"report:l", value=b"{}")
     with caplog.at_level(logging.DEBUG, logger="leaseworker"):

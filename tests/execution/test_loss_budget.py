@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from leaseworker import (
-    BusyPolicy,
+    Backoff,
     Event,
     ExecutionEvent,
     JobContext,
@@ -28,7 +28,7 @@ from leaseworker import (
 from leaseworker._execution import Ending, Executor, decode_trigger
 from leaseworker._lease._timing import DeadlinePolicy
 
-QUICK = BusyPolicy(initial=0.01, cap=0.02)
+QUICK = Backoff(initial=0.01, cap=0.02)
 """The lost backoff in these tests: the retries are real, their waits short."""
 
 
@@ -125,11 +125,11 @@ class _UnansweredAcquires:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
+    async def acquire(self, key: str, lease_duration: float, *, note: str = "") -> Lease | None:
         if self.failures > 0:
             self.failures -= 1
             raise LeaseUnavailable(key, "injected: no answer")
-        return await self.inner.acquire(key, ttl)
+        return await self.inner.acquire(key, lease_duration)
 
     async def renew(self, lease: Lease) -> Lease:
         return await self.inner.renew(lease)

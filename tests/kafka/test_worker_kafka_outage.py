@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
 
-from leaseworker import WorkerConfig
+from leaseworker import PodConfig
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution import Ending
@@ -72,7 +72,7 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
         await release.wait()
         return Ending("completed")
 
-    config = WorkerConfig(concurrency=2)
+    config = PodConfig(concurrency=2)
     consumer, progress = FakeConsumer(), Progress()
     source = KafkaTriggerSource(
         config,
@@ -187,7 +187,7 @@ async def test_a_hook_wakes_on_the_sources_progress_and_its_wait_is_bounded() ->
 
     consumer, progress = FakeConsumer(), Progress()
     source = KafkaTriggerSource(
-        WorkerConfig(),
+        PodConfig(),
         topic="t",
         resolve_key=lambda t: "k",
         handle=handle,

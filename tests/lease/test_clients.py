@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
-from leaseworker import ConfigError, WorkerConfig, redis_from_url
+from leaseworker import ConfigError, PodConfig, redis_from_url
 from leaseworker._lease import parse_redis_url
 
 pytestmark = pytest.mark.fake  # parsing only: no server is contacted
@@ -90,10 +90,10 @@ async def test_the_client_fits_the_topology_with_no_socket_timeout() -> None:
 
 def test_the_pod_waits_for_a_replica_on_replicated_urls_unless_told_otherwise() -> None:
     """``lease_replicas`` unset: 1 on Sentinel and Cluster, 0 on one node; 0 can be chosen."""
-    assert WorkerConfig().replicas == 0
-    assert WorkerConfig(redis_url="redis+sentinel://h:26379/svc").replicas == 1
-    assert WorkerConfig(redis_url="redis+cluster://h:7000").replicas == 1
-    assert WorkerConfig(redis_url="redis+cluster://h:7000", lease_replicas=0).replicas == 0
-    assert WorkerConfig(redis_url="redis+cluster://h:7000").redacted_redis() == "cluster h:7000"
+    assert PodConfig().replicas == 0
+    assert PodConfig(redis_url="redis+sentinel://h:26379/svc").replicas == 1
+    assert PodConfig(redis_url="redis+cluster://h:7000").replicas == 1
+    assert PodConfig(redis_url="redis+cluster://h:7000", lease_replicas=0).replicas == 0
+    assert PodConfig(redis_url="redis+cluster://h:7000").redacted_redis() == "cluster h:7000"
     with pytest.raises(ConfigError, match="lease_replicas"):
-        WorkerConfig(lease_replicas=-1)
+        PodConfig(lease_replicas=-1)

@@ -75,7 +75,7 @@ async def test_sixty_concurrent_holds_across_shards_with_pipelining(
     outcomes: list[str | None] = []
 
     async def one(key: str) -> None:
-        async with hold(leases, key, ttl=2, renew_every=0.3) as held:
+        async with hold(leases, key, lease_duration=2, renewal_interval=0.3) as held:
             await anyio.sleep(0.7)  # two renewals each, all in flight together
             await held.checkpoint()
         outcomes.append(held.outcome)
@@ -95,7 +95,7 @@ async def test_an_unacknowledged_acquire_on_a_cut_off_shard_never_starts(
     key = (await _keys_on_every_shard(cluster, leases))[1]
     await cluster.cut_off(await cluster.shard_of(leases.lease_key(key)))
     with pytest.raises(LeaseUnavailable, match="0 of 1 replicas"):
-        async with hold(leases, key, ttl=2):
+        async with hold(leases, key, lease_duration=2):
             pytest.fail("the body started on an unreplicated lease")
 
 
@@ -115,7 +115,7 @@ async def test_a_shard_failover_never_lets_two_bodies_run(
     async def hold_a() -> None:
         nonlocal a_stopped, a_fence
         try:
-            async with hold(leases, key, ttl=3, renew_every=0.75) as held:
+            async with hold(leases, key, lease_duration=3, renewal_interval=0.75) as held:
                 a_fence = held.fence
                 in_body.set()
                 try:
@@ -160,7 +160,7 @@ async def test_a_moved_slot_is_followed_without_losing_the_lease(
     key = (await _keys_on_every_shard(cluster, leases))[0]
     shard = await cluster.shard_of(leases.lease_key(key))
     other = await cluster.shard_master((shard + 1) % 3)
-    async with hold(leases, key, ttl=3, renew_every=0.5) as held:
+    async with hold(leases, key, lease_duration=3, renewal_interval=0.5) as held:
         await cluster.migrate_slot(slot_of(leases.lease_key(key)), other)
         renewals = held.renewals
         with anyio.fail_after(10):
@@ -179,7 +179,7 @@ async def test_a_slot_in_mid_migration_is_followed_by_ask_then_moved(
     slot = slot_of(leases.lease_key(key))
     shard = await cluster.shard_of(leases.lease_key(key))
     other = await cluster.shard_master((shard + 1) % 3)
-    async with hold(leases, key, ttl=3, renew_every=0.5) as held:
+    async with hold(leases, key, lease_duration=3, renewal_interval=0.5) as held:
         await cluster.migrate_slot(slot, other, finish=False)
         await _renewals(held, 2)  # the old owner answers ASK: each renewal goes after ASKING
         await cluster.finish_slot_migration(slot)

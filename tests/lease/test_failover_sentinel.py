@@ -25,6 +25,8 @@ from leaseworker import Lease, LeaseUnavailable, RedisLeases, hold, redis_from_u
 from leaseworker._dev._services import LocalSentinelGroup
 from leaseworker._lease import now
 
+from ..waiting import eventually
+
 
 @pytest.fixture
 async def settled(sentinel_group: LocalSentinelGroup) -> LocalSentinelGroup:
@@ -46,6 +48,49 @@ async def test_the_url_client_follows_the_master_and_closes_everything(
         await client.set("url-check", "1")
         assert (await client.info("replication"))["role"] == "master"
     finally:
+        await client.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_pipelined_store_follows_the_master_after_a_failover(
+    settled: LocalSentinelGroup,
+) -> None:
+    """The connection a pipelined store keeps reconnects through the sentinels.
+
+    Reconnecting to its last address would find the demoted master ("the
+    previous master is now a slave") at every call, for good.
+    """
+    client = redis_from_url(settled.url)
+    assert isinstance(client, Redis)
+    leases = RedisLeases(client, namespace=f"follow-{uuid.uuid4().hex[:8]}")
+    try:
+        lease = await leases.acquire("before", 5.0)
+        assert lease is not None  # the kept connection is on the first master
+        old = await settled.master()
+        master = await settled.failover()
+        demoted = Redis(host="127.0.0.1", port=old.port)
+
+        async def replica() -> bool:
+            return bool((await demoted.info("replication"))["role"] == "slave")
+
+        try:
+            await eventually(replica, within=30)  # the old master serves as a replica
+        finally:
+            await demoted.aclose()
+        after: Lease | None = None
+        with anyio.fail_after(30):
+            while after is None:
+                try:
+                    after = await leases.acquire("after", 5.0)
+                except LeaseUnavailable:
+                    await anyio.sleep(0.2)  # the switch is still settling
+        on_master = Redis(host="127.0.0.1", port=master.port)
+        try:
+            assert await on_master.exists(leases.lease_key("after"))
+        finally:
+            await on_master.aclose()
+    finally:
+        await leases.aclose()
         await client.aclose()
 
 
@@ -72,7 +117,7 @@ async def scenario(
     group: LocalSentinelGroup,
     *,
     replicas: int,
-    ttl: float,
+    lease_duration: float,
     fail: Callable[[Run], Awaitable[None]],
 ) -> Run:
     """Run A's hold, call ``fail`` once A is in (or refused), then let B acquire.
@@ -90,13 +135,15 @@ async def scenario(
 
         async def hold_a() -> None:
             try:
-                async with hold(a, key, ttl=ttl, renew_every=ttl / 4) as held:
+                async with hold(
+                    a, key, lease_duration=lease_duration, renewal_interval=lease_duration / 4
+                ) as held:
                     run.a_started, run.a_fence = now(), held.fence
                     in_or_refused.set()
                     try:
-                        with anyio.move_on_after(3 * ttl + 30):
+                        with anyio.move_on_after(3 * lease_duration + 30):
                             await b_done.wait()
-                            await anyio.sleep(3 * ttl)  # an overlapping A still ends
+                            await anyio.sleep(3 * lease_duration)  # an overlapping A still ends
                     finally:
                         run.a_stopped = now()
             except LeaseUnavailable:
@@ -113,8 +160,8 @@ async def scenario(
             await fail(run)
             async with group.master_client() as b_client:
                 b = RedisLeases(b_client, command_timeout=0.5)
-                with anyio.fail_after(3 * ttl + 30):
-                    lease = await _acquire_when_free(b, key, ttl)
+                with anyio.fail_after(3 * lease_duration + 30):
+                    lease = await _acquire_when_free(b, key, lease_duration)
                 run.b_acquired = lease.sent_at  # B may run from when its acquire was sent
                 run.b_fence = lease.fence
                 b_done.set()
@@ -125,11 +172,11 @@ async def scenario(
     return run
 
 
-async def _acquire_when_free(leases: RedisLeases, key: str, ttl: float) -> Lease:
+async def _acquire_when_free(leases: RedisLeases, key: str, lease_duration: float) -> Lease:
     """Acquire as a pod would: every 50 ms until the lease is free (polling Redis itself)."""
     while True:
         try:
-            lease = await leases.acquire(key, ttl)
+            lease = await leases.acquire(key, lease_duration)
         except LeaseUnavailable:  # the master is switching: try again
             lease = None
         if lease is not None:
@@ -175,7 +222,7 @@ async def test_the_master_dies_before_replicating_the_lease(
     """
     await _cut_off_replicas(settled)
     run = await scenario(
-        settled, replicas=replicas, ttl=24.0, fail=_killed_before_replicating(settled)
+        settled, replicas=replicas, lease_duration=24.0, fail=_killed_before_replicating(settled)
     )
     print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
     if replicas:
@@ -202,7 +249,7 @@ async def test_a_connection_left_on_the_demoted_master(
     async def fail(run: Run) -> None:
         await settled.failover()
 
-    run = await scenario(settled, replicas=replicas, ttl=4.0, fail=fail)
+    run = await scenario(settled, replicas=replicas, lease_duration=4.0, fail=fail)
     print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
     assert run.a_started < run.b_acquired
     if replicas:
@@ -229,7 +276,7 @@ async def test_the_master_killed_after_replicating_the_lease(
         settled.kill(old)
         await settled.wait_for_new_master(old)
 
-    run = await scenario(settled, replicas=replicas, ttl=4.0, fail=fail)
+    run = await scenario(settled, replicas=replicas, lease_duration=4.0, fail=fail)
     print(f"overlap with replicas={replicas}: {run.overlap:.2f}s")
     assert run.a_started < run.b_acquired
     assert run.overlap < 0, run

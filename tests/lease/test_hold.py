@@ -31,13 +31,13 @@ from ..chaos import proxied_leases
 
 async def test_renewal_keeps_a_body_alive_for_five_ttls(leases: RedisLeases) -> None:
     """A body running 5x the TTL completes, and nobody can acquire meanwhile."""
-    ttl = 0.5
-    async with hold(leases, "k", ttl=ttl) as held:
-        until = anyio.current_time() + 5 * ttl
+    lease_duration = 0.5
+    async with hold(leases, "k", lease_duration=lease_duration) as held:
+        until = anyio.current_time() + 5 * lease_duration
         while anyio.current_time() < until:
-            assert await leases.acquire("k", ttl=ttl) is None
+            assert await leases.acquire("k", lease_duration=lease_duration) is None
             await held.checkpoint()
-            await anyio.sleep(ttl / 5)
+            await anyio.sleep(lease_duration / 5)
     assert held.outcome == "completed"
     assert held.renewals >= 12
     assert held.released is True
@@ -65,7 +65,7 @@ async def test_stolen_or_deleted_lease_cancels_the_body_within_one_renewal(
     async with anyio.create_task_group() as tg:
         tg.start_soon(take_the_key)
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", ttl=1.2, renew_every=0.3) as held:
+            async with hold(leases, "k", lease_duration=1.2, renewal_interval=0.3) as held:
                 started.set()
                 try:
                     await anyio.sleep_forever()
@@ -88,7 +88,7 @@ async def test_checkpoint_raises_lease_lost_once_ownership_is_uncertain(
 ) -> None:
     """A body that only calls checkpoint() learns of the loss from checkpoint itself."""
     with pytest.raises(LeaseLost) as lost:
-        async with hold(leases, "k", ttl=1.2, renew_every=0.3) as held:
+        async with hold(leases, "k", lease_duration=1.2, renewal_interval=0.3) as held:
             await redis.delete(leases.lease_key("k"))
             while True:
                 await held.checkpoint()
@@ -114,7 +114,7 @@ async def test_unreachable_redis_stops_the_body_before_the_key_can_expire(
         nonlocal second_acquired_at
         await started.wait()
         # A rival pod polls Redis, like a real one would.
-        while (lease := await direct.acquire("k", ttl=1.0)) is None:  # noqa: ASYNC110
+        while (lease := await direct.acquire("k", lease_duration=1.0)) is None:  # noqa: ASYNC110
             await anyio.sleep(0.005)
         second_acquired_at = anyio.current_time()
         await direct.release(lease)
@@ -125,7 +125,7 @@ async def test_unreachable_redis_stops_the_body_before_the_key_can_expire(
     ):
         tg.start_soon(second_worker)
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", ttl=1.0, renew_every=0.25) as held:
+            async with hold(leases, "k", lease_duration=1.0, renewal_interval=0.25) as held:
                 proxy.blackhole = True
                 started.set()
                 try:
@@ -150,7 +150,7 @@ async def test_slow_redis_answers_too_late_to_extend_the_deadline(
     key_pttl_at_stop = -2
     async with proxied_leases(redis_server, namespace, command_timeout=0.3) as (proxy, leases):
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", ttl=1.0, renew_every=0.3) as held:
+            async with hold(leases, "k", lease_duration=1.0, renewal_interval=0.3) as held:
                 proxy.reply_delay = 0.8
                 try:
                     await anyio.sleep_forever()
@@ -165,7 +165,9 @@ async def test_slow_redis_answers_too_late_to_extend_the_deadline(
 async def test_max_runtime_stops_a_body_while_renewal_succeeds(leases: RedisLeases) -> None:
     """The runtime bound holds even when the lease is healthy."""
     with pytest.raises(LeaseTimeout) as timeout:
-        async with hold(leases, "k", ttl=0.6, renew_every=0.15, max_runtime=0.7) as held:
+        async with hold(
+            leases, "k", lease_duration=0.6, renewal_interval=0.15, max_runtime=0.7
+        ) as held:
             await anyio.sleep_forever()
     assert timeout.value.max_runtime == 0.7
     assert held.renewals >= 2
@@ -188,7 +190,7 @@ async def test_shutdown_while_a_timed_out_body_stops_stays_a_cancellation(
 
     async def run_body() -> None:
         with outer:
-            async with hold(leases, "k", ttl=1, max_runtime=0.1) as held:
+            async with hold(leases, "k", lease_duration=1, max_runtime=0.1) as held:
                 seen.append(held)
                 try:
                     await anyio.sleep_forever()
@@ -216,7 +218,9 @@ async def test_a_timed_out_body_stopping_past_the_local_deadline_is_reported_los
     It is lost, and ``loop_blocked``: the renewal due meanwhile was never sent.
     """
     with pytest.raises(LeaseLost) as lost:
-        async with hold(leases, "k", ttl=0.4, renew_every=0.1, max_runtime=0.05) as held:
+        async with hold(
+            leases, "k", lease_duration=0.4, renewal_interval=0.1, max_runtime=0.05
+        ) as held:
             try:
                 await anyio.sleep_forever()
             finally:
@@ -229,9 +233,9 @@ async def test_a_timed_out_body_stopping_past_the_local_deadline_is_reported_los
 
 async def test_busy_lease_raises_lease_busy_with_the_holders_ttl(leases: RedisLeases) -> None:
     """Another live owner means LeaseBusy, with a hint for when to retry."""
-    assert await leases.acquire("k", ttl=5) is not None
+    assert await leases.acquire("k", lease_duration=5) is not None
     with pytest.raises(LeaseBusy) as busy:
-        async with hold(leases, "k", ttl=1):
+        async with hold(leases, "k", lease_duration=1):
             pytest.fail("the body must not run")
     assert busy.value.retry_after is not None
     assert 0 < busy.value.retry_after <= 5
@@ -240,7 +244,7 @@ async def test_busy_lease_raises_lease_busy_with_the_holders_ttl(leases: RedisLe
 async def test_outer_cancellation_still_releases_the_lease(leases: RedisLeases) -> None:
     """Shutdown cancels the body; the shielded release still deletes the key."""
     with anyio.CancelScope() as outer:
-        async with hold(leases, "k", ttl=1) as held:
+        async with hold(leases, "k", lease_duration=1) as held:
             outer.cancel()
             await anyio.sleep_forever()
     assert held.outcome == "cancelled"
@@ -258,8 +262,8 @@ class _FailingRelease:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        return await self.inner.acquire(key, ttl, note=note)
+    async def acquire(self, key: str, lease_duration: float, *, note: str = "") -> Lease | None:
+        return await self.inner.acquire(key, lease_duration, note=note)
 
     async def renew(self, lease: Lease) -> Lease:
         return await self.inner.renew(lease)
@@ -275,7 +279,7 @@ class _FailingRelease:
 async def test_failing_release_never_hides_the_bodys_exception(leases: RedisLeases) -> None:
     """The body's own error is what the caller sees; the release error is reported aside."""
     with pytest.raises(ZeroDivisionError):
-        async with hold(_FailingRelease(leases), "k", ttl=1) as held:
+        async with hold(_FailingRelease(leases), "k", lease_duration=1) as held:
             _ = 1 / 0
     assert held.outcome == "failed"
     assert isinstance(held.release_error, LeaseUnavailable)
@@ -285,7 +289,7 @@ async def test_failing_release_never_hides_the_bodys_exception(leases: RedisLeas
 @pytest.mark.fake  # a release that always fails, around real Redis
 async def test_failing_release_does_not_turn_success_into_failure(leases: RedisLeases) -> None:
     """A completed body stays completed when only the release fails."""
-    async with hold(_FailingRelease(leases), "k", ttl=1) as held:
+    async with hold(_FailingRelease(leases), "k", lease_duration=1) as held:
         await held.checkpoint()
     assert held.outcome == "completed"
     assert isinstance(held.release_error, LeaseUnavailable)
@@ -296,7 +300,7 @@ async def test_body_blocking_the_loop_past_its_deadline_is_reported_lost(
 ) -> None:
     """A body that never awaits cannot be preempted; on wake it is reported lost."""
     with pytest.raises(LeaseLost) as lost:
-        async with hold(leases, "k", ttl=0.4, renew_every=0.1):
+        async with hold(leases, "k", lease_duration=0.4, renewal_interval=0.1):
             time.sleep(0.6)  # noqa: ASYNC251 - the point: a body that blocks the loop
     assert lost.value.reason == "loop_blocked"
     assert lost.value.stop_latency is not None
@@ -310,7 +314,7 @@ async def test_body_blocking_then_awaiting_is_stopped_at_that_await(
     """After a stall past the deadline, the body's next await stops it."""
     reached_after_stall = False
     with pytest.raises(LeaseLost) as lost:
-        async with hold(leases, "k", ttl=0.4, renew_every=0.1) as held:
+        async with hold(leases, "k", lease_duration=0.4, renewal_interval=0.1) as held:
             time.sleep(0.6)  # noqa: ASYNC251 - a loop stall, e.g. a long GC pause
             if first_await == "checkpoint":
                 await held.checkpoint()
@@ -335,7 +339,7 @@ async def test_body_blocking_after_the_first_renewal_is_loop_blocked_too(
     renewed = anyio.Event()
     with pytest.raises(LeaseLost) as lost:
         async with hold(
-            leases, "k", ttl=0.8, renew_every=0.25, hooks=[_OnRenewed(renewed)]
+            leases, "k", lease_duration=0.8, renewal_interval=0.25, hooks=[_OnRenewed(renewed)]
         ) as held:
             await renewed.wait()
             time.sleep(0.8)  # noqa: ASYNC251 - a loop stall after the first renewal
@@ -369,8 +373,8 @@ class _SilentRenewals:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        return await self.inner.acquire(key, ttl, note=note)
+    async def acquire(self, key: str, lease_duration: float, *, note: str = "") -> Lease | None:
+        return await self.inner.acquire(key, lease_duration, note=note)
 
     async def renew(self, lease: Lease) -> Lease:
         self.renewing.set()
@@ -392,7 +396,7 @@ async def test_a_renewal_sent_but_never_confirmed_is_deadline_not_loop_blocked(
     """The renewal went out in time and got no answer: ``deadline``, even if a stall follows."""
     silent = _SilentRenewals(leases)
     with pytest.raises(LeaseLost) as lost:
-        async with hold(silent, "k", ttl=2.0, renew_every=0.25) as held:
+        async with hold(silent, "k", lease_duration=2.0, renewal_interval=0.25) as held:
             await silent.renewing.wait()
             time.sleep(held.remaining() + 0.05)  # noqa: ASYNC251 - past the deadline
             if first_await == "checkpoint":
@@ -406,12 +410,12 @@ async def test_a_renewal_sent_but_never_confirmed_is_deadline_not_loop_blocked(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"ttl": 0}, "ttl must be > 0"),
-        ({"ttl": 1, "renew_every": 1}, "shorter than ttl"),
-        ({"ttl": 1, "renew_every": 0}, "renew_every must be > 0"),
-        ({"ttl": 1, "renew_every": 0.6}, "must end before the local deadline"),
-        ({"ttl": 0.04}, "no validity"),
-        ({"ttl": 1, "max_runtime": 0}, "max_runtime"),
+        ({"lease_duration": 0}, "lease_duration must be > 0"),
+        ({"lease_duration": 1, "renewal_interval": 1}, "shorter than lease_duration"),
+        ({"lease_duration": 1, "renewal_interval": 0}, "renewal_interval must be > 0"),
+        ({"lease_duration": 1, "renewal_interval": 0.6}, "must end before the local deadline"),
+        ({"lease_duration": 0.04}, "no validity"),
+        ({"lease_duration": 1, "max_runtime": 0}, "max_runtime"),
     ],
 )
 def test_invalid_timing_is_rejected_before_touching_redis(
@@ -425,7 +429,7 @@ def test_invalid_timing_is_rejected_before_touching_redis(
 
 async def test_a_held_lease_cannot_be_entered_twice(leases: RedisLeases) -> None:
     """Each acquisition is one HeldLease; reuse is a programming error."""
-    held: HeldLease = hold(leases, "k", ttl=1)
+    held: HeldLease = hold(leases, "k", lease_duration=1)
     async with held:
         pass
     with pytest.raises(RuntimeError, match="only once"):
@@ -456,7 +460,9 @@ async def test_observer_sees_acquire_renewals_and_release_of_a_completed_hold(
 ) -> None:
     """Every renewal is reported with its round trip and the validity it bought."""
     recorder = _Recorder()
-    async with hold(leases, "k", ttl=0.6, renew_every=0.15, hooks=[recorder]) as held:
+    async with hold(
+        leases, "k", lease_duration=0.6, renewal_interval=0.15, hooks=[recorder]
+    ) as held:
         await recorder.third_renewal.wait()
     assert recorder.names[0] == "acquired"
     assert recorder.names[-1] == "released"
@@ -476,7 +482,7 @@ async def test_observer_sees_loss_cancel_and_stop_latency(
     """A loss is reported as lost -> cancel_requested -> stopped (with latency) -> released."""
     recorder = _Recorder()
     with pytest.raises(LeaseLost):
-        async with hold(leases, "k", ttl=0.6, renew_every=0.15, hooks=[recorder]):
+        async with hold(leases, "k", lease_duration=0.6, renewal_interval=0.15, hooks=[recorder]):
             await redis.delete(leases.lease_key("k"))
             await anyio.sleep_forever()
     tail = recorder.names[recorder.names.index("lost") :]
@@ -506,7 +512,7 @@ async def test_a_failing_observer_never_changes_the_outcome(
 ) -> None:
     """Observer errors are logged and swallowed; the body completes and releases."""
     broken = _Broken()
-    async with hold(leases, "k", ttl=0.6, hooks=[broken]) as held:
+    async with hold(leases, "k", lease_duration=0.6, hooks=[broken]) as held:
         await held.checkpoint()
     assert held.outcome == "completed"
     assert held.released is True

@@ -37,8 +37,8 @@ class _SwallowingRenew:
     def policy(self) -> DeadlinePolicy:
         return self.inner.policy
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        return await self.inner.acquire(key, ttl, note=note)
+    async def acquire(self, key: str, lease_duration: float, *, note: str = "") -> Lease | None:
+        return await self.inner.acquire(key, lease_duration, note=note)
 
     async def renew(self, lease: Lease) -> Lease:
         self.renews += 1
@@ -67,7 +67,7 @@ async def test_a_swallowed_cancellation_does_not_keep_the_lease_renewing(
 ) -> None:
     """The renewal in flight at exit answers anyway: no further renewal, exit, release."""
     swallowing = _SwallowingRenew(leases, hang=False)
-    async with hold(swallowing, "k", ttl=0.6, renew_every=0.1) as held:
+    async with hold(swallowing, "k", lease_duration=0.6, renewal_interval=0.1) as held:
         await swallowing.started.wait()
     assert swallowing.swallowed == 1
     assert swallowing.renews == 1
@@ -85,7 +85,9 @@ async def test_a_renewal_that_never_stops_is_abandoned_after_the_release_timeout
     swallowing = _SwallowingRenew(leases, hang=True)
     try:
         with anyio.fail_after(10):
-            async with hold(swallowing, "k", ttl=0.6, renew_every=0.1, release_timeout=0.3) as held:
+            async with hold(
+                swallowing, "k", lease_duration=0.6, renewal_interval=0.1, release_timeout=0.3
+            ) as held:
                 await swallowing.started.wait()
         assert held.outcome == "completed"
         assert held.released is True

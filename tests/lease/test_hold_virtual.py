@@ -14,8 +14,8 @@ import pytest
 from leaseworker import Event, HeldLease, LeaseEvent, LeaseLost, LeaseTimeout, hold
 from leaseworker.testing import MemoryLeases, RenewalFault, run_in_virtual_time, stall
 
-TTL, EVERY = 30.0, 10.0
-DEADLINE = TTL * 0.99 - 0.05  # 29.65 s after a request is sent, with the default policy
+LEASE, EVERY = 30.0, 10.0
+DEADLINE = LEASE * 0.99 - 0.05  # 29.65 s after a request is sent, with the default policy
 
 
 class _Events:
@@ -38,7 +38,9 @@ def test_renewals_run_every_interval_and_keep_the_deadline_ahead() -> None:
 
     async def scenario() -> HeldLease:
         leases = MemoryLeases()
-        async with hold(leases, "k", ttl=TTL, renew_every=EVERY, hooks=[events]) as held:
+        async with hold(
+            leases, "k", lease_duration=LEASE, renewal_interval=EVERY, hooks=[events]
+        ) as held:
             await anyio.sleep(95)
             assert held.remaining() == pytest.approx(90 + DEADLINE - 95)
         return held
@@ -62,7 +64,7 @@ def test_a_failed_renewal_stops_the_body_at_once(how: RenewalFault, stopped_at: 
         leases = MemoryLeases(command_timeout=0.5)
         leases.fail_renewals(how)
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", ttl=TTL, renew_every=EVERY):
+            async with hold(leases, "k", lease_duration=LEASE, renewal_interval=EVERY):
                 try:
                     await anyio.sleep_forever()
                 finally:
@@ -81,7 +83,9 @@ def test_max_runtime_stops_a_healthy_body_at_exactly_its_bound() -> None:
     async def scenario() -> tuple[HeldLease, float]:
         leases = MemoryLeases()
         with pytest.raises(LeaseTimeout):
-            async with hold(leases, "k", ttl=TTL, renew_every=EVERY, max_runtime=600) as held:
+            async with hold(
+                leases, "k", lease_duration=LEASE, renewal_interval=EVERY, max_runtime=600
+            ) as held:
                 await anyio.sleep_forever()
         return held, anyio.current_time()
 
@@ -97,7 +101,7 @@ def test_a_stall_past_the_deadline_stops_the_body_at_its_next_await(renewed_firs
     async def scenario() -> LeaseLost:
         leases = MemoryLeases()
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", ttl=TTL, renew_every=EVERY) as held:
+            async with hold(leases, "k", lease_duration=LEASE, renewal_interval=EVERY) as held:
                 if renewed_first:
                     await anyio.sleep(EVERY + 1)
                     assert held.renewals == 1
@@ -119,9 +123,9 @@ def test_a_key_taken_meanwhile_is_found_at_the_next_renewal() -> None:
     async def scenario() -> tuple[LeaseLost, float, str]:
         leases = MemoryLeases()
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", ttl=TTL, renew_every=EVERY):
+            async with hold(leases, "k", lease_duration=LEASE, renewal_interval=EVERY):
                 await anyio.sleep(25)
-                taker = leases.take("k", TTL)
+                taker = leases.take("k", LEASE)
                 await anyio.sleep_forever()
         return lost.value, anyio.current_time(), taker.owner
 

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import ConfigError, RedisLeases
-from leaseworker._lease._leases import _ms
+from leaseworker._lease._model import _ms
 
 from ..waiting import eventually
 
@@ -25,7 +25,7 @@ async def test_acquire_sets_owner_ttl_and_conservative_local_deadline(
 ) -> None:
     """The deadline is computed from the send time, shortened by drift and margin."""
     before = anyio.current_time()
-    lease = await leases.acquire("report:acme:2026-11", ttl=2.0)
+    lease = await leases.acquire("report:acme:2026-11", lease_duration=2.0)
     assert lease is not None
     assert before <= lease.sent_at
     assert lease.local_deadline == pytest.approx(lease.sent_at + 2.0 * 0.99 - 0.05)
@@ -39,19 +39,19 @@ async def test_each_acquisition_gets_the_note_its_predecessor_left(
     leases: RedisLeases, redis: Redis
 ) -> None:
     """The note travels to the next acquisition, however the lease ended; ``""`` clears it."""
-    first = await leases.acquire("k", ttl=5, note="one")
+    first = await leases.acquire("k", lease_duration=5, note="one")
     assert first is not None
     assert first.previous is None
     assert await leases.release(first)
-    second = await leases.acquire("k", ttl=0.05, note="two")
+    second = await leases.acquire("k", lease_duration=0.05, note="two")
     assert second is not None
     assert second.previous == "one"
     await eventually(lambda: _absent(redis, leases.lease_key("k")))  # expired, not released
-    third = await leases.acquire("k", ttl=5)
+    third = await leases.acquire("k", lease_duration=5)
     assert third is not None
     assert third.previous == "two"
     assert await leases.release(third)
-    fourth = await leases.acquire("k", ttl=5, note="four")
+    fourth = await leases.acquire("k", lease_duration=5, note="four")
     assert fourth is not None
     assert fourth.previous is None  # the third left none: no older note stands in for it
     assert await redis.get(leases.fence_key("k")) == f"{fourth.fence} four".encode()
@@ -65,13 +65,13 @@ async def test_an_acquisition_writes_the_lease_and_fence_keys_only(
     A note with spaces and colons (a trace reference) comes back whole.
     """
     note = "4bf92f:00f067:exec one"
-    first = await leases.acquire("k", ttl=5, note=note)
+    first = await leases.acquire("k", lease_duration=5, note=note)
     assert first is not None
     assert sorted(await redis.keys(f"{leases.namespace}:*")) == sorted(
         [leases.lease_key("k").encode(), leases.fence_key("k").encode()]
     )
     assert await leases.release(first)
-    second = await leases.acquire("k", ttl=5)
+    second = await leases.acquire("k", lease_duration=5)
     assert second is not None
     assert second.previous == note
     assert await redis.get(leases.fence_key("k")) == str(second.fence).encode()
@@ -92,7 +92,7 @@ async def test_fence_keys_written_before_notes_moved_are_read_as_fences(
     await redis.set(leases.fence_key("k"), str(old))
     await redis.set(f"{leases.namespace}:{{k}}:note", "old-note")
     assert (await leases.inspect("k")).fence == old
-    lease = await leases.acquire("k", ttl=5, note="new")
+    lease = await leases.acquire("k", lease_duration=5, note="new")
     assert lease is not None
     assert (lease.fence, lease.previous) == (old + 1, None)
     assert (await leases.inspect("k")).fence == old + 1
@@ -110,7 +110,7 @@ async def test_a_fence_not_below_the_time_floor_still_rises_and_keeps_its_note(
     """
     ahead = 4 * 10**15
     await redis.set(leases.fence_key("k"), f"{ahead} before")
-    lease = await leases.acquire("k", ttl=5, note="after")
+    lease = await leases.acquire("k", lease_duration=5, note="after")
     assert lease is not None
     assert (lease.fence, lease.previous) == (ahead + 1, "before")
     assert await redis.get(leases.fence_key("k")) == f"{ahead + 1} after".encode()
@@ -118,7 +118,7 @@ async def test_a_fence_not_below_the_time_floor_still_rises_and_keeps_its_note(
 
 async def test_renew_extends_ttl_and_deadline(leases: RedisLeases, redis: Redis) -> None:
     """A confirmed renewal moves the deadline forward from its own send time."""
-    lease = await leases.acquire("k", ttl=1.0)
+    lease = await leases.acquire("k", lease_duration=1.0)
     assert lease is not None
     await redis.pexpire(leases.lease_key("k"), 100)
     renewed = await leases.renew(lease)
@@ -134,7 +134,7 @@ async def test_scripts_run_by_sha_reload_after_flush_and_take_keys_as_arguments(
     """After SCRIPT FLUSH the scripts reload once; many keys still mean three scripts."""
     await redis.script_flush()
     for key in ("a", "b", "c"):
-        lease = await leases.acquire(key, ttl=5)
+        lease = await leases.acquire(key, lease_duration=5)
         assert lease is not None
         await leases.renew(lease)
         await leases.release(lease)

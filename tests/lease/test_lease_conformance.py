@@ -167,7 +167,7 @@ async def test_acquire_computes_a_conservative_local_deadline_from_the_send_time
 ) -> None:
     """The deadline is measured from when the acquire was sent, shortened by drift and margin."""
     before = anyio.current_time()
-    lease = await backend.leases.acquire("report:acme:2026-11", ttl=2.0)
+    lease = await backend.leases.acquire("report:acme:2026-11", lease_duration=2.0)
     assert lease is not None
     assert before <= lease.sent_at <= anyio.current_time()
     assert lease.local_deadline == pytest.approx(lease.sent_at + 2.0 * 0.99 - 0.05)
@@ -177,28 +177,28 @@ async def test_acquire_computes_a_conservative_local_deadline_from_the_send_time
 
 async def test_acquire_while_held_returns_none(backend: Backend) -> None:
     """A second acquirer gets ``None``, not a second lease."""
-    assert await backend.leases.acquire("k", ttl=5) is not None
-    assert await backend.leases.acquire("k", ttl=5) is None
+    assert await backend.leases.acquire("k", lease_duration=5) is not None
+    assert await backend.leases.acquire("k", lease_duration=5) is None
 
 
 async def test_fences_strictly_increase_across_release_delete_and_expiry(backend: Backend) -> None:
     """Every acquisition gets a higher fence, however the previous lease ended."""
     leases, fences = backend.leases, []
-    first = await leases.acquire("k", ttl=5)
+    first = await leases.acquire("k", lease_duration=5)
     assert first is not None
     fences.append(first.fence)
     assert await leases.release(first)
-    second = await leases.acquire("k", ttl=5)
+    second = await leases.acquire("k", lease_duration=5)
     assert second is not None
     fences.append(second.fence)
     await backend.delete("k")
-    third = await leases.acquire("k", ttl=0.05)
+    third = await leases.acquire("k", lease_duration=0.05)
     assert third is not None
     fences.append(third.fence)
     with anyio.fail_after(5):
         while await backend.exists("k"):  # the store expires it  # noqa: ASYNC110
             await anyio.sleep(0.01)
-    fourth = await leases.acquire("k", ttl=5)
+    fourth = await leases.acquire("k", lease_duration=5)
     assert fourth is not None
     fences.append(fourth.fence)
     assert fences == sorted(set(fences))
@@ -207,21 +207,21 @@ async def test_fences_strictly_increase_across_release_delete_and_expiry(backend
 async def test_each_acquisition_gets_its_predecessors_note(backend: Backend) -> None:
     """A note travels to the next acquisition, after a release or an expiry; ``""`` clears it."""
     leases = backend.leases
-    first = await leases.acquire("k", ttl=5, note="one")
+    first = await leases.acquire("k", lease_duration=5, note="one")
     assert first is not None
     assert first.previous is None
     assert await leases.release(first)
-    second = await leases.acquire("k", ttl=0.05, note="two")
+    second = await leases.acquire("k", lease_duration=0.05, note="two")
     assert second is not None
     assert second.previous == "one"
     with anyio.fail_after(5):
         while await backend.exists("k"):  # the store expires it  # noqa: ASYNC110
             await anyio.sleep(0.01)
-    third = await leases.acquire("k", ttl=5)
+    third = await leases.acquire("k", lease_duration=5)
     assert third is not None
     assert third.previous == "two"
     assert await leases.release(third)
-    fourth = await leases.acquire("k", ttl=5, note="four")
+    fourth = await leases.acquire("k", lease_duration=5, note="four")
     assert fourth is not None
     assert fourth.previous is None  # the third left none: no older note stands in for it
 
@@ -229,10 +229,10 @@ async def test_each_acquisition_gets_its_predecessors_note(backend: Backend) -> 
 async def test_stale_owner_can_neither_renew_nor_release_a_newer_lease(backend: Backend) -> None:
     """The incident's late release: the old owner deletes nothing and renews nothing."""
     leases = backend.leases
-    old = await leases.acquire("k", ttl=5)
+    old = await leases.acquire("k", lease_duration=5)
     assert old is not None
     await backend.delete("k")  # the old lease expired
-    new = await leases.acquire("k", ttl=5)
+    new = await leases.acquire("k", lease_duration=5)
     assert new is not None
     assert new.fence > old.fence
     with pytest.raises(LeaseLost) as lost:
@@ -246,7 +246,7 @@ async def test_stale_owner_can_neither_renew_nor_release_a_newer_lease(backend: 
 
 async def test_renew_extends_the_deadline_from_its_own_send_time(backend: Backend) -> None:
     """A confirmed renewal moves the deadline forward; the fence stays."""
-    lease = await backend.leases.acquire("k", ttl=1.0)
+    lease = await backend.leases.acquire("k", lease_duration=1.0)
     assert lease is not None
     await anyio.sleep(0.01)
     renewed = await backend.leases.renew(lease)
@@ -254,9 +254,9 @@ async def test_renew_extends_the_deadline_from_its_own_send_time(backend: Backen
     assert renewed.local_deadline == pytest.approx(renewed.sent_at + 1.0 * 0.99 - 0.05)
     assert renewed.local_deadline > lease.local_deadline
     assert renewed.fence == lease.fence
-    ttl = (await backend.leases.inspect("k")).ttl
-    assert ttl is not None
-    assert ttl > 0.9
+    remaining = (await backend.leases.inspect("k")).ttl
+    assert remaining is not None
+    assert remaining > 0.9
 
 
 async def test_inspect_reports_owner_ttl_and_last_fence(backend: Backend) -> None:
@@ -264,7 +264,7 @@ async def test_inspect_reports_owner_ttl_and_last_fence(backend: Backend) -> Non
     leases = backend.leases
     empty = await leases.inspect("k")
     assert (empty.owner, empty.ttl, empty.fence) == (None, None, None)
-    lease = await leases.acquire("k", ttl=5)
+    lease = await leases.acquire("k", lease_duration=5)
     assert lease is not None
     info = await leases.inspect("k")
     assert info.owner == lease.owner
@@ -279,11 +279,11 @@ async def test_inspect_reports_owner_ttl_and_last_fence(backend: Backend) -> Non
 async def test_fence_survives_a_restart_without_persistence(backend: Backend) -> None:
     """A store that comes back empty still hands out a higher fence than before."""
     async with backend.restarted() as (leases, restart):
-        before = await leases.acquire("k", ttl=5)
+        before = await leases.acquire("k", lease_duration=5)
         assert before is not None
         leases = await restart()
         assert (await leases.inspect("k")).fence is None  # the counter is really gone
-        after = await leases.acquire("k", ttl=5)
+        after = await leases.acquire("k", lease_duration=5)
         assert after is not None
         assert after.fence > before.fence
 
@@ -291,7 +291,7 @@ async def test_fence_survives_a_restart_without_persistence(backend: Backend) ->
 async def test_a_renewal_answered_after_the_deadline_is_late(backend: Backend) -> None:
     """A renewal that succeeds in the store but answers after the deadline is a loss."""
     async with backend.faulty() as (switches, leases):
-        lease = await leases.acquire("k", ttl=5)
+        lease = await leases.acquire("k", lease_duration=5)
         assert lease is not None
         nearly_expired = dataclasses.replace(lease, local_deadline=anyio.current_time() + 0.05)
         switches.reply_delay = 0.15
@@ -299,15 +299,15 @@ async def test_a_renewal_answered_after_the_deadline_is_late(backend: Backend) -
             await leases.renew(nearly_expired)
         assert lost.value.reason == "late"
         switches.reply_delay = 0
-        ttl = (await leases.inspect("k")).ttl
-        assert ttl is not None
-        assert ttl > 4  # the store did renew it
+        remaining = (await leases.inspect("k")).ttl
+        assert remaining is not None
+        assert remaining > 4  # the store did renew it
 
 
 async def test_a_renewal_without_answer_is_a_timeout_loss(backend: Backend) -> None:
     """A black-holed renewal raises LeaseLost('timeout') within the command timeout."""
     async with backend.faulty() as (switches, leases):
-        lease = await leases.acquire("k", ttl=5)
+        lease = await leases.acquire("k", lease_duration=5)
         assert lease is not None
         switches.blackhole = True
         with anyio.fail_after(2), pytest.raises(LeaseLost) as lost:
@@ -318,7 +318,7 @@ async def test_a_renewal_without_answer_is_a_timeout_loss(backend: Backend) -> N
 async def test_a_renewal_on_a_broken_link_is_an_error_loss(backend: Backend) -> None:
     """A refused or reset connection during renewal is a loss, never a silent retry."""
     async with backend.faulty() as (switches, leases):
-        lease = await leases.acquire("k", ttl=5)
+        lease = await leases.acquire("k", lease_duration=5)
         assert lease is not None
         switches.refuse = True
         _cut(switches)
@@ -331,7 +331,7 @@ async def test_acquire_against_a_dead_server_raises_lease_unavailable(backend: B
     """A store that is not there is a clear LeaseUnavailable, not a hang or a None."""
     async with backend.dead() as leases:
         with anyio.fail_after(2), pytest.raises(LeaseUnavailable, match="lease store unavailable"):
-            await leases.acquire("k", ttl=5)
+            await leases.acquire("k", lease_duration=5)
 
 
 async def test_acquire_without_answer_releases_what_it_may_have_taken(backend: Backend) -> None:
@@ -339,7 +339,7 @@ async def test_acquire_without_answer_releases_what_it_may_have_taken(backend: B
     async with backend.faulty() as (switches, leases):
         switches.reply_delay = 0.5  # longer than the command timeout: the reply comes too late
         with pytest.raises(LeaseUnavailable):
-            await leases.acquire("k", ttl=30)
+            await leases.acquire("k", lease_duration=30)
         with anyio.fail_after(5):
             while await backend.exists("k"):  # noqa: ASYNC110 - external state
                 await anyio.sleep(0.01)
@@ -348,7 +348,7 @@ async def test_acquire_without_answer_releases_what_it_may_have_taken(backend: B
 async def test_an_empty_job_key_is_rejected(backend: Backend) -> None:
     """An empty hash tag would split lease and fence keys across cluster slots."""
     with pytest.raises(ConfigError, match="non-empty"):
-        await backend.leases.acquire("", ttl=5)
+        await backend.leases.acquire("", lease_duration=5)
 
 
 @pytest.mark.parametrize("key", ["}x", "}"])
@@ -357,19 +357,21 @@ async def test_a_job_key_starting_with_a_closing_brace_is_rejected(
 ) -> None:
     """``}x`` makes the hash tag of ``ns:{}x}:lease`` empty: its two keys would split slots."""
     with pytest.raises(ConfigError, match="start with"):
-        await backend.leases.acquire(key, ttl=5)
+        await backend.leases.acquire(key, lease_duration=5)
 
 
 @pytest.mark.parametrize("key", ["tenant{1}", "a}b", "{"])
 async def test_other_braces_in_a_job_key_are_fine(backend: Backend, key: str) -> None:
     """The hash tag ends at the first ``}``: both keys of the job still share it."""
-    lease = await backend.leases.acquire(key, ttl=5)
+    lease = await backend.leases.acquire(key, lease_duration=5)
     assert lease is not None
     assert await backend.leases.release(lease) is True
 
 
-@pytest.mark.parametrize("ttl", [0, 0.001, -1])
-async def test_a_ttl_of_a_millisecond_or_less_is_rejected(backend: Backend, ttl: float) -> None:
+@pytest.mark.parametrize("lease_duration", [0, 0.001, -1])
+async def test_a_ttl_of_a_millisecond_or_less_is_rejected(
+    backend: Backend, lease_duration: float
+) -> None:
     """A TTL the store would round to nothing cannot keep a lease."""
-    with pytest.raises(ConfigError, match="ttl"):
-        await backend.leases.acquire("k", ttl=ttl)
+    with pytest.raises(ConfigError, match="lease_duration"):
+        await backend.leases.acquire("k", lease_duration=lease_duration)

@@ -95,7 +95,7 @@ async def test_scripts_flushed_while_calls_queue_are_loaded_again_for_their_pipe
         client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
         try:
             leases = RedisLeases(client, namespace=namespace, command_timeout=2.0)
-            await leases.acquire("connect", ttl=5)
+            await leases.acquire("connect", lease_duration=5)
             proxy.reply_delay = 0.3
             async with anyio.create_task_group() as tg:
                 tg.start_soon(leases.acquire, "first", 5.0)
@@ -118,7 +118,7 @@ async def _exists(redis: Redis, key: str) -> bool:
 
 
 async def _acquire_into(leases: RedisLeases, key: str, got: dict[str, Lease | None]) -> None:
-    got[key] = await leases.acquire(key, ttl=5)
+    got[key] = await leases.acquire(key, lease_duration=5)
 
 
 def _sha(script: str) -> str:
@@ -138,7 +138,9 @@ async def test_a_call_cancelled_while_queued_never_reaches_redis(
         client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
         try:
             leases = RedisLeases(client, namespace=namespace, command_timeout=2.0)
-            await leases.acquire("connect", ttl=5)  # the connection exists before the delay
+            await leases.acquire(
+                "connect", lease_duration=5
+            )  # the connection exists before the delay
             proxy.reply_delay = 0.3
             async with anyio.create_task_group() as tg:
                 tg.start_soon(leases.acquire, "first", 5.0)
@@ -176,13 +178,13 @@ async def test_a_partition_fails_the_lone_call_and_the_queued_ones_then_recovers
         client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
         try:
             leases = RedisLeases(client, namespace=namespace, command_timeout=0.2)
-            await leases.acquire("connect", ttl=5)
+            await leases.acquire("connect", lease_duration=5)
             proxy.blackhole = True
             failures: list[BaseException] = []
 
             async def one(key: str) -> None:
                 try:
-                    await leases.acquire(key, ttl=5)
+                    await leases.acquire(key, lease_duration=5)
                 except LeaseUnavailable as exc:
                     failures.append(exc)
 
@@ -238,6 +240,34 @@ async def test_a_pipeline_whose_callers_all_gave_up_is_abandoned(
             await client.aclose()
 
 
+async def test_a_call_cut_off_mid_read_leaves_no_late_reply_for_the_next_one(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """A reply that comes after its caller gave up is never read as the next call's answer.
+
+    Lone calls share one kept connection: a cut-off read drops it (reopened by the next call).
+    """
+    acquire, renew = _sha(ACQUIRE), _sha(RENEW)
+    await redis.script_load(ACQUIRE)
+    await redis.script_load(RENEW)
+    async with ChaosProxy(redis_server.port) as proxy:
+        client = Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        try:
+            pipeline = ScriptPipeline(client, {acquire: ACQUIRE, renew: RENEW}, DeadlineWheel(5.0))
+            keys = [f"{namespace}:late", f"{namespace}:f"]
+            await pipeline.call(renew, [f"{namespace}:other"], ["o", "5000"])  # connected
+            proxy.reply_delay = 0.3
+            with pytest.raises(TimeoutError), anyio.fail_after(0.1):
+                await pipeline.call(acquire, keys, ["o", "5000", ""])
+            proxy.reply_delay = 0.0
+            await anyio.sleep(0.4)  # the late reply has reached the client side by now
+            with anyio.fail_after(2):
+                reply = await pipeline.call(renew, [f"{namespace}:other"], ["o", "5000"])
+            assert reply.value == 0  # its own answer (not ours), not the acquire's late list
+        finally:
+            await client.aclose()
+
+
 async def _times_out(call: Awaitable[object]) -> None:
     with pytest.raises(TimeoutError):
         await call
@@ -273,7 +303,7 @@ async def test_renewals_made_while_nothing_is_in_flight_share_one_trip(
     trip; acquires do not linger (two acquires made at once take two trips).
     """
     leases = RedisLeases(counted, namespace=namespace)
-    held = [await leases.acquire(f"k{i}", ttl=5) for i in range(3)]
+    held = [await leases.acquire(f"k{i}", lease_duration=5) for i in range(3)]
     await counted.script_load(RENEW)  # no NOSCRIPT round trips in the count
     before = _CountingConnection.trips
     async with anyio.create_task_group() as tg:
@@ -293,7 +323,7 @@ async def test_a_call_in_a_hurry_takes_the_lingering_ones_along_at_once(
 ) -> None:
     """A call without linger made during a linger sends it now: one trip, no waiting it out."""
     leases = RedisLeases(counted, namespace=namespace)
-    lease = await leases.acquire("k", ttl=5)
+    lease = await leases.acquire("k", lease_duration=5)
     assert lease is not None
     sha, keys, args = _sha(RENEW), [leases.lease_key("k")], [lease.owner, "5000"]
     pipeline = ScriptPipeline(counted, {sha: RENEW}, DeadlineWheel(30.0))

@@ -110,7 +110,7 @@ async def test_an_acquire_no_replica_acknowledged_is_released_and_unavailable(
     )
     started = False
     with pytest.raises(LeaseUnavailable, match="0 of 1 replicas"):
-        async with hold(leases, "k", ttl=2):
+        async with hold(leases, "k", lease_duration=2):
             started = True
     assert not started
     assert (await leases.inspect("k")).owner is None  # released with its owner token
@@ -131,7 +131,7 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
         if event.name == "renewed" and held.renewals >= 3:
             three.set()
 
-    async with hold(leases, "k", ttl=2.0, renew_every=0.2, hooks=[observe]) as held:
+    async with hold(leases, "k", lease_duration=2.0, renewal_interval=0.2, hooks=[observe]) as held:
         with anyio.fail_after(5):
             await three.wait()
         await held.checkpoint()
@@ -157,7 +157,7 @@ async def test_a_renewal_the_replica_did_not_get_stops_the_body_for_good(
         replica_timeout=0.5,
     )
     with pytest.raises(LeaseLost) as lost, anyio.fail_after(10):  # fails, never hangs
-        async with hold(leases, "k", ttl=3.0, renew_every=0.5) as held:
+        async with hold(leases, "k", lease_duration=3.0, renewal_interval=0.5) as held:
             replicated.process.popen.send_signal(signal.SIGSTOP)
             await anyio.sleep_forever()
     assert lost.value.reason == "unreplicated"

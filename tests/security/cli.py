@@ -25,7 +25,8 @@ class Ended:
         """Check the command exited 2, without a traceback, in time; return its last line."""
         assert self.code == 2, self.stderr[-3000:]
         assert "Traceback" not in self.stderr, self.stderr[-3000:]
-        assert self.seconds < 10, f"took {self.seconds:.1f}s"
+        shown = [line for line in self.stderr.splitlines() if " DEBUG " not in line]
+        assert self.seconds < 10, f"took {self.seconds:.1f}s: " + "\n".join(shown[-20:])
         return self.stderr.strip().splitlines()[-1]
 
 

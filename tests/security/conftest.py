@@ -1,6 +1,11 @@
-"""Secured peers, each started once per session: a test CA, PostgreSQL on TLS, Redis on TLS.
+"""Secured peers, each started once per session, all with certificates of one test CA.
 
-- ``test_ca``: the run's certificate authority (``_dev/_services/_tls.py``).
+- ``test_ca``: the run's certificate authority (``_dev/_services/_tls.py``);
+  ``other_ca`` is the CA no peer trusts.
+- ``secured_kafka``: a KRaft broker with SSL and SASL_SSL listeners, SCRAM and
+  PLAIN users and the ``StandardAuthorizer`` (``secured_kafka.py``).
+- ``otlp_collector``: an OTLP/HTTP collector on HTTPS keeping every export.
+- ``stack``: all of them at once for one pod (``stack.py``); ``pods``: killed at the end.
 - ``secure_postgres``: ``ssl = on`` and SCRAM passwords over ``hostssl`` only; an
   owner role that migrated the store's database (``store migrate --grant-to``)
   and the runtime role the pods use, which may read and write but not create.
@@ -19,11 +24,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 import redis
 
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import (
     LocalPostgres,
     LocalRedis,
@@ -33,6 +40,12 @@ from leaseworker._dev._services import (
 from leaseworker._dev._services._nodes import RedisNode
 from leaseworker._dev._services._tls import ServiceTLS, TestCA
 from leaseworker._store._grants import migrate_store
+
+from .collector import Collector, https_collector
+from .secured_kafka import SecuredKafka, start_secured_kafka
+
+if TYPE_CHECKING:
+    from .stack import SecuredStack
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 OWNER, RUNTIME = "lw_owner", "lw_runtime"
@@ -52,6 +65,23 @@ def test_ca() -> Iterator[TestCA]:
 def other_ca(test_ca: TestCA) -> TestCA:
     """A second CA: "an unknown CA" to every peer of ``test_ca``."""
     return TestCA(test_ca.directory.parent / "other-ca")
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(test_ca: TestCA, other_ca: TestCA) -> Iterator[SecuredKafka]:
+    """The session's secured Kafka broker (KRaft starts slowly: once); stopped by PID."""
+    kafka = start_secured_kafka(test_ca, other_ca)
+    try:
+        yield kafka
+    finally:
+        kafka.broker.stop()
+
+
+@pytest.fixture(scope="session")
+def otlp_collector(test_ca: TestCA) -> Iterator[Collector]:
+    """An OTLP/HTTP collector on HTTPS (the test CA's certificate) that keeps what it is sent."""
+    with https_collector(test_ca.server(name="collector")) as collector:
+        yield collector
 
 
 @dataclass(frozen=True)
@@ -165,6 +195,41 @@ def cluster_tls(test_ca: TestCA) -> Iterator[tuple[SecureRedis, list[RedisNode]]
         yield _secured(cluster.url, tls, [node.port for node in cluster.nodes]), cluster.nodes
     finally:
         cluster.stop()
+
+
+@pytest.fixture(params=["single", "sentinel", "cluster"])
+def secured(request: pytest.FixtureRequest) -> SecureRedis:
+    """Each TLS topology in turn (started once per session)."""
+    if request.param == "cluster":
+        topology, _nodes = request.getfixturevalue("cluster_tls")
+        return topology  # type: ignore[no-any-return]
+    return request.getfixturevalue(f"{'redis' if request.param == 'single' else 'sentinel'}_tls")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def stack(
+    secured_kafka: SecuredKafka,
+    secured: SecureRedis,
+    secure_postgres: SecurePostgres,
+    otlp_collector: Collector,
+    tmp_path: Path,
+) -> SecuredStack:
+    """Every secured peer at once (Redis: the topology of ``secured``), the test's topics."""
+    from .stack import SecuredStack  # stack.py builds on this module's peers
+
+    names = secured_kafka.names("pod")
+    stack = SecuredStack(secured_kafka, secured, secure_postgres, otlp_collector, names, tmp_path)
+    stack.prepare()
+    return stack
+
+
+@pytest.fixture
+def pods() -> Iterator[list[PodProcess]]:
+    """Pods a test starts; any still running at its end is killed."""
+    started: list[PodProcess] = []
+    yield started
+    for pod in started:
+        pod.kill()
 
 
 def admin_client(port: int, tls: ServiceTLS) -> redis.Redis:

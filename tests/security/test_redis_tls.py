@@ -28,15 +28,6 @@ from .cli import JOB, run_pod
 from .conftest import SecureRedis, documented_acl
 
 
-@pytest.fixture(params=["single", "sentinel", "cluster"])
-def secured(request: pytest.FixtureRequest) -> SecureRedis:
-    """Each TLS topology in turn (started once per session)."""
-    if request.param == "cluster":
-        topology, _nodes = request.getfixturevalue("cluster_tls")
-        return topology  # type: ignore[no-any-return]
-    return request.getfixturevalue(f"{'redis' if request.param == 'single' else 'sentinel'}_tls")  # type: ignore[no-any-return]
-
-
 async def test_tls_leases_work_under_the_documented_acl(secured: SecureRedis) -> None:
     """Acquire, renew, inspect, release and the start-up checks, as the ACL user, over TLS."""
     url = secured.url()
@@ -78,6 +69,28 @@ def test_tls_nopermission_on_a_command_the_pod_needs_exits_2_naming_it(
     assert "refused a command the pod needs (NOPERM)" in line
     assert "pexpire" in line
     assert password not in line
+
+
+def test_tls_no_client_certificate_exits_2_naming_redis_and_the_certificate(
+    redis_tls: SecureRedis,
+) -> None:
+    """``tls-auth-clients yes`` and no certificate given: a refusal, not an outage to wait out."""
+    bare = redis_tls.url().partition("?")[0]
+    url = f"{bare}?ssl_ca_certs={redis_tls.tls.server.ca}"
+    ended = run_pod("--redis-url", url, "--store-url", "memory://")
+    line = ended.refusal()
+    assert "Redis at 127.0.0.1:" in line
+    assert "client certificate" in line
+    assert redis_tls.password not in ended.stderr
+
+
+def test_tls_an_acl_without_ping_exits_2_naming_it(redis_tls: SecureRedis) -> None:
+    """The readiness PING is a command the pod needs too: NOPERM on it is no outage."""
+    user, password = f"lw-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    redis_tls.set_user(*[arg for arg in documented_acl(user, password)[2:] if arg != "+ping"])
+    line = run_pod("--redis-url", redis_tls.url(user=user, password=password)).refusal()
+    assert "refused a command the pod needs (NOPERM)" in line
+    assert "ping" in line
 
 
 def test_tls_unknown_ca_exits_2(redis_tls: SecureRedis, other_ca: TestCA) -> None:

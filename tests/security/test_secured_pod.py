@@ -1,4 +1,4 @@
-"""A pod end to end through the secured peers (Kafka is tests/security_kafka's).
+"""A pod through Redis TLS and PostgreSQL verify-full, the TLS files given as flags.
 
 Redis TLS with the documented ACL user, PostgreSQL verify-full as the runtime
 role, both credentials from files, the CA and client certificate from the

@@ -140,19 +140,16 @@ async def test_a_statement_still_running_at_the_deadline_is_cut_off(
         assert outcome.status == "accepted"
 
 
-async def test_concurrent_completions_share_transactions_on_a_file(tmp_path: Path) -> None:
-    """Group commit: 40 completions in flight at once take far fewer than 40 COMMITs.
+async def test_concurrent_completions_share_fsyncs_on_a_file(tmp_path: Path) -> None:
+    """Group commit: 40 completions in flight at once take far fewer than 40 fsyncs.
 
     Every one is accepted and readable afterwards, from a second store on the
     same file (so they are on disk, not only in this connection).
     """
     path = tmp_path / "c.sqlite3"
-    commits: list[str] = []
     async with open_store(f"sqlite:///{path}") as store:
         assert isinstance(store, SqliteStore)
-        store._conn.set_trace_callback(
-            lambda sql: commits.append(sql) if sql.strip() == "COMMIT" else None
-        )
+        assert store._sync is not None
         answers = {}
 
         async def complete(i: int) -> None:
@@ -165,8 +162,9 @@ async def test_concurrent_completions_share_transactions_on_a_file(tmp_path: Pat
         async with anyio.create_task_group() as tg:
             for i in range(40):
                 tg.start_soon(complete, i)
+        syncs = store._sync.syncs
     assert {a.status for a in answers.values()} == {"accepted"}
-    assert 1 <= len(commits) < 40
+    assert 1 <= syncs < 40
     async with open_store(f"sqlite:///{path}") as other:
         for i in range(40):
             stored = await other.lookup(f"k{i}", "v")
@@ -214,3 +212,61 @@ async def test_a_failed_batch_fails_each_of_its_calls_and_writes_nothing(tmp_pat
                 )
             )
             assert outcome.status == "accepted"
+
+
+def _request(key: str) -> CompletionRequest:
+    return CompletionRequest(
+        job_key=key, input_version="v", fence=1, result={}, execution_id="e", pod="p"
+    )
+
+
+async def test_answers_wait_for_the_fsync_that_covers_them(tmp_path: Path) -> None:
+    """A completion is answered after a helper fsync; a lookup miss and a ``claimed`` are not.
+
+    Commits do not fsync (``synchronous=NORMAL``), so without the helper's
+    fsync an accepted completion could be lost by a crash of the system.
+    """
+    path = tmp_path / "c.sqlite3"
+    async with open_store(f"sqlite:///{path}") as store:
+        assert isinstance(store, SqliteStore)
+        assert store._sync is not None
+        synchronous = store._conn.execute("PRAGMA synchronous").fetchone()[0]
+        assert synchronous == 1  # NORMAL
+        before = store._sync.syncs
+        assert await store.lookup("k", "v") is None
+        assert (await store.claim("k", "v", 1)).status == "claimed"
+        assert store._sync.syncs == before  # neither waited for the disk
+        assert (await store.complete(_request("k"))).status == "accepted"
+        assert store._sync.syncs == before + 1
+        assert (await store.claim("k", "v", 1)).status == "duplicate"  # read: must last
+        assert store._sync.syncs == before + 2
+        helper = store._sync._helper
+    assert helper.returncode is not None  # closing the store ended its helper
+
+
+async def test_a_lock_held_elsewhere_moves_the_call_off_the_loop_until_it_is_free(
+    tmp_path: Path,
+) -> None:
+    """Another connection's write lock: the call waits in the worker thread, not on the loop.
+
+    The loop keeps running meanwhile (a ticker advances), and the call is
+    accepted once the lock is released.
+    """
+    path = tmp_path / "c.sqlite3"
+    ticks = 0
+    async with open_store(f"sqlite:///{path}") as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            answers = []
+
+            async def complete() -> None:
+                answers.append(await store.complete(_request("k")))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(complete)
+                while ticks < 20:  # the loop is free while the call waits for the lock
+                    await anyio.sleep(0.005)
+                    ticks += 1
+                assert answers == []
+                other.execute("ROLLBACK")
+    assert [a.status for a in answers] == ["accepted"]

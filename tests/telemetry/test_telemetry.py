@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 from redis.asyncio import Redis
 
-from leaseworker import CompletionRequest, Event, ExecutionEvent, RedisLeases, Worker, open_store
+from leaseworker import CompletionRequest, Event, ExecutionEvent, Pod, RedisLeases, open_store
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
@@ -224,7 +224,7 @@ async def test_completed_execution_is_one_trace_under_the_producer_span(
     [send_span] = producer_exporter.get_finished_spans()
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         await until(lambda: committed_trace(exporter, topic, offset))
     spans = trace_of(exporter, topic, offset)
     [process] = named(spans, f"process {topic}")
@@ -291,7 +291,7 @@ async def test_lost_lease_shows_loss_cancel_and_stop_with_its_latency(
     recorder = Recorder()
     job = on_topic(GateJob, topic, lease_duration=1.5)(recorder)
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         offset = await send(kafka_server.bootstrap_servers, topic, key, payload(gate=True))
         await recorder.until(lambda: len(recorder.runs_of(key)) == 1)
         lease_key = RedisLeases(redis, namespace=namespace).lease_key(key)
@@ -398,7 +398,7 @@ async def test_busy_wait_is_one_acquire_span_with_its_retries(
     seen = _BusySeen()
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, hooks=[seen], telemetry=telemetry)):
+    async with running(Pod(job, config, hooks=[seen], telemetry=telemetry)):
         offset = await send(kafka_server.bootstrap_servers, topic, key, payload())
         with anyio.fail_after(20):
             await seen.busy.wait()
@@ -434,7 +434,7 @@ async def test_duplicate_is_answered_from_the_store_without_lease_or_run_spans(
     recorder = Recorder()
     job = on_topic(GateJob, topic)(recorder)
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         first = await send(kafka_server.bootstrap_servers, topic, key, payload(n=1))
         await until(lambda: committed_trace(exporter, topic, first))
         again = await send(kafka_server.bootstrap_servers, topic, key, payload(n=1))
@@ -490,7 +490,7 @@ async def test_a_stale_completion_ends_the_trigger_with_its_commit_span_and_coun
         )
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace, store_url=store_url)
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         offset = await send(kafka_server.bootstrap_servers, topic, key, payload(n=1))
         await until(lambda: committed_trace(exporter, topic, offset))
     [process] = named(trace_of(exporter, topic, offset), f"process {topic}")
@@ -512,7 +512,7 @@ async def test_malformed_trigger_is_an_error_span_and_still_committed(
     topic = kafka_names.topic
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         offset = await send(kafka_server.bootstrap_servers, topic, "k", SECRET.encode())
         await until(lambda: committed_trace(exporter, topic, offset))
     spans = trace_of(exporter, topic, offset)
@@ -541,7 +541,7 @@ async def test_without_parenting_the_trigger_starts_a_trace_linked_to_the_produc
     [send_span] = producer_spans[1].get_finished_spans()
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    async with running(Worker(job, config, telemetry=telemetry)):
+    async with running(Pod(job, config, telemetry=telemetry)):
         await until(lambda: committed_trace(exporter, topic, offset))
     [process] = named(trace_of(exporter, topic, offset), f"process {topic}")
     assert process.parent is None
@@ -599,7 +599,7 @@ async def test_a_sampled_out_trigger_makes_no_lifecycle_spans_but_keeps_its_metr
     job = on_topic(GateJob, topic)(Recorder())
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
     try:
-        async with running(Worker(job, config, telemetry=telemetry)):
+        async with running(Pod(job, config, telemetry=telemetry)):
             await send(kafka_server.bootstrap_servers, topic, "report:sampled-out", payload())
             await until(lambda: committed() == 1)
         outcomes = _points(metric_reader, "leaseworker.execution.outcomes")

@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
-from leaseworker import BusyPolicy, JobContext, RedisLeases, ReportJob, Telemetry
+from leaseworker import Backoff, JobContext, RedisLeases, ReportJob, Telemetry
 from leaseworker._execution import Executor, decode_trigger
 
 
@@ -54,7 +54,7 @@ async def test_a_trigger_given_up_after_its_loss_budget_is_counted(leases: Redis
         leases,
         pod="pod-a",
         hooks=[pod],
-        lost_retry=BusyPolicy(initial=0.01, cap=0.02),
+        lost_retry=Backoff(initial=0.01, cap=0.02),
     )
     trigger = decode_trigger(topic="t", partition=0, offset=0, key=b"report:p", value=b"{}")
     ending = await executor.run(trigger, "report:p")

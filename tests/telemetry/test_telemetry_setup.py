@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from leaseworker._dev._services import free_port
 from leaseworker._telemetry import JsonFormatter
-from leaseworker._telemetry._setup import configure
+from leaseworker._telemetry._setup import SWITCH_INTERVAL, configure
 
 
 def test_json_log_line_has_the_lifecycle_fields_and_the_current_trace_ids() -> None:
@@ -102,6 +102,23 @@ def test_endpoint_from_otel_env_turns_on_trace_export_unless_disabled(
         configured.close(timeout=0.5)
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert configure(pod="pod-a").tracer_provider is None
+
+
+@pytest.mark.parametrize(("before", "after"), [(0.005, 0.001), (0.0005, 0.0005)])
+def test_exporting_spans_shortens_the_gil_switch_interval_never_lengthens_it(
+    monkeypatch: pytest.MonkeyPatch, before: float, after: float
+) -> None:
+    """The export thread keeps the GIL from the event loop for at most SWITCH_INTERVAL."""
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(before)
+    try:
+        configured = configure(pod="pod-a", otlp_endpoint="http://127.0.0.1:9")
+        configured.close(timeout=0.5)
+        assert sys.getswitchinterval() == pytest.approx(after)
+        assert SWITCH_INTERVAL == 0.001
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def test_metrics_port_serves_prometheus_text_without_job_keys() -> None:
@@ -245,7 +262,7 @@ hole.bind(("127.0.0.1", 0))
 hole.listen(16)  # the kernel accepts connections; nobody ever answers
 os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "30"
 os.environ["OTEL_METRICS_EXPORTER"] = "none"
-from leaseworker._telemetry._setup import configure
+from leaseworker._telemetry._setup import SWITCH_INTERVAL, configure
 configured = configure(pod="pod-a", otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}")
 tracer = configured.tracer_provider.get_tracer("test")
 for _ in range(10):

@@ -291,7 +291,7 @@ def test_a_job_class_a_pod_would_refuse_is_refused_at_construction() -> None:
     class TooShort(Steps):
         lease_duration = 0.01
 
-    with pytest.raises(ConfigError, match="ttl"):
+    with pytest.raises(ConfigError, match="lease_duration"):
         JobEnvironment(TooShort())
 
 

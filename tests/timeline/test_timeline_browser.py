@@ -28,6 +28,7 @@ import pytest
 
 from leaseworker import JobContext, ReportJob
 from leaseworker._dev._jaeger_links import pod_environment
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._jaeger import LocalJaeger
 from leaseworker._dev._services._kafka import LocalKafka
@@ -35,7 +36,7 @@ from leaseworker._history import History
 from leaseworker._timeline import JaegerQuery, history_from_spans, render_text
 
 from ..kafka_util import produce
-from ..pods import LEASEWORKER, REPO, Pod, ready, spawn
+from ..pods import LEASEWORKER, REPO, ready, spawn
 from ..waiting import eventually
 from .browser import probe, screenshot
 
@@ -76,7 +77,9 @@ def jaeger(tmp_path: Path) -> Iterator[LocalJaeger]:
         instance.stop()
 
 
-def _spawn(name: str, workdir: Path, topic: str, argv: list[str], env: dict[str, str]) -> Pod:
+def _spawn(
+    name: str, workdir: Path, topic: str, argv: list[str], env: dict[str, str]
+) -> PodProcess:
     markers = {"LW_TEST_TOPIC": topic, "LW_TEST_MARKERS": str(workdir / "markers.txt")}
     return spawn(
         name, f"{__name__}:FreezingReport", workdir, {**env, **markers}, *argv, evidence=True

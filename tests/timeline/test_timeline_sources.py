@@ -17,7 +17,7 @@ import pytest
 
 from leaseworker._cli._main import main
 from leaseworker._cli._timeline import duration
-from leaseworker._history import Execution, Fault, History, Step, header_line, record_line
+from leaseworker._history import Execution, FaultWindow, History, Step, header_line, record_line
 from leaseworker._timeline import (
     JaegerError,
     JaegerQuery,
@@ -132,7 +132,7 @@ def test_timeline_from_a_recorded_history_with_faults(
         job_key=KEY, execution_id="e2", pod="pod-b", start=13.0, end=14.0, fence=2,
         outcome="completed", completion="accepted", previous_execution_id="e1",
     )  # fmt: skip
-    pause = Fault(kind="pause", start=11.0, end=13.5, target="pod-a")
+    pause = FaultWindow(kind="pause", start=11.0, end=13.5, target="pod-a")
     recorded.write_text(
         header_line("monotonic") + "".join(record_line(item) for item in (a, pause, b))
     )

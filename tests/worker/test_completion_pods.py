@@ -33,12 +33,13 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, JobContext, RedisLeases, ReportJob
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
 
 from ..kafka_util import committed, produce
-from ..pods import Pod, ready, spawn
+from ..pods import ready, spawn
 from ..waiting import eventually
 
 LEASE = 2.0
@@ -82,7 +83,7 @@ def _mark(line: str) -> None:
         markers.write(line + "\n")
 
 
-def _spawn(name: str, workdir: Path, topic: str, argv: list[str]) -> Pod:
+def _spawn(name: str, workdir: Path, topic: str, argv: list[str]) -> PodProcess:
     markers = {"LW_TEST_TOPIC": topic, "LW_TEST_MARKERS": str(workdir / "markers.txt")}
     return spawn(name, f"{__name__}:PausableJob", workdir, markers, *argv, evidence=True)
 
@@ -215,13 +216,13 @@ class Scene:
             *("--bootstrap-servers", kafka.bootstrap_servers, "--redis-url", redis_url),
             *("--namespace", self.namespace, "--store-url", store_url),
         ]
-        self.pods: list[Pod] = []
+        self.pods: list[PodProcess] = []
 
     def topic(self, name: str) -> str:
         """The topic of the pods called ``name`` (a restarted pod reuses it and its group)."""
         return f"claim-{name}-{self.suffix}"
 
-    async def spawn(self, name: str, topic_of: str, *extra: str) -> Pod:
+    async def spawn(self, name: str, topic_of: str, *extra: str) -> PodProcess:
         """Start pod ``name`` on ``topic_of``'s topic and group; wait until it has its partition."""
         topic = self.topic(topic_of)
         self.kafka.create_topics([topic], exist_ok=True)  # a restarted pod reuses it
@@ -283,7 +284,7 @@ async def scene(
         await opened.close()
 
 
-async def _pause_a_past_its_lease(scene: Scene, redis: Redis, go: Path) -> Pod:
+async def _pause_a_past_its_lease(scene: Scene, redis: Redis, go: Path) -> PodProcess:
     """Start pod A's execution, freeze A after its last checkpoint, wait for its lease to expire."""
     a = await scene.spawn("pod-a", "a", "--session-timeout", "30")  # the pause: no rebalance
     await scene.send("a", inputVersion="request-a", wait_for=str(go))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leaseworker import JobContext, ReportJob
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._proc import free_port
@@ -22,7 +23,6 @@ from leaseworker.testing import ChaosProxy
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames, payload, produce
-from ..pods import Pod
 from ..waiting import eventually
 
 STALL_THRESHOLD = 0.5
@@ -56,7 +56,7 @@ async def test_pod_is_ready_only_after_joining_its_group_and_reaching_redis(
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     namespace: str,
-    health_pods: Callable[..., Pod],
+    health_pods: Callable[..., PodProcess],
 ) -> None:
     """/readyz is 503 while Redis or Kafka is unreachable (saying which), 200 once joined.
 
@@ -133,7 +133,7 @@ async def test_healthz_reports_a_stall_while_a_job_blocks_the_loop_and_recovers(
     redis_server: LocalRedis,
     kafka_names: KafkaNames,
     namespace: str,
-    health_pods: Callable[..., Pod],
+    health_pods: Callable[..., PodProcess],
     tmp_path: Path,
 ) -> None:
     """While a job blocks the event loop, /healthz answers 503 with the growing loop lag.

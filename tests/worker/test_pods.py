@@ -1,4 +1,4 @@
-"""Worker pods as separate ``leaseworker run`` processes: scale-out, SIGKILL, SIGTERM."""
+"""Pod pods as separate ``leaseworker run`` processes: scale-out, SIGKILL, SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import RedisLeases
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, committed, payload, produce
-from ..pods import Pod, overlapping, ready, recorded, spawn_pod
+from ..pods import overlapping, ready, recorded, spawn_pod
 from ..waiting import eventually
 
 SESSION_TIMEOUT = 6.0
 LEASE = 3.0
-BUSY_RETRY_CAP = 5.0  # ReportJob.busy_policy default cap
+BUSY_RETRY_CAP = 5.0  # ReportJob.busy_backoff default cap
 REBALANCE_ALLOWANCE = 3.0  # heartbeat + JoinGroup/SyncGroup + offset fetch + first poll
 
 
@@ -31,9 +32,9 @@ def pods(
     kafka_names: KafkaNames,
     namespace: str,
     tmp_path: Path,
-) -> Iterator[Callable[..., Pod]]:
+) -> Iterator[Callable[..., PodProcess]]:
     """Start pods of this test's group; every pod still running at the end is SIGKILLed."""
-    started: list[Pod] = []
+    started: list[PodProcess] = []
     env = {
         "LEASEWORKER_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
         "LEASEWORKER_REDIS_URL": redis_server.url,
@@ -44,7 +45,7 @@ def pods(
         "LW_TEST_LEASE": str(LEASE),
     }
 
-    def start(name: str, *extra: str, **more_env: str) -> Pod:
+    def start(name: str, *extra: str, **more_env: str) -> PodProcess:
         pod = spawn_pod(name, tmp_path, {**env, **more_env}, *extra)
         started.append(pod)
         return pod
@@ -54,7 +55,7 @@ def pods(
         pod.kill()
 
 
-def _started(pods: dict[str, Pod]) -> set[str]:
+def _started(pods: dict[str, PodProcess]) -> set[str]:
     """The job keys any of the pods started (acquired) so far."""
     return {e.job_key for e in recorded(list(pods.values()))}
 
@@ -62,7 +63,7 @@ def _started(pods: dict[str, Pod]) -> set[str]:
 async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    pods: Callable[..., Pod],
+    pods: Callable[..., PodProcess],
 ) -> None:
     """Every key completes, no two executions of a key overlap (one clock), all 200 committed.
 
@@ -101,7 +102,7 @@ async def test_two_pods_run_200_triggers_over_50_keys_without_overlap(
 async def test_sigkilled_pod_is_taken_over_after_session_timeout_and_lease_expiry(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    pods: Callable[..., Pod],
+    pods: Callable[..., PodProcess],
     redis: Redis,
     namespace: str,
 ) -> None:
@@ -168,7 +169,7 @@ async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
     redis: Redis,
     namespace: str,
     kafka_names: KafkaNames,
-    pods: Callable[..., Pod],
+    pods: Callable[..., PodProcess],
 ) -> None:
     """SIGTERM: the short job finishes and is committed, the long one is cancelled.
 
@@ -204,7 +205,7 @@ async def test_sigterm_drains_then_cancels_releases_commits_and_exits_zero(
 async def test_a_second_sigterm_exits_at_once(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    pods: Callable[..., Pod],
+    pods: Callable[..., PodProcess],
 ) -> None:
     """The second SIGTERM does not wait for the shutdown timeout: exit 143 right away."""
     kafka_server.create_topics([kafka_names.topic], partitions=1)
@@ -224,5 +225,5 @@ async def test_a_second_sigterm_exits_at_once(
     assert time.monotonic() - signalled < 2
 
 
-async def _logged(pod: Pod, text: str) -> bool:
+async def _logged(pod: PodProcess, text: str) -> bool:
     return text in pod.log_text()

@@ -94,7 +94,7 @@ async def test_a_busy_lease_is_retried_and_taken_over_after_the_holder_expires(
     recorder = Recorder()
     job = on_topic(GateJob, topic)(recorder)
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
-    holder = await leases.acquire("k", ttl=2.5)  # a pod that died holding the lease
+    holder = await leases.acquire("k", lease_duration=2.5)  # a pod that died holding the lease
     assert holder is not None
     bootstrap = kafka_server.bootstrap_servers
     await produce(bootstrap, topic, [(b"k", payload())])
@@ -106,10 +106,10 @@ async def test_a_busy_lease_is_retried_and_taken_over_after_the_holder_expires(
             return await committed(bootstrap, kafka_names.group, topic) == {0: 1}
 
         await eventually(committed_one, within=10)
-    # The holder's lease could not expire before holder.sent_at + ttl (same host clock).
-    assert run.started >= holder.sent_at + holder.ttl - 0.01
+    # The holder's lease could not expire before holder.sent_at + lease_duration (same host clock).
+    assert run.started >= holder.sent_at + holder.lease_duration - 0.01
     # ...and the takeover came within one capped retry interval of the expiry.
-    assert run.started <= holder.sent_at + holder.ttl + GateJob.busy_policy.cap + 0.5
+    assert run.started <= holder.sent_at + holder.lease_duration + GateJob.busy_backoff.cap + 0.5
     assert run.fence > holder.fence
 
 

@@ -1,4 +1,4 @@
-"""Settings are checked when built: WorkerConfig, ReportJob lease settings, BusyPolicy."""
+"""Settings are checked when built: PodConfig, ReportJob lease settings, Backoff."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import random
 import pytest
 
 from leaseworker import (
-    BusyPolicy,
+    Backoff,
     ConfigError,
     JobContext,
+    Pod,
+    PodConfig,
     RedisLeases,
     ReportJob,
-    Worker,
-    WorkerConfig,
 )
 from leaseworker._lease._timing import DeadlinePolicy
 from leaseworker._worker import _config
@@ -49,12 +49,12 @@ pytestmark = pytest.mark.fake
 def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:
     """Each bad setting fails at construction with ConfigError, not at the first trigger."""
     with pytest.raises(ConfigError):
-        WorkerConfig(**settings)  # type: ignore[arg-type]
+        PodConfig(**settings)  # type: ignore[arg-type]
 
 
 def test_the_rebalance_timeout_covers_the_revoke_callback() -> None:
     """The group waits long enough for revoke_timeout, lease releases and a commit."""
-    config = WorkerConfig(revoke_timeout=4, redis_timeout=0.5, commit_timeout=3)
+    config = PodConfig(revoke_timeout=4, redis_timeout=0.5, commit_timeout=3)
     assert config.rebalance_timeout == pytest.approx(4 + 1 + 3 + 1)
     assert config.kafka_timeout > config.rebalance_timeout
     assert config.heartbeat == config.session_timeout / 5
@@ -62,14 +62,14 @@ def test_the_rebalance_timeout_covers_the_revoke_callback() -> None:
 
 def test_logs_show_redis_host_and_port_never_the_password() -> None:
     """redacted_redis() drops credentials from the URL."""
-    config = WorkerConfig(redis_url="redis://user:hunter2@redis.internal:6380/0")
+    config = PodConfig(redis_url="redis://user:hunter2@redis.internal:6380/0")
     assert config.redacted_redis() == "redis.internal:6380"
 
 
 def test_every_setting_is_documented_where_it_is_declared() -> None:
-    """Each WorkerConfig field is followed by its own docstring (no paragraph to update)."""
+    """Each PodConfig field is followed by its own docstring (no paragraph to update)."""
     module = ast.parse(inspect.getsource(_config))
-    [node] = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "WorkerConfig"]
+    [node] = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "PodConfig"]
     documented = {
         statement.target.id
         for statement, following in zip(node.body, node.body[1:], strict=False)
@@ -79,12 +79,12 @@ def test_every_setting_is_documented_where_it_is_declared() -> None:
         and isinstance(following.value, ast.Constant)
         and isinstance(following.value.value, str)
     }
-    assert documented == {f.name for f in dataclasses.fields(WorkerConfig)}
+    assert documented == {f.name for f in dataclasses.fields(PodConfig)}
 
 
 def test_views_by_concern_read_the_flat_fields_and_hide_the_urls() -> None:
-    """Each view's field holds the WorkerConfig attribute of its name; URLs stay out of reprs."""
-    config = WorkerConfig(
+    """Each view's field holds the PodConfig attribute of its name; URLs stay out of reprs."""
+    config = PodConfig(
         redis_url="redis://:hunter2@redis:6379/0",
         store_url="postgresql://lw:hunter2@db/reports",
         revoke_timeout=4,
@@ -119,7 +119,7 @@ class _Job(ReportJob):
 def test_job_lease_settings_are_resolved_with_the_default_renewal_interval() -> None:
     """renewal_interval defaults to lease_duration / 3."""
     timing = _Job.lease_timing(DeadlinePolicy())
-    assert timing.renew_every == pytest.approx(_Job.lease_duration / 3)
+    assert timing.renewal_interval == pytest.approx(_Job.lease_duration / 3)
 
 
 @pytest.mark.parametrize(
@@ -140,29 +140,29 @@ def test_job_settings_that_cannot_keep_the_lease_are_config_errors(
     ["SyncRun", "TextLease", "ZeroLossBudget", "FloatResultBound", "SlowRenewal", "NoTopic"],
 )
 def test_a_worker_refuses_a_job_class_that_cannot_run(job: str) -> None:
-    """``Worker(...)`` checks the job class as ``leaseworker run`` does: ConfigError, at once."""
+    """``Pod(...)`` checks the job class as ``leaseworker run`` does: ConfigError, at once."""
     job_class: type[ReportJob] = getattr(bad_jobs, job)
     with pytest.raises(ConfigError, match=job):
-        Worker(job_class(), WorkerConfig())
+        Pod(job_class(), PodConfig())
 
 
 def test_busy_backoff_grows_is_capped_jittered_and_honours_the_holders_ttl() -> None:
     """Delays double up to the cap, never exceed it, vary with jitter, and follow the hint."""
-    policy = BusyPolicy(initial=0.25, cap=2.0, jitter=0.5, rng=random.Random(7))
+    policy = Backoff(initial=0.25, cap=2.0, jitter=0.5, rng=random.Random(7))
     delays = [policy.delay(n) for n in range(10)]
     assert all(0.125 <= d <= 2.0 for d in delays)
     assert max(delays[5:]) > 1.0  # reached the cap region
     assert len(set(delays)) == len(delays)  # jittered
     assert policy.delay(9, hint=0.4) <= 0.4  # the holder's lease ends soon: retry then
     with pytest.raises(ConfigError):
-        BusyPolicy(initial=1, cap=0.5)
+        Backoff(initial=1, cap=0.5)
 
 
 @pytest.mark.parametrize("pipelining", [True, False])
 async def test_lease_pipelining_reaches_the_workers_redis_leases(pipelining: bool) -> None:
     """``lease_pipelining`` decides how the worker's own lease store sends calls (no I/O)."""
-    config = WorkerConfig(lease_pipelining=pipelining, store_url="memory://")
-    worker = Worker(_Job(), config)
+    config = PodConfig(lease_pipelining=pipelining, store_url="memory://")
+    worker = Pod(_Job(), config)
     leases = worker._leases  # the store the worker built for itself
     assert isinstance(leases, RedisLeases)
     assert leases.pipelining is pipelining

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from leaseworker import JobContext, ReportJob, WorkerConfig
+from leaseworker import JobContext, PodConfig, ReportJob
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import (
@@ -47,7 +47,7 @@ def _job(topic: str) -> ReportJob:
 
 
 async def _dead_letters_of(
-    config: WorkerConfig, topic: str, records: list[tuple[bytes, bytes]], *, dead: int
+    config: PodConfig, topic: str, records: list[tuple[bytes, bytes]], *, dead: int
 ) -> tuple[list[Any], SourceStats]:
     """Run a pod over ``records`` until all are committed; return ``dead`` dead letters.
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker import Worker
+from leaseworker import Pod
 from leaseworker._dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from leaseworker._dev._services._kafka import LocalKafka
 
@@ -77,8 +77,8 @@ async def test_two_pods_complete_every_trigger_through_a_failover(
     assert all(config.replicas == 1 for config in configs)
     keys = [f"report:{i}" for i in range(topology.keys)]
     async with (
-        running(Worker(job(recorder), configs[0])),
-        running(Worker(job(recorder), configs[1])),
+        running(Pod(job(recorder), configs[0])),
+        running(Pod(job(recorder), configs[1])),
     ):
         await produce(
             kafka_server.bootstrap_servers,

@@ -17,7 +17,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
 )
 from redis.asyncio import Redis
 
-from leaseworker import Event, ExecutionEvent, WorkerConfig
+from leaseworker import Event, ExecutionEvent, PodConfig
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import SourceStats
@@ -239,10 +239,10 @@ class _OnEvent:
             self.handle(event)
 
 
-def _committer(consumer: Any, config: WorkerConfig | None = None) -> tuple[Commits, SourceStats]:
+def _committer(consumer: Any, config: PodConfig | None = None) -> tuple[Commits, SourceStats]:
     """A source's committer, committing through ``consumer`` (a stand-in: fake tests only)."""
     state = SourceState()
-    return Commits(state, config or WorkerConfig(), consumer.commit), state.stats
+    return Commits(state, config or PodConfig(), consumer.commit), state.stats
 
 
 def _finished_partition(partition: int) -> Partition:
@@ -297,7 +297,7 @@ async def test_the_last_commit_of_a_partition_is_retried_within_commit_timeout()
     coordinator moving at that moment sent the finished work to be run again.
     """
     consumer = _FlakyConsumer()
-    commits, stats = _committer(consumer, WorkerConfig(poll_timeout=0.05, commit_timeout=2.0))
+    commits, stats = _committer(consumer, PodConfig(poll_timeout=0.05, commit_timeout=2.0))
     part = _finished_partition(0)
     await commits.last([part])
     assert consumer.calls == 2
@@ -326,7 +326,7 @@ async def test_waiting_for_a_commit_in_flight_counts_against_commit_timeout() ->
     """
     consumer = _HangingConsumer()
     commit_timeout = 0.5
-    config = WorkerConfig(poll_timeout=0.05, commit_timeout=commit_timeout)
+    config = PodConfig(poll_timeout=0.05, commit_timeout=commit_timeout)
     commits, stats = _committer(consumer, config)
     background, revoked = _finished_partition(0), _finished_partition(1)
     async with anyio.create_task_group() as tg:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._history import Execution, Fault, History
+from .._history import Execution, FaultWindow, History
 from ._records import Records
 
 HITS_SHARE = 10
@@ -82,7 +82,7 @@ def exercise(history: History, records: Records, *, keys: int, payloads: str | N
     )
 
 
-def _hit(fault: Fault, executions: tuple[Execution, ...]) -> bool:
+def _hit(fault: FaultWindow, executions: tuple[Execution, ...]) -> bool:
     """Whether an execution (on the fault's pod, or anywhere for a shared one) ran during it."""
     end = fault.end if fault.end is not None else fault.start
     return any(

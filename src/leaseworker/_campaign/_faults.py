@@ -1,6 +1,6 @@
 """Playing a planned fault: inject it, hold it for its duration, heal it, record it.
 
-Each kind is one small coroutine; every one records a :class:`Fault` with its
+Each kind is one small coroutine; every one records a :class:`FaultWindow` with its
 start and end on the monotonic clock the pods' recorders use. What each
 models in production: see docs/chaos.md#the-faults.
 """
@@ -19,11 +19,12 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
     ConfigResourceType,
 )
 
-from .._history import Fault, Scalar
+from .._dev._pods import PodProcess
+from .._history import FaultWindow, Scalar
 from ._outbox import lapse_claims
 from ._plan import PlannedFault
 from ._receiver import Receiver
-from ._stack import Pod, Services
+from ._stack import Services
 from ._stall import stall_request
 
 
@@ -32,10 +33,10 @@ class Injector:
     """Plays faults against the services and pods; ``faults`` is what was played."""
 
     stack: Services
-    pods: dict[str, Pod]
+    pods: dict[str, PodProcess]
     lease: float
     receiver: Receiver | None = None  # knows the effects topics
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[FaultWindow] = field(default_factory=list)
     skipped: list[PlannedFault] = field(default_factory=list)
     _lanes: dict[str, anyio.Lock] = field(default_factory=dict)
 
@@ -55,7 +56,7 @@ class Injector:
         self, planned: PlannedFault, start: float, end: float | None = None, **attrs: Scalar
     ) -> None:
         self.faults.append(
-            Fault(
+            FaultWindow(
                 kind=planned.kind,
                 start=start,
                 end=time.monotonic() if end is None else end,
@@ -64,7 +65,7 @@ class Injector:
             )
         )
 
-    def _pod(self, planned: PlannedFault) -> Pod:
+    def _pod(self, planned: PlannedFault) -> PodProcess:
         assert planned.target is not None
         return self.pods[planned.target]
 

@@ -30,7 +30,7 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from .._chaos import ChaosProxy
-from .._dev._pods import until_ready
+from .._dev._pods import PodProcess, until_ready
 from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
 from .._history import History
@@ -42,7 +42,7 @@ from ._payloads import Generator
 from ._plan import PROXY_FAULTS, FaultKind, Plan, make_plan
 from ._receiver import Receiver
 from ._records import PodExit, Produced, Records
-from ._stack import POD_FLAGS, Pod, Services, Topology, make_pod, services, store_proxy
+from ._stack import POD_FLAGS, Services, Topology, make_pod, services, store_proxy
 from ._witness import committed, completions, dead_letters, pods_history
 
 Out = Callable[[str], None]
@@ -223,7 +223,7 @@ async def _campaign_body(
             *("--namespace", group, "--dead-letter-topic", dead_topic),
             *("--concurrency", str(settings.concurrency), *POD_FLAGS),
         ]
-        pods: dict[str, Pod] = {}
+        pods: dict[str, PodProcess] = {}
         for name in names:
             proxy = None
             if stack.redis is not None:
@@ -302,7 +302,7 @@ async def _play(
     job: ReportJob,
     producer: Any,
     injector: Injector,
-    pods: dict[str, Pod],
+    pods: dict[str, PodProcess],
     out: Out,
     stop: anyio.Event,
 ) -> list[Produced]:
@@ -373,7 +373,7 @@ async def _cancel_on(stop: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _watch(pods: dict[str, Pod], out: Out) -> None:
+async def _watch(pods: dict[str, PodProcess], out: Out) -> None:
     """Restart a pod that exited on its own (the exit is recorded: a crash)."""
     while True:
         for pod in pods.values():
@@ -457,7 +457,7 @@ async def _records(
     topic: str,
     dead_topic: str,
     produced: list[Produced],
-    pods: dict[str, Pod],
+    pods: dict[str, PodProcess],
 ) -> Records:
     bootstrap = stack.kafka.bootstrap_servers
     identities = {(p.job_key, p.input_version) for p in produced}
@@ -480,7 +480,7 @@ def _store_name(stack: Services) -> str:
     return stack.store_url.split("://", 1)[0]
 
 
-async def _stop_all(pods: list[Pod], within: float) -> None:
+async def _stop_all(pods: list[PodProcess], within: float) -> None:
     """SIGTERM every pod still running (after an error); SIGKILL what outlives ``within``."""
     async with anyio.create_task_group() as tg:
         for pod in pods:

@@ -27,7 +27,6 @@ from .._dev._services._stack import LocalStack, Service
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
 Topology = Literal["single", "sentinel", "cluster"]
-Pod = PodProcess
 """A campaign pod is the one pod process."""
 
 POD_FLAGS = (
@@ -131,7 +130,7 @@ def make_pod(
     flags: list[str],
     workdir: Path,
     proxy: ChaosProxy | None,
-) -> Pod:
+) -> PodProcess:
     """Describe pod ``name`` running ``job`` from the current directory (not started yet)."""
     env = {JOB_VARIABLE: job, DIR_VARIABLE: str(workdir), "LEASEWORKER_STORE_URL": store_url}
     return pod_process(

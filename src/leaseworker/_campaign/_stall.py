@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._execution import JobContext, ReportJob
-from .._history import Fault, record_line
+from .._history import FaultWindow, record_line
 
 JOB_VARIABLE = "LEASEWORKER_CHAOS_JOB"
 DIR_VARIABLE = "LEASEWORKER_CHAOS_DIR"
@@ -58,7 +58,7 @@ def maybe_stall(directory: Path, pod: str, where: str) -> None:
     start = time.monotonic()
     time.sleep(float(seconds))  # the fault itself: the event loop stops, renewals with it
     end = time.monotonic()
-    fault = Fault(kind="loop_stall", start=start, end=end, target=pod, attrs={"at": where})
+    fault = FaultWindow(kind="loop_stall", start=start, end=end, target=pod, attrs={"at": where})
     with stall_log(directory, pod).open("a", encoding="utf-8") as log:
         log.write(record_line(fault))
 

@@ -17,11 +17,11 @@ import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
+from .._dev._pods import PodProcess
 from .._execution import completion_key
-from .._history import Execution, Fault, History, header_line, merge
+from .._history import Execution, FaultWindow, History, header_line, merge
 from .._store import open_store
 from ._records import DeadLetter, Stored
-from ._stack import Pod
 from ._stall import stall_log
 
 TIMEOUT = 30.0
@@ -99,7 +99,7 @@ async def completions(
     return found
 
 
-def pods_history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> History:
+def pods_history(pods: dict[str, PodProcess], faults: list[FaultWindow], workdir: Path) -> History:
     """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
     parts = [pod.recorded() for pod in pods.values()]
     all_faults = list(faults)
@@ -116,7 +116,7 @@ def pods_history(pods: dict[str, Pod], faults: list[Fault], workdir: Path) -> Hi
     return History(clock="monotonic", executions=executions, faults=tuple(all_faults))
 
 
-def _judged(execution: Execution, deaths: list[float], faults: list[Fault]) -> Execution:
+def _judged(execution: Execution, deaths: list[float], faults: list[FaultWindow]) -> Execution:
     if execution.end is None:
         died = next((at for at in deaths if at > execution.start), None)
         if died is not None:

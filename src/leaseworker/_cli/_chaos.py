@@ -17,26 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
-from .._version import __version__
-from ._common import non_negative_int, positive_int
+from ._common import job_parser, non_negative_int, positive_int
 
 TOPOLOGIES = ("single", "sentinel", "cluster")
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``chaos`` subcommand."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = job_parser(
+        subparsers,
         "chaos",
-        help=summary,
-        description="Start a local Kafka, Redis and completion store, run N `leaseworker run` "
+        summary,
+        "Start a local Kafka, Redis and completion store, run N `leaseworker run` "
         "pods of the job, send triggers while injecting random faults (from the seed), heal, "
         "drain, stop the pods and check the recorded history: no overlap, fences increase, "
         "one completion per identity, nothing lost, no crash, every effect delivered and "
         "processed once, none stale. Exit 1 on any violation, or when too few executions, "
         "completions or faults striking a running job made the campaign inconclusive.",
     )
-    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
-    parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
     add = parser.add_argument
     add("--faults", type=non_negative_int, default=20, help="faults to inject (default 20)")
     add("--seed", type=int, default=1, help="seed of every random choice (default 1)")

@@ -1,7 +1,7 @@
 """Helpers every subcommand shares: ``LEASEWORKER_*`` defaults, flag rows and flag types.
 
 A flag ``--redis-url`` can also come from ``LEASEWORKER_REDIS_URL``
-(:func:`env_default`) and defaults to WorkerConfig's own default
+(:func:`env_default`) and defaults to PodConfig's own default
 (:func:`config_default`); a :class:`Setting` or :class:`Switch` is one row of
 a command's flag table; argparse ``type`` functions give one-line errors.
 """
@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._secrets import SecretFile
+from .._version import __version__
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -57,7 +59,7 @@ class Setting:
     ``default`` is flag text, parsed by ``kind`` like a value given on the
     command line (argparse does that for string defaults), so a bad
     environment variable fails the way a bad flag does. ``field`` names the
-    :class:`~leaseworker.WorkerConfig` field the value goes to, if any; an
+    :class:`~leaseworker.PodConfig` field the value goes to, if any; an
     empty value of a setting that defaults to none means none.
     """
 
@@ -174,10 +176,10 @@ def port(text: str) -> int:
 
 
 def config_default(name: str) -> str | None:
-    """Return WorkerConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
-    from .._worker import WorkerConfig  # here: `leaseworker demo` and `--help` load no worker
+    """Return PodConfig's default for field ``name`` as flag text (seconds without ``.0``)."""
+    from .._worker import PodConfig  # here: `leaseworker demo` and `--help` load no worker
 
-    [found] = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
+    [found] = [f for f in dataclasses.fields(PodConfig) if f.name == name]
     if found.default_factory is not dataclasses.MISSING:
         default = found.default_factory()
     else:
@@ -212,3 +214,36 @@ def redis_url_with_tls(args: argparse.Namespace, url: str) -> str:
     cafile, certfile, keyfile = (row.value(args) for row in REDIS_TLS_SETTINGS)
     files = {"ssl_ca_certs": cafile, "ssl_certfile": certfile, "ssl_keyfile": keyfile}
     return with_tls_files(url, files)
+
+
+def job_parser(subparsers: Any, name: str, summary: str, description: str) -> Any:
+    """Register a subcommand taking a ``pkg.module:JobClass`` (``run``, ``chaos``); return it.
+
+    Both take the job the same way and answer ``--version``; their own flags follow.
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary, description=description
+    )
+    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
+    parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
+    return parser
+
+
+def action_parser(subparsers: Any, name: str, summary: str, description: str, action: Any) -> Any:
+    """Register ``name ACTION`` with its one action; return the action's parser.
+
+    ``store migrate`` and ``topics create`` are spelled so that more actions can
+    follow. ``action`` is ``(name, help line, description)``.
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary, description=description
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    action_name, action_help, action_description = action
+    return actions.add_parser(action_name, help=action_help, description=action_description)
+
+
+def fail(command: str, reason: str) -> int:
+    """Print ``leaseworker COMMAND: error: REASON`` on stderr; return 2, a permanent failure."""
+    print(f"leaseworker {command}: error: {reason}", file=sys.stderr)
+    return 2

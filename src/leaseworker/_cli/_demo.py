@@ -45,11 +45,12 @@ def add_parser(subparsers: Any, summary: str) -> None:
         "Kafka and Jaeger and keep them up until Ctrl-C",
     )
     parser.add_argument(
-        "--ttl",
+        "--lease-duration",
         type=positive_seconds,
-        default=1.0,
-        help="incident only: lease TTL in seconds (default 1.0)",
+        default=None,
+        help="incident only: lease duration in seconds (default 1.0)",
     )
+    parser.add_argument("--ttl", type=positive_seconds, help=argparse.SUPPRESS)  # deprecated
     parser.add_argument(
         "--keep-running",
         action="store_true",
@@ -65,9 +66,9 @@ def add_parser(subparsers: Any, summary: str) -> None:
     parser.set_defaults(handler=_main)
 
 
-MIN_INCIDENT_TTL = 0.25
-"""Shortest ``--ttl`` the incident replay runs with: its leases renew every TTL/3 or
-TTL/4 with a command timeout of TTL/5, and both must fit inside the TTL with margin."""
+MIN_INCIDENT_LEASE = 0.25
+"""Shortest ``--lease-duration`` the incident replay runs with: its leases renew every third or
+quarter of it with a command timeout of a fifth, and both must fit inside it with margin."""
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -132,16 +133,19 @@ def _scenario(args: argparse.Namespace) -> int:
 
         return failover_demo()
     if args.scenario == "incident":
-        if args.ttl < MIN_INCIDENT_TTL:
+        if args.ttl is not None:
+            print("leaseworker demo: --ttl is deprecated; use --lease-duration", file=sys.stderr)
+        lease_duration = args.lease_duration or args.ttl or 1.0
+        if lease_duration < MIN_INCIDENT_LEASE:
             print(
-                f"leaseworker demo: error: --ttl must be at least {MIN_INCIDENT_TTL}s "
+                f"leaseworker demo: error: --lease-duration must be at least {MIN_INCIDENT_LEASE}s "
                 "(a renewal and its timeout must fit inside the lease)",
                 file=sys.stderr,
             )
             return 2
         from .._dev import incident_demo
 
-        return incident_demo(args.ttl)
+        return incident_demo(lease_duration)
     from .._dev import stack_demo
     from .._dev._stack import DEFAULT_HTML
 

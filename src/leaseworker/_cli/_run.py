@@ -1,7 +1,7 @@
 """``leaseworker run pkg.module:JobClass``: run a worker pod for one job class.
 
 Every flag is one row of :data:`RUN_SETTINGS` (flag, help, type, and the
-:class:`WorkerConfig` field it sets, whose default it shows); each can also
+:class:`PodConfig` field it sets, whose default it shows); each can also
 come from its ``LEASEWORKER_*`` environment variable. A bad flag, an
 unimportable job class or settings that cannot keep the lease exit 2 with a
 one-line reason.
@@ -23,12 +23,11 @@ import anyio
 from .._errors import ConfigError
 from .._execution import ReportJob
 from .._telemetry import ConfiguredTelemetry
-from .._version import __version__
 from .._worker import (
     HealthServer,
     HistoryRecorder,
-    Worker,
-    WorkerConfig,
+    Pod,
+    PodConfig,
     serve,
     serve_with_health,
 )
@@ -39,6 +38,7 @@ from ._common import (
     Switch,
     config_default,
     dest,
+    job_parser,
     non_negative_int,
     port,
     positive_int,
@@ -52,10 +52,10 @@ from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
 def _field(
     flag: str, help: str, kind: Callable[[str], Any] = str, *, secret: bool = False
 ) -> Setting:
-    """Make the row of a flag that sets the WorkerConfig field of its name (and its default).
+    """Make the row of a flag that sets the PodConfig field of its name (and its default).
 
     ``secret``: it may come from a file too (``<flag>-file``), which the pod reads again
-    on every reconnect (WorkerConfig's ``<field>_file``).
+    on every reconnect (PodConfig's ``<field>_file``).
     """
     name = dest(flag)
     default = config_default(name)
@@ -138,7 +138,7 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         kind=positive_int,
         field="max_result_bytes",
     ),
-    *KAFKA_SECURITY_SETTINGS,  # into WorkerConfig.kafka_security (kafka_security_from)
+    *KAFKA_SECURITY_SETTINGS,  # into PodConfig.kafka_security (kafka_security_from)
     # The /healthz and /readyz endpoints, off unless a port is given.
     Setting(flag="--health-port", help="serve /healthz and /readyz on this port", kind=port),
     Setting(flag="--health-host", default="0.0.0.0", help="address the health endpoints listen on"),
@@ -194,7 +194,7 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
 )
 """Every ``run`` flag in ``--help`` order: its env var, help text, default and target.
 
-A row with a ``field`` sets that :class:`WorkerConfig` field (:func:`build_config`)
+A row with a ``field`` sets that :class:`PodConfig` field (:func:`build_config`)
 and takes its default from it; the others are read by :func:`_run`. A new
 setting is one row here (and its field).
 """
@@ -202,16 +202,15 @@ setting is one row here (and its field).
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``run`` subcommand with the flags of :data:`RUN_SETTINGS`."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = job_parser(
+        subparsers,
         "run",
-        help=summary,
-        description="Consume the job's topic in a consumer group and run each trigger's job "
+        summary,
+        "Consume the job's topic in a consumer group and run each trigger's job "
         "under its Redis lease. SIGTERM drains; a second SIGTERM exits at once. Redis, "
         "Kafka and the store are waited for while they are not up; what waiting cannot fix "
         "(credentials Redis refuses, a missing topic, an unusable store URL) exits 2.",
     )
-    parser.add_argument("--version", action="version", version=f"leaseworker {__version__}")
-    parser.add_argument("job", metavar="pkg.module:JobClass", help="the ReportJob subclass to run")
     for setting in RUN_SETTINGS:
         setting.add_to(parser)
     parser.set_defaults(handler=_run)
@@ -236,8 +235,8 @@ def make_job(job_class: type[ReportJob]) -> ReportJob:
         raise ConfigError(f"{name}() raised {type(exc).__name__}: {exc}") from exc
 
 
-def build_config(args: argparse.Namespace) -> WorkerConfig:
-    """Map the parsed ``run`` flags onto a :class:`WorkerConfig` (raises ConfigError)."""
+def build_config(args: argparse.Namespace) -> PodConfig:
+    """Map the parsed ``run`` flags onto a :class:`PodConfig` (raises ConfigError)."""
     fields: dict[str, Any] = {
         row.field: row.value(args) for row in RUN_SETTINGS if row.field is not None
     }
@@ -246,7 +245,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
             source = row.file(args)
             fields[f"{row.field}_file"] = None if source is None else source.path
     fields["redis_url"] = redis_url_with_tls(args, fields["redis_url"])
-    return WorkerConfig(**fields, kafka_security=kafka_security_from(args))
+    return PodConfig(**fields, kafka_security=kafka_security_from(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -255,7 +254,7 @@ def _run(args: argparse.Namespace) -> int:
         config = build_config(args)
         recorder = _recorder(args, job)
         telemetry = _telemetry(args, config.pod)
-        worker = Worker(job, config, telemetry=telemetry.telemetry, recorder=recorder)
+        worker = Pod(job, config, telemetry=telemetry.telemetry, recorder=recorder)
         health = (
             None if args.health_port is None else HealthServer(args.health_host, args.health_port)
         )
@@ -275,7 +274,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _serve(
-    worker: Worker,
+    worker: Pod,
     health: HealthServer | None,
     telemetry: ConfiguredTelemetry,
     *,

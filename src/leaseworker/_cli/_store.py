@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import anyio
 
 from .._errors import ConfigError, StoreUnavailable
-from ._common import Setting, positive_seconds
+from ._common import Setting, action_parser, fail, positive_seconds
 
 STORE_URL = Setting(
     flag="--store-url",
@@ -27,17 +26,17 @@ STORE_URL = Setting(
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``store`` subcommand (with its one action, ``migrate``)."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    migrate = action_parser(
+        subparsers,
         "store",
-        help=summary,
-        description="Manage the completion store.",
-    )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    migrate = actions.add_parser(
-        "migrate",
-        help="create or migrate the schema (as its owner) and grant the pods' role its use",
-        description="Create or migrate the completion store's schema and print its version as "
-        "JSON. Exit 2 with one line when the store refuses or cannot be reached.",
+        summary,
+        "Manage the completion store.",
+        (
+            "migrate",
+            "create or migrate the schema (as its owner) and grant the pods' role its use",
+            "Create or migrate the completion store's schema and print its version as JSON. "
+            "Exit 2 with one line when the store refuses or cannot be reached.",
+        ),
     )
     STORE_URL.add_to(migrate)
     migrate.add_argument(
@@ -74,5 +73,4 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _fail(reason: str) -> int:
-    print(f"leaseworker store migrate: error: {reason}", file=sys.stderr)
-    return 2
+    return fail("store migrate", reason)

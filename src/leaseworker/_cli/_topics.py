@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import anyio
 
 from .._errors import ConfigError
 from .._kafka import KafkaError, create_topics, describe_kafka_error
-from ._common import positive_int, positive_seconds
+from ._common import action_parser, fail, positive_int, positive_seconds
 from ._kafka_flags import (
     add_bootstrap_servers_flag,
     add_kafka_security_flags,
@@ -29,17 +28,17 @@ from ._kafka_flags import (
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register the ``topics`` subcommand (with its one action, ``create``)."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    create = action_parser(
+        subparsers,
         "topics",
-        help=summary,
-        description="Manage Kafka topics.",
-    )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = actions.add_parser(
-        "create",
-        help="create topics and wait until every partition has a leader",
-        description="Create topics and wait until every partition has a leader; print them "
-        "as JSON. Exit 2 with one line when the broker refuses or cannot be reached.",
+        summary,
+        "Manage Kafka topics.",
+        (
+            "create",
+            "create topics and wait until every partition has a leader",
+            "Create topics and wait until every partition has a leader; print them as JSON. "
+            "Exit 2 with one line when the broker refuses or cannot be reached.",
+        ),
     )
     create.add_argument("names", nargs="+", metavar="NAME", help="topic name(s)")
     create.add_argument(
@@ -94,5 +93,4 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _fail(reason: str) -> int:
-    print(f"leaseworker topics create: error: {reason}", file=sys.stderr)
-    return 2
+    return fail("topics create", reason)

@@ -19,8 +19,8 @@ from ._incident import KEY, Timeline
 from ._services import LocalSentinelGroup
 from ._services._stack import LocalStack
 
-TTL = 24.0
-"""Lease TTL of both runs: A renews every TTL/4, after the failover has completed."""
+LEASE_DURATION = 24.0
+"""Lease duration of both runs: A renews every quarter of it, after the failover has completed."""
 
 
 async def failover_run(group: LocalSentinelGroup, replicas: int) -> Timeline:
@@ -54,11 +54,13 @@ async def failover_run(group: LocalSentinelGroup, replicas: int) -> Timeline:
 async def _worker_a(line: Timeline, leases: RedisLeases, entered: anyio.Event) -> None:
     start = stop = 0.0
     try:
-        async with hold(leases, KEY, ttl=TTL, renew_every=TTL / 4) as held:
+        async with hold(
+            leases, KEY, lease_duration=LEASE_DURATION, renewal_interval=LEASE_DURATION / 4
+        ) as held:
             start = line.note("A", f"acquired the lease (fence {held.fence}), job starts")
             entered.set()
             try:
-                await anyio.sleep(3 * TTL)
+                await anyio.sleep(3 * LEASE_DURATION)
             finally:
                 stop = line.note("A", "job stopped")
                 line.intervals["A"] = (start, stop)
@@ -76,7 +78,7 @@ async def _worker_b(line: Timeline, group: LocalSentinelGroup, namespace: str) -
         line.note("B", "a pod connecting after the switch tries the lease")
         while True:
             try:
-                async with hold(leases, KEY, ttl=TTL) as held:
+                async with hold(leases, KEY, lease_duration=LEASE_DURATION) as held:
                     start = line.note("B", f"acquired the lease (fence {held.fence}), job starts")
                     await anyio.sleep(1.0)
                     stop = line.note("B", "job finished")

@@ -53,30 +53,30 @@ class Timeline:
         return "\n".join(lines)
 
 
-async def naive_run(redis: Redis, ttl: float) -> Timeline:
+async def naive_run(redis: Redis, lease_duration: float) -> Timeline:
     """Replay with a plain SET NX PX lock: nothing renews it and nothing stops A."""
     line = Timeline("naive lock (SET NX PX, no renewal, no cancellation)")
     lock = f"naive:{secrets.token_hex(4)}:{{{KEY}}}:lock"
 
     async def worker_a() -> None:
         token = secrets.token_hex(8)
-        await redis.set(lock, token, nx=True, px=int(ttl * 1000))
+        await redis.set(lock, token, nx=True, px=int(lease_duration * 1000))
         start = line.note("A", "acquired the lock, job starts (runs 2 x TTL)")
-        await anyio.sleep(2 * ttl)
+        await anyio.sleep(2 * lease_duration)
         stop = line.note("A", "job finished")
         deleted = await redis.eval(RELEASE, 1, lock, token)
         line.note("A", f"late release deleted {int(deleted)} key(s): the lock was B's by now")
         line.intervals["A"] = (start, stop)
 
     async def worker_b() -> None:
-        await anyio.sleep(0.2 * ttl)
+        await anyio.sleep(0.2 * lease_duration)
         line.note("B", "tries the lock")
         token = secrets.token_hex(8)
         # A naive pod polls the lock; that is the incident's code, kept as it was.
-        while not await redis.set(lock, token, nx=True, px=int(ttl * 1000)):  # noqa: ASYNC110
+        while not await redis.set(lock, token, nx=True, px=int(lease_duration * 1000)):  # noqa: ASYNC110
             await anyio.sleep(0.01)
         start = line.note("B", "acquired the lock while A still runs, job starts")
-        await anyio.sleep(ttl)
+        await anyio.sleep(lease_duration)
         stop = line.note("B", "job finished")
         await redis.eval(RELEASE, 1, lock, token)
         line.intervals["B"] = (start, stop)
@@ -87,26 +87,28 @@ async def naive_run(redis: Redis, ttl: float) -> Timeline:
     return line
 
 
-async def leaseworker_run(redis: Redis, port: int, ttl: float) -> Timeline:
+async def leaseworker_run(redis: Redis, port: int, lease_duration: float) -> Timeline:
     """Replay with hold() and A's renewals black-holed: A stops before B starts."""
     line = Timeline("leaseworker hold() (A's Redis traffic black-holed after a while)")
     namespace = f"demo-{secrets.token_hex(4)}"
-    direct = RedisLeases(redis, namespace=namespace, command_timeout=ttl / 5)
+    direct = RedisLeases(redis, namespace=namespace, command_timeout=lease_duration / 5)
     a_started = anyio.Event()
 
     async def worker_a(proxy: ChaosProxy) -> None:
         client = Redis(host="127.0.0.1", port=proxy.port)
-        leases = RedisLeases(client, namespace=namespace, command_timeout=ttl / 5)
+        leases = RedisLeases(client, namespace=namespace, command_timeout=lease_duration / 5)
         start = stop = 0.0
         try:
-            async with hold(leases, KEY, ttl=ttl, renew_every=ttl / 4) as held:
+            async with hold(
+                leases, KEY, lease_duration=lease_duration, renewal_interval=lease_duration / 4
+            ) as held:
                 start = line.note("A", f"acquired the lease (fence {held.fence}), job starts")
                 a_started.set()
-                await anyio.sleep(0.4 * ttl)
+                await anyio.sleep(0.4 * lease_duration)
                 proxy.blackhole = True
                 line.note("A", "network to Redis black-holed: renewals get no answer")
                 try:
-                    await anyio.sleep(2 * ttl)
+                    await anyio.sleep(2 * lease_duration)
                 finally:
                     stop = line.note("A", "job cancelled at its next await")
                     with anyio.CancelScope(shield=True):
@@ -127,9 +129,9 @@ async def leaseworker_run(redis: Redis, port: int, ttl: float) -> Timeline:
         line.note("B", "tries the lease")
         while True:
             try:
-                async with hold(direct, KEY, ttl=ttl) as held:
+                async with hold(direct, KEY, lease_duration=lease_duration) as held:
                     start = line.note("B", f"acquired the lease (fence {held.fence}), job starts")
-                    await anyio.sleep(ttl / 2)
+                    await anyio.sleep(lease_duration / 2)
                     stop = line.note("B", "job finished")
             except LeaseBusy:
                 await anyio.sleep(0.01)
@@ -143,13 +145,13 @@ async def leaseworker_run(redis: Redis, port: int, ttl: float) -> Timeline:
     return line
 
 
-async def replay(port: int, ttl: float) -> int:
+async def replay(port: int, lease_duration: float) -> int:
     """Run both scenarios, print them, return the exit code."""
     redis = Redis(host="127.0.0.1", port=port)
     try:
-        naive = await naive_run(redis, ttl)
+        naive = await naive_run(redis, lease_duration)
         print(naive.render(), end="\n\n", flush=True)
-        fixed = await leaseworker_run(redis, port, ttl)
+        fixed = await leaseworker_run(redis, port, lease_duration)
         print(fixed.render(), flush=True)
     finally:
         await redis.aclose()
@@ -160,8 +162,8 @@ async def replay(port: int, ttl: float) -> int:
     return 1 if fixed.overlap() > 0 else 0
 
 
-def incident_demo(ttl: float) -> int:
+def incident_demo(lease_duration: float) -> int:
     """Start a private redis-server, replay both scenarios, stop it; return the exit code."""
-    print(f"starting a private redis-server; lease TTL {ttl}s\n", flush=True)
+    print(f"starting a private redis-server; lease duration {lease_duration}s\n", flush=True)
     with LocalStack() as stack:
-        return anyio.run(replay, stack.redis.port, ttl)
+        return anyio.run(replay, stack.redis.port, lease_duration)

@@ -7,34 +7,51 @@ the next only once the broker acknowledged the previous (keys in parallel),
 and marks sent only what was acknowledged. A failed send stops its key's
 chain for this round; the rest of the claim is sent again later (at least
 once: receivers drop duplicates). A relay that dies leaves its claims to
-expire, and another takes them over. See docs/effects.md#what-is-at-least-once-the-relay.
+expire, and another takes them over. ``run`` keeps ``in_flight`` rounds
+going at once (each under a claim name of its own, so a round never takes
+another's rows and a key's order holds across them), wakes at this process's
+commits (:mod:`.._store._bell`) and prunes sent rows older than
+``retention``. Its hooks get an ``EffectEvent`` per send (``sent``,
+``send_failed``, in the relay's task, after the broker's answer) and, every
+``backlog_every`` seconds, the store's ``backlog``.
+See docs/effects.md#what-is-at-least-once-the-relay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Protocol, final
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, Protocol, final
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import StoreUnavailable
+from .._events import EffectEvent, Hook, emit, hooks_for
 from .._retry import Retries
+from .._store._bell import OutboxBell, outbox_bell
 from .._store._effects import EffectStore, OutboxRow
 
 logger = logging.getLogger("leaseworker.relay")
 
-RELAY_RETRY = BusyPolicy(initial=0.2, cap=5.0)
+RELAY_RETRY = Backoff(initial=0.2, cap=5.0)
 """Rounds after a failed send or an unavailable store (the broker or the store is down)."""
+
+RETENTION = 86_400.0
+"""Seconds a sent row is kept (for ``leaseworker inspect``) before the relay prunes it."""
 
 
 class Sender(Protocol):
-    """Send one outbox row and return its (partition, offset) once the broker acknowledged it."""
+    """Send outbox rows at once and say, per row, where the broker acknowledged it or why not."""
 
-    async def send(self, row: OutboxRow) -> tuple[int, int]:
-        """Send ``row``; raise if the broker did not acknowledge it (it may still have it)."""
+    async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+        """Send ``rows`` together; return each one's (partition, offset), or the failure.
+
+        A failed row may still have reached the broker. The relay hands it
+        rows of distinct job keys only, so their order does not matter.
+        """
         ...
 
 
@@ -45,7 +62,14 @@ class Relay:
     ``name`` identifies its claims (the pod name); ``batch`` rows per round;
     ``hold`` seconds a claim lasts before another relay may take it over
     (longer than a round's sends); after a round that found nothing to send
-    it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes.
+    it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes,
+    or until this process commits messages. ``in_flight`` rounds at most at
+    once; after a round of less than ``batch`` rows the next claim waits
+    ``linger`` seconds, so that under load rounds are fuller; every
+    ``prune_every`` seconds sent rows older than ``retention`` seconds are
+    deleted (never an unsent one). ``hooks`` receive its
+    :class:`~leaseworker.effects.EffectEvent` s; only with hooks does it ask
+    the store for its backlog (every ``backlog_every`` seconds).
     """
 
     def __init__(
@@ -54,11 +78,17 @@ class Relay:
         sender: Sender,
         *,
         name: str,
-        batch: int = 100,
+        batch: int = 500,
         hold: float = 30.0,
         idle: float = 0.05,
         idle_max: float = 1.0,
-        retry: BusyPolicy = RELAY_RETRY,
+        retry: Backoff = RELAY_RETRY,
+        in_flight: int = 2,
+        linger: float = 0.01,
+        retention: float = RETENTION,
+        prune_every: float = 60.0,
+        hooks: Iterable[Hook] = (),
+        backlog_every: float = 5.0,
     ) -> None:
         self._store = store
         self._sender = sender
@@ -68,31 +98,60 @@ class Relay:
         self._idle = idle
         self._idle_max = idle_max
         self._retry = retry
+        self._linger = linger
+        self._retention = retention
+        self._prune_every = prune_every
+        self._pruned_at: float | None = None
+        self._bell = outbox_bell(store)
+        self._claimers = [f"{name}/{n}" for n in range(max(1, in_flight))]
+        self._failed = 0  # sends failed in rounds of ``run`` since it last looked
         self.sent = 0  # messages acknowledged and marked sent by this relay
+        self.pruned = 0  # sent rows this relay deleted after ``retention``
+        self._hooks = hooks_for(hooks, EffectEvent)
+        self._backlog_every = backlog_every
+        self._backlog_at: float | None = None  # anyio's clock: the first claim samples it
 
     async def run(self, stop: anyio.Event) -> None:
-        """Relay rounds until ``stop`` is set; the round in progress finishes first."""
+        """Relay rounds until ``stop`` is set; the rounds in progress finish first."""
+        free_send, free = anyio.create_memory_object_stream[str](len(self._claimers))
+        for claimer in self._claimers:
+            free_send.send_nowait(claimer)
+        with free_send, free:
+            await self._rounds(stop, free_send, free)
+
+    async def _rounds(
+        self,
+        stop: anyio.Event,
+        free_send: MemoryObjectSendStream[str],
+        free: MemoryObjectReceiveStream[str],
+    ) -> None:
+        """Claim into a free slot and start the round; back off after failures, wait when idle."""
         retries = Retries(self._retry)
         idle = self._idle
-        while not stop.is_set():
-            try:
-                claimed, failed = await self.relay_once()
-            except StoreUnavailable as exc:
-                logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
-                claimed, failed = 0, 1
-            except Exception:  # a bug must not stop the pod: logged, retried with backoff
-                logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
-                claimed, failed = 0, 1
-            if failed:
-                await retries.wait(lambda delay, attempt: None)
-                continue
-            retries.reset()
-            if claimed:
-                idle = self._idle
-                continue
-            with anyio.move_on_after(idle):
-                await stop.wait()
-            idle = min(idle * 2, self._idle_max)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_ring_when_set, stop, self._bell)
+            while not stop.is_set():
+                claimer = await free.receive()  # a round's slot: at most ``in_flight`` at once
+                seen = self._bell.rings
+                rows, failed = await self._claim_logged(claimer)
+                if rows:
+                    tg.start_soon(self._round, claimer, rows, free_send)
+                else:
+                    free_send.send_nowait(claimer)
+                failed, self._failed = failed + self._failed, 0
+                if failed:
+                    for _ in self._claimers:  # the rounds in flight finish before the backoff
+                        free_send.send_nowait(await free.receive())
+                    await retries.wait(lambda delay, attempt: None)
+                    continue
+                retries.reset()
+                if rows:
+                    idle = self._idle
+                    if len(rows) < self._batch:  # let commits gather: fewer, fuller rounds
+                        await anyio.sleep(self._linger)
+                    continue
+                await self._bell.wait(seen, idle)  # a commit of this process rings it
+                idle = min(idle * 2, self._idle_max)
 
     async def relay_once(self) -> tuple[int, int]:
         """Claim one batch, send it, mark what was acknowledged; return (claimed, failed).
@@ -100,48 +159,127 @@ class Relay:
         Cancelled (the pod stops at once), it releases the rows it has not
         sent so another relay takes them without waiting for ``hold``.
         """
-        rows = await self._store.claim_outbox(self.name, limit=self._batch, hold=self._hold)
+        claimer = self._claimers[0]
+        rows = await self._store.claim_outbox(claimer, limit=self._batch, hold=self._hold)
         if not rows:
             return 0, 0
-        acked: list[int] = []
-        failures: list[BaseException] = []
+        return len(rows), await self._deliver(claimer, rows)
+
+    async def _claim_logged(self, claimer: str) -> tuple[list[OutboxRow], int]:
+        """Prune if due, then claim a batch; a failure is logged and counted, not raised."""
         try:
-            async with anyio.create_task_group() as tg:
-                for chain in _chains(rows):
-                    tg.start_soon(self._send_chain, chain, acked, failures)
+            await self._prune()
+            await self._backlog()
+            rows = await self._store.claim_outbox(claimer, limit=self._batch, hold=self._hold)
+        except StoreUnavailable as exc:
+            logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
+            return [], 1
+        except Exception:  # a bug must not stop the pod: logged, retried with backoff
+            logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
+            return [], 1
+        return rows, 0
+
+    async def _round(
+        self, claimer: str, rows: Sequence[OutboxRow], free: MemoryObjectSendStream[str]
+    ) -> None:
+        """One round of ``run``: send and settle ``rows``, then give the slot back."""
+        try:
+            self._failed += await self._deliver(claimer, rows)
+        except Exception:  # the settle's store call failed: the claims expire after ``hold``
+            logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
+            self._failed += 1
+        finally:
+            free.send_nowait(claimer)
+
+    async def _deliver(self, claimer: str, rows: Sequence[OutboxRow]) -> int:
+        """Send the keys' chains in waves, mark or release; return failed sends.
+
+        A wave sends the next row of every chain still going, together (one
+        batch for the producer); a chain's next row waits for the next wave,
+        so it leaves only once the broker acknowledged the previous one.
+        """
+        acked: list[int] = []
+        failures = 0
+        try:
+            chains = _chains(rows)
+            while chains:
+                wave = [chain[0] for chain in chains]
+                going = []
+                began = anyio.current_time()
+                for chain, outcome in zip(chains, await self._sender.send_batch(wave), strict=True):
+                    if isinstance(
+                        outcome, Exception
+                    ):  # the broker is down or refused: the rest waits
+                        failures += 1
+                        self._send_failed(chain[0], outcome)
+                        self._emit("send_failed", chain[0], began, error=outcome)
+                        continue
+                    acked.append(chain[0].id)
+                    self._emit("sent", chain[0], began, partition=outcome[0], offset=outcome[1])
+                    if len(chain) > 1:
+                        going.append(chain[1:])
+                chains = going
         finally:
             with anyio.CancelScope(shield=True):
-                await self._settle(rows, acked)
-        return len(rows), len(failures)
+                await self._settle(claimer, rows, acked)
+        return failures
 
-    async def _send_chain(
-        self, chain: Sequence[OutboxRow], acked: list[int], failures: list[BaseException]
+    async def _prune(self) -> None:
+        """Delete sent rows older than ``retention``, once every ``prune_every`` seconds."""
+        now = anyio.current_time()
+        if self._pruned_at is not None and now - self._pruned_at < self._prune_every:
+            return
+        self._pruned_at = now
+        self.pruned += await self._store.prune_outbox(self._retention)
+
+    async def _backlog(self) -> None:
+        """Tell the hooks how many messages are unsent and how old the oldest is (at times)."""
+        now = anyio.current_time()
+        if not self._hooks or (
+            self._backlog_at is not None and now - self._backlog_at < self._backlog_every
+        ):
+            return
+        self._backlog_at = now
+        depth, oldest_age = await self._store.outbox_backlog()
+        event = EffectEvent(name="backlog", depth=depth, oldest_age=oldest_age, relay=self.name)
+        emit(self._hooks, event)
+
+    def _emit(
+        self, name: Literal["sent", "send_failed"], row: OutboxRow, began: float, **fields: Any
     ) -> None:
-        """Send one job key's rows in order, each after the previous was acknowledged."""
-        for row in chain:
-            try:
-                await self._sender.send(row)
-            except Exception as exc:  # the broker is down or refused: the rest waits
-                failures.append(exc)
-                logger.warning(
-                    "outbox relay: sending %s to %s failed (%s); retried",
-                    row.effect_id,
-                    row.message.topic,
-                    type(exc).__name__,
-                    extra={"event": "relay_send_failed", "jobId": row.job_key},
-                )
-                return
-            acked.append(row.id)
+        if self._hooks:
+            event = EffectEvent(
+                name=name,
+                topic=row.message.topic,
+                effect_id=row.effect_id,
+                job_key=row.job_key,
+                fence=row.fence,
+                trace=row.message.trace,
+                began=began,
+                elapsed=anyio.current_time() - began,
+                relay=self.name,
+                **fields,
+            )
+            emit(self._hooks, event)
 
-    async def _settle(self, rows: Sequence[OutboxRow], acked: list[int]) -> None:
+    def _send_failed(self, row: OutboxRow, exc: Exception) -> None:
+        logger.warning(
+            "outbox relay: sending %s to %s failed (%s); retried",
+            row.effect_id,
+            row.message.topic,
+            type(exc).__name__,
+            extra={"event": "relay_send_failed", "jobId": row.job_key},
+        )
+
+    async def _settle(self, claimer: str, rows: Sequence[OutboxRow], acked: list[int]) -> None:
         """Mark the acknowledged rows sent; release the others (best effort: claims expire)."""
         if acked:
-            self.sent += await self._store.mark_sent(self.name, acked)
+            self.sent += await self._store.mark_sent(claimer, acked)
         done = set(acked)
         unsent = [row.id for row in rows if row.id not in done]
         if unsent:
             with contextlib.suppress(StoreUnavailable):  # else the claims expire after ``hold``
-                await self._store.release_outbox(self.name, unsent)
+                await self._store.release_outbox(claimer, unsent)
 
 
 def _chains(rows: Sequence[OutboxRow]) -> list[list[OutboxRow]]:
@@ -150,3 +288,9 @@ def _chains(rows: Sequence[OutboxRow]) -> list[list[OutboxRow]]:
     for row in rows:
         chains.setdefault(row.job_key, []).append(row)
     return list(chains.values())
+
+
+async def _ring_when_set(stop: anyio.Event, bell: OutboxBell) -> None:
+    """Ring ``bell`` once ``stop`` is set, so an idle relay stops at once."""
+    await stop.wait()
+    bell.ring()

@@ -13,7 +13,7 @@ import inspect
 import math
 
 from .._errors import ConfigError
-from ._job import ReportJob, check_topic_and_busy_policy
+from ._job import ReportJob, check_topic_and_busy_backoff
 
 
 def check_job_class(cls: type[ReportJob]) -> None:
@@ -21,7 +21,7 @@ def check_job_class(cls: type[ReportJob]) -> None:
     name = cls.__qualname__
     if not inspect.iscoroutinefunction(cls.run):
         raise ConfigError(f"{name}.run must be a coroutine function: declare it `async def run`")
-    check_topic_and_busy_policy(cls)
+    check_topic_and_busy_backoff(cls)
     _seconds(name, "lease_duration", cls.lease_duration, optional=False)
     _seconds(name, "renewal_interval", cls.renewal_interval, optional=True)
     _seconds(name, "max_runtime", cls.max_runtime, optional=True)

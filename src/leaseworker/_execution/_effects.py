@@ -21,6 +21,7 @@ import anyio
 from .._errors import StoreUnavailable, TransactionRefused
 from .._retry import Retries
 from .._store import CompletionResult, Status
+from .._store._bell import outbox_bell
 from .._store._effects import EffectStore, Params, StoreTransaction, effect_store
 from .._store._model import ClaimResult, answer_to
 from ._result import check_result
@@ -169,6 +170,8 @@ async def _commit(
     with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
         answer = await store_tx.commit(request, tuple(completer.messages))
     completer.result = answer
+    if answer.status == "accepted" and completer.messages:
+        outbox_bell(completer.store).ring()  # this pod's relay sends them now, not at its next poll
     return answer
 
 

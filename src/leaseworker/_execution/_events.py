@@ -18,7 +18,7 @@ from .._events import Event, ExecutionEvent
 
 
 class ExecutionObserver(Protocol):
-    """Deprecated: pass hooks (``Worker(hooks=...)``); an observer is adapted to one."""
+    """Deprecated: pass hooks (``Pod(hooks=...)``); an observer is adapted to one."""
 
     def on_event(self, event: ExecutionEvent) -> None:
         """Handle one lifecycle event."""

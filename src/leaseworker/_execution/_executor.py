@@ -15,11 +15,12 @@ from typing import Any, final
 
 import anyio
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
 from .._events import (
     LOSS_REASONS,
     Attempt,
+    EffectEvent,
     Ending,
     ExecutionEvent,
     ExecutionEventName,
@@ -107,7 +108,7 @@ class Executor:
         *,
         pod: str,
         hooks: Iterable[Hook] = (),
-        lost_retry: BusyPolicy = LOST,
+        lost_retry: Backoff = LOST,
         lease_note: LeaseNote | None = None,
         store: CompletionStore | None = None,
         store_namespace: str = "leaseworker",
@@ -128,12 +129,13 @@ class Executor:
         hooks = tuple(hooks)
         self._hooks = hooks_for(hooks, ExecutionEvent)
         self._lease_hooks = hooks_for(hooks, LeaseEvent)
+        self._effect_hooks = hooks_for(hooks, EffectEvent)
         self._lost_retry = lost_retry
         self._lease_note = lease_note
 
     async def run(self, trigger: Trigger, job_key: str) -> Ending:
         """Run executions of ``job_key`` until one reaches a terminal outcome; return it."""
-        retries = {"busy": Retries(self._job.busy_policy), "lost": Retries(self._lost_retry)}
+        retries = {"busy": Retries(self._job.busy_backoff), "lost": Retries(self._lost_retry)}
         try:
             version = self._input_version(trigger)
         except Exception as exc:  # the trigger fails (and is dead-lettered): the job never ran
@@ -293,6 +295,8 @@ class Executor:
             execution_id=attempt.execution_id,
             pod=self._pod,
             max_result_bytes=self._max_result_bytes,
+            attempt=attempt,
+            hooks=self._effect_hooks,
         )
 
     def _judged(self, attempt: Attempt, completer: Completer, answer: CompletionResult) -> Ending:

@@ -14,7 +14,8 @@ import abc
 import contextlib
 from typing import ClassVar, final
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
+from .._deprecated import renamed
 from .._errors import ConfigError
 from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
 from .._retry import BUSY
@@ -53,20 +54,27 @@ class ReportJob(abc.ABC):
     lease_duration: ClassVar[float] = 30.0
     renewal_interval: ClassVar[float | None] = None
     max_runtime: ClassVar[float | None] = None
-    busy_policy: ClassVar[BusyPolicy] = BUSY
+    busy_backoff: ClassVar[Backoff] = BUSY
     loss_budget: ClassVar[int] = 5
     """Executions of one trigger that may lose their lease in a row before it is given up.
 
     Each loss is retried with backoff; once the budget is spent the trigger is
     dead-lettered (``lost_repeatedly``) and committed, so a job that outlives
     its lease on every attempt cannot stall its partition. ``--loss-budget``
-    (``WorkerConfig.loss_budget``) overrides it.
+    (``PodConfig.loss_budget``) overrides it.
     """
     max_result_bytes: ClassVar[int] = DEFAULT_MAX_RESULT_BYTES
     """The largest result (compact JSON) the store is given; larger ones are ``bad_result``.
 
-    ``--max-result-bytes`` (``WorkerConfig.max_result_bytes``) overrides it.
+    ``--max-result-bytes`` (``PodConfig.max_result_bytes``) overrides it.
     """
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Map the deprecated ``busy_policy`` class attribute onto ``busy_backoff``."""
+        super().__init_subclass__(**kwargs)
+        if "busy_policy" in vars(cls):
+            renamed(f"{cls.__qualname__}.busy_policy", "busy_backoff", stacklevel=4)  # past ABCMeta
+            cls.busy_backoff = vars(cls)["busy_policy"]
 
     def job_key(self, trigger: Trigger) -> str:
         """Return the job key of ``trigger``: its record key, else payload ``jobId``."""
@@ -92,11 +100,11 @@ class ReportJob(abc.ABC):
     @classmethod
     def lease_timing(cls, policy: DeadlinePolicy) -> LeaseTiming:
         """Check the class's settings and return its lease timing (or raise ConfigError)."""
-        check_topic_and_busy_policy(cls)
+        check_topic_and_busy_backoff(cls)
         try:
             return LeaseTiming.resolve(
-                ttl=cls.lease_duration,
-                renew_every=cls.renewal_interval,
+                lease_duration=cls.lease_duration,
+                renewal_interval=cls.renewal_interval,
                 max_runtime=cls.max_runtime,
                 policy=policy,
             )
@@ -104,12 +112,12 @@ class ReportJob(abc.ABC):
             raise ConfigError(f"{cls.__qualname__}: {exc}") from None
 
 
-def check_topic_and_busy_policy(cls: type[ReportJob]) -> None:
-    """Raise :class:`ConfigError` naming the class unless it names a topic and a BusyPolicy."""
+def check_topic_and_busy_backoff(cls: type[ReportJob]) -> None:
+    """Raise :class:`ConfigError` naming the class unless it names a topic and a Backoff."""
     if not isinstance(cls.topic, str) or not cls.topic:
         raise ConfigError(f"{cls.__qualname__}.topic must name a Kafka topic")
-    if not isinstance(cls.busy_policy, BusyPolicy):
-        raise ConfigError(f"{cls.__qualname__}.busy_policy must be a BusyPolicy")
+    if not isinstance(cls.busy_backoff, Backoff):
+        raise ConfigError(f"{cls.__qualname__}.busy_backoff must be a Backoff")
 
 
 @final

@@ -17,7 +17,7 @@ import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._retry import Retries, Sleep
 from ._logs import describe, logger
 from ._quiet import quiet
@@ -75,7 +75,7 @@ async def start(
     make: Callable[[], Any],
     settings: SourceSettings,
     *,
-    policy: BusyPolicy,
+    policy: Backoff,
     backoff: Sleep,
     before: Callable[[], Awaitable[None]] | None = None,
     waiting: Callable[[str | None], None] = lambda why: None,

@@ -17,7 +17,7 @@ from typing import Any, final
 import anyio
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError  # type: ignore[import-untyped]
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from .._errors import MalformedTrigger
 from .._outcome import DeadLetterReason
 from .._retry import Retries
@@ -63,7 +63,7 @@ class DeadLetters:
         state: SourceState,
         send: SendDeadLetter,
         *,
-        backoff: BusyPolicy,
+        backoff: Backoff,
     ) -> None:
         self._settings = settings
         self._state = state

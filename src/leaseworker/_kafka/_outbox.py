@@ -8,6 +8,8 @@ broker restarts. Every send is bounded by ``timeout``.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Any, final
 
 import anyio
@@ -40,21 +42,49 @@ class KafkaSender:
 
     async def send(self, row: OutboxRow) -> tuple[int, int]:
         """Send ``row`` and return (partition, offset) once every in-sync replica has it."""
-        producer = await self._started()
-        message = row.message
+        (outcome,) = await self.send_batch([row])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+        """Send ``rows`` together (the producer batches them); wait for every answer.
+
+        Each answer is (partition, offset) once every in-sync replica has the
+        row, or why not; the whole wave is bounded by ``timeout``.
+        """
         try:
-            with anyio.fail_after(self._timeout):
-                delivery = await producer.send(
-                    message.topic,
-                    value=message.value,
-                    key=message.key,
-                    headers=row.kafka_headers(),
-                )
-                meta = await delivery
-        except Exception:
+            producer = await self._started()
+        except Exception as exc:  # the brokers are down: every row fails alike
+            return [exc] * len(rows)
+        outcomes: list[tuple[int, int] | Exception] = []
+        with anyio.move_on_after(self._timeout):
+            deliveries = []
+            for row in rows:  # no await that yields in here: the rows go in as one batch
+                message = row.message
+                try:
+                    deliveries.append(
+                        await producer.send(
+                            message.topic,
+                            value=message.value,
+                            key=message.key,
+                            headers=row.kafka_headers(),
+                        )
+                    )
+                except Exception as exc:  # e.g. a value too large for the topic
+                    deliveries.append(_failed(exc))
+            for delivery in deliveries:
+                try:
+                    meta = await delivery
+                except Exception as exc:
+                    outcomes.append(exc)
+                else:
+                    outcomes.append((int(meta.partition), int(meta.offset)))
+        timeout = TimeoutError(f"no acknowledgement within {self._timeout}s")
+        outcomes += [timeout] * (len(rows) - len(outcomes))
+        if any(isinstance(outcome, Exception) for outcome in outcomes):
             await self._discard(producer)
-            raise
-        return int(meta.partition), int(meta.offset)
+        return outcomes
 
     async def _discard(self, producer: Any) -> None:
         """Drop ``producer`` after a failed send: the next send starts a new one.
@@ -66,7 +96,7 @@ class KafkaSender:
         """
         async with self._starting:
             if self._producer is not producer:
-                return  # another chain's failure dropped it already
+                return  # another wave's failure dropped it already
             self._producer = None
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
             await producer.stop()
@@ -81,10 +111,15 @@ class KafkaSender:
     async def _started(self) -> Any:
         """Return the started producer; start it first (a start that just failed is not retried).
 
+        Once started, no lock is taken: acquiring one yields to the event
+        loop, and the producer would then send a wave in many small requests.
+
         The relay's chains all wait here while the brokers are down: the first
         one's failure answers the others at once, for ``timeout`` seconds, so a
         round of many keys fails in one ``timeout``, not one per key.
         """
+        if self._producer is not None:
+            return self._producer
         async with self._starting:
             failed = self._start_failed
             if failed is not None and anyio.current_time() - failed[0] < self._timeout:
@@ -109,3 +144,10 @@ class KafkaSender:
                     raise
                 self._producer, self._start_failed = producer, None
             return self._producer
+
+
+def _failed(exc: Exception) -> asyncio.Future[Any]:
+    """Return a future holding ``exc``: a row the producer refused before sending."""
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_exception(exc)
+    return future

@@ -32,10 +32,10 @@ from typing import Any, final
 import aiokafka  # type: ignore[import-untyped]
 import anyio
 
-from .._backoff import BusyPolicy
+from .._backoff import Backoff
 from ._logs import logger
 
-METADATA_BACKOFF = BusyPolicy(initial=0.2, cap=1.0, jitter=0.2)
+METADATA_BACKOFF = Backoff(initial=0.2, cap=1.0, jitter=0.2)
 """Waits after failed metadata refreshes: short, so a broker that is back is seen soon."""
 
 MIN_REFRESH_INTERVAL = 0.1
@@ -49,7 +49,7 @@ FOLD_WINDOW = 30.0
 
 
 def back_off_metadata(
-    client: Any, policy: BusyPolicy = METADATA_BACKOFF, *, every: float = MIN_REFRESH_INTERVAL
+    client: Any, policy: Backoff = METADATA_BACKOFF, *, every: float = MIN_REFRESH_INTERVAL
 ) -> None:
     """Make ``client`` (an ``AIOKafkaClient``) refresh metadata at most every ``every`` seconds.
 

@@ -15,11 +15,13 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiokafka.helpers import create_ssl_context  # type: ignore[import-untyped]
 
 from .._errors import ConfigError
+from .._secrets import SecretFile
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 """Kafka security protocols aiokafka speaks."""
@@ -103,20 +105,14 @@ class KafkaSecurity:
         self.password()  # an unreadable or empty file fails now
 
     def password(self) -> str | None:
-        """Return the SASL password: as given, or read from its file now (one line, stripped)."""
+        """Return the SASL password: as given, or read from its file now (stripped).
+
+        The file is a :class:`~leaseworker._secrets.SecretFile`, the reader every
+        credential file of the pod goes through (Redis and store URLs alike).
+        """
         if self.sasl_password_file is None:
             return self.sasl_password
-        try:
-            with open(self.sasl_password_file, encoding="utf-8") as file:
-                text = file.read().strip("\r\n")
-        except (OSError, UnicodeError) as exc:
-            reason = getattr(exc, "strerror", None) or type(exc).__name__
-            raise ConfigError(
-                f"cannot read the Kafka SASL password file {self.sasl_password_file}: {reason}"
-            ) from None
-        if not text:
-            raise ConfigError(f"the Kafka SASL password file {self.sasl_password_file} is empty")
-        return text
+        return SecretFile(Path(self.sasl_password_file), "the Kafka SASL password file").read()
 
     @property
     def sasl(self) -> bool:

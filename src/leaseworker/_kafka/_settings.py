@@ -1,6 +1,6 @@
 """``SourceSettings``: the settings the Kafka source reads, as a protocol.
 
-The pod's :class:`~leaseworker.WorkerConfig` provides them; the source depends
+The pod's :class:`~leaseworker.PodConfig` provides them; the source depends
 on this narrow view instead of the pod's config, so the Kafka layer imports
 nothing of the pod that composes it.
 """

@@ -18,10 +18,11 @@ from typing import Any, Protocol, final
 
 import anyio
 
+from .._deprecated import keyword
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit, hooks_for
 from .._outcome import LeaseLostReason, Outcome
-from ._leases import Lease, LeaseStore
+from ._model import Lease, LeaseStore
 from ._renewals import Renewals
 from ._timing import LeaseTiming, now
 
@@ -43,19 +44,21 @@ def hold(
     leases: LeaseStore,
     key: str,
     *,
-    ttl: float,
-    renew_every: float | None = None,
+    lease_duration: float | None = None,
+    renewal_interval: float | None = None,
     max_runtime: float | None = None,
     release_timeout: float | None = None,
     hooks: Iterable[Hook] = (),
     lease_note: Callable[[], str] | None = None,
     observer: LeaseObserver | None = None,
+    ttl: float | None = None,
+    renew_every: float | None = None,
 ) -> HeldLease:
     """Hold the lease for ``key`` while the ``async with`` body runs.
 
     ::
 
-        async with hold(leases, "report:acme:2026-11", ttl=30, max_runtime=600) as held:
+        async with hold(leases, "report:acme:2026-11", lease_duration=30, max_runtime=600) as held:
             for batch in batches:
                 await held.checkpoint()        # raises LeaseLost once ownership is uncertain
                 await write(batch, fence=held.fence)
@@ -65,23 +68,35 @@ def hold(
     at its next await), :class:`LeaseTimeout` when the body outlived
     ``max_runtime``. Settings that cannot keep the lease are rejected here, with
     :class:`~leaseworker.ConfigError`, before anything touches Redis.
-    ``renew_every`` defaults to ``ttl / 3``; ``release_timeout`` to the store's
+    ``renewal_interval`` defaults to ``lease_duration / 3``; ``release_timeout`` to the store's
     command timeout. ``hooks`` receive a :class:`LeaseEvent` for every step
     (acquired, renewed, lost, cancel requested, stopped, released).
     ``lease_note()`` returns a short text stored with the acquisition (the
     pod's telemetry: its trace reference); the next acquisition of the key
     gets it back as ``LeaseEvent.previous``. ``observer`` (deprecated) is an
-    object with ``on_lease_event(event)`` and optionally ``lease_note()``.
+    object with ``on_lease_event(event)`` and optionally ``lease_note()``;
+    ``ttl`` and ``renew_every`` are the deprecated spellings of
+    ``lease_duration`` and ``renewal_interval``.
     A lease store that defines ``async checkpoint(lease)`` is asked at every
     :meth:`HeldLease.checkpoint`; a loss reason it returns makes ownership
     uncertain there (``leaseworker.testing.MemoryLeases``: work time and
     injected losses). Other stores cost one attribute test per checkpoint.
     """
+    if ttl is not None or renew_every is not None:  # deprecated spellings: off the usual path
+        lease_duration = keyword("hold()", "ttl", ttl, "lease_duration", lease_duration)
+        renewal_interval = keyword(
+            "hold()", "renew_every", renew_every, "renewal_interval", renewal_interval
+        )
+    if lease_duration is None:
+        raise TypeError("hold() missing required keyword argument: 'lease_duration'")
     if observer is not None:
         hooks = (*hooks, _ObserverHook(observer))
         lease_note = lease_note or getattr(observer, "lease_note", None)
     timing = LeaseTiming.resolve(
-        ttl=ttl, renew_every=renew_every, max_runtime=max_runtime, policy=leases.policy
+        lease_duration=lease_duration,
+        renewal_interval=renewal_interval,
+        max_runtime=max_runtime,
+        policy=leases.policy,
     )
     return HeldLease(
         leases,
@@ -233,9 +248,9 @@ class HeldLease:
         begun = now()
         note = self._note()
         if note:
-            lease = await self._leases.acquire(self._key, self._timing.ttl, note=note)
+            lease = await self._leases.acquire(self._key, self._timing.lease_duration, note=note)
         else:  # a store written before notes existed keeps working
-            lease = await self._leases.acquire(self._key, self._timing.ttl)
+            lease = await self._leases.acquire(self._key, self._timing.lease_duration)
         if lease is None:
             self._outcome = "busy"
             raise LeaseBusy(self._key, retry_after=await self._holder_ttl())

@@ -15,8 +15,7 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, final
+from typing import final
 
 import anyio
 from redis.asyncio import Redis, RedisCluster
@@ -25,103 +24,12 @@ from redis.exceptions import RedisClusterException, RedisError
 from .._errors import ConfigError, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
+from ._model import Lease, LeaseInfo, _check_lease_duration, _checked, _describe, _duration, _ms
 from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
 from ._verdict import judge_renewal
 from ._verdict import lost as _lost
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Lease:
-    """One acquisition of a job key's lease, as this worker knows it.
-
-    ``local_deadline`` is on the event loop's monotonic clock
-    (``anyio.current_time()`` on asyncio); past it, ownership is uncertain. ``sent_at`` is
-    when the acquire or last successful renew was sent. ``previous`` is the note
-    the acquisition before this one left (see :meth:`RedisLeases.acquire`), if any.
-    """
-
-    key: str
-    owner: str
-    fence: int
-    ttl: float
-    sent_at: float
-    local_deadline: float
-    previous: str | None = None
-
-    @property
-    def expires_at(self) -> float:
-        """The earliest moment Redis can expire the key: ``sent_at`` plus the TTL.
-
-        Redis starts the TTL when the request arrives, never before it was sent.
-        """
-        return self.sent_at + self.ttl
-
-    def remaining(self) -> float:
-        """Seconds of trusted ownership left (0 once the deadline passed)."""
-        return max(0.0, self.local_deadline - now())
-
-    def __repr__(self) -> str:
-        # The owner token authorises renew/release; keep it out of logs and reprs.
-        return f"Lease(key={self.key!r}, fence={self.fence}, ttl={self.ttl})"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseInfo:
-    """What Redis holds for a job key, for operators (``leaseworker inspect``).
-
-    ``owner`` and ``ttl`` are ``None`` when nobody holds the lease; ``fence`` is
-    the last fence handed out, ``None`` when the key was never acquired (or
-    Redis lost its data).
-    """
-
-    key: str
-    owner: str | None
-    ttl: float | None
-    fence: int | None
-
-    @property
-    def holder(self) -> str | None:
-        """The owner token with its random part masked: ``"pod-a:***"``.
-
-        The prefix names the holder (a pod's ``--pod`` name, or ``owner_prefix``);
-        the random part is the secret that lets renew and release act on the
-        lease, so it is what ``leaseworker inspect`` leaves out.
-        """
-        if self.owner is None:
-            return None
-        prefix, colon, _ = self.owner.rpartition(":")
-        return f"{prefix}{colon}***"
-
-
-class LeaseStore(Protocol):
-    """What ``hold()`` and the worker need from a lease backend."""
-
-    @property
-    def policy(self) -> DeadlinePolicy:
-        """The deadline policy every lease from this store is computed with."""
-        ...
-
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        """Take the lease for ``key`` or return ``None`` when someone holds it.
-
-        ``note`` is kept with this acquisition until the next one, which gets it
-        as :attr:`Lease.previous` (a store may ignore notes: ``previous`` stays ``None``).
-        """
-        ...
-
-    async def renew(self, lease: Lease) -> Lease:
-        """Extend ``lease`` or raise :class:`LeaseLost`."""
-        ...
-
-    async def release(self, lease: Lease) -> bool:
-        """Delete the lease if this owner still holds it; say whether it did."""
-        ...
-
-    async def inspect(self, key: str) -> LeaseInfo:
-        """Read the lease's owner, TTL and last fence."""
-        ...
 
 
 @final
@@ -134,7 +42,7 @@ class RedisLeases:
     cluster. Usage::
 
         leases = RedisLeases(redis.asyncio.Redis.from_url(url))
-        lease = await leases.acquire("report:acme:2026-11", ttl=30)
+        lease = await leases.acquire("report:acme:2026-11", lease_duration=30)
         if lease is not None:
             lease = await leases.renew(lease)      # or LeaseLost
             await leases.release(lease)
@@ -179,7 +87,7 @@ class RedisLeases:
         self._scripts = {src: hashlib.sha1(src.encode()).hexdigest() for src in _SCRIPTS}
         # Calls are cut off within command_timeout, never sooner than 31/32 of it.
         self._deadlines = DeadlineWheel(self._policy.command_timeout, resolution=32)
-        # A renewal is sent at least ttl/3 before it matters: a few ms spent waiting
+        # A renewal is sent at least lease_duration/3 before it matters: a few ms spent waiting
         # for others to share its trip cost nothing, and many held leases a trip each.
         self._linger = min(_RENEWAL_LINGER, command_timeout / 16)
         scripts = {sha: src for src, sha in self._scripts.items()}
@@ -227,8 +135,15 @@ class RedisLeases:
         """
         return f"{self._namespace}:{{{_checked(key)}}}:fence"
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+    async def acquire(
+        self,
+        key: str,
+        lease_duration: float | None = None,
+        *,
+        note: str = "",
+        ttl: float | None = None,
+    ) -> Lease | None:
+        """Take the lease for ``key`` for ``lease_duration`` seconds, or ``None`` when held.
 
         ``note`` (opaque text, e.g. a trace reference) is stored with this
         acquisition in the same script; the note the previous acquisition of
@@ -236,14 +151,17 @@ class RedisLeases:
 
         Raises :class:`LeaseUnavailable` when Redis fails or does not answer in
         time; the lease may then have been taken, so leaseworker releases it
-        with the same owner token on a best-effort basis.
+        with the same owner token on a best-effort basis. ``ttl=`` is the
+        deprecated spelling of ``lease_duration``.
         """
-        _check_ttl(ttl)
+        if lease_duration is None:
+            lease_duration = _duration("RedisLeases.acquire()", ttl)
+        _check_lease_duration(lease_duration)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         keys = [self.lease_key(key), self.fence_key(key)]
         sent_at = now()
         try:
-            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(ttl), note])
+            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(lease_duration), note])
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             await self._forget(key, owner)
             raise LeaseUnavailable(key, _describe(exc)) from exc
@@ -256,12 +174,12 @@ class RedisLeases:
         if not self._replicated(reply):
             await self._forget(key, owner)
             raise LeaseUnavailable(key, self._unreplicated(reply))
-        deadline = self._policy.local_deadline(sent_at, ttl)
+        deadline = self._policy.local_deadline(sent_at, lease_duration)
         return Lease(
             key=key,
             owner=owner,
             fence=value,
-            ttl=ttl,
+            lease_duration=lease_duration,
             sent_at=sent_at,
             local_deadline=deadline,
             previous=_text(reply.value[2]) or None,
@@ -281,7 +199,7 @@ class RedisLeases:
             renewed = await self._call(
                 _scripts.RENEW,
                 [self.lease_key(lease.key)],
-                [lease.owner, _ms(lease.ttl)],
+                [lease.owner, _ms(lease.lease_duration)],
                 linger=self._linger,
             )
         except TimeoutError as exc:
@@ -375,13 +293,18 @@ class RedisLeases:
         return await self._router.client_for(key)
 
     async def aclose(self) -> None:
-        """Close the per-node clients a cluster needs; the client passed in stays the caller's."""
+        """Close the per-node clients a cluster needs and give back the pipeline's connection.
+
+        The client passed in stays the caller's.
+        """
         if self._router is not None:
             await self._router.aclose()
+        if self._pipeline is not None:
+            await self._pipeline.aclose()
 
     async def _forget(self, key: str, owner: str) -> None:
         """Best-effort release of an acquire whose reply never arrived (shielded)."""
-        probe = Lease(key=key, owner=owner, fence=0, ttl=0, sent_at=0, local_deadline=0)
+        probe = Lease(key=key, owner=owner, fence=0, lease_duration=0, sent_at=0, local_deadline=0)
         with anyio.CancelScope(shield=True), contextlib.suppress(LeaseUnavailable):
             # On failure the lease expires after its TTL; nobody else can hold it meanwhile.
             await self.release(probe)
@@ -392,18 +315,6 @@ _RENEWAL_LINGER = 0.01
 """Seconds a renewal made while nothing is in flight waits for others to share its trip."""
 _CLIENT_ERRORS = (RedisError, RedisClusterException, OSError)
 """What any Redis client can raise: translated here, never passed to the job."""
-
-
-def _checked(key: str) -> str:
-    # The key is the Redis Cluster hash tag ``{<key>}``, which ends at its first
-    # ``}``. An empty tag (an empty key, or one starting with ``}``) makes Redis
-    # hash the whole key: the lease and fence keys would land on different slots
-    # (CROSSSLOT on every call). Any other key gives both the same tag.
-    if not key:
-        raise ConfigError("job key must be a non-empty string")
-    if key.startswith("}"):
-        raise ConfigError("job key must not start with '}' (it is a Redis Cluster hash tag)")
-    return key
 
 
 def _replica_wait(
@@ -423,28 +334,5 @@ def _replica_wait(
     return ReplicaWait(replicas=replicas, timeout_ms=max(1, math.floor(timeout * 1000)))
 
 
-def _check_ttl(ttl: float) -> None:
-    if ttl <= 0.001:
-        raise ConfigError(f"ttl must be more than 1 ms, got {ttl}s")
-
-
-def _ms(seconds: float) -> str:
-    """Return the TTL in whole milliseconds for ``PX``, never shorter than ``seconds``.
-
-    Rounded up: the local deadline is computed from ``seconds`` itself, so a
-    key that Redis expired sooner could be taken by another pod while this
-    one still counts itself the owner. (Rounded to a nanosecond first, so
-    that float noise such as 0.3 * 1000 = 300.00000000000006 is not a
-    millisecond more.)
-    """
-    return str(max(1, math.ceil(round(seconds * 1000, 6))))
-
-
 def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError) and not isinstance(exc, RedisError):
-        return "no answer within command_timeout"
-    return f"{type(exc).__name__}: {exc}"

@@ -16,8 +16,10 @@ from typing import Any, final
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.typing import EncodableT
 
 from ._deadlines import DeadlineWheel
 
@@ -42,11 +44,14 @@ class ReplicaWait:
     timeout_ms: int
 
 
+Command = tuple[EncodableT, ...]
+"""One Redis command as its words: ``("EVALSHA", sha, numkeys, *keys, *args)``."""
+
+
 @dataclass(slots=True)
 class _Call:
     sha: str
-    keys: Sequence[str]
-    args: Sequence[str]
+    command: Command  # EVALSHA's words
     answer: asyncio.Future[Replied]
 
 
@@ -80,6 +85,7 @@ class ScriptPipeline:
         self._queued: list[_Call] = []
         self._linger: asyncio.TimerHandle | None = None  # sends the lingering calls
         self._senders: set[asyncio.Task[None]] = set()  # strong references while they run
+        self._own = OwnConnection(redis)  # for the calls that go alone
 
     async def call(
         self,
@@ -104,9 +110,10 @@ class ScriptPipeline:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
             self._loop, self._busy, self._queued, self._linger = loop, False, [], None
+            self._own = OwnConnection(self._redis)  # and so is its connection's transport
         if self._busy or linger > 0:
             answer: asyncio.Future[Replied] = loop.create_future()
-            self._queued.append(_Call(sha, keys, args, answer))
+            self._queued.append(_Call(sha, ("EVALSHA", sha, len(keys), *keys, *args), answer))
             if not self._busy:
                 self._busy = True
                 self._linger = loop.call_later(linger, self._lingered)
@@ -114,10 +121,11 @@ class ScriptPipeline:
                 self._linger.cancel()  # a call in a hurry: the lingering ones go with it now
                 self._lingered()
             return await answer  # cancelled with the caller: left out, or its answer dropped
-        self._busy = True  # sent alone, on redis-py's plain path
+        self._busy = True  # sent alone
         try:
             wait = self._wait if replicated else None
-            return await run_script(self._redis, sha, self._scripts[sha], keys, args, wait)
+            command: Command = ("EVALSHA", sha, len(keys), *keys, *args)
+            return await self._own.run(command, self._scripts[sha], wait)
         finally:
             if self._queued:
                 self._next()
@@ -138,6 +146,7 @@ class ScriptPipeline:
             sender.cancel()
         if senders:
             await asyncio.wait(senders)
+        await self._own.release()
 
     def _lingered(self) -> None:
         """End the linger: send what queued (a loop callback, or a call in a hurry)."""
@@ -201,19 +210,97 @@ class ScriptPipeline:
 
     async def _execute(self, batch: list[_Call]) -> list[Replied]:
         """Send ``batch``; calls answered NOSCRIPT are sent again once their script is loaded."""
-        replies = await _pipeline(self._redis, [(c.sha, c.keys, c.args) for c in batch], self._wait)
+        own = self._own
+        replies = await own.trip([c.command for c in batch], self._wait)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply.value, NoScriptError)]
         if missing:
             for sha in {batch[i].sha for i in missing}:
-                await self._redis.script_load(self._scripts[sha])
-            again = await _pipeline(
-                self._redis,
-                [(batch[i].sha, batch[i].keys, batch[i].args) for i in missing],
-                self._wait,
-            )
+                await own.load(self._scripts[sha])
+            again = await own.trip([batch[i].command for i in missing], self._wait)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
+
+
+@final
+class OwnConnection:
+    """One connection of the client's pool, kept checked out for a pipeline's trips.
+
+    redis-py's per-command path checks a connection out of the pool and back in
+    for every command or pipeline (a lock, an event dispatch, observability
+    records, a ``can_read`` probe) and parses each reply through its callback
+    table: about a fifth of a lone lease call's CPU. A :class:`ScriptPipeline`
+    has one trip in flight at a time (its ``_busy`` flag), so one connection
+    carries them all. Failures are handled as redis-py's path does: the
+    connection's own ``Retry`` reconnects after a connection error (a
+    Sentinel-managed connection then finds the new master), and a read cut
+    off by the caller's deadline disconnects, so no late reply is read later.
+    """
+
+    __slots__ = ("_connection", "_pool")
+
+    def __init__(self, redis: Redis) -> None:
+        self._pool = redis.connection_pool
+        self._connection: AbstractConnection | None = None
+
+    async def trip(self, commands: Sequence[Command], wait: ReplicaWait | None) -> list[Replied]:
+        """Send ``commands`` (then ``WAIT`` when asked) in one write; errors come back as values."""
+        connection = self._connection or await self._checkout()
+        return await connection.retry.call_with_retry(
+            lambda: _trip(connection, commands, wait), lambda _: connection.disconnect()
+        )
+
+    async def run(self, command: Command, source: str, wait: ReplicaWait | None) -> Replied:
+        """Run one ``EVALSHA`` alone (its script loaded on NOSCRIPT); raise its error reply."""
+        [reply] = await self.trip((command,), wait)
+        if isinstance(reply.value, NoScriptError):
+            await self.load(source)
+            [reply] = await self.trip((command,), wait)
+        if isinstance(reply.value, Exception):
+            raise reply.value
+        return reply
+
+    async def load(self, source: str) -> None:
+        """Load a script into the server's cache (after NOSCRIPT)."""
+        [reply] = await self.trip((("SCRIPT", "LOAD", source),), None)
+        if isinstance(reply.value, Exception):
+            raise reply.value
+
+    async def release(self) -> None:
+        """Give the connection back to its pool (before the client closes)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await self._pool.release(connection)
+
+    async def _checkout(self) -> AbstractConnection:
+        connection: AbstractConnection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        self._connection = connection
+        return connection
+
+
+async def _trip(
+    connection: AbstractConnection, commands: Sequence[Command], wait: ReplicaWait | None
+) -> list[Replied]:
+    """One round trip on ``connection``: send every command in one write, read every reply."""
+    if wait is not None:
+        commands = [*commands, ("WAIT", wait.replicas, wait.timeout_ms)]
+    if not connection.is_connected:
+        # connect(), as the pool's checkout does: a Sentinel-managed connection asks
+        # the sentinels for the master there (sending reconnects to the last address).
+        await connection.connect()  # type: ignore[no-untyped-call]
+    await connection.send_packed_command(connection.pack_commands(commands))
+    values: list[Any] = []
+    for _ in commands:
+        try:
+            values.append(await connection.read_response())
+        except ResponseError as error:  # an error reply: the next replies are still read
+            values.append(error)
+    if wait is None:
+        return [Replied(value, None) for value in values]
+    acked = values.pop()
+    # As in _execute: WAIT refused (a demoted master) acknowledges nothing.
+    acked = 0 if isinstance(acked, Exception) else int(acked)
+    return [Replied(value, acked) for value in values]
 
 
 async def run_script(

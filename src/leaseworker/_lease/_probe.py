@@ -3,6 +3,12 @@
 - :func:`redis_refusal`: a connection error that waiting cannot heal: a certificate
   the client refuses (unknown CA, another host's name, expired), a TLS
   handshake the server refuses (no or an unknown client certificate).
+- :func:`start_refusal`: which failed start-up PING is permanent (exit 2).
+- :func:`tls_refusal`: the same asked of a handshake of its own, for a
+  connection error that does not say: under TLS 1.3 a server asking for a
+  client certificate refuses after the client's handshake ended, and redis-py,
+  already writing its first command, often reads only the reset.
+- :func:`ping_redis`: a PING that needs only ``+ping`` on every topology.
 - :func:`check_redis`, once Redis answered: a plain ``redis://`` URL that
   points at a Redis Cluster node (it would serve the keys of that node's
   slots and answer ``MOVED`` for the others, forever), and the commands the
@@ -12,6 +18,8 @@
 
 from __future__ import annotations
 
+import functools
+import socket
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +28,8 @@ import anyio
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
     MovedError,
     NoPermissionError,
     RedisClusterException,
@@ -49,8 +59,94 @@ def redis_refusal(exc: BaseException) -> str | None:
         if isinstance(cause, ssl.SSLError) and not isinstance(
             cause, ssl.SSLEOFError | ssl.SSLZeroReturnError
         ):
-            return f"TLS handshake refused: {cause.reason or type(cause).__name__}"
+            return _handshake_refused(cause)
     return None
+
+
+def _handshake_refused(exc: ssl.SSLError) -> str:
+    reason = exc.reason or type(exc).__name__
+    if "CERTIFICATE_REQUIRED" in reason:
+        return (
+            f"TLS handshake refused: {reason}: the server asks for a client certificate "
+            "(--redis-cert-file and --redis-key-file, or the URL's ssl_certfile/ssl_keyfile)"
+        )
+    return f"TLS handshake refused: {reason}"
+
+
+async def start_refusal(
+    exc: BaseException, target: RedisTarget, *, where: str, bound: float
+) -> ConfigError | None:
+    """Return the exit-2 error for a failed start-up PING that waiting cannot heal, or ``None``.
+
+    Refused credentials (``WRONGPASS``, unknown user), an ACL without the
+    PING (``NOPERM``), a TLS refusal: the error's own, else a handshake of
+    its own (:func:`tls_refusal`, in a thread; not after a timeout).
+    """
+    if isinstance(exc, AuthenticationError | AuthorizationError):
+        return ConfigError(
+            f"Redis at {where} refused the credentials in the Redis URL ({type(exc).__name__})"
+        )
+    if isinstance(exc, NoPermissionError):
+        return _needs(where, _first_line(exc))
+    refused = redis_refusal(exc)
+    if refused is None and not isinstance(exc, TimeoutError):
+        refused = await anyio.to_thread.run_sync(
+            functools.partial(tls_refusal, target, timeout=bound)
+        )
+    return (
+        None
+        if refused is None
+        else ConfigError(f"Redis at {where} refused the connection: {refused}")
+    )
+
+
+def tls_refusal(target: RedisTarget, *, timeout: float) -> str | None:
+    """Handshake with the URL's first reachable host, sending nothing; return why TLS fails.
+
+    ``None``: not TLS, not reachable (down or starting), or the handshake and
+    the server's first word (none, within ``timeout``) are fine. Blocking: run
+    it in a thread.
+    """
+    if not target.tls:
+        return None
+    files = target.tls_files
+    try:
+        context = ssl.create_default_context(cafile=files.get("ssl_ca_certs"))
+        if files.get("ssl_certfile"):
+            context.load_cert_chain(files["ssl_certfile"], files.get("ssl_keyfile"))
+    except (OSError, ssl.SSLError) as exc:
+        return f"cannot load the TLS files of the URL ({getattr(exc, 'strerror', None) or exc})"
+    for host, port in target.hosts:
+        try:
+            with (
+                socket.create_connection((host, port), timeout=timeout) as sock,
+                context.wrap_socket(sock, server_hostname=host) as tls,
+            ):
+                tls.recv(1)  # a refused client certificate arrives as an alert here
+        except ssl.SSLCertVerificationError as exc:
+            return f"TLS certificate refused: {exc.verify_message}"
+        except ssl.SSLError as exc:
+            if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+                return None
+            return _handshake_refused(exc)
+        except TimeoutError:
+            return None  # the handshake passed and the server waits for a command: fine
+        except OSError:
+            continue
+        return None
+    return None
+
+
+async def ping_redis(client: Any, leases: RedisLeases | None) -> None:
+    """PING Redis where the lease calls go: on a cluster, a primary through the leases' router.
+
+    ``RedisCluster.ping`` would first ask for ``COMMAND``, which the pod's
+    ACL does not allow (nor the lease calls need): it would read as
+    ``NOPERM`` on every attempt.
+    """
+    if leases is not None and isinstance(client, RedisCluster):
+        client = await leases._router_client(PROBE_KEY)
+    await client.ping()
 
 
 async def check_redis(

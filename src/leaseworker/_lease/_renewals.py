@@ -26,7 +26,7 @@ import anyio
 
 from .._errors import LeaseLost
 from .._outcome import LeaseLostReason
-from ._leases import Lease, LeaseStore
+from ._model import Lease, LeaseStore
 from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")
@@ -71,7 +71,7 @@ class Renewals:
         self._stopping = False  # the block is ending: the renewal task must not go on
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_at(
-            lease.sent_at + timing.renew_every, self._start
+            lease.sent_at + timing.renewal_interval, self._start
         )
 
     @property
@@ -140,7 +140,7 @@ class Renewals:
         """Renew on schedule; on the first failed renewal, report the loss and end."""
         while not self._stopping:
             lease = self.lease
-            due = lease.sent_at + self._timing.renew_every
+            due = lease.sent_at + self._timing.renewal_interval
             await anyio.sleep_until(due)
             woke = now()
             self.max_loop_lag = max(self.max_loop_lag, woke - due)

@@ -16,7 +16,7 @@ the lease: ``SET ... GET`` stores the new value and returns the old one.
 
 from __future__ import annotations
 
-# KEYS[1] lease key, KEYS[2] fence key; ARGV[1] owner token, ARGV[2] ttl in ms,
+# KEYS[1] lease key, KEYS[2] fence key; ARGV[1] owner token, ARGV[2] lease_duration in ms,
 # ARGV[3] this acquisition's note ('' for none: a successor then gets none, never an
 # older note). Returns {1, fence, the previous note or ''} when acquired, {0, holder's
 # pttl in ms} when busy. The fence key is first set to the time floor (the common
@@ -42,7 +42,7 @@ end
 return {1, fence, previous}
 """
 
-# KEYS[1] lease key; ARGV[1] owner token, ARGV[2] ttl in ms. 1 renewed, 0 not ours.
+# KEYS[1] lease key; ARGV[1] owner token, ARGV[2] lease_duration in ms. 1 renewed, 0 not ours.
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -1,6 +1,6 @@
 """Lease timing: the local deadline formula and the settings checks that protect it.
 
-``local_deadline = t_sent + ttl * (1 - drift) - margin``, with ``t_sent`` read
+``local_deadline = t_sent + lease_duration * (1 - drift) - margin``, with ``t_sent`` read
 from the loop's monotonic clock before the request is written, so Redis cannot
 expire the key before it. See docs/design.md#local-deadline.
 """
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from .._deprecated import renamed
 from .._errors import ConfigError
 
 
@@ -31,7 +32,7 @@ def now() -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeadlinePolicy:
-    """How conservatively a client turns a TTL into a local deadline.
+    """How conservatively a client turns a lease duration into a local deadline.
 
     ``command_timeout`` bounds every Redis call made for a lease.
     """
@@ -48,68 +49,83 @@ class DeadlinePolicy:
         if self.command_timeout <= 0:
             raise ConfigError(f"command_timeout must be > 0 seconds, got {self.command_timeout}")
 
-    def validity(self, ttl: float) -> float:
-        """Seconds of trusted ownership a request sent now buys for ``ttl``."""
-        return ttl * (1 - self.drift) - self.margin
+    def validity(self, lease_duration: float) -> float:
+        """Seconds of trusted ownership a request sent now buys for ``lease_duration``."""
+        return lease_duration * (1 - self.drift) - self.margin
 
-    def local_deadline(self, sent_at: float, ttl: float) -> float:
+    def local_deadline(self, sent_at: float, lease_duration: float) -> float:
         """Return the monotonic time after which ownership is uncertain."""
-        return sent_at + self.validity(ttl)
+        return sent_at + self.validity(lease_duration)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseTiming:
-    """Validated timing of one held lease: TTL, renewal cadence, runtime bound.
+    """Validated timing of one held lease: its duration, renewal interval, runtime bound.
 
     Build it with :meth:`resolve`, which fills the default renewal interval
-    (``ttl / 3``) and raises :class:`ConfigError` for settings that could not
+    (``lease_duration / 3``) and raises :class:`ConfigError` for settings that could not
     keep the lease alive on a healthy Redis::
 
-        timing = LeaseTiming.resolve(ttl=30, renew_every=None, max_runtime=600,
+        timing = LeaseTiming.resolve(lease_duration=30, renewal_interval=None, max_runtime=600,
                                      policy=DeadlinePolicy())
     """
 
-    ttl: float
-    renew_every: float
+    lease_duration: float
+    renewal_interval: float
     max_runtime: float | None
+
+    @property
+    def ttl(self) -> float:
+        """Deprecated spelling of :attr:`lease_duration`."""
+        renamed("LeaseTiming.ttl", "LeaseTiming.lease_duration")
+        return self.lease_duration
+
+    @property
+    def renew_every(self) -> float:
+        """Deprecated spelling of :attr:`renewal_interval`."""
+        renamed("LeaseTiming.renew_every", "LeaseTiming.renewal_interval")
+        return self.renewal_interval
 
     @classmethod
     def resolve(
         cls,
         *,
-        ttl: float,
-        renew_every: float | None,
+        lease_duration: float,
+        renewal_interval: float | None,
         max_runtime: float | None,
         policy: DeadlinePolicy,
     ) -> LeaseTiming:
         """Check the settings against ``policy`` and return the resolved timing.
 
-        The rules: the TTL must leave a positive validity after drift and
-        margin; the renewal interval must be shorter than the TTL; and a renewal
+        The rules: the lease duration must leave a positive validity after drift and
+        margin; the renewal interval must be shorter than the duration; and a renewal
         sent on schedule must be answered or time out (``command_timeout``)
         before the local deadline, or a healthy but slow Redis would make every
         long job lose its lease.
         """
-        if ttl <= 0:
-            raise ConfigError(f"ttl must be > 0 seconds, got {ttl}")
-        validity = policy.validity(ttl)
+        if lease_duration <= 0:
+            raise ConfigError(f"lease_duration must be > 0 seconds, got {lease_duration}")
+        validity = policy.validity(lease_duration)
         if validity <= 0:
             raise ConfigError(
-                f"ttl={ttl}s leaves no validity after drift={policy.drift} and "
-                f"margin={policy.margin}s; use a longer ttl"
+                f"lease_duration={lease_duration}s leaves no validity after "
+                f"drift={policy.drift} and margin={policy.margin}s; use a longer lease_duration"
             )
-        every = ttl / 3 if renew_every is None else renew_every
+        every = lease_duration / 3 if renewal_interval is None else renewal_interval
         if every <= 0:
-            raise ConfigError(f"renew_every must be > 0 seconds, got {every}")
-        if every >= ttl:
-            raise ConfigError(f"renew_every={every}s must be shorter than ttl={ttl}s")
+            raise ConfigError(f"renewal_interval must be > 0 seconds, got {every}")
+        if every >= lease_duration:
+            raise ConfigError(
+                f"renewal_interval={every}s must be shorter than lease_duration={lease_duration}s"
+            )
         if every + policy.command_timeout >= validity:
             raise ConfigError(
-                f"renew_every={every}s plus command_timeout={policy.command_timeout}s "
+                f"renewal_interval={every}s plus command_timeout={policy.command_timeout}s "
                 f"must end before the local deadline ({validity:.3f}s after each renewal "
-                f"is sent, from ttl={ttl}s, drift={policy.drift}, margin={policy.margin}s); "
-                "renew more often or use a longer ttl"
+                f"is sent, from lease_duration={lease_duration}s, drift={policy.drift}, "
+                f"margin={policy.margin}s); "
+                "renew more often or use a longer lease_duration"
             )
         if max_runtime is not None and max_runtime <= 0:
             raise ConfigError(f"max_runtime must be > 0 seconds, got {max_runtime}")
-        return cls(ttl=ttl, renew_every=every, max_runtime=max_runtime)
+        return cls(lease_duration=lease_duration, renewal_interval=every, max_runtime=max_runtime)

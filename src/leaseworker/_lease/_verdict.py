@@ -19,7 +19,7 @@ from .._outcome import LeaseLostReason
 from ._timing import DeadlinePolicy, now
 
 if TYPE_CHECKING:  # _leases calls this module: no import cycle at run time
-    from ._leases import Lease
+    from ._model import Lease
 
 
 def judge_renewal(
@@ -42,7 +42,9 @@ def judge_renewal(
     late_by = now() - lease.local_deadline
     if late_by > 0:
         raise lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
-    return replace(lease, sent_at=sent_at, local_deadline=policy.local_deadline(sent_at, lease.ttl))
+    return replace(
+        lease, sent_at=sent_at, local_deadline=policy.local_deadline(sent_at, lease.lease_duration)
+    )
 
 
 def lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:

@@ -86,6 +86,11 @@ class Batcher:
         self._running = 0  # batches using a connection now (close counts as all of them)
         self._idle: anyio.Event | None = None  # close() waits on it for running to reach 0
 
+    @property
+    def idle(self) -> bool:
+        """Whether no batch runs and none waits: a call made now could run at once."""
+        return not self._running and not self._queue
+
     async def submit(self, call: Call[_T]) -> _T:
         """Queue ``call`` and return its outcome once a batch has answered it."""
         if self._inline:

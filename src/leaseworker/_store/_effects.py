@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ._model import (
@@ -34,6 +35,9 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 """The W3C trace context headers a message takes over from its trigger."""
 RESERVED_HEADERS = frozenset({EFFECT_ID_HEADER, JOB_KEY_HEADER, FENCE_HEADER, *TRACE_HEADERS})
 """Headers the relay sets on every message; a job's own headers may not use these names."""
+
+PRUNE_LIMIT = 1000
+"""Sent rows one ``prune_outbox`` call looks at (and deletes at most)."""
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 """A statement's parameters, as the database driver takes them."""
@@ -134,6 +138,25 @@ class OutboxRow:
             (JOB_KEY_HEADER, self.job_key.encode()),
             (FENCE_HEADER, str(self.fence).encode()),
         ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxEntry:
+    """One outbox row and its state: when it committed, when it was sent, how often claimed.
+
+    ``attempts`` counts the relays' claims of it (1 when the first send went
+    through; a claim that expired or was released counts too). Times in UTC.
+    """
+
+    row: OutboxRow
+    committed_at: datetime
+    sent_at: datetime | None
+    attempts: int
+
+    @property
+    def sent(self) -> bool:
+        """Whether the broker acknowledged it (the relay marked it sent)."""
+        return self.sent_at is not None
 
 
 def pick_claims(
@@ -264,6 +287,23 @@ class EffectStore(CompletionStore, Protocol):
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row (of ``job_key``), in order, with whether it was sent."""
+        ...
+
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row (of ``job_key``), in order, with its state (``inspect``)."""
+        ...
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Return how many messages are unsent and the oldest one's age in seconds (``None``)."""
+        ...
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete up to ``limit`` rows sent more than ``older_than`` seconds ago; return how many.
+
+        Never an unsent row. Looks at the ``limit`` oldest sent rows only (a
+        bounded scan): rows leave roughly in commit order, so those are the
+        old ones; a later call takes the next.
+        """
         ...
 
 

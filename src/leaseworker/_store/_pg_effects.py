@@ -21,7 +21,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
-from ._effects import Message, OutboxRow, Params, outbox_params, outbox_row
+from ._effects import Message, OutboxEntry, OutboxRow, Params, outbox_params, outbox_row
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -64,7 +64,10 @@ _COLUMNS = (
 # A candidate is claimed only if no earlier unsent row of its job key is left
 # out (held by another relay, locked, or past the limit): that keeps each
 # key's order across relays. An earlier row of a key committed before a later
-# one (the head row lock), so a snapshot that sees the later one sees it.
+# one (the head row lock), so a snapshot that sees the later one sees it. The
+# check is a scalar subquery, so it runs per candidate on the (job_key, id)
+# index whatever the table's statistics say (a fresh table's once made the
+# planner compare every candidate with every unsent row).
 _CLAIM = f"""
     WITH candidates AS (
         SELECT id, job_key FROM leaseworker_outbox
@@ -74,14 +77,16 @@ _CLAIM = f"""
         FOR UPDATE SKIP LOCKED
     ), ready AS (
         SELECT c.id FROM candidates c
-        WHERE NOT EXISTS (
-            SELECT 1 FROM leaseworker_outbox e
-            WHERE e.job_key = c.job_key AND e.id < c.id AND e.sent_at IS NULL
-              AND e.id NOT IN (SELECT id FROM candidates)
-        )
+        WHERE (
+            SELECT e.id FROM leaseworker_outbox e
+            WHERE e.job_key = c.job_key AND e.sent_at IS NULL AND e.id < c.id
+              AND e.id <> ALL (ARRAY(SELECT id FROM candidates))
+            LIMIT 1
+        ) IS NULL
     )
     UPDATE leaseworker_outbox o
-    SET claimed_by = %(relay)s, claimed_until = now() + make_interval(secs => %(hold)s)
+    SET claimed_by = %(relay)s, claimed_until = now() + make_interval(secs => %(hold)s),
+        attempts = o.attempts + 1
     FROM ready WHERE o.id = ready.id
     RETURNING {_COLUMNS}
 """
@@ -93,7 +98,19 @@ RELEASE = """
     UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL
     WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
 """
-_ROWS = f"SELECT {_COLUMNS}, o.sent_at IS NOT NULL FROM leaseworker_outbox o"
+_ENTRIES = f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox o"
+_BACKLOG = """
+    SELECT count(*), extract(epoch FROM now() - min(committed_at))::float8
+    FROM leaseworker_outbox WHERE sent_at IS NULL
+"""
+# The ``limit`` oldest sent rows (the primary key's order), of which those sent
+# before the cutoff: a bounded scan, and ``sent_at < ...`` is never true of an unsent row.
+PRUNE = """
+    DELETE FROM leaseworker_outbox
+    WHERE id IN (SELECT id FROM leaseworker_outbox WHERE sent_at IS NOT NULL
+                 ORDER BY id LIMIT %(limit)s)
+      AND sent_at < now() - make_interval(secs => %(older_than)s)
+"""
 
 
 @contextlib.asynccontextmanager
@@ -188,7 +205,9 @@ class PgTransaction:
                 if status != "accepted":
                     await self._conn.execute("ROLLBACK")
                     return answer
-                if rows:
+                if len(rows) == 1:  # the common case: executemany's pipeline costs a sync more
+                    await self._conn.execute(_INSERT, rows[0])
+                elif rows:
                     async with self._conn.cursor() as cursor:
                         await cursor.executemany(_INSERT, rows)
                 await self._conn.execute("COMMIT")
@@ -223,14 +242,40 @@ async def update(store: PostgresStore, sql: str, relay: str, ids: Sequence[int])
     return await store._run(None, run) if ids else 0
 
 
-async def rows(store: PostgresStore, job_key: str | None) -> list[tuple[OutboxRow, bool]]:
-    """Every outbox row (of ``job_key``) with whether it was sent."""
+async def prune(store: PostgresStore, older_than: float, limit: int) -> int:
+    """Delete old sent rows as ``EffectStore.prune_outbox`` says (one autocommit statement)."""
+    params = {"older_than": older_than, "limit": limit}
+
+    async def run(conn: _Conn, attempt: _Attempt) -> int:
+        return (await conn.execute(PRUNE, params)).rowcount
+
+    return await store._run(None, run)
+
+
+async def entries(store: PostgresStore, job_key: str | None) -> list[OutboxEntry]:
+    """Every outbox row (of ``job_key``) with its state."""
     where, args = (" WHERE o.job_key = %s", (job_key,)) if job_key is not None else ("", ())
 
     async def run(conn: _Conn, attempt: _Attempt) -> list[TupleRow]:
-        return await (await conn.execute(_ROWS + where + " ORDER BY o.id", args)).fetchall()
+        return await (await conn.execute(_ENTRIES + where + " ORDER BY o.id", args)).fetchall()
 
-    return [(outbox_row(row[:-1]), bool(row[-1])) for row in await store._run(job_key, run)]
+    return [
+        OutboxEntry(
+            row=outbox_row(row[:-3]), committed_at=row[-3], sent_at=row[-2], attempts=row[-1]
+        )
+        for row in await store._run(job_key, run)
+    ]
+
+
+async def backlog(store: PostgresStore) -> tuple[int, float | None]:
+    """Return the unsent rows' count and the oldest one's age in seconds."""
+
+    async def run(conn: _Conn, attempt: _Attempt) -> tuple[int, float | None]:
+        row = await (await conn.execute(_BACKLOG)).fetchone()
+        assert row is not None  # an aggregate: always one row
+        return int(row[0]), None if row[1] is None else max(0.0, float(row[1]))
+
+    return await store._run(None, run)
 
 
 def _describe(store: PostgresStore, exc: BaseException) -> str:

@@ -38,7 +38,9 @@ class CompletionStore(Protocol):
         from then on every completion of the job key with a lower fence is
         ``stale``, so a paused former holder that wakes up cannot win even
         before this execution completes. Claims only rise (a lower claim
-        leaves a higher one as it is) and are durable like completions.
+        leaves a higher one as it is) and are durable like completions
+        (SQLite answers ``claimed`` before its fsync: a crash of the host's
+        system, the one way to lose it, ends every execution it concerns).
         The answer says whether the job may run (``claimed``), need not
         (``duplicate``: the identity completed, perhaps since the lookup) or
         must not (``stale``: a higher fence stands). On

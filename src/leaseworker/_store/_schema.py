@@ -26,6 +26,43 @@ class Migration:
     sqlite: tuple[str, ...]
 
 
+_COMPLETE_HEAD = """
+            CREATE OR REPLACE FUNCTION leaseworker_complete(
+                p_job_key text, p_input_version text, p_fence bigint, p_result jsonb,
+                p_execution_id text, p_pod text
+            ) RETURNS TABLE (
+                o_status text, o_winning_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            DECLARE
+                head_fence bigint;
+                head_version text;
+"""
+"""How ``leaseworker_complete`` begins in migrations 2 and 3: its signature, its head-row locals."""
+
+
+_ACCEPT = """
+                UPDATE leaseworker_jobs
+                SET fence = p_fence, input_version = p_input_version, updated_at = now()
+                WHERE job_key = p_job_key;
+                RETURN QUERY
+                    INSERT INTO leaseworker_completions AS c
+                        (job_key, input_version, fence, result, execution_id, pod,
+                         completed_at)
+                    VALUES (p_job_key, p_input_version, p_fence, p_result,
+                            p_execution_id, p_pod, now())
+                    RETURNING 'accepted'::text, p_fence, c.input_version, c.fence,
+                              c.result, c.execution_id, c.pod, c.completed_at;
+            END
+            $fn$
+            """
+"""The end ``leaseworker_complete`` has in migrations 2 and 3: accept, write, answer.
+
+Migration 3 changed only what is stale; the text is shared so the two cannot drift.
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -83,19 +120,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             # own (autocommit) transaction, so it commits or rolls back whole.
             # READ COMMITTED gives each statement a fresh snapshot, so the reads
             # after the head row's lock see what earlier holders committed.
-            """
-            CREATE OR REPLACE FUNCTION leaseworker_complete(
-                p_job_key text, p_input_version text, p_fence bigint, p_result jsonb,
-                p_execution_id text, p_pod text
-            ) RETURNS TABLE (
-                o_status text, o_winning_fence bigint, o_input_version text,
-                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
-                o_completed_at timestamptz
-            ) LANGUAGE plpgsql AS $fn$
-            DECLARE
-                head_fence bigint;
-                head_version text;
-            BEGIN
+            _COMPLETE_HEAD
+            + """            BEGIN
                 -- Create the head row (sentinel fence -1, overwritten below
                 -- before anyone can see it) or lock the existing one.
                 INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
@@ -117,21 +143,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                         FROM leaseworker_completions c
                         WHERE c.job_key = p_job_key AND c.input_version = head_version;
                     RETURN;
-                END IF;
-                UPDATE leaseworker_jobs
-                SET fence = p_fence, input_version = p_input_version, updated_at = now()
-                WHERE job_key = p_job_key;
-                RETURN QUERY
-                    INSERT INTO leaseworker_completions AS c
-                        (job_key, input_version, fence, result, execution_id, pod,
-                         completed_at)
-                    VALUES (p_job_key, p_input_version, p_fence, p_result,
-                            p_execution_id, p_pod, now())
-                    RETURNING 'accepted'::text, p_fence, c.input_version, c.fence,
-                              c.result, c.execution_id, c.pod, c.completed_at;
-            END
-            $fn$
-            """,
+                END IF;"""
+            + _ACCEPT,
         ),
         sqlite=(),  # SQLite states the rule in the store's own statements
     ),
@@ -145,19 +158,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             # Version 2's function with one change: stale below the highest
             # fence seen, accepted or claimed; a stale answer may find no
             # completion to show (LEFT JOIN: still one row).
-            """
-            CREATE OR REPLACE FUNCTION leaseworker_complete(
-                p_job_key text, p_input_version text, p_fence bigint, p_result jsonb,
-                p_execution_id text, p_pod text
-            ) RETURNS TABLE (
-                o_status text, o_winning_fence bigint, o_input_version text,
-                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
-                o_completed_at timestamptz
-            ) LANGUAGE plpgsql AS $fn$
-            DECLARE
-                head_fence bigint;
-                head_version text;
-                seen bigint;
+            _COMPLETE_HEAD
+            + """                seen bigint;
             BEGIN
                 INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
                 VALUES (p_job_key, -1, '', now())
@@ -181,21 +183,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                           ON c.job_key = p_job_key AND c.input_version = head_version
                          AND head_fence >= 0;
                     RETURN;
-                END IF;
-                UPDATE leaseworker_jobs
-                SET fence = p_fence, input_version = p_input_version, updated_at = now()
-                WHERE job_key = p_job_key;
-                RETURN QUERY
-                    INSERT INTO leaseworker_completions AS c
-                        (job_key, input_version, fence, result, execution_id, pod,
-                         completed_at)
-                    VALUES (p_job_key, p_input_version, p_fence, p_result,
-                            p_execution_id, p_pod, now())
-                    RETURNING 'accepted'::text, p_fence, c.input_version, c.fence,
-                              c.result, c.execution_id, c.pod, c.completed_at;
-            END
-            $fn$
-            """,
+                END IF;"""
+            + _ACCEPT,
             # The claim: raise the claimed fence under the head row's lock,
             # then look the identity up in a statement of its own (a fresh
             # READ COMMITTED snapshot, so it sees what the lock's earlier
@@ -337,6 +326,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX leaseworker_outbox_unsent ON leaseworker_outbox (id)"
             " WHERE sent_at IS NULL",
         ),
+    ),
+    Migration(
+        version=6,
+        description="leaseworker_outbox.attempts: how many times relays claimed a message",
+        postgresql=(
+            "ALTER TABLE leaseworker_outbox ADD COLUMN attempts integer NOT NULL DEFAULT 0",
+        ),
+        sqlite=("ALTER TABLE leaseworker_outbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",),
     ),
 )
 

@@ -1,30 +1,30 @@
 """The embedded completion store: SQLite through the standard library's ``sqlite3``.
 
-The default when no database URL is given: one file in WAL mode with
-``synchronous=FULL``, one connection on a worker thread, group commit through
-:mod:`._batch`, and ``BEGIN IMMEDIATE`` so the fencing rule is race-free.
+The default when no database URL is given: one file in WAL mode, one
+connection, group commit through :mod:`._batch`, and ``BEGIN IMMEDIATE`` so
+the fencing rule is race-free. Batches run on the event loop while the file's
+write lock is free (their commits do not fsync) and on a worker thread when
+they must wait for it; :mod:`._sqlite_sync` makes each answer durable first.
 See docs/design.md#the-sqlite-store.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, final
 
 import anyio
 
-from .._errors import ConfigError, StoreUnavailable
+from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
-from ._effects import OutboxRow, StoreTransaction
+from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -39,7 +39,8 @@ from ._model import (
     decide_claim,
     highest,
 )
-from ._schema import MIGRATIONS, Migration, pending
+from ._schema import MIGRATIONS, Migration
+from ._sqlite_sync import WalSync, connect, immediate, locked, migrate
 from ._url import StoreURL
 
 logger = logging.getLogger("leaseworker.store")
@@ -93,13 +94,6 @@ _STATE = """
       ON c.job_key = j.job_key AND c.input_version = j.input_version
     WHERE j.job_key = ?
 """
-_VERSION_TABLE = """
-    CREATE TABLE IF NOT EXISTS leaseworker_schema_version (
-        version     INTEGER PRIMARY KEY,
-        description TEXT NOT NULL,
-        applied_at  INTEGER NOT NULL
-    )
-"""
 
 
 @final
@@ -118,12 +112,14 @@ class SqliteStore:
         shown_url: str,
         call_timeout: float,
         inline: bool = False,
+        sync: WalSync | None = None,
     ) -> None:
         self._conn = conn
         self._inline = inline  # a :memory: database: nothing to block on
+        self._sync = sync  # a WAL file committed without fsync: answers wait for it
         self._shown_url = shown_url
         self._timeout = call_timeout
-        self._batcher = Batcher(self._run_batch_off_loop, max_batch=MAX_BATCH, inline=inline)
+        self._batcher = Batcher(self._run_batch_anywhere, max_batch=MAX_BATCH, inline=inline)
         self._deadline = 0.0  # of the batch running now (time.monotonic())
         self._busy_ms = -1  # the connection's busy_timeout as last set (-1: not yet)
         # Installed once: SQLite calls it every _PROGRESS_EVERY VM steps of any
@@ -141,18 +137,24 @@ class SqliteStore:
         :class:`ConfigError`; other failures are :class:`StoreUnavailable`.
         """
         try:
-            conn = await anyio.to_thread.run_sync(_connect, url.target, call_timeout)
+            conn, wal = await anyio.to_thread.run_sync(connect, url.target, call_timeout)
         except sqlite3.Error as exc:
+            raise StoreUnavailable(None, f"cannot open {url.redacted}: {_first_line(exc)}") from exc
+        try:
+            sync = await anyio.to_thread.run_sync(WalSync.start, url.target) if wal else None
+        except OSError as exc:  # no process for the fsyncs
+            conn.close()
             raise StoreUnavailable(None, f"cannot open {url.redacted}: {_first_line(exc)}") from exc
         store = cls(
             conn,
             shown_url=url.redacted,
             call_timeout=call_timeout,
             inline=url.target == ":memory:",
+            sync=sync,
         )
         try:
             store.schema_version = await store._run(
-                None, lambda conn: _migrate(conn, migrations), writes=False
+                None, lambda conn: migrate(conn, migrations), writes=False
             )
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -171,7 +173,10 @@ class SqliteStore:
         """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``."""
         check_call(job_key, fence, input_version)
         return await self._run(
-            job_key, lambda conn: _claim(conn, job_key, input_version, fence), writes=True
+            job_key,
+            lambda conn: _claim(conn, job_key, input_version, fence),
+            writes=True,
+            lasting=_refused,
         )
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
@@ -219,13 +224,34 @@ class SqliteStore:
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
-        from ._sqlite_effects import rows
+        return [(entry.row, entry.sent) for entry in await self.outbox_entries(job_key)]
 
-        return await self._run(job_key, lambda c: rows(c, job_key), writes=False)
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
+        from ._sqlite_effects import entries
+
+        return await self._run(job_key, lambda c: entries(c, job_key), writes=False)
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
+        from ._sqlite_effects import backlog
+
+        return await self._run(None, backlog, writes=False)
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Delete old sent messages; see ``EffectStore.prune_outbox``."""
+        from ._sqlite_effects import prune
+
+        return await self._run(None, lambda c: prune(c, older_than, limit), writes=True)
 
     async def aclose(self) -> None:
         """Close the connection once the call using it (if any) has finished."""
-        await self._batcher.close(functools.partial(anyio.to_thread.run_sync, self._conn.close))
+        await self._batcher.close(functools.partial(anyio.to_thread.run_sync, self._close))
+
+    def _close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+        self._conn.close()
 
     def __repr__(self) -> str:
         return f"SqliteStore(url={self._shown_url!r}, call_timeout={self._timeout})"
@@ -236,47 +262,89 @@ class SqliteStore:
         op: Callable[[sqlite3.Connection], _T],
         *,
         writes: bool,
+        lasting: Callable[[_T], bool] | None = None,
     ) -> _T:
         """Queue ``op(conn)`` for the next batch and return its outcome.
 
         ``writes``: run it in the batch's write transaction (``op`` must not
-        manage transactions); otherwise on its own, in autocommit mode.
+        manage transactions); otherwise on its own, in autocommit mode. The
+        outcome is returned once it is on disk if ``lasting(outcome)``; by
+        default, when it wrote or found something.
         """
         deadline = time.monotonic() + self._timeout
         call: Call[_T] = Call(functools.partial(op, self._conn), writes, deadline)
         try:
-            return await self._batcher.submit(call)
-        except sqlite3.Error as exc:
+            alone: list[Call[object]] = [call]  # type: ignore[list-item]  # Call is invariant
+            if (
+                self._sync is not None
+                and self._batcher.idle
+                and not self._run_batch(alone, patient=False)
+            ):  # answered at once, on the loop: nothing to share a batch with but the fsync
+                outcome = call.answer()
+            else:
+                outcome = await self._batcher.submit(call)
+            durable = (writes or bool(outcome)) if lasting is None else lasting(outcome)
+            if self._sync is not None and durable:
+                await self._sync.wait(self._sync.mark(), deadline)
+        except (sqlite3.Error, OSError) as exc:  # TimeoutError is an OSError
             expired = time.monotonic() >= deadline
             detail = f"no answer within {self._timeout}s" if expired else _first_line(exc)
             raise StoreUnavailable(key, detail) from exc
+        return outcome
 
-    async def _run_batch_off_loop(self, batch: list[Call[object]]) -> None:
-        """Run ``batch`` in a worker thread, or at once for a private in-memory database."""
+    async def durable(self, key: str, deadline: float) -> None:
+        """Return once what was committed so far is on disk (a job's own transaction)."""
+        if self._sync is not None:
+            try:
+                await self._sync.wait(self._sync.mark(), deadline)
+            except OSError as exc:
+                raise StoreUnavailable(key, _first_line(exc)) from exc
+
+    async def _run_batch_anywhere(self, batch: list[Call[object]]) -> None:
+        """Run ``batch`` on the loop, or in a worker thread where it must wait for a lock.
+
+        A private in-memory database has nothing to wait for; a WAL file
+        committed without fsync only waits while another connection holds
+        its write lock (then the calls go to the thread, which waits in
+        SQLite's busy handler); a file of another journal mode fsyncs in
+        every commit, so its batches always go to the thread.
+        """
         if self._inline:
-            self._run_batch(batch)
-        else:
-            await anyio.to_thread.run_sync(self._run_batch, batch)
+            self._run_batch(batch, patient=True)  # a private database: no lock to wait for
+            return
+        if self._sync is not None:
+            batch = self._run_batch(batch, patient=False)
+        if batch:
+            await anyio.to_thread.run_sync(functools.partial(self._run_batch, batch, patient=True))
 
-    def _run_batch(self, batch: list[Call[object]]) -> None:
-        """Answer every call of ``batch``: the writes in one transaction, reads one by one."""
+    def _run_batch(self, batch: list[Call[object]], *, patient: bool) -> list[Call[object]]:
+        """Answer the calls of ``batch``: the writes in one transaction, reads one by one.
+
+        Not ``patient``: never wait for another connection's lock; return
+        the calls left unanswered because of one (none were run).
+        """
         started = time.monotonic()
         live = _started_in_time(batch, started)
         if not live:
-            return
+            return []
         self._deadline = min(call.deadline for call in live)
         if not self._inline:  # only a file has other connections to wait for
-            self._bound_lock_waits(max(1, int((self._deadline - started) * 1000)))
-        self._run_writes([call for call in live if call.writes])
+            self._bound_lock_waits(max(1, int((self._deadline - started) * 1000)) if patient else 0)
+        writes = [call for call in live if call.writes]
+        left = [] if self._run_writes(writes, patient=patient) else writes
         for call in live:
             if not call.writes:
                 try:
                     call.succeed(call.op())
                 except sqlite3.Error as exc:
-                    call.fail(exc)
+                    if patient or not locked(exc):
+                        call.fail(exc)
+                    else:
+                        left.append(call)
+        return left
 
     def _bound_lock_waits(self, remaining_ms: int) -> None:
-        """Keep ``busy_timeout`` within the batch's deadline, and within half of it.
+        """Keep ``busy_timeout`` within the batch's deadline, and within half of it (0: none).
 
         Set again only when it would exceed the time left or wait less than
         half of it: one statement less in most batches.
@@ -285,20 +353,27 @@ class SqliteStore:
             self._conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
             self._busy_ms = remaining_ms
 
-    def _run_writes(self, writes: list[Call[object]]) -> None:
-        """Run ``writes`` in one transaction: all of them happen, or none (each then fails)."""
+    def _run_writes(self, writes: list[Call[object]], *, patient: bool = True) -> bool:
+        """Run ``writes`` in one transaction: all of them happen, or none (each then fails).
+
+        Not ``patient``: return false, answering none, if another connection
+        holds the write lock.
+        """
         if not writes:
-            return
+            return True
         try:
-            with _immediate(self._conn):
+            with immediate(self._conn):
                 outcomes = [call.op() for call in writes]
                 self._conn.execute("COMMIT")
         except sqlite3.Error as exc:  # rolled back: none of them happened
+            if not patient and locked(exc):
+                return False
             for call in writes:
                 call.fail(exc)
         else:
             for call, outcome in zip(writes, outcomes, strict=True):
                 call.succeed(outcome)
+        return True
 
     def _expired(self) -> bool:
         """Tell SQLite (as its progress handler) whether the running batch's deadline passed."""
@@ -314,60 +389,6 @@ def _started_in_time(batch: list[Call[object]], started: float) -> list[Call[obj
         else:
             live.append(call)
     return live
-
-
-def _connect(path: str, call_timeout: float) -> sqlite3.Connection:
-    """Open ``path`` for use from worker threads, in autocommit mode, WAL journal.
-
-    Raises :class:`ConfigError` when the file's directory does not exist.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    if path != ":memory:" and not os.path.isdir(folder):
-        raise ConfigError(f"cannot open sqlite:///{path}: directory {folder} does not exist")
-    conn = sqlite3.connect(
-        path, timeout=call_timeout, isolation_level=None, check_same_thread=False
-    )
-    try:
-        if path != ":memory:":
-            _enable_wal(conn, deadline=time.monotonic() + call_timeout)
-        conn.execute("PRAGMA synchronous = FULL")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _enable_wal(conn: sqlite3.Connection, *, deadline: float) -> None:
-    """Switch the file to WAL, retrying while other first openers hold the lock.
-
-    Changing the journal mode takes an exclusive lock, and SQLite answers
-    "database is locked" at once, without waiting in its busy handler, when
-    waiting could deadlock with another connection doing the same: several
-    pods opening a new store file together.
-    """
-    while True:
-        try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            break
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)  # a worker thread: the event loop is not blocked
-    if str(mode).lower() != "wal":
-        logger.warning("completion store: SQLite refused WAL mode (journal_mode=%s)", mode)
-
-
-@contextlib.contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE``; roll back on any error (``ROLLBACK`` errors are secondary)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
 
 
 def _complete(
@@ -413,6 +434,18 @@ def _claim(conn: sqlite3.Connection, job_key: str, input_version: str, fence: in
     )
 
 
+def _refused(answer: ClaimResult) -> bool:
+    """Whether a claim's answer must be on disk before it is given: all but ``claimed``.
+
+    ``claimed`` only lets this pod's job start. Pods share a SQLite file
+    only on one host, so the crash of that host's system, the one way to
+    lose a commit that is not yet on disk, also ends every execution that
+    could use the claim or be fenced out by it. ``duplicate`` and ``stale``
+    end the trigger on what was read, which must last.
+    """
+    return answer.status != "claimed"
+
+
 def _find(conn: sqlite3.Connection, job_key: str, input_version: str) -> Completion | None:
     row = conn.execute(_FIND, (job_key, input_version)).fetchone()
     return None if row is None else _completion(job_key, row)
@@ -434,32 +467,6 @@ def _completion(job_key: str, row: tuple[Any, ...]) -> Completion:
         pod=pod,
         completed_at=_EPOCH + timedelta(microseconds=completed_at),
     )
-
-
-def _migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> int:
-    """Apply missing migrations inside ``BEGIN IMMEDIATE``; return the schema version."""
-    with _immediate(conn):
-        conn.execute(_VERSION_TABLE)
-        applied = int(
-            conn.execute(
-                "SELECT coalesce(max(version), 0) FROM leaseworker_schema_version"
-            ).fetchone()[0]
-        )
-        for migration in pending(applied, migrations):
-            for statement in migration.sqlite:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO leaseworker_schema_version (version, description, applied_at)"
-                " VALUES (?, ?, ?)",
-                (migration.version, migration.description, time.time_ns() // 1000),
-            )
-            logger.info(
-                "completion store: applied schema version %d (%s)",
-                migration.version,
-                migration.description,
-            )
-        conn.execute("COMMIT")
-    return max([applied, *(m.version for m in migrations)])
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,7 +4,8 @@ A job's transaction holds the connection alone (no batch runs meanwhile) and
 the file's write lock (``BEGIN IMMEDIATE``) from its first step to its
 commit, so the fence read at its start still stands when it commits. Each
 step runs on a worker thread (inline for ``:memory:``) under the store's
-timeout. The relay's claims are write calls of the ordinary batches.
+timeout; the commit's answer waits until the WAL is on disk. The relay's
+claims are write calls of the ordinary batches.
 See docs/effects.md.
 """
 
@@ -14,6 +15,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar, final
 
 import anyio
@@ -21,6 +23,7 @@ import anyio
 from .._errors import StoreUnavailable
 from ._effects import (
     Message,
+    OutboxEntry,
     OutboxRow,
     Params,
     outbox_params,
@@ -150,7 +153,12 @@ class SqliteTransaction:
         self._done = True
         params = completion_params(request)
         rows = outbox_params(request, messages)
-        return await step(self._store, request.job_key, lambda c: _commit(c, request, params, rows))
+        answer = await step(
+            self._store, request.job_key, lambda c: _commit(c, request, params, rows)
+        )
+        deadline = time.monotonic() + self._store._timeout
+        await self._store.durable(request.job_key, deadline)  # what it wrote or read, on disk
+        return answer
 
     def _check(self) -> None:
         if self._done or self.opened.status != "claimed":
@@ -188,7 +196,8 @@ def claim_outbox(conn: sqlite3.Connection, relay: str, limit: int, hold: float) 
     marks = ",".join("?" * len(ids))
     until = now + int(hold * 1_000_000)
     conn.execute(
-        f"UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ? WHERE id IN ({marks})",
+        "UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1"
+        f" WHERE id IN ({marks})",
         (relay, until, *ids),
     )
     found = conn.execute(
@@ -217,10 +226,44 @@ def release(conn: sqlite3.Connection, relay: str, ids: Sequence[int]) -> int:
     ).rowcount
 
 
-def rows(conn: sqlite3.Connection, job_key: str | None) -> list[tuple[OutboxRow, bool]]:
-    """Every outbox row (of ``job_key``) with whether it was sent."""
+def prune(conn: sqlite3.Connection, older_than: float, limit: int) -> int:
+    """Delete old sent rows as ``EffectStore.prune_outbox`` says; runs in a write batch."""
+    cutoff = time.time_ns() // 1000 - int(older_than * 1_000_000)
+    return conn.execute(
+        "DELETE FROM leaseworker_outbox WHERE id IN (SELECT id FROM leaseworker_outbox"
+        " WHERE sent_at IS NOT NULL ORDER BY id LIMIT ?) AND sent_at < ?",
+        (limit, cutoff),
+    ).rowcount
+
+
+def entries(conn: sqlite3.Connection, job_key: str | None) -> list[OutboxEntry]:
+    """Every outbox row (of ``job_key``) with its state."""
     where, args = ("WHERE job_key = ?", (job_key,)) if job_key is not None else ("", ())
     found = conn.execute(
-        f"SELECT {_COLUMNS}, sent_at IS NOT NULL FROM leaseworker_outbox {where} ORDER BY id", args
+        f"SELECT {_COLUMNS}, committed_at, sent_at, attempts FROM leaseworker_outbox {where}"
+        " ORDER BY id",
+        args,
     ).fetchall()
-    return [(outbox_row(row[:-1]), bool(row[-1])) for row in found]
+    return [
+        OutboxEntry(
+            row=outbox_row(row[:-3]),
+            committed_at=_utc(row[-3]),
+            sent_at=None if row[-2] is None else _utc(row[-2]),
+            attempts=row[-1],
+        )
+        for row in found
+    ]
+
+
+def backlog(conn: sqlite3.Connection) -> tuple[int, float | None]:
+    """Return the unsent rows' count and the oldest one's age in seconds."""
+    count, oldest = conn.execute(
+        "SELECT count(*), min(committed_at) FROM leaseworker_outbox WHERE sent_at IS NULL"
+    ).fetchone()
+    if not count:
+        return 0, None
+    return count, max(0.0, (time.time_ns() // 1000 - oldest) / 1e6)
+
+
+def _utc(micros: int) -> datetime:
+    return datetime.fromtimestamp(micros / 1e6, UTC)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
@@ -24,6 +25,13 @@ from ._telemetry import Telemetry
 logger = logging.getLogger("leaseworker.telemetry")
 
 DEFAULT_SERVICE_NAME = "leaseworker"
+SWITCH_INTERVAL = 0.001
+"""Seconds the span export thread may keep the GIL while the event loop waits for it.
+
+CPython's default is 5 ms: each time the loop wakes (a socket ready, a timer
+due) while the export thread is encoding, it may wait that long for the GIL.
+Set by :func:`configure` once spans are exported (never lengthened).
+"""
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds pod exit waits for the last spans and metrics to be exported."""
 
@@ -234,6 +242,7 @@ def _tracer_provider(
             exporter.shutdown()
             raise
     provider.add_span_processor(BatchSpanProcessor(exporter))
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     return provider
 
 

@@ -28,7 +28,7 @@ class Telemetry:
 
         provider = TracerProvider(resource=Resource.create({"service.name": "reports"}))
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        worker = Worker(MonthlyReport(), config, telemetry=Telemetry(tracer_provider=provider))
+        worker = Pod(MonthlyReport(), config, telemetry=Telemetry(tracer_provider=provider))
 
     ``parent_on_producer``: the ``process {topic}`` span is a child of the
     producer's span from the record's ``traceparent`` (one trace from request

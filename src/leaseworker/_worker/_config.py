@@ -1,4 +1,4 @@
-"""``WorkerConfig``: every setting of a worker pod, checked when it is built.
+"""``PodConfig``: every setting of a worker pod, checked when it is built.
 
 Plain keyword-only frozen dataclass, one documented field per setting, with
 read-only views by concern (``KafkaSettings``, ``GroupTiming``, ``Timeouts``,
@@ -28,12 +28,12 @@ _DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerConfig:
+class PodConfig:
     """How a worker pod connects, how much it runs at once and how it stops.
 
     ::
 
-        config = WorkerConfig(bootstrap_servers="kafka:9092", redis_url="redis://redis:6379/0",
+        config = PodConfig(bootstrap_servers="kafka:9092", redis_url="redis://redis:6379/0",
                               group="reports", concurrency=8, shutdown_timeout=60,
                               dead_letter_topic="reports.dead-letter")
 
@@ -322,9 +322,9 @@ class WorkerConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaSettings:
-    """Where and as which group the pod consumes (:attr:`WorkerConfig.kafka`).
+    """Where and as which group the pod consumes (:attr:`PodConfig.kafka`).
 
-    Each field is the :class:`WorkerConfig` field of the same name.
+    Each field is the :class:`PodConfig` field of the same name.
     """
 
     bootstrap_servers: str
@@ -337,9 +337,9 @@ class KafkaSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupTiming:
-    """Consumer group membership timing, in seconds (:attr:`WorkerConfig.group_timing`).
+    """Consumer group membership timing, in seconds (:attr:`PodConfig.group_timing`).
 
-    Each field is the :class:`WorkerConfig` field or property of the same
+    Each field is the :class:`PodConfig` field or property of the same
     name: ``heartbeat`` is the interval in effect, ``rebalance_timeout`` the
     one sized from ``revoke_timeout``.
     """
@@ -354,9 +354,9 @@ class GroupTiming:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeouts:
-    """Every call and wait bound, in seconds (:attr:`WorkerConfig.timeouts`).
+    """Every call and wait bound, in seconds (:attr:`PodConfig.timeouts`).
 
-    Each field is the :class:`WorkerConfig` field of the same name.
+    Each field is the :class:`PodConfig` field of the same name.
     """
 
     shutdown_timeout: float
@@ -369,9 +369,9 @@ class Timeouts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseSettings:
-    """The lease Redis and how lease calls reach it (:attr:`WorkerConfig.leases`).
+    """The lease Redis and how lease calls reach it (:attr:`PodConfig.leases`).
 
-    Each field is the :class:`WorkerConfig` field of the same name; the URL
+    Each field is the :class:`PodConfig` field of the same name; the URL
     (which may carry a password) is left out of the repr.
     """
 
@@ -385,9 +385,9 @@ class LeaseSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreSettings:
-    """The fenced completion store (:attr:`WorkerConfig.store`).
+    """The fenced completion store (:attr:`PodConfig.store`).
 
-    Each field is the :class:`WorkerConfig` field of the same name; the URL
+    Each field is the :class:`PodConfig` field of the same name; the URL
     (which may carry a password) is left out of the repr.
     """
 
@@ -399,7 +399,7 @@ class StoreSettings:
 _View = TypeVar("_View", KafkaSettings, GroupTiming, Timeouts, LeaseSettings, StoreSettings)
 
 
-def _view(config: WorkerConfig, kind: type[_View]) -> _View:
+def _view(config: PodConfig, kind: type[_View]) -> _View:
     """Build the ``kind`` view of ``config``: each of its fields read from ``config``."""
     return kind(**{f.name: getattr(config, f.name) for f in dataclasses.fields(kind)})
 

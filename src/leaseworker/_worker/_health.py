@@ -22,7 +22,7 @@ import anyio
 from .._errors import ConfigError
 from .._kafka import SourceStats
 from ._looplag import LoopLagMonitor
-from ._worker import Worker, serve
+from ._worker import Pod, serve
 
 logger = logging.getLogger("leaseworker.health")
 
@@ -70,7 +70,7 @@ class RedisStatus:
 class RedisProbe:
     """PING Redis every ``interval`` seconds on the event loop; keep the last result.
 
-    ``ping`` must bound itself (``Worker.ping_redis`` does, by the Redis
+    ``ping`` must bound itself (``Pod.ping_redis`` does, by the Redis
     timeout); a result older than ``stale_after`` seconds counts as no answer,
     which also covers a loop too stalled to run the probe.
     """
@@ -294,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 async def serve_with_health(
-    worker: Worker,
+    worker: Pod,
     server: HealthServer,
     *,
     pod: str,

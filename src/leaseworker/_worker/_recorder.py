@@ -23,7 +23,7 @@ from .._events import Event, ExecutionEvent, LeaseEvent, Trigger
 from .._history import Execution, Scalar, Step, header_line, record_line
 from .._lease import now
 
-logger = logging.getLogger("leaseworker.worker")
+logger = logging.getLogger("leaseworker.pod")
 
 
 @dataclass(slots=True)
@@ -47,7 +47,7 @@ class HistoryRecorder:
     ::
 
         recorder = HistoryRecorder(Path("history-pod-1.jsonl"))
-        worker = Worker(job, config, recorder=recorder)
+        worker = Pod(job, config, recorder=recorder)
 
     An execution's ``start`` is when its acquire was answered; its ``end`` is
     when its body stopped (the loss's ``stopped`` step) or, without a loss,

@@ -1,6 +1,6 @@
 """The worker pod: one job class, one trigger source, one lease store.
 
-The :class:`Worker` joins the pieces: it waits for Redis and opens the
+The :class:`Pod` joins the pieces: it waits for Redis and opens the
 completion store (retrying with a log line, never crash-looping silently),
 builds the :class:`Executor` and the Kafka source, and serialises executions
 of one job key inside the pod (across pods the lease does it). :func:`serve`
@@ -21,9 +21,9 @@ from typing import final
 
 import anyio
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
+from redis.exceptions import RedisError
 
-from .._errors import ConfigError, StoreUnavailable
+from .._errors import StoreUnavailable
 from .._events import Hook
 from .._execution import (
     Ending,
@@ -40,26 +40,27 @@ from .._lease import (
     RedisLeases,
     check_redis,
     parse_redis_url,
+    ping_redis,
     redis_from_url,
-    redis_refusal,
+    start_refusal,
 )
 from .._retry import Retries, startup
 from .._store import CompletionStore, open_store
 from .._telemetry import Telemetry
-from ._config import WorkerConfig
+from ._config import PodConfig
 from ._recorder import HistoryRecorder
 from ._relay import outbox_relay
 
-logger = logging.getLogger("leaseworker.worker")
+logger = logging.getLogger("leaseworker.pod")
 
 
 @final
-class Worker:
+class Pod:
     """Run ``job`` for every trigger on ``job.topic`` until stopped.
 
     ::
 
-        worker = Worker(MonthlyReport(), WorkerConfig(bootstrap_servers="kafka:9092",
+        worker = Pod(MonthlyReport(), PodConfig(bootstrap_servers="kafka:9092",
                                                       redis_url="redis://redis:6379/0"))
         await serve(worker)          # or: await worker.run(), and worker.stop() to end
 
@@ -80,7 +81,7 @@ class Worker:
     def __init__(
         self,
         job: ReportJob,
-        config: WorkerConfig,
+        config: PodConfig,
         *,
         leases: LeaseStore | None = None,
         observer: ExecutionObserver | Hook | None = None,
@@ -144,7 +145,7 @@ class Worker:
         """
         if self._redis is not None:
             with anyio.fail_after(self._config.redis_timeout):
-                await self._redis.ping()
+                await ping_redis(self._redis, self._own_leases)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -163,7 +164,7 @@ class Worker:
                 task_status.started()  # stopped before Redis answered: nothing to wait for
                 return
             if self._store is not None:
-                async with outbox_relay(self._store, self._config):
+                async with outbox_relay(self._store, self._config, self._hooks):
                     await self._source.run(task_status=task_status)
                 return
             async with self._open_store() as store:
@@ -171,7 +172,7 @@ class Worker:
                     task_status.started()  # stopped before the store opened
                     return
                 self._executor = self._make_executor(store)
-                async with outbox_relay(store, self._config):
+                async with outbox_relay(store, self._config, self._hooks):
                     await self._source.run(task_status=task_status)
         finally:
             if self._redis is not None:
@@ -268,20 +269,13 @@ class Worker:
         while True:
             try:
                 with anyio.fail_after(self._config.redis_timeout * 2):
-                    await self._redis.ping()
-            except (AuthenticationError, AuthorizationError) as exc:
-                # Wrong credentials do not heal by waiting: exit 2, naming the problem.
-                raise ConfigError(
-                    f"Redis at {self._config.redacted_redis()} refused the credentials in the "
-                    f"Redis URL ({type(exc).__name__})"
-                ) from None
+                    await ping_redis(self._redis, self._own_leases)
             except (RedisError, OSError, TimeoutError) as exc:
-                refused = redis_refusal(exc)  # a TLS refusal does not heal by waiting either
-                if refused is not None:
-                    raise ConfigError(
-                        f"Redis at {self._config.redacted_redis()} refused the connection: "
-                        f"{refused}"
-                    ) from None
+                target = parse_redis_url(self._config.redis_url)
+                where, bound = self._config.redacted_redis(), self._config.redis_timeout
+                refused = await start_refusal(exc, target, where=where, bound=bound)
+                if refused is not None:  # credentials, an ACL, TLS: waiting does not heal them
+                    raise refused from None
                 log = functools.partial(_redis_unavailable, self._config, exc, self._source)
                 if not await retries.wait(log):
                     return False
@@ -340,7 +334,7 @@ def _as_hook(observer: ExecutionObserver | Hook) -> Hook:
 
 
 def _store_unavailable(
-    config: WorkerConfig,
+    config: PodConfig,
     exc: BaseException,
     source: KafkaTriggerSource,
     delay: float,
@@ -357,7 +351,7 @@ def _store_unavailable(
 
 
 def _redis_unavailable(
-    config: WorkerConfig,
+    config: PodConfig,
     exc: BaseException,
     source: KafkaTriggerSource,
     delay: float,
@@ -378,7 +372,7 @@ def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def serve(worker: Worker) -> None:
+async def serve(worker: Pod) -> None:
     """Run ``worker`` until SIGTERM/SIGINT; a second signal exits the process at once.
 
     The first signal stops fetching and lets in-flight jobs finish until the
@@ -392,7 +386,7 @@ async def serve(worker: Worker) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _watch_signals(worker: Worker) -> None:
+async def _watch_signals(worker: Pod) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         received = 0
         async for signum in signals:

@@ -18,7 +18,7 @@ from .._events import Event, ExecutionEvent, SourceEvent
 from .._execution import ReportJob
 from .._kafka._producer import send_trigger
 from .._lease import now
-from .._worker import Worker, WorkerConfig
+from .._worker import Pod, PodConfig
 from ._result import JobResult, ended, execution_step
 from ._triggers import DEAD_LETTER_SUFFIX
 
@@ -34,7 +34,7 @@ class PodFactory:
     ``factory(JobClass, *args, **kwargs)`` runs a pod of a subclass of
     ``JobClass`` whose ``topic`` is the test's topic (the class's own attributes
     and ``job_key()`` otherwise unchanged), built with ``args``/``kwargs``;
-    ``config`` overrides :class:`~leaseworker.WorkerConfig` fields.
+    ``config`` overrides :class:`~leaseworker.PodConfig` fields.
     """
 
     def __init__(self, kafka: LocalKafka, redis: LocalRedis, topic: str) -> None:
@@ -62,7 +62,7 @@ class PodFactory:
             finally:
                 pod.worker.stop()
 
-    def _config(self, overrides: Mapping[str, Any]) -> WorkerConfig:
+    def _config(self, overrides: Mapping[str, Any]) -> PodConfig:
         settings: dict[str, Any] = {
             "bootstrap_servers": self.kafka.bootstrap_servers,
             "redis_url": self.redis.url,
@@ -78,14 +78,14 @@ class PodFactory:
             "startup_retry_cap": 0.5,
             **overrides,
         }
-        return WorkerConfig(**settings)
+        return PodConfig(**settings)
 
 
 @final
 class EmbeddedPod:
     """A pod running one job class in the test's event loop; :meth:`send` waits for the outcome."""
 
-    def __init__(self, job: ReportJob, config: WorkerConfig, bootstrap_servers: str) -> None:
+    def __init__(self, job: ReportJob, config: PodConfig, bootstrap_servers: str) -> None:
         self.job = job
         self.config = config
         self._bootstrap = bootstrap_servers
@@ -93,7 +93,7 @@ class EmbeddedPod:
         self._began = now()
         self._ended: dict[tuple[int, int], anyio.Event] = {}
         self._malformed: set[tuple[int, int]] = set()
-        self.worker = Worker(job, config, hooks=(self,))
+        self.worker = Pod(job, config, hooks=(self,))
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Run the worker until stopped (``task_status``: once Kafka is connected)."""

@@ -22,7 +22,7 @@ import anyio
 
 from .._errors import LeaseUnavailable
 from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
-from .._lease._leases import _check_ttl, _checked, _describe, _ms
+from .._lease._model import _check_lease_duration, _checked, _describe, _duration, _ms
 from .._lease._verdict import judge_renewal
 from .._lease._verdict import lost as _lost
 from .._outcome import LeaseLostReason
@@ -50,7 +50,7 @@ class MemoryLeases:
     ::
 
         leases = MemoryLeases(command_timeout=0.2)
-        async with hold(leases, "report:acme:2026-11", ttl=30) as held:
+        async with hold(leases, "report:acme:2026-11", lease_duration=30) as held:
             leases.fail_renewals("timeout")   # the next renewal gets no answer
             await anyio.sleep_forever()       # -> LeaseLost(reason="timeout")
 
@@ -94,9 +94,17 @@ class MemoryLeases:
 
     # -- the LeaseStore protocol ----------------------------------------------------
 
-    async def acquire(self, key: str, ttl: float, *, note: str = "") -> Lease | None:
-        """Take the lease for ``key`` for ``ttl`` seconds, or ``None`` when held.
+    async def acquire(
+        self,
+        key: str,
+        lease_duration: float | None = None,
+        *,
+        note: str = "",
+        ttl: float | None = None,
+    ) -> Lease | None:
+        """Take the lease for ``key`` for ``lease_duration`` seconds, or ``None`` when held.
 
+        (``ttl=`` is the deprecated spelling of ``lease_duration``.)
         ``note`` stays with this acquisition; the next one gets it back as
         :attr:`~leaseworker.Lease.previous` (``""`` leaves none), as on Redis.
 
@@ -104,12 +112,14 @@ class MemoryLeases:
         or answers later than ``command_timeout`` (a lease it took meanwhile is
         released again, as ``RedisLeases`` does).
         """
-        _check_ttl(ttl)
+        if lease_duration is None:
+            lease_duration = _duration("MemoryLeases.acquire()", ttl)
+        _check_lease_duration(lease_duration)
         _checked(key)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         sent_at = now()
         try:
-            taken = await self._round_trip(lambda: self._take(key, owner, ttl, note))
+            taken = await self._round_trip(lambda: self._take(key, owner, lease_duration, note))
         except TimeoutError as exc:
             self._forget(key, owner)
             raise LeaseUnavailable(key, _describe(exc)) from exc
@@ -121,12 +131,12 @@ class MemoryLeases:
         if taken is None:
             return None
         fence, previous = taken
-        deadline = self._policy.local_deadline(sent_at, ttl)
+        deadline = self._policy.local_deadline(sent_at, lease_duration)
         return Lease(
             key=key,
             owner=owner,
             fence=fence,
-            ttl=ttl,
+            lease_duration=lease_duration,
             sent_at=sent_at,
             local_deadline=deadline,
             previous=previous,
@@ -198,11 +208,23 @@ class MemoryLeases:
         """Delete ``key``'s lease, as expiry, eviction or an operator would; its fence stays."""
         self._keys.pop(key, None)
 
-    def take(self, key: str, ttl: float, *, owner: str = "another-pod") -> Lease:
-        """Let another owner acquire ``key`` now, whoever held it: a takeover. Returns its lease."""
+    def take(
+        self,
+        key: str,
+        lease_duration: float | None = None,
+        *,
+        owner: str = "another-pod",
+        ttl: float | None = None,
+    ) -> Lease:
+        """Let another owner acquire ``key`` now, whoever held it: a takeover. Returns its lease.
+
+        (``ttl=`` is the deprecated spelling of ``lease_duration``.)
+        """
+        if lease_duration is None:
+            lease_duration = _duration("MemoryLeases.take()", ttl)
         self.delete(key)
         token = f"{owner}:{secrets.token_hex(12)}"
-        taken = self._take(key, token, ttl, "")
+        taken = self._take(key, token, lease_duration, "")
         assert taken is not None
         fence, previous = taken
         sent_at = now()
@@ -211,9 +233,9 @@ class MemoryLeases:
             owner=token,
             fence=fence,
             previous=previous,
-            ttl=ttl,
+            lease_duration=lease_duration,
             sent_at=sent_at,
-            local_deadline=self._policy.local_deadline(sent_at, ttl),
+            local_deadline=self._policy.local_deadline(sent_at, lease_duration),
         )
 
     def restart_empty(self) -> None:
@@ -262,13 +284,15 @@ class MemoryLeases:
             return None
         return held
 
-    def _take(self, key: str, owner: str, ttl: float, note: str) -> tuple[int, str | None] | None:
+    def _take(
+        self, key: str, owner: str, lease_duration: float, note: str
+    ) -> tuple[int, str | None] | None:
         """SET NX PX, the fence increment and the note swap; ``None`` when someone holds the key."""
         if self._live(key) is not None:
             return None
         fence = max(self._fences.get(key, 0), self._fence_floor) + 1
         self._fences[key] = fence
-        self._keys[key] = _Key(owner, now() + int(_ms(ttl)) / 1000)
+        self._keys[key] = _Key(owner, now() + int(_ms(lease_duration)) / 1000)
         previous = self._notes.pop(key, None)
         if note:
             self._notes[key] = note
@@ -278,7 +302,7 @@ class MemoryLeases:
         held = self._live(lease.key)
         if held is None or held.owner != lease.owner:
             return False
-        self._keys[lease.key] = _Key(lease.owner, now() + int(_ms(lease.ttl)) / 1000)
+        self._keys[lease.key] = _Key(lease.owner, now() + int(_ms(lease.lease_duration)) / 1000)
         return True
 
     def _delete_own(self, key: str, owner: str) -> bool:

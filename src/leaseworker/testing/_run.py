@@ -38,8 +38,8 @@ from ._store import BeforeComplete, FaultyStore
 
 
 @dataclass
-class _Execution:
-    """What the run knows of one execution so far."""
+class _Counts:
+    """What the run counted of one execution so far (not a recorded `Execution`)."""
 
     renewals: int = 0
     checkpoints: int = 0
@@ -67,7 +67,7 @@ class Run:
     began: float = field(default_factory=now)
     steps: list[Step] = field(default_factory=list)
     finished: list[ExecutionEvent] = field(default_factory=list)
-    executions: list[_Execution] = field(default_factory=list)
+    executions: list[_Counts] = field(default_factory=list)
     indexes: dict[str, int] = field(default_factory=dict)  # execution id -> its index
     completion: str | None = None
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
@@ -104,7 +104,7 @@ class Run:
         elif isinstance(event, ExecutionEvent):
             if event.event == "acquiring":  # a new execution: its lease events follow
                 self.indexes[event.execution_id] = len(self.executions)
-                self.executions.append(_Execution())
+                self.executions.append(_Counts())
             else:
                 self.on_event(event)
 
@@ -147,7 +147,7 @@ class Run:
             elif isinstance(fault, Superseded):
                 store.before_next_complete(self._takeover(fault))
 
-    def _arm_lease(self, event: LeaseEvent, execution: _Execution) -> None:
+    def _arm_lease(self, event: LeaseEvent, execution: _Counts) -> None:
         for fault in self.faults:
             if isinstance(fault, FailRenewal):
                 # Armed once the renewal before it is confirmed (for the first: the acquire).

@@ -2,7 +2,7 @@
 
 For the cluster scenarios of the replicated-lease tests (failovers, moved
 slots), on real processes stopped by PID; each operation returns once every
-live node agrees on the slot map. See docs/design.md#local-redis-topologies.
+live node agrees on the slot map. See docs/design.md#development-services.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Built from source with the Go toolchain, pinned by the Go module in
 ``deploy/local/jaeger`` (shipped in the wheel too) and cached outside the
-clone; its JSON query API is complete, its web UI is a placeholder. See docs/design.md#local-jaeger.
+clone; its JSON query API is complete, its web UI is a placeholder.
+See docs/design.md#development-services.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ coordinator answers; topics are never auto-created (unless the broker
 settings given to :meth:`LocalKafka.start` say so). With a
 ``BrokerSecurity`` (``_kafka_secure``) it also opens SSL and SASL_SSL
 listeners and may enforce ACLs (``_kafka_acls``). Version, start-up and JVM
-choices: see docs/design.md#local-kafka.
+choices: see docs/design.md#development-services.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import re
 import shutil
 import signal
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -41,7 +40,7 @@ from ._kafka_install import (
     random_cluster_id,
 )
 from ._kafka_secure import BrokerSecurity, broker_settings, scram_format_args
-from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, distinct_free_ports, service_workdir, wait_for_port
 
 __all__ = [
     "BROKER_SETTINGS",
@@ -171,16 +170,12 @@ class LocalKafka:
         """
         java = find_java()
         libs = ensure_installed()
-        remove = workdir is None
-        if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix="leaseworker-kafka-"))
-        workdir.mkdir(parents=True, exist_ok=True)
-        port, controller_port, *secured = _distinct_ports(
+        port, controller_port, *secured = distinct_free_ports(
             2 + (len(security.listeners) if security else 0)
         )
         listener_ports = dict(zip(security.listeners if security else (), secured, strict=True))
         cluster_id = random_cluster_id()
-        try:
+        with service_workdir(workdir, "kafka") as (workdir, remove):
             properties = _write_config(
                 workdir, port, controller_port, settings or {}, security, listener_ports
             )
@@ -200,10 +195,6 @@ class LocalKafka:
                 None if use_archive else archive.with_name(f"{archive.name}.{uuid.uuid4().hex}")
             )
             process = _spawn(java, libs, workdir, properties, use_archive, recording)
-        except BaseException:
-            if remove:
-                shutil.rmtree(workdir, ignore_errors=True)
-            raise
         kafka = cls(
             port=port,
             controller_port=controller_port,
@@ -346,16 +337,6 @@ class LocalKafka:
         deadline = time.monotonic() + timeout
         wait_for_port(self.port, timeout=timeout, process=self.process.popen)
         _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline))
-
-
-def _distinct_ports(count: int) -> list[int]:
-    """Return ``count`` different free loopback ports."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def _write_config(

@@ -4,7 +4,7 @@ Each :class:`LocalPostgres` runs ``initdb`` and the ``postgres`` binary directly
 with a random superuser password on TCP, and drops to the ``postgres`` user when
 run as root. Given :class:`TLSFiles` it serves TLS only (``ssl = on``, every TCP
 client through ``hostssl ... scram-sha-256``) and its URLs ask for
-``sslmode=verify-full`` against the test CA. See docs/design.md#local-postgresql.
+``sslmode=verify-full`` against the test CA. See docs/design.md#development-services.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import signal
 import socket
 import ssl
 import struct
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from glob import glob
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port, run_captured, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, free_port, run_captured, service_workdir, wait_for_port
 from ._tls import TLSFiles
 
 if TYPE_CHECKING:
@@ -224,22 +223,14 @@ class LocalPostgres:
         """
         bindir = find_bindir()
         run_as = _RunAs.for_current_process()
-        remove = workdir is None
-        if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix="leaseworker-pg-"))
-        workdir.mkdir(parents=True, exist_ok=True)
-        workdir.chmod(0o700)
-        run_as.give(workdir)
         password = secrets.token_hex(16)
-        try:
+        with service_workdir(workdir, "pg") as (workdir, remove):
+            workdir.chmod(0o700)
+            run_as.give(workdir)
             _initdb(bindir, workdir, password, run_as, timeout=timeout)
             chosen = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
             port = free_port()
             process = _spawn(bindir, workdir, port, run_as, {**chosen, **(settings or {})}, env)
-        except BaseException:
-            if remove:
-                shutil.rmtree(workdir, ignore_errors=True)
-            raise
         pg = cls(
             port=port,
             workdir=workdir,

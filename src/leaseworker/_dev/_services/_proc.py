@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
@@ -66,6 +68,25 @@ def distinct_free_ports(count: int) -> list[int]:
         if port not in ports:
             ports.append(port)
     return ports
+
+
+@contextlib.contextmanager
+def service_workdir(workdir: Path | None, name: str) -> Iterator[tuple[Path, bool]]:
+    """Yield a service's work directory and whether it is temporary, for its ``start()``.
+
+    Without ``workdir`` a fresh ``leaseworker-<name>-*`` directory is made: the
+    service's ``stop()`` removes it later (the flag says so), and it is removed
+    here already when the body (writing config, spawning) fails.
+    """
+    remove = workdir is None
+    path = Path(tempfile.mkdtemp(prefix=f"leaseworker-{name}-")) if workdir is None else workdir
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path, remove
+    except BaseException:
+        if remove:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _ephemeral_low() -> int:

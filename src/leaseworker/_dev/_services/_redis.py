@@ -5,13 +5,12 @@ from __future__ import annotations
 import shutil
 import socket
 import ssl
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port, wait_for_port
+from ._proc import LOOPBACK, LocalProcess, free_port, service_workdir, wait_for_port
 from ._shipped import ToolMissingError
 from ._tls import ServiceTLS
 
@@ -55,14 +54,8 @@ class LocalRedis:
                 "(it installs Debian's redis-server package)"
             )
         port = port or free_port()
-        remove = workdir is None
-        workdir = workdir or Path(tempfile.mkdtemp(prefix="leaseworker-redis-"))
-        try:
+        with service_workdir(workdir, "redis") as (workdir, remove):
             process = _spawn(binary, port, workdir, tls)
-        except BaseException:
-            if remove:
-                shutil.rmtree(workdir, ignore_errors=True)
-            raise
         return cls(
             binary=binary,
             port=port,

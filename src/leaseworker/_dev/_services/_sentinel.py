@@ -2,7 +2,7 @@
 
 For the failover scenarios of the replicated-lease tests, on real processes
 stopped by PID; each operation returns once its effect is observable.
-See docs/design.md#local-redis-topologies.
+See docs/design.md#development-services.
 """
 
 from __future__ import annotations

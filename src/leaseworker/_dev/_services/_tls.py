@@ -4,8 +4,11 @@
 issues server certificates for ``127.0.0.1``/``localhost``, client
 certificates, and the certificates a refusal test needs: an expired one and
 one for another host. Each is written as :class:`TLSFiles` (CA bundle,
-certificate chain, private key), the three paths every server and client
-takes. A second ``TestCA`` is "an unknown CA" to the first one's peers.
+certificate chain, PKCS#8 private key, which every server and client here
+reads, and a keystore: key then chain in one file, Kafka's
+``ssl.keystore.type=PEM``). A second ``TestCA`` is "an unknown CA" to the
+first one's peers. The one CA helper of the suite, the demo and the secured
+Kafka broker alike.
 :class:`ServiceTLS` is what a secured local service is started with.
 """
 
@@ -27,11 +30,15 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost")
 
 @dataclass(frozen=True, slots=True)
 class TLSFiles:
-    """PEM files of one TLS identity: the CA bundle to trust, its certificate chain, its key."""
+    """PEM files of one TLS identity: the CA bundle to trust, its certificate chain, its key.
+
+    ``keystore``: the key and the chain in one file (a Kafka broker's PEM keystore).
+    """
 
     ca: Path
     cert: Path
     key: Path
+    keystore: Path
 
 
 @final
@@ -49,12 +56,12 @@ class TestCA:
 
     __test__ = False  # not a pytest test class, despite its name
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, name: str = "leaseworker test CA") -> None:
         import trustme  # a development dependency: only tests and demos get here
 
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self._ca: trustme.CA = trustme.CA(organization_name="leaseworker test CA")
+        self._ca: trustme.CA = trustme.CA(organization_name=name)
         self._numbers = itertools.count(1)
         self.ca_file = directory / "ca.crt"
         self._ca.cert_pem.write_to_path(str(self.ca_file))
@@ -65,13 +72,19 @@ class TestCA:
         """Issue a server certificate for ``hosts`` (``expired``: it ended yesterday)."""
         return self._issue(name, hosts, common_name=hosts[0], expired=expired)
 
-    def client(self, common_name: str, *, expired: bool = False) -> TLSFiles:
-        """Issue a client certificate whose subject is ``CN=<common_name>``."""
-        return self._issue("client", (), common_name=common_name, expired=expired)
+    def client(self, common_name: str, *, expired: bool = False, name: str = "client") -> TLSFiles:
+        """Issue a client certificate whose subject is ``CN=<common_name>``.
+
+        It names the loopback hosts too: Go (Jaeger) and Java (Kafka) refuse a
+        certificate whose subject alternative name extension is empty.
+        """
+        return self._issue(name, LOCAL_HOSTS, common_name=common_name, expired=expired)
 
     def _issue(
         self, name: str, hosts: tuple[str, ...], *, common_name: str, expired: bool
     ) -> TLSFiles:
+        from cryptography.hazmat.primitives import serialization  # trustme's own dependency
+
         number = next(self._numbers)
         now = datetime.datetime.now(datetime.UTC)
         ends = now - datetime.timedelta(days=1) if expired else now + datetime.timedelta(days=30)
@@ -81,12 +94,25 @@ class TestCA:
             not_before=now - datetime.timedelta(days=30),
             not_after=ends,
         )
+        private = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+        pkcs8 = private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
         stem = self.directory / f"{name}-{number}"
-        cert, key = stem.with_suffix(".crt"), stem.with_suffix(".key")
-        cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-        key.write_bytes(leaf.private_key_pem.bytes())
-        key.chmod(0o600)
-        return TLSFiles(ca=self.ca_file, cert=cert, key=key)
+        files = TLSFiles(
+            ca=self.ca_file,
+            cert=stem.with_suffix(".crt"),
+            key=stem.with_suffix(".key"),
+            keystore=stem.with_suffix(".pem"),
+        )
+        files.cert.write_bytes(chain)
+        for secret, content in ((files.key, pkcs8), (files.keystore, pkcs8 + chain)):
+            secret.write_bytes(content)
+            secret.chmod(0o600)
+        return files
 
 
 @dataclass(frozen=True, slots=True)

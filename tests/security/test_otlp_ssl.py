@@ -21,7 +21,8 @@ import pytest
 from leaseworker._dev._services import LocalJaeger
 
 from ..waiting import eventually
-from .conftest import SecuredKafka
+from .collector import https_collector
+from .secured_kafka import SecuredKafka
 from .test_kafka_sasl_ssl import _cli, _refused_line
 
 TOKEN = "Bearer otlp-secret-token-0123456789"
@@ -35,7 +36,7 @@ def tls_jaeger(
     secured_kafka: SecuredKafka, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalJaeger]:
     """A Jaeger whose OTLP/HTTP receiver serves HTTPS with a certificate of the test CA."""
-    leaf = secured_kafka.ca.issue("jaeger")
+    leaf = secured_kafka.ca.server(name="jaeger")
     jaeger = LocalJaeger.start(
         workdir=tmp_path_factory.mktemp("jaeger"), otlp_tls=(leaf.cert, leaf.key)
     )
@@ -66,7 +67,7 @@ def refusing_collector(
     request: pytest.FixtureRequest, secured_kafka: SecuredKafka
 ) -> Iterator[str]:
     """Run an HTTPS collector answering 401 (or 403); yield its endpoint."""
-    leaf = secured_kafka.ca.issue("refusing")
+    leaf = secured_kafka.ca.server(name="refusing")
     handler = type("Handler", (_Refusing,), {"status": request.param})
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -86,7 +87,7 @@ async def test_a_trigger_span_reaches_jaeger_over_https_through_sasl_ssl_kafka(
     """``trigger`` over SASL_SSL exports its span to the HTTPS receiver (CA: the test CA)."""
     names = secured_kafka.names("pod")
     env = secured_kafka.env(user="admin") | {
-        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.cert),
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.ca_file),
         "OTEL_SERVICE_NAME": "tls-producer",
         "OTEL_METRICS_EXPORTER": "none",
     }
@@ -109,12 +110,36 @@ def test_a_collector_with_an_unknown_ca_makes_run_exit_2_ssl(
     """The exporter verifies the collector against OTEL_EXPORTER_OTLP_CERTIFICATE."""
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": tls_jaeger.otlp_http_endpoint,
-        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.other_ca.cert),
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.other_ca.ca_file),
     }
     result, took = _cli(["run", "tests.jobs:MarkerJob"], env, drop=CA_BUNDLE_VARIABLES)
     line = _refused_line(result, took, TOKEN)
     assert "OTLP collector" in line
     assert "certificate is not accepted" in line
+
+
+@pytest.mark.parametrize("certificate", ["expired", "another host's"])
+def test_a_collector_with_an_expired_or_misnamed_certificate_makes_run_exit_2_ssl(
+    secured_kafka: SecuredKafka, certificate: str
+) -> None:
+    """The collector's certificate chains to the trusted CA but expired, or names another host."""
+    ca = secured_kafka.ca
+    identity = (
+        ca.server(expired=True, name="expired-collector")
+        if certificate == "expired"
+        else ca.server(hosts=("collector.invalid",), name="misnamed-collector")
+    )
+    with https_collector(identity) as collector:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca.ca_file),
+        }
+        result, took = _cli(["run", "tests.jobs:MarkerJob"], env, drop=CA_BUNDLE_VARIABLES)
+        assert collector.exports == []
+    line = _refused_line(result, took, TOKEN)
+    assert "OTLP collector" in line
+    assert "certificate is not accepted" in line
+    assert ("expired" if certificate == "expired" else "mismatch") in line.lower()
 
 
 def test_a_collector_answering_401_or_403_makes_run_exit_2_ssl(
@@ -123,7 +148,7 @@ def test_a_collector_answering_401_or_403_makes_run_exit_2_ssl(
     """A refusal of the pod's credentials: one line, exit 2, the header value not shown."""
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": refusing_collector,
-        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.cert),
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.ca_file),
         "OTEL_EXPORTER_OTLP_HEADERS": f"authorization={TOKEN.replace(' ', '%20')}",
     }
     result, took = _cli(["run", "tests.jobs:MarkerJob"], env, drop=CA_BUNDLE_VARIABLES)
@@ -140,16 +165,16 @@ async def test_spans_reach_a_collector_asking_for_client_certificates_ssl(
     With OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_KEY the start-up check passes
     and the trigger's span is sent.
     """
-    leaf = secured_kafka.ca.issue("mtls-jaeger")
+    leaf = secured_kafka.ca.server(name="mtls-jaeger")
     jaeger = LocalJaeger.start(
         workdir=tmp_path / "jaeger",
         otlp_tls=(leaf.cert, leaf.key),
-        otlp_client_ca=secured_kafka.ca.cert,
+        otlp_client_ca=secured_kafka.ca.ca_file,
     )
     try:
         env = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_http_endpoint,
-            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.cert),
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secured_kafka.ca.ca_file),
         }
         result, took = _cli(["run", "tests.jobs:MarkerJob"], env, drop=CA_BUNDLE_VARIABLES)
         line = _refused_line(result, took, TOKEN)

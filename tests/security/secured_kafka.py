@@ -1,8 +1,9 @@
-"""A secured Kafka broker once per session (KRaft starts slowly), with a per-run test CA.
+"""The secured Kafka broker of tests/security: what a client needs to reach it, as whom.
 
-The broker has an ``SSL`` listener that requires a client certificate, a
-``SASL_SSL`` listener with a PLAIN user and SCRAM users, two more ``SSL``
-listeners with a certificate for another host and an expired one, and the
+The broker (started once per session by ``conftest.secured_kafka``) has an
+``SSL`` listener that requires a client certificate, a ``SASL_SSL`` listener
+with a PLAIN user and SCRAM users, two more ``SSL`` listeners with a
+certificate for another host and an expired one, and the
 ``StandardAuthorizer``: a user can do only what its ACLs allow. Topics and
 ACLs are created per test over the broker's own ``PLAINTEXT`` listener.
 """
@@ -11,18 +12,14 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
-import pytest
 
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._kafka_acls import Acl, pod_acls
 from leaseworker._dev._services._kafka_secure import BrokerSecurity
+from leaseworker._dev._services._tls import TestCA, TLSFiles
 
 from ..kafka_util import KafkaNames
-from .certs import Leaf, TestCA
 
 USERS = ("pod", "nodl", "nogroup", "noread", "admin")
 """SCRAM users: ``pod`` gets the full pod ACLs, the others lack one (``admin`` is super)."""
@@ -35,15 +32,15 @@ class SecuredKafka:
     broker: LocalKafka
     ca: TestCA
     other_ca: TestCA  # a CA the broker's certificate does not chain to
-    client: Leaf  # a client certificate whose principal is ``pod``
-    stranger: Leaf  # a client certificate issued by ``other_ca``
+    client: TLSFiles  # a client certificate whose principal is ``pod``
+    stranger: TLSFiles  # a client certificate issued by ``other_ca``
     passwords: dict[str, str]  # SCRAM and PLAIN users' passwords
 
     def env(self, listener: str = "SASL_SSL", user: str = "pod", **more: str) -> dict[str, str]:
         """Return the ``LEASEWORKER_*`` variables of a pod on ``listener`` as ``user``."""
         env = {
             "LEASEWORKER_BOOTSTRAP_SERVERS": self.broker.address(listener),
-            "LEASEWORKER_KAFKA_CA_FILE": str(self.ca.cert),
+            "LEASEWORKER_KAFKA_CA_FILE": str(self.ca.ca_file),
         }
         if listener == "SASL_SSL":
             env |= {
@@ -93,30 +90,23 @@ class SecuredKafka:
         return names
 
 
-@pytest.fixture(scope="session")
-def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
-    """Start the session's secured broker (see the module docstring); stop it by PID."""
-    directory: Path = tmp_path_factory.mktemp("kafka-certs")
-    ca = TestCA(directory / "ca")
-    other = TestCA(directory / "other", name="a CA nobody trusts")
+def start_secured_kafka(ca: TestCA, other: TestCA) -> SecuredKafka:
+    """Start the broker of the module docstring, its certificates from ``ca``; stop it after."""
     passwords = {user: secrets.token_hex(12) for user in (*USERS, "plainpod")}
     security = BrokerSecurity(
-        keystore=ca.issue("broker").keystore,
-        truststore=ca.cert,
+        keystore=ca.server(name="broker").keystore,
+        truststore=ca.ca_file,
         client_auth=True,
         plain_users={"plainpod": passwords["plainpod"]},
         scram_users={user: passwords[user] for user in USERS},
         authorizer=True,
         super_users=("admin",),
         more_listeners={
-            "WRONGHOST": ca.issue("wronghost", "kafka.example.com").keystore,
-            "EXPIRED": ca.issue("expired", expired=True).keystore,
+            "WRONGHOST": ca.server(hosts=("kafka.example.com",), name="wronghost").keystore,
+            "EXPIRED": ca.server(expired=True, name="expired").keystore,
         },
     )
     broker = LocalKafka.start(security=security)
-    try:
-        client = ca.issue("client", common_name="pod")
-        stranger = other.issue("stranger", common_name="pod")
-        yield SecuredKafka(broker, ca, other, client, stranger, passwords)
-    finally:
-        broker.stop()
+    client = ca.client("pod", name="kafka-client")
+    stranger = other.client("pod", name="stranger")
+    return SecuredKafka(broker, ca, other, client, stranger, passwords)

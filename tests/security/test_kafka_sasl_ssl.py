@@ -12,20 +12,20 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from leaseworker import KafkaSecurity
+from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker.testing._embedded import PodFactory
 
 from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic
-from ..pods import LEASEWORKER, REPO, Pod, spawn_pod
+from ..pods import LEASEWORKER, REPO, spawn_pod
 from ..waiting import eventually
-from .conftest import SecuredKafka
+from .secured_kafka import SecuredKafka
 
 REFUSAL_BOUND = 10.0
 """Seconds within which a refused command must have exited 2."""
@@ -72,20 +72,11 @@ def pod_env(redis_server: LocalRedis, namespace: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[list[Pod]]:
-    """Pods started by a test; any still running at its end is killed."""
-    started: list[Pod] = []
-    yield started
-    for pod in started:
-        pod.kill()
-
-
 @pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])
 async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutual_ssl(
     secured_kafka: SecuredKafka,
     pod_env: dict[str, str],
-    pods: list[Pod],
+    pods: list[PodProcess],
     tmp_path: Path,
     listener: str,
 ) -> None:
@@ -123,7 +114,7 @@ async def test_a_pod_under_its_acls_runs_end_to_end_over_sasl_ssl_scram_and_mutu
 
 
 async def test_a_malformed_trigger_is_dead_lettered_under_the_write_acl_over_sasl_ssl(
-    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[Pod], tmp_path: Path
+    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[PodProcess], tmp_path: Path
 ) -> None:
     """Write on the dead-letter topic is enough for the pod's dead-letter producer."""
     names = secured_kafka.names("pod")
@@ -146,7 +137,7 @@ async def test_a_malformed_trigger_is_dead_lettered_under_the_write_acl_over_sas
 
 def _refusal_cases(kafka: SecuredKafka) -> dict[str, tuple[dict[str, str], str]]:
     """Each refusal: the settings that provoke it and what its one line must say."""
-    other_ca = str(kafka.other_ca.cert)
+    other_ca = str(kafka.other_ca.ca_file)
     return {
         "sasl wrong password": (
             kafka.env(LEASEWORKER_KAFKA_SASL_PASSWORD="wrong-" + kafka.passwords["pod"]),
@@ -259,7 +250,7 @@ def test_a_pod_lacking_one_acl_exits_2_naming_it_over_sasl_ssl(
 
 
 async def test_a_sasl_ssl_broker_that_is_not_there_is_waited_for(
-    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[Pod], tmp_path: Path
+    secured_kafka: SecuredKafka, pod_env: dict[str, str], pods: list[PodProcess], tmp_path: Path
 ) -> None:
     """Nothing listening: the pod keeps retrying with a warning per attempt (no exit 2)."""
     env = secured_kafka.env(LEASEWORKER_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}") | pod_env
@@ -285,7 +276,7 @@ def test_the_sasl_password_file_is_read_again_for_every_new_client(
         sasl_mechanism="SCRAM-SHA-256",
         sasl_username="pod",
         sasl_password_file=str(secret),
-        ssl_cafile=str(secured_kafka.ca.cert),
+        ssl_cafile=str(secured_kafka.ca.ca_file),
     )
     assert security.client_kwargs()["sasl_plain_password"] == "old-password"
     secret.write_text(secured_kafka.passwords["pod"])
@@ -313,7 +304,7 @@ async def test_the_testing_kit_pod_runs_through_sasl_ssl(
         sasl_mechanism="SCRAM-SHA-256",
         sasl_username="admin",
         sasl_password=secured_kafka.passwords["admin"],
-        ssl_cafile=str(secured_kafka.ca.cert),
+        ssl_cafile=str(secured_kafka.ca.ca_file),
     )
     factory = PodFactory(secured_kafka.broker, redis_server, names.topic)
     config = {
