@@ -86,7 +86,25 @@ class KafkaSender:
                 else:
                     outcomes.append((int(meta.partition), int(meta.offset)))
         timeout = TimeoutError(f"no acknowledgement within {self._timeout}s")
-        return outcomes + [timeout] * (len(rows) - len(outcomes))
+        outcomes += [timeout] * (len(rows) - len(outcomes))
+        if any(isinstance(outcome, Exception) for outcome in outcomes):
+            await self._discard(producer)
+        return outcomes
+
+    async def _discard(self, producer: Any) -> None:
+        """Drop ``producer`` after a failed send: the next send starts a new one.
+
+        An idempotent producer whose batch failed (a record the broker refused,
+        a send that timed out) has spent that sequence number: aiokafka answers
+        every later send OutOfOrderSequenceNumber, so the relay would never
+        deliver again. A new producer gets a new producer id.
+        """
+        async with self._starting:
+            if self._producer is not producer:
+                return  # another wave's failure dropped it already
+            self._producer = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+            await producer.stop()
 
     async def aclose(self) -> None:
         """Stop the producer (flushing what it holds, within ``timeout``)."""
