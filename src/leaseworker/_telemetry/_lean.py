@@ -48,6 +48,10 @@ MAX_REMEMBERED_PARENTS = 256
 _NO_OP_STARTS = frozenset({SpanProcessor.on_start, BatchSpanProcessor.on_start})
 """``on_start`` methods that do nothing: a span's start does not call them."""
 
+_ROOT = TraceFlags(TraceFlags.SAMPLED)
+_ROOT_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+"""A sampled root's flags, by whether its trace id is random (as the SDK's tracer sets them)."""
+
 _UNSET = Status(StatusCode.UNSET)
 _EMPTY: Mapping[str, types.AttributeValue] = MappingProxyType({})
 
@@ -78,9 +82,12 @@ class LeanTracerProvider(trace_api.TracerProvider):
         # ParentBased with ALWAYS_ON for a sampled local parent (the SDK default, and
         # parentbased_traceidratio): a child of a sampled span in this process is
         # recorded and sampled with its parent's trace state, no call needed.
-        self.children_follow = type(sampler) is ParentBased and (
-            ",localParentSampled:AlwaysOnSampler," in sampler.get_description()  # type: ignore[no-untyped-call]
-        )
+        # With ALWAYS_ON for roots too (the SDK default), a root is sampled, no call needed.
+        described = ""
+        if type(sampler) is ParentBased:
+            described = sampler.get_description()  # type: ignore[no-untyped-call]
+        self.children_follow = ",localParentSampled:AlwaysOnSampler," in described
+        self.roots_sampled = described.startswith("ParentBased{root:AlwaysOnSampler,")
 
     def add_span_processor(self, processor: SpanProcessor) -> None:
         """Hand every span to ``processor`` as well (at its start and its end)."""
@@ -165,6 +172,10 @@ class LeanTracer(trace_api.Tracer):
         ):  # what the sampler would answer, without asking it
             decision = Decision.RECORD_AND_SAMPLE
             state: TraceState | None = trace_state
+        elif provider.roots_sampled and not valid:  # a root, sampled: the sampler's answer
+            trace_id = provider.id_generator.generate_trace_id()
+            decision, state = Decision.RECORD_AND_SAMPLE, None
+            flags = _ROOT_RANDOM if provider.id_generator.is_trace_id_random() else _ROOT
         else:
             if parent is None:
                 trace_id = provider.id_generator.generate_trace_id()
