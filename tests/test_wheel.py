@@ -31,6 +31,7 @@ SHIPPED = (
     "deploy/local/jaeger/go.sum",
     "examples/report_job/demo_report.py",
     "examples/report_job/monthly_report.py",
+    "examples/report_job/ready_receiver.py",
 )
 """The checkout files ``leaseworker demo`` reads, as the wheel must carry them."""
 

@@ -6,18 +6,24 @@ Run it (from this directory, with Kafka and Redis reachable)::
     leaseworker trigger reports.requested --payload '{"tenant": "acme", "period": "2026-11"}'
 
 The job key is ``report:{tenant}:{period}``, so two requests for the same
-month never run at once, in one pod or across pods.
+month never run at once, in one pod or across pods. The report's row and its
+``reports.ready`` notification commit with the completion, in one
+transaction of the completion store's database (``ctx.transaction()``): a
+superseded execution writes neither. ``ready_receiver.py`` consumes them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from leaseworker import JobContext, MalformedTrigger, ReportJob, Trigger
+from leaseworker.effects import Transaction
 
 BATCH_SIZE = 2_000
 """Rows per batch: small enough that a lost lease stops the job within one batch."""
@@ -26,6 +32,23 @@ MAX_ROWS = 1_000_000
 """Upper bound on a request's row count: a trigger must not ask for unbounded work."""
 
 REGIONS = ("north", "south", "east", "west")
+
+REPORT_TABLE = """
+    CREATE TABLE IF NOT EXISTS monthly_report (
+        job_key TEXT PRIMARY KEY,
+        fence   BIGINT NOT NULL,
+        rows    INTEGER NOT NULL,
+        totals  TEXT NOT NULL
+    )
+"""
+"""The team's own table, in the completion store's database (created on first use)."""
+
+SAVE_REPORT = """
+    INSERT INTO monthly_report (job_key, fence, rows, totals) VALUES (%s, %s, %s, %s)
+    ON CONFLICT (job_key) DO UPDATE
+    SET fence = excluded.fence, rows = excluded.rows, totals = excluded.totals
+"""
+"""One row per report; a request with new inputs (a new completion) replaces it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +63,8 @@ class MonthlyReport(ReportJob):
     """Total a tenant's sales for one month, per region."""
 
     topic = "reports.requested"
+    ready_topic = "reports.ready"
+    """Where the "report ready" notification goes (``ready_receiver.py`` consumes it)."""
     lease_duration = 30.0
     max_runtime = 600.0
 
@@ -64,18 +89,35 @@ class MonthlyReport(ReportJob):
             for sale in batch:
                 totals[sale.region] += sale.cents
             batches += 1
-        # The returned report is recorded by the worker through the fenced
-        # completion store (--store-url), still under the lease: a redelivered
-        # request is then answered from the store, and a paused pod's late
-        # report is refused as stale. (`await ctx.complete(report)` does the
-        # same explicitly and returns the store's answer; see README.md.)
-        return {
+        report = {
             "job_key": ctx.job_key,
             "fence": ctx.fence,
             "rows": rows,
             "batches": batches,
             "totals_cents": dict(sorted(totals.items())),
         }
+        # One transaction in the completion store's database (--store-url),
+        # still under the lease: it first checks no newer execution claimed the
+        # key, then holds the key's lock to the commit. The row, the message
+        # and the completion commit together or not at all; a paused pod's
+        # late report writes nothing (stale) and a redelivered request is
+        # answered from the store without running.
+        async with ctx.transaction() as tx:
+            await tx.execute(REPORT_TABLE)
+            totals_json = json.dumps(report["totals_cents"])
+            await tx.execute(_sql(tx, SAVE_REPORT), (ctx.job_key, ctx.fence, rows, totals_json))
+            tenant, period = ctx.trigger.payload["tenant"], ctx.trigger.payload["period"]
+            ready = {"tenant": tenant, "period": period, "fence": ctx.fence}
+            tx.publish(self.ready_topic, ready, key=ctx.job_key)
+            tx.complete(report)
+        return report  # what the transaction recorded (hooks and tests see it too)
+
+
+def _sql(tx: Transaction, statement: str) -> str:
+    """Write ``statement``'s placeholders as the database's driver wants (SQLite: ``?``)."""
+    return (
+        statement.replace("%s", "?") if isinstance(tx.connection, sqlite3.Connection) else statement
+    )
 
 
 def _sales(job_key: str, rows: int) -> Iterator[Sale]:

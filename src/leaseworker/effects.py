@@ -6,7 +6,9 @@ transaction (``ctx.transaction()``, ``ctx.publish()``: see
 Kafka with the headers ``leaseworker-effect-id``, ``leaseworker-job-key``
 and ``leaseworker-fence``; a receiver records each effect in its own
 transaction through an inbox (:class:`PostgresInbox`, :class:`SqliteInbox`,
-:class:`MemoryInbox`) and processes only the ``new`` ones. See docs/effects.md.
+:class:`MemoryInbox`) and processes only the ``new`` ones. Each step is an
+:class:`EffectEvent` for hooks (a pod's telemetry makes its spans and
+metrics). See docs/effects.md.
 """
 
 from ._effects import Effect as Effect
@@ -17,6 +19,7 @@ from ._effects import Relay as Relay
 from ._effects import Sender as Sender
 from ._effects import SqliteInbox as SqliteInbox
 from ._errors import TransactionRefused as TransactionRefused
+from ._events import EffectEvent as EffectEvent
 from ._execution._effects import Transaction as Transaction
 from ._store._effects import EFFECT_ID_HEADER as EFFECT_ID_HEADER
 from ._store._effects import FENCE_HEADER as FENCE_HEADER
@@ -29,6 +32,7 @@ __all__ = [
     "FENCE_HEADER",
     "JOB_KEY_HEADER",
     "Effect",
+    "EffectEvent",
     "EffectStatus",
     "MemoryInbox",
     "OutboxRow",

@@ -79,4 +79,5 @@ def test_inspect_prints_owner_ttl_and_fence_as_json(
         "ttl": None,
         "fence": None,
         "completion": None,
+        "effects": [],
     }

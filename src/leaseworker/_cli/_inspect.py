@@ -1,4 +1,4 @@
-"""``leaseworker inspect KEY``: a job key's lease (owner, TTL, last fence) and completion state.
+"""``leaseworker inspect KEY``: a job key's lease, completion state and effects.
 
 The owner is shown masked (``pod-a:***``): the token's random part lets
 whoever knows it renew or release the lease, so it never leaves the pod. The
@@ -9,7 +9,9 @@ cut to ``--result-limit`` characters of JSON, saying so.
 An embedded SQLite store that does not exist yet is reported as "no
 completion", with a note on stderr naming the file that was looked for, and
 is never created by looking; so is a ``memory://`` store, which lives inside
-each pod.
+each pod. The effects are the key's outbox messages (id, topic, fence, when
+committed and sent, relay claims), never their values, keys or headers.
+JSON by default (scripts read it); ``--text`` aligns the same for a person.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .._errors import ConfigError, LeaseError, StoreUnavailable
 from .._execution import completion_key
 from .._lease import RedisLeases, parse_redis_url, redis_from_url
 from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
+from .._store._effects import EffectStore, OutboxEntry
 from ._common import (
     REDIS_TLS_SETTINGS,
     Setting,
@@ -67,7 +70,20 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help="with --show-result, show at most this many characters of the result's JSON, "
         f"as result_preview (0: all of it; default {RESULT_LIMIT})",
     )
-    parser.set_defaults(handler=_inspect)
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument(
+        "--json",
+        dest="text",
+        action="store_false",
+        help="print one JSON object (the default)",
+    )
+    view.add_argument(
+        "--text",
+        dest="text",
+        action="store_true",
+        help="print aligned lines for a person: the lease, the completion, one line per effect",
+    )
+    parser.set_defaults(handler=_inspect, text=False)
 
 
 RESULT_LIMIT = 4096
@@ -87,7 +103,10 @@ def _inspect(args: argparse.Namespace) -> int:
     except (ConfigError, StoreUnavailable, LeaseError) as exc:  # messages leaseworker wrote
         print(f"leaseworker inspect: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(shown))
+    if args.text:
+        print(render_text(shown), end="")
+    else:
+        print(json.dumps(shown))
     return 0
 
 
@@ -97,30 +116,91 @@ async def _read(args: argparse.Namespace) -> dict[str, object]:
         info = await RedisLeases(client, namespace=args.namespace).inspect(args.key)
     finally:
         await client.aclose()
-    completion = await _completion(args)
+    completion, effects = await _stored(args)
     return {
         "key": info.key,
         "owner": info.holder,
         "ttl": info.ttl,
         "fence": info.fence,
         "completion": None if completion is None else _shown(completion, args),
+        "effects": [_effect(entry) for entry in effects],
     }
 
 
-async def _completion(args: argparse.Namespace) -> Completion | None:
+async def _stored(args: argparse.Namespace) -> tuple[Completion | None, list[OutboxEntry]]:
+    """Return the key's winning completion and its outbox messages, from the pods' store."""
     parsed = parse_store_url(args.store_url)
     if parsed.backend == "memory" or parsed.target == ":memory:":
         _note("memory:// lives inside each pod; no other process can see its completions")
-        return None
+        return None, []
     target = anyio.Path(parsed.target)
     if parsed.backend == "sqlite" and not await target.exists():  # looking must not create it
         _note(
             f"no completion store at {await target.absolute()}: nothing was ever completed "
             "there; pass the pods' --store-url (or LEASEWORKER_STORE_URL)"
         )
-        return None
+        return None, []
+    key = completion_key(args.namespace, args.key)
     async with open_store(args.store_url) as store:
-        return await store.state(completion_key(args.namespace, args.key))
+        completion = await store.state(key)
+        effects = await store.outbox_entries(key) if isinstance(store, EffectStore) else []
+    return completion, effects
+
+
+def _effect(entry: OutboxEntry) -> dict[str, object]:
+    """One effect as inspect shows it: identifiers, times and claims, never the message."""
+    row = entry.row
+    return {
+        "effect_id": row.effect_id,
+        "topic": row.message.topic,
+        "fence": row.fence,
+        "input_version": row.input_version,
+        "state": "sent" if entry.sent else "unsent",
+        "committed_at": entry.committed_at.isoformat(),
+        "sent_at": None if entry.sent_at is None else entry.sent_at.isoformat(),
+        "attempts": entry.attempts,
+    }
+
+
+def render_text(shown: dict[str, Any]) -> str:
+    """Return ``inspect``'s answer as aligned lines: lease, completion, one line per effect."""
+    owner = shown["owner"] or "none"
+    ttl = "" if shown["ttl"] is None else f", TTL {shown['ttl']:.1f}s"
+    fence = "none" if shown["fence"] is None else shown["fence"]
+    lines = [f"lease       {shown['key']}: owner {owner}{ttl}, last fence {fence}"]
+    done = shown["completion"]
+    if done is None:
+        lines.append("completion  none")
+    else:
+        lines.append(
+            f"completion  fence {done['winning_fence']}, input {done['input_version']}, "
+            f"{done['completed_at']}, execution {done['execution_id']} on {done['pod']}"
+        )
+        if "result" in done or "result_preview" in done:
+            result = done.get("result_preview") or json.dumps(done.get("result"))
+            lines.append(f"result      {result}")
+    effects = shown["effects"]
+    unsent = sum(1 for e in effects if e["state"] == "unsent")
+    lines.append(f"effects     {len(effects)} ({len(effects) - unsent} sent, {unsent} unsent)")
+    if effects:
+        head = ("effect id", "topic", "fence", "committed at", "sent at", "attempts")
+        rows = [
+            (
+                e["effect_id"],
+                e["topic"],
+                str(e["fence"]),
+                e["committed_at"],
+                e["sent_at"] or "unsent",
+                str(e["attempts"]),
+            )
+            for e in effects
+        ]
+        widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+        for r in (head, *rows):
+            lines.append(
+                "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            )
+    return "\n".join(lines) + "\n"
 
 
 def _note(text: str) -> None:

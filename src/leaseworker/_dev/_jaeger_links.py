@@ -60,7 +60,8 @@ def key_history(
     """Poll ``jaeger`` up to ``within`` s for ``job_key``'s history: a lost execution taken over.
 
     Returns what it found last (``None`` when nothing): the pods flush their
-    spans on exit, and Jaeger stores them a moment later.
+    spans on exit, and Jaeger stores them a moment later (a relay's send span
+    may come from another pod than its execution: it is waited for too).
     """
     query = JaegerQuery(jaeger.query_url, service=service)
     deadline = time.monotonic() + within
@@ -69,8 +70,15 @@ def key_history(
         found = history_from_spans(query.job_key(job_key, since=3600).spans, job_key)
         history = found if found.executions else history
         outcomes = [e.outcome for e in found.executions]
-        if "lost" in outcomes and "completed" in outcomes:
+        if "lost" in outcomes and "completed" in outcomes and _all_sent(found):
             return history
         if time.monotonic() >= deadline:
             return history
         time.sleep(0.2)
+
+
+def _all_sent(history: History) -> bool:
+    """Whether every effect the history shows committed also shows sent."""
+    steps = [step for e in history.executions for step in e.steps]
+    committed = {s.attrs.get("effect_id") for s in steps if s.name == "effect_committed"}
+    return committed <= {s.attrs.get("effect_id") for s in steps if s.name == "effect_sent"}

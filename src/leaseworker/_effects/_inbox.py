@@ -6,15 +6,18 @@ transaction, with the writes the effect causes: a redelivered effect is a
 ``stale`` (a superseded execution's, or one overtaken): fencing carried
 downstream. One row per effect id and one per job key (its highest fence),
 under the receiver's name, so several receivers can share a database.
+An inbox's ``hooks`` get an ``EffectEvent`` (``received``) per answer: a
+pod's telemetry counts them (``leaseworker.effects.received`` by status).
 See docs/effects.md#what-a-receiver-must-do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, final
 
+from .._events import EffectEvent, Hook, Hooks, emit, hooks_for
 from .._store._effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER
 
 EffectStatus = Literal["new", "duplicate", "stale"]
@@ -79,10 +82,23 @@ class Effect:
             return None
 
 
-def _status(inserted: bool, highest: int, effect: Effect) -> EffectStatus:
-    if not inserted:
-        return "duplicate"
-    return "stale" if highest > effect.fence else "new"
+def _status(
+    inserted: bool, highest: int, effect: Effect, receiver: str, hooks: Hooks
+) -> EffectStatus:
+    status: EffectStatus = "duplicate"
+    if inserted:
+        status = "stale" if highest > effect.fence else "new"
+    if hooks:
+        event = EffectEvent(
+            name="received",
+            effect_id=effect.effect_id,
+            job_key=effect.job_key,
+            fence=effect.fence,
+            receiver=receiver,
+            status=status,
+        )
+        emit(hooks, event)
+    return status
 
 
 @final
@@ -98,8 +114,9 @@ class PostgresInbox:
                 await conn.execute("INSERT INTO invoices ...")
     """
 
-    def __init__(self, receiver: str) -> None:
+    def __init__(self, receiver: str, *, hooks: Iterable[Hook] = ()) -> None:
         self.receiver = receiver
+        self._hooks = hooks_for(hooks, EffectEvent)
 
     async def setup(self, conn: Any) -> None:
         """Create the inbox's two tables if they do not exist."""
@@ -112,7 +129,7 @@ class PostgresInbox:
         (highest,) = await cursor.fetchone()
         args = (self.receiver, effect.effect_id, effect.job_key, effect.fence)
         inserted = (await conn.execute(_RECORD, args)).rowcount == 1
-        return _status(inserted, highest, effect)
+        return _status(inserted, highest, effect, self.receiver, self._hooks)
 
 
 @final
@@ -123,8 +140,9 @@ class SqliteInbox:
     IMMEDIATE``, so two receivers of one file serialise on the write lock).
     """
 
-    def __init__(self, receiver: str) -> None:
+    def __init__(self, receiver: str, *, hooks: Iterable[Hook] = ()) -> None:
         self.receiver = receiver
+        self._hooks = hooks_for(hooks, EffectEvent)
 
     def setup(self, conn: Any) -> None:
         """Create the inbox's two tables if they do not exist."""
@@ -137,14 +155,16 @@ class SqliteInbox:
         (highest,) = conn.execute(_RAISE_SQLITE, key).fetchone()
         args = (self.receiver, effect.effect_id, effect.job_key, effect.fence)
         inserted = conn.execute(_RECORD.replace("%s", "?"), args).rowcount == 1
-        return _status(inserted, highest, effect)
+        return _status(inserted, highest, effect, self.receiver, self._hooks)
 
 
 @final
 class MemoryInbox:
     """The inbox in this process's memory, for tests: the same answers, nothing durable."""
 
-    def __init__(self) -> None:
+    def __init__(self, receiver: str = "memory", *, hooks: Iterable[Hook] = ()) -> None:
+        self.receiver = receiver
+        self._hooks = hooks_for(hooks, EffectEvent)
         self.seen: dict[str, Effect] = {}
         self.fences: dict[str, int] = {}
 
@@ -154,4 +174,4 @@ class MemoryInbox:
         self.fences[effect.job_key] = highest
         inserted = effect.effect_id not in self.seen
         self.seen.setdefault(effect.effect_id, effect)
-        return _status(inserted, highest, effect)
+        return _status(inserted, highest, effect, self.receiver, self._hooks)

@@ -11,21 +11,25 @@ expire, and another takes them over. ``run`` keeps ``in_flight`` rounds
 going at once (each under a claim name of its own, so a round never takes
 another's rows and a key's order holds across them), wakes at this process's
 commits (:mod:`.._store._bell`) and prunes sent rows older than
-``retention``. See docs/effects.md#what-is-at-least-once-the-relay.
+``retention``. Its hooks get an ``EffectEvent`` per send (``sent``,
+``send_failed``, in the relay's task, after the broker's answer) and, every
+``backlog_every`` seconds, the store's ``backlog``.
+See docs/effects.md#what-is-at-least-once-the-relay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Protocol, final
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, Protocol, final
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._backoff import Backoff
 from .._errors import StoreUnavailable
+from .._events import EffectEvent, Hook, emit, hooks_for
 from .._retry import Retries
 from .._store._bell import OutboxBell, outbox_bell
 from .._store._effects import EffectStore, OutboxRow
@@ -63,7 +67,9 @@ class Relay:
     once; after a round of less than ``batch`` rows the next claim waits
     ``linger`` seconds, so that under load rounds are fuller; every
     ``prune_every`` seconds sent rows older than ``retention`` seconds are
-    deleted (never an unsent one).
+    deleted (never an unsent one). ``hooks`` receive its
+    :class:`~leaseworker.effects.EffectEvent` s; only with hooks does it ask
+    the store for its backlog (every ``backlog_every`` seconds).
     """
 
     def __init__(
@@ -81,6 +87,8 @@ class Relay:
         linger: float = 0.01,
         retention: float = RETENTION,
         prune_every: float = 60.0,
+        hooks: Iterable[Hook] = (),
+        backlog_every: float = 5.0,
     ) -> None:
         self._store = store
         self._sender = sender
@@ -99,6 +107,9 @@ class Relay:
         self._failed = 0  # sends failed in rounds of ``run`` since it last looked
         self.sent = 0  # messages acknowledged and marked sent by this relay
         self.pruned = 0  # sent rows this relay deleted after ``retention``
+        self._hooks = hooks_for(hooks, EffectEvent)
+        self._backlog_every = backlog_every
+        self._backlog_at: float | None = None  # anyio's clock: the first claim samples it
 
     async def run(self, stop: anyio.Event) -> None:
         """Relay rounds until ``stop`` is set; the rounds in progress finish first."""
@@ -158,6 +169,7 @@ class Relay:
         """Prune if due, then claim a batch; a failure is logged and counted, not raised."""
         try:
             await self._prune()
+            await self._backlog()
             rows = await self._store.claim_outbox(claimer, limit=self._batch, hold=self._hold)
         except StoreUnavailable as exc:
             logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
@@ -193,14 +205,17 @@ class Relay:
             while chains:
                 wave = [chain[0] for chain in chains]
                 going = []
+                began = anyio.current_time()
                 for chain, outcome in zip(chains, await self._sender.send_batch(wave), strict=True):
                     if isinstance(
                         outcome, Exception
                     ):  # the broker is down or refused: the rest waits
                         failures += 1
                         self._send_failed(chain[0], outcome)
+                        self._emit("send_failed", chain[0], began, error=outcome)
                         continue
                     acked.append(chain[0].id)
+                    self._emit("sent", chain[0], began, partition=outcome[0], offset=outcome[1])
                     if len(chain) > 1:
                         going.append(chain[1:])
                 chains = going
@@ -216,6 +231,36 @@ class Relay:
             return
         self._pruned_at = now
         self.pruned += await self._store.prune_outbox(self._retention)
+
+    async def _backlog(self) -> None:
+        """Tell the hooks how many messages are unsent and how old the oldest is (at times)."""
+        now = anyio.current_time()
+        if not self._hooks or (
+            self._backlog_at is not None and now - self._backlog_at < self._backlog_every
+        ):
+            return
+        self._backlog_at = now
+        depth, oldest_age = await self._store.outbox_backlog()
+        event = EffectEvent(name="backlog", depth=depth, oldest_age=oldest_age, relay=self.name)
+        emit(self._hooks, event)
+
+    def _emit(
+        self, name: Literal["sent", "send_failed"], row: OutboxRow, began: float, **fields: Any
+    ) -> None:
+        if self._hooks:
+            event = EffectEvent(
+                name=name,
+                topic=row.message.topic,
+                effect_id=row.effect_id,
+                job_key=row.job_key,
+                fence=row.fence,
+                trace=row.message.trace,
+                began=began,
+                elapsed=anyio.current_time() - began,
+                relay=self.name,
+                **fields,
+            )
+            emit(self._hooks, event)
 
     def _send_failed(self, row: OutboxRow, exc: Exception) -> None:
         logger.warning(

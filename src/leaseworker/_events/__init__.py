@@ -3,12 +3,15 @@
 ``_identity`` who an event is about (``Trigger``, ``Attempt``); ``_lease``
 the held lease's steps (``LeaseEvent``); ``_execution`` how executions end
 (``Ending``) and their steps (``ExecutionEvent``); ``_source`` the Kafka
-source's steps (``SourceEvent``); ``_hook`` the ``Hook`` protocol and
+source's steps (``SourceEvent``); ``_effect`` what happens to a job's
+messages (``EffectEvent``: published, relayed, received); ``_hook`` the ``Hook`` protocol and
 ``emit()``. Low in the layers so ``_lease``, ``_execution`` and ``_kafka``
 all report through it; telemetry, logs, the history recorder and the testing
 kit subscribe as hooks.
 """
 
+from ._effect import EffectEvent as EffectEvent
+from ._effect import EffectEventName as EffectEventName
 from ._execution import LOSS_REASONS as LOSS_REASONS
 from ._execution import Ending as Ending
 from ._execution import ExecutionEvent as ExecutionEvent
@@ -29,6 +32,8 @@ from ._source import SourceEventName as SourceEventName
 __all__ = [
     "LOSS_REASONS",
     "Attempt",
+    "EffectEvent",
+    "EffectEventName",
     "Ending",
     "Event",
     "ExecutionEvent",

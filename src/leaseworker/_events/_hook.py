@@ -16,13 +16,14 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
+from ._effect import EffectEvent
 from ._execution import ExecutionEvent
 from ._lease import LeaseEvent
 from ._source import SourceEvent
 
 logger = logging.getLogger("leaseworker.hooks")
 
-Event = LeaseEvent | ExecutionEvent | SourceEvent
+Event = LeaseEvent | ExecutionEvent | SourceEvent | EffectEvent
 """Every event a hook can receive; dispatch on its type (``isinstance``)."""
 
 

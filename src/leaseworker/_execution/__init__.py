@@ -14,6 +14,7 @@ from .._events import Ending as Ending
 from .._events import ExecutionEvent as ExecutionEvent
 from ._checks import check_job_class as check_job_class
 from ._completion import completion_key as completion_key
+from ._completion import job_key_of as job_key_of
 from ._events import ExecutionObserver as ExecutionObserver
 from ._events import LoggingObserver as LoggingObserver
 from ._events import ObserverHook as ObserverHook
@@ -43,5 +44,6 @@ __all__ = [
     "check_job_key",
     "completion_key",
     "decode_trigger",
+    "job_key_of",
     "resolve_job_key",
 ]

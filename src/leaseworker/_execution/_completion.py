@@ -20,6 +20,7 @@ import anyio
 
 from .._backoff import Backoff
 from .._errors import StoreUnavailable
+from .._events import Attempt, EffectEvent, Hooks, emit
 from .._lease import HeldLease, now
 from .._retry import STORE, Retries
 from .._store import CompletionRequest, CompletionResult, CompletionStore
@@ -59,6 +60,12 @@ def completion_key(namespace: str, job_key: str) -> str:
     return f"{namespace}:{{{job_key}}}"
 
 
+def job_key_of(key: str) -> str:
+    """Return the job key inside a store key :func:`completion_key` made (else ``key`` itself)."""
+    _, brace, rest = key.partition(":{")
+    return rest[:-1] if brace and rest.endswith("}") else key
+
+
 @final
 class Completer:
     """One execution's completion: at most one ``complete()``, retried while the lease holds."""
@@ -74,8 +81,12 @@ class Completer:
         pod: str,
         retry: Backoff = STORE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        attempt: Attempt | None = None,
+        hooks: Hooks = (),
     ) -> None:
         self.store = store
+        self._attempt = attempt
+        self._hooks = hooks  # the effect hooks: told of every message published
         self.held = held
         self.key = key
         self.input_version = input_version
@@ -152,8 +163,31 @@ class Completer:
         if self.result is not None:
             raise RuntimeError(f"{self.held.key!r} completed already: publish before completing")
         message = Message.build(topic, value, key=key, headers=headers)
-        self.messages.append(dataclasses.replace(message, trace=self.trace))
-        return effect_id(self.key, self.input_version, len(self.messages) - 1)
+        effect = effect_id(self.key, self.input_version, len(self.messages))
+        self.messages.append(dataclasses.replace(message, trace=self._trace_for(topic, effect)))
+        return effect
+
+    def _trace_for(self, topic: str, effect: str) -> tuple[tuple[str, bytes], ...]:
+        """Tell the hooks of the message; return the trace context it carries.
+
+        A tracing hook writes its ``publish`` span's context into the event's
+        carrier: the message then carries this execution's trace. Without one,
+        it carries the trigger's (the producer's), as far as there is one.
+        """
+        if not self._hooks:
+            return self.trace
+        carrier: list[tuple[str, bytes]] = []
+        event = EffectEvent(
+            name="published",
+            topic=topic,
+            effect_id=effect,
+            job_key=self.key,
+            fence=self.held.fence,
+            attempt=self._attempt,
+            carrier=carrier,
+        )
+        emit(self._hooks, event)
+        return tuple(carrier) or self.trace
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[_effects.Transaction]:
         """Open the job's transaction; see :func:`._effects.transaction`."""

@@ -20,6 +20,7 @@ from .._errors import ConfigError, LeaseBusy, LeaseUnavailable, StoreUnavailable
 from .._events import (
     LOSS_REASONS,
     Attempt,
+    EffectEvent,
     Ending,
     ExecutionEvent,
     ExecutionEventName,
@@ -128,6 +129,7 @@ class Executor:
         hooks = tuple(hooks)
         self._hooks = hooks_for(hooks, ExecutionEvent)
         self._lease_hooks = hooks_for(hooks, LeaseEvent)
+        self._effect_hooks = hooks_for(hooks, EffectEvent)
         self._lost_retry = lost_retry
         self._lease_note = lease_note
 
@@ -293,6 +295,8 @@ class Executor:
             execution_id=attempt.execution_id,
             pod=self._pod,
             max_result_bytes=self._max_result_bytes,
+            attempt=attempt,
+            hooks=self._effect_hooks,
         )
 
     def _judged(self, attempt: Attempt, completer: Completer, answer: CompletionResult) -> Ending:

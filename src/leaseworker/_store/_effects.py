@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ._model import (
@@ -137,6 +138,25 @@ class OutboxRow:
             (JOB_KEY_HEADER, self.job_key.encode()),
             (FENCE_HEADER, str(self.fence).encode()),
         ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxEntry:
+    """One outbox row and its state: when it committed, when it was sent, how often claimed.
+
+    ``attempts`` counts the relays' claims of it (1 when the first send went
+    through; a claim that expired or was released counts too). Times in UTC.
+    """
+
+    row: OutboxRow
+    committed_at: datetime
+    sent_at: datetime | None
+    attempts: int
+
+    @property
+    def sent(self) -> bool:
+        """Whether the broker acknowledged it (the relay marked it sent)."""
+        return self.sent_at is not None
 
 
 def pick_claims(
@@ -267,6 +287,14 @@ class EffectStore(CompletionStore, Protocol):
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row (of ``job_key``), in order, with whether it was sent."""
+        ...
+
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row (of ``job_key``), in order, with its state (``inspect``)."""
+        ...
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Return how many messages are unsent and the oldest one's age in seconds (``None``)."""
         ...
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:

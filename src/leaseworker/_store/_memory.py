@@ -17,7 +17,7 @@ from typing import final
 import anyio
 
 from .._errors import StoreUnavailable
-from ._effects import PRUNE_LIMIT, OutboxRow, Params
+from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, Params
 from ._memory_effects import MemoryOutbox, MemoryTransaction
 from ._model import (
     NO_FENCE,
@@ -174,6 +174,15 @@ class MemoryStore:
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
         return self.outbox_rows.rows(job_key)
+
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
+        return self.outbox_rows.entries(job_key)
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
+        self._check_open(None)
+        return self.outbox_rows.backlog()
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete nothing: a ``memory://`` store lives as long as its test or process."""

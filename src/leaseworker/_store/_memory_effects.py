@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, final
 
 from .._errors import StoreUnavailable
-from ._effects import Message, OutboxRow, Params, pick_claims
+from ._effects import Message, OutboxEntry, OutboxRow, Params, pick_claims
 from ._model import ClaimResult, CompletionRequest, CompletionResult
 
 if TYPE_CHECKING:
@@ -28,6 +29,9 @@ class _Entry:
     claimed_by: str | None = None
     claimed_until: float = 0.0
     sent: bool = False
+    committed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    sent_at: datetime | None = None
+    attempts: int = 0
 
 
 @final
@@ -61,6 +65,7 @@ class MemoryOutbox:
         taken = self._by_id(pick_claims(unsent, relay, now=clock, limit=limit))
         for entry in taken:
             entry.claimed_by, entry.claimed_until = relay, clock + hold
+            entry.attempts += 1
         return [entry.row for entry in taken]
 
     def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
@@ -69,6 +74,7 @@ class MemoryOutbox:
         for entry in self._by_id(ids):
             if entry.claimed_by == relay and not entry.sent:
                 entry.sent, marked = True, marked + 1
+                entry.sent_at = datetime.now(UTC)
         return marked
 
     def release(self, relay: str, ids: Sequence[int]) -> None:
@@ -77,11 +83,26 @@ class MemoryOutbox:
             if entry.claimed_by == relay:
                 entry.claimed_by, entry.claimed_until = None, 0.0
 
+    def entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every row (of ``job_key``) with its state."""
+        return [
+            OutboxEntry(
+                row=e.row, committed_at=e.committed_at, sent_at=e.sent_at, attempts=e.attempts
+            )
+            for e in self._entries
+            if job_key is None or e.row.job_key == job_key
+        ]
+
     def rows(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every row (of ``job_key``) with whether it was sent."""
-        return [
-            (e.row, e.sent) for e in self._entries if job_key is None or e.row.job_key == job_key
-        ]
+        return [(entry.row, entry.sent) for entry in self.entries(job_key)]
+
+    def backlog(self) -> tuple[int, float | None]:
+        """Return the unsent rows' count and the oldest one's age in seconds."""
+        unsent = [e.committed_at for e in self._entries if not e.sent]
+        if not unsent:
+            return 0, None
+        return len(unsent), (datetime.now(UTC) - min(unsent)).total_seconds()
 
     def clear(self) -> None:
         """Forget every row."""

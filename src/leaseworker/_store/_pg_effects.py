@@ -21,7 +21,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
-from ._effects import Message, OutboxRow, Params, outbox_params, outbox_row
+from ._effects import Message, OutboxEntry, OutboxRow, Params, outbox_params, outbox_row
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -85,7 +85,8 @@ _CLAIM = f"""
         ) IS NULL
     )
     UPDATE leaseworker_outbox o
-    SET claimed_by = %(relay)s, claimed_until = now() + make_interval(secs => %(hold)s)
+    SET claimed_by = %(relay)s, claimed_until = now() + make_interval(secs => %(hold)s),
+        attempts = o.attempts + 1
     FROM ready WHERE o.id = ready.id
     RETURNING {_COLUMNS}
 """
@@ -97,6 +98,11 @@ RELEASE = """
     UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL
     WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
 """
+_ENTRIES = f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox o"
+_BACKLOG = """
+    SELECT count(*), extract(epoch FROM now() - min(committed_at))::float8
+    FROM leaseworker_outbox WHERE sent_at IS NULL
+"""
 # The ``limit`` oldest sent rows (the primary key's order), of which those sent
 # before the cutoff: a bounded scan, and ``sent_at < ...`` is never true of an unsent row.
 PRUNE = """
@@ -105,7 +111,6 @@ PRUNE = """
                  ORDER BY id LIMIT %(limit)s)
       AND sent_at < now() - make_interval(secs => %(older_than)s)
 """
-_ROWS = f"SELECT {_COLUMNS}, o.sent_at IS NOT NULL FROM leaseworker_outbox o"
 
 
 @contextlib.asynccontextmanager
@@ -247,14 +252,30 @@ async def prune(store: PostgresStore, older_than: float, limit: int) -> int:
     return await store._run(None, run)
 
 
-async def rows(store: PostgresStore, job_key: str | None) -> list[tuple[OutboxRow, bool]]:
-    """Every outbox row (of ``job_key``) with whether it was sent."""
+async def entries(store: PostgresStore, job_key: str | None) -> list[OutboxEntry]:
+    """Every outbox row (of ``job_key``) with its state."""
     where, args = (" WHERE o.job_key = %s", (job_key,)) if job_key is not None else ("", ())
 
     async def run(conn: _Conn, attempt: _Attempt) -> list[TupleRow]:
-        return await (await conn.execute(_ROWS + where + " ORDER BY o.id", args)).fetchall()
+        return await (await conn.execute(_ENTRIES + where + " ORDER BY o.id", args)).fetchall()
 
-    return [(outbox_row(row[:-1]), bool(row[-1])) for row in await store._run(job_key, run)]
+    return [
+        OutboxEntry(
+            row=outbox_row(row[:-3]), committed_at=row[-3], sent_at=row[-2], attempts=row[-1]
+        )
+        for row in await store._run(job_key, run)
+    ]
+
+
+async def backlog(store: PostgresStore) -> tuple[int, float | None]:
+    """Return the unsent rows' count and the oldest one's age in seconds."""
+
+    async def run(conn: _Conn, attempt: _Attempt) -> tuple[int, float | None]:
+        row = await (await conn.execute(_BACKLOG)).fetchone()
+        assert row is not None  # an aggregate: always one row
+        return int(row[0]), None if row[1] is None else max(0.0, float(row[1]))
+
+    return await store._run(None, run)
 
 
 def _describe(store: PostgresStore, exc: BaseException) -> str:

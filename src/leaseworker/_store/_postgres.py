@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from .._errors import StoreUnavailable
 from .._secrets import SecretFile
 from ._batch import Batcher, Call
-from ._effects import PRUNE_LIMIT, OutboxRow, StoreTransaction
+from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
 from ._model import (
     ClaimResult,
     Completion,
@@ -197,9 +197,19 @@ class PostgresStore:
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
+        return [(entry.row, entry.sent) for entry in await self.outbox_entries(job_key)]
+
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
         from . import _pg_effects
 
-        return await _pg_effects.rows(self, job_key)
+        return await _pg_effects.entries(self, job_key)
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
+        from . import _pg_effects
+
+        return await _pg_effects.backlog(self)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages; see ``EffectStore.prune_outbox``."""

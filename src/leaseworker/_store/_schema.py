@@ -327,6 +327,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             " WHERE sent_at IS NULL",
         ),
     ),
+    Migration(
+        version=6,
+        description="leaseworker_outbox.attempts: how many times relays claimed a message",
+        postgresql=(
+            "ALTER TABLE leaseworker_outbox ADD COLUMN attempts integer NOT NULL DEFAULT 0",
+        ),
+        sqlite=("ALTER TABLE leaseworker_outbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",),
+    ),
 )
 
 

@@ -24,7 +24,7 @@ import anyio
 
 from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
-from ._effects import PRUNE_LIMIT, OutboxRow, StoreTransaction
+from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
 from ._model import (
     NO_FENCE,
     ClaimResult,
@@ -224,9 +224,19 @@ class SqliteStore:
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
-        from ._sqlite_effects import rows
+        return [(entry.row, entry.sent) for entry in await self.outbox_entries(job_key)]
 
-        return await self._run(job_key, lambda c: rows(c, job_key), writes=False)
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
+        from ._sqlite_effects import entries
+
+        return await self._run(job_key, lambda c: entries(c, job_key), writes=False)
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
+        from ._sqlite_effects import backlog
+
+        return await self._run(None, backlog, writes=False)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages; see ``EffectStore.prune_outbox``."""

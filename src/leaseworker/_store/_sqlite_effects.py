@@ -15,6 +15,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar, final
 
 import anyio
@@ -22,6 +23,7 @@ import anyio
 from .._errors import StoreUnavailable
 from ._effects import (
     Message,
+    OutboxEntry,
     OutboxRow,
     Params,
     outbox_params,
@@ -194,7 +196,8 @@ def claim_outbox(conn: sqlite3.Connection, relay: str, limit: int, hold: float) 
     marks = ",".join("?" * len(ids))
     until = now + int(hold * 1_000_000)
     conn.execute(
-        f"UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ? WHERE id IN ({marks})",
+        "UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1"
+        f" WHERE id IN ({marks})",
         (relay, until, *ids),
     )
     found = conn.execute(
@@ -233,10 +236,34 @@ def prune(conn: sqlite3.Connection, older_than: float, limit: int) -> int:
     ).rowcount
 
 
-def rows(conn: sqlite3.Connection, job_key: str | None) -> list[tuple[OutboxRow, bool]]:
-    """Every outbox row (of ``job_key``) with whether it was sent."""
+def entries(conn: sqlite3.Connection, job_key: str | None) -> list[OutboxEntry]:
+    """Every outbox row (of ``job_key``) with its state."""
     where, args = ("WHERE job_key = ?", (job_key,)) if job_key is not None else ("", ())
     found = conn.execute(
-        f"SELECT {_COLUMNS}, sent_at IS NOT NULL FROM leaseworker_outbox {where} ORDER BY id", args
+        f"SELECT {_COLUMNS}, committed_at, sent_at, attempts FROM leaseworker_outbox {where}"
+        " ORDER BY id",
+        args,
     ).fetchall()
-    return [(outbox_row(row[:-1]), bool(row[-1])) for row in found]
+    return [
+        OutboxEntry(
+            row=outbox_row(row[:-3]),
+            committed_at=_utc(row[-3]),
+            sent_at=None if row[-2] is None else _utc(row[-2]),
+            attempts=row[-1],
+        )
+        for row in found
+    ]
+
+
+def backlog(conn: sqlite3.Connection) -> tuple[int, float | None]:
+    """Return the unsent rows' count and the oldest one's age in seconds."""
+    count, oldest = conn.execute(
+        "SELECT count(*), min(committed_at) FROM leaseworker_outbox WHERE sent_at IS NULL"
+    ).fetchone()
+    if not count:
+        return 0, None
+    return count, max(0.0, (time.time_ns() // 1000 - oldest) / 1e6)
+
+
+def _utc(micros: int) -> datetime:
+    return datetime.fromtimestamp(micros / 1e6, UTC)

@@ -53,6 +53,21 @@ class Tally:
         return [Observation(total, dict(key)) for key, total in list(self._sums.items())]
 
 
+@final
+class Latest:
+    """The last value a gauge was told (the outbox backlog a relay sampled), for readers."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+
+    def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        """Report the last value, if there is one (the instrument's callback)."""
+        value = self.value
+        return [] if value is None else [Observation(value)]
+
+
 @dataclass(frozen=True, slots=True)
 class Metrics:
     """Every instrument leaseworker records, created once per meter.
@@ -74,6 +89,11 @@ class Metrics:
     dead_letters: Tally
     completions: Tally
     lost_repeatedly: Tally
+    outbox_depth: Latest
+    outbox_age: Latest
+    effects_sent: Tally
+    send_failures: Tally
+    effects_received: Tally
 
     @classmethod
     def create(cls, meter: Meter) -> Metrics:
@@ -85,6 +105,13 @@ class Metrics:
                 name, callbacks=[tally.observe], unit=unit, description=description
             )
             return tally
+
+        def gauge(name: str, unit: str, description: str) -> Latest:
+            latest = Latest()
+            meter.create_observable_gauge(
+                name, callbacks=[latest.observe], unit=unit, description=description
+            )
+            return latest
 
         in_flight = Tally()
         meter.create_observable_up_down_counter(
@@ -139,5 +166,22 @@ class Metrics:
                 n.METRIC_LOST_REPEATEDLY,
                 "{trigger}",
                 "Triggers given up after their loss budget, by the last loss's reason",
+            ),
+            outbox_depth=gauge(
+                n.METRIC_OUTBOX_DEPTH, "{message}", "Committed messages not sent yet (the store's)"
+            ),
+            outbox_age=gauge(
+                n.METRIC_OUTBOX_AGE, "s", "Age of the oldest unsent message (0: none unsent)"
+            ),
+            effects_sent=counter(
+                n.METRIC_EFFECTS_SENT, "{message}", "Outbox messages the broker acknowledged"
+            ),
+            send_failures=counter(
+                n.METRIC_SEND_FAILURES, "{message}", "Outbox sends that failed (retried), by topic"
+            ),
+            effects_received=counter(
+                n.METRIC_EFFECTS_RECEIVED,
+                "{effect}",
+                "Effects a receiver's inbox answered: new, duplicate or stale (dropped)",
             ),
         )

@@ -47,6 +47,10 @@ COMMIT_POSITION: Final = "leaseworker.commit.position"
 DEAD_LETTER_REASON: Final = "leaseworker.dead_letter.reason"
 MALFORMED_REASON: Final = "leaseworker.malformed.reason"
 PREVIOUS_EXECUTION_ID: Final = "leaseworker.previous.execution.id"
+EFFECT_ID: Final = "leaseworker.effect.id"
+EFFECT_STATUS: Final = "leaseworker.effect.status"
+RECEIVER: Final = "leaseworker.receiver"
+RELAY: Final = "leaseworker.relay"
 
 # -- span names -------------------------------------------------------------------------
 
@@ -72,8 +76,13 @@ def commit_span_name(topic: str) -> str:
 
 
 def send_span_name(topic: str) -> str:
-    """Return the PRODUCER span's name of ``leaseworker trigger``, ``send {topic}``."""
+    """Return the PRODUCER span of ``leaseworker trigger`` and of the relay, ``send {topic}``."""
     return f"send {topic}"
+
+
+def publish_span_name(topic: str) -> str:
+    """Return the span of a job's ``publish()`` (the message is created), ``publish {topic}``."""
+    return f"publish {topic}"
 
 
 # -- metric names (OpenTelemetry; Prometheus adds unit suffixes, e.g. ``_seconds``) ------
@@ -90,3 +99,8 @@ METRIC_COMMITTED: Final = "leaseworker.triggers.committed"
 METRIC_DEAD_LETTERS: Final = "leaseworker.dead_letters"
 METRIC_COMPLETIONS: Final = "leaseworker.completions"
 METRIC_LOST_REPEATEDLY: Final = "leaseworker.triggers.lost_repeatedly"
+METRIC_OUTBOX_DEPTH: Final = "leaseworker.outbox.depth"
+METRIC_OUTBOX_AGE: Final = "leaseworker.outbox.oldest_age"
+METRIC_EFFECTS_SENT: Final = "leaseworker.effects.sent"
+METRIC_SEND_FAILURES: Final = "leaseworker.effects.send_failures"
+METRIC_EFFECTS_RECEIVED: Final = "leaseworker.effects.received"

@@ -1,9 +1,9 @@
-"""One pod's telemetry: execution, lease and Kafka source events as spans and metrics.
+"""One pod's telemetry: execution, lease, Kafka source and effect events as spans and metrics.
 
 :class:`PodTelemetry` is the hook a :class:`~leaseworker.Pod` gives its
-executor and its Kafka source: one CONSUMER ``process {topic}`` trace per
-trigger, sampled as a whole; a failing step is logged, never changes the
-worker. See docs/design.md#pod-telemetry-and-sampling.
+executor, its Kafka source and its outbox relay: one CONSUMER ``process
+{topic}`` trace per trigger, sampled as a whole (effects: ``_effect_spans``);
+a failing step is logged, never changes the worker. See docs/design.md#pod-telemetry-and-sampling.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from .._events import Attempt, Event, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
+from .._events import Attempt, EffectEvent, Event, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
 from .._lease import now
 from .._outcome import DeadLetterReason, MalformedReason
 from . import _names as n
+from ._effect_spans import EffectSpans
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import consumer_parent
@@ -87,6 +88,7 @@ class PodTelemetry:
         self._leases: dict[str, LeaseSpans] = {}  # execution id -> its lease spans
         self._running: dict[str, str] = {}  # execution id -> job key
         self._per_key: dict[str, tuple[int, float]] = {}  # job key -> (running, since)
+        self._effects = EffectSpans(tracer, metrics, pod=pod)
 
     # -- the hook ----------------------------------------------------------------------
 
@@ -106,6 +108,8 @@ class PodTelemetry:
                 self._acquiring(event.attempt)
             else:
                 self.on_event(event)
+        elif isinstance(event, EffectEvent):
+            self._effects.on_event(event)
         else:
             self._source_event(event)
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 
 from .._history import Execution, History, Scalar, Step
-from ._layout import Lane, Layout, describe, seconds, step_order, tick_step
+from ._layout import EFFECT_STEPS, Lane, Layout, describe, seconds, step_order, tick_step
 
 PLOT = 1000
 """Width of the time axis in pixels."""
@@ -55,6 +55,9 @@ svg{display:block;border:1px solid #d8dce5;background:#fafbfd}
 .status-stale circle{fill:#c0221a}
 .step-committed rect{fill:#1d2330}
 .step-dead_lettered rect{fill:#7a2a9a}
+.step-effect_committed path{fill:#2e8b4a}
+.step-effect_sent path{fill:#2a7fc0}
+.step-effect_failed path{fill:#c0221a}
 .overlap{fill:#d6249f;stroke:#b0127a;stroke-width:1.5}
 .overlap-across{fill:#d6249f;fill-opacity:.12;stroke:#d6249f;stroke-dasharray:3 3}
 .overlap-label{font-size:12px;font-weight:600;fill:#b0127a}
@@ -106,7 +109,8 @@ def render_html(history: History, *, title: str = "leaseworker timeline") -> str
         "until its job stopped; dashed: the release after it). Marks: | renewed, "
         "orange: a renewal that failed (from sending it to the verdict), ◆ lost, "
         "✕ stopped, ● completion (green accepted, blue duplicate, red stale), "
-        "■ offset committed. Pink: overlap. Yellow: fault. "
+        "■ offset committed, ▼ effect committed (green), sent (blue), send failed (red). "
+        "Pink: overlap. Yellow: fault. "
         "Dashed line: takeover of the lease. Hover for attributes.</p>\n"
         '<div id="details">hover a bar or a mark for its attributes</div>\n'
         f"{_table(layout)}\n<script>{_SCRIPT}</script>\n</body></html>\n"
@@ -313,6 +317,8 @@ def _shape(step: Step, x: float, y: float, x_end: float) -> str | None:
         return f'<circle cx="{x}" cy="{y - 5}" r="5"/>'
     if step.name in ("committed", "dead_lettered"):
         return f'<rect x="{x - 4}" y="{y + BAR + 1}" width="8" height="8"/>'
+    if step.name in EFFECT_STEPS:  # a triangle above the bar: the message left (or tried to)
+        return f'<path d="M{x - 5},{y - 12} L{x + 5},{y - 12} L{x},{y - 4} Z"/>'
     return None
 
 

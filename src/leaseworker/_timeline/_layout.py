@@ -163,8 +163,14 @@ LIFECYCLE = (
     "release_failed",
     "committed",
     "dead_lettered",
+    "effect_committed",
+    "effect_sent",
+    "effect_failed",
 )
 """The order of steps that share a moment (to the millisecond)."""
+
+EFFECT_STEPS = frozenset({"effect_committed", "effect_sent", "effect_failed"})
+"""Steps of an execution's messages (docs/effects.md): committed, sent, a send that failed."""
 
 
 def step_order(step: Step) -> tuple[float, int]:
@@ -198,9 +204,20 @@ def describe(step: Step) -> tuple[str, str]:
     if step.name == "committed":
         position = attrs.get("position")
         return name, f"offset committed (position {position})" if position is not None else ""
+    if step.name in ("dead_lettered", *EFFECT_STEPS):
+        return _other_words(step)
+    return name, ", ".join(f"{k}={v}" for k, v in attrs.items())
+
+
+def _other_words(step: Step) -> tuple[str, str]:
+    """Describe a dead letter, or an effect: which message, where to, where it landed or why not."""
+    attrs = step.attrs
     if step.name == "dead_lettered":
         return "dead-lettered", str(attrs.get("reason", ""))
-    return name, ", ".join(f"{k}={v}" for k, v in attrs.items())
+    where = f" at {attrs['partition']}:{attrs['offset']}" if "offset" in attrs else ""
+    failed = f" ({attrs['error']})" if "error" in attrs else ""
+    topic = attrs.get("topic", "")
+    return step.name.replace("_", " "), f"{attrs.get('effect_id', '')} to {topic}{where}{failed}"
 
 
 def _times(execution: Execution) -> Iterator[float]:

@@ -8,6 +8,9 @@ holding it: for a lost execution when its body stopped (``job stopped``;
 the release that may follow is cleanup, drawn apart), otherwise when its
 ``lease release`` was answered. The trigger's ``process {topic}`` span gives
 the Kafka coordinates and the trace reference; ``commit {topic}`` the commit.
+A ``publish {topic}`` span names an effect of its execution (committed with
+an accepted completion); the relay's ``send {topic}`` span, its child, says
+when the broker had it: both become steps of that execution.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .._telemetry import _names as n
 
 _PROCESS = "process "
 _COMMIT = "commit "
+_PUBLISH = "publish "
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,11 +46,22 @@ def history_from_spans(spans: Iterable[Span], job_key: str | None = None) -> His
     """Build the history of ``job_key`` (every key when ``None``) from its traces' spans."""
     by_execution: dict[str, list[Span]] = {}
     process: dict[str, Span] = {}
+    published: dict[str, str] = {}  # publish span id -> its execution
+    relayed: list[Span] = []
     for span in spans:
         if span.name.startswith(_PROCESS):
             process[span.trace_id] = span
         elif (execution_id := _execution_of(span, job_key)) is not None:
             by_execution.setdefault(execution_id, []).append(span)
+            if span.name.startswith(_PUBLISH):
+                published[span.span_id] = execution_id
+        elif n.EFFECT_ID in span.attributes:
+            relayed.append(span)  # the relay's send: child of and linked to the publish span
+    for span in relayed:
+        # Jaeger's classic answer keeps a link to one's own parent as the one reference.
+        found = (published.get(s) for s in (span.parent_span_id, *(s for _, s in span.links)) if s)
+        if (execution_id := next((e for e in found if e is not None), None)) is not None:
+            by_execution[execution_id].append(span)
     for span in process.values():  # answered without an execution span: from the store
         if (execution_id := _execution_of(span, job_key)) is not None:
             by_execution.setdefault(execution_id, [span])
@@ -86,6 +101,7 @@ def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Ex
         if outcome == "duplicate":
             named["completion"] = Step(at=end, name="completion", attrs={"status": "duplicate"})
             steps.append(named["completion"])
+    steps += _committed(spans, named.get("completion"))
     fences = [f for f in (_int(s.attributes.get(n.FENCE)) for s in spans) if f is not None]
     reference = process or first
     return Execution(
@@ -106,6 +122,28 @@ def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Ex
         steps=tuple(steps),
         previous_execution_id=_attr(named, "acquired", "previous_execution_id"),
     )
+
+
+def _committed(spans: list[Span], completion: Step | None) -> list[Step]:
+    """Return an ``effect_committed`` step per message published, if the completion was accepted.
+
+    The messages commit in the completion's transaction: at its answer.
+    """
+    if completion is None or completion.attrs.get("status") != "accepted":
+        return []
+    return [
+        Step(
+            at=completion.at,
+            name="effect_committed",
+            attrs={
+                **_pick(s.attributes, effect_id=n.EFFECT_ID, topic=n.MESSAGING_DESTINATION),
+                "span": f"{s.name} {s.span_id}",
+                "trace": s.trace_id,
+            },
+        )
+        for s in spans
+        if s.name.startswith(_PUBLISH)
+    ]
 
 
 def _attr(named: dict[str, Step], step: str, name: str) -> str | None:
@@ -133,6 +171,19 @@ def _step(span: Span) -> Step | None:
     if span.name.startswith(_COMMIT):
         step: Step | None = Step(
             at=span.end, name="committed", attrs=_pick(span.attributes, position=n.COMMIT_POSITION)
+        )
+    elif n.EFFECT_ID in span.attributes and not span.name.startswith(_PUBLISH):
+        step = Step(
+            at=span.end,
+            name="effect_failed" if span.error else "effect_sent",
+            attrs=_pick(
+                span.attributes,
+                effect_id=n.EFFECT_ID,
+                topic=n.MESSAGING_DESTINATION,
+                partition=n.MESSAGING_PARTITION,
+                offset=n.MESSAGING_OFFSET,
+                error=n.ERROR_TYPE,
+            ),
         )
     else:
         make = _STEPS.get(span.name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .._history import Execution, History, Step
-from ._layout import Layout, describe, seconds, step_order, tick_step
+from ._layout import EFFECT_STEPS, Layout, describe, seconds, step_order, tick_step
 
 LABEL = 10
 """Columns of the lane names (a longer pod name is cut)."""
@@ -22,6 +22,9 @@ MARKS: dict[str, tuple[str, int]] = {
     "stopped": ("x", 6),
     "committed": ("c", 2),
     "dead_lettered": ("D", 4),
+    "effect_committed": ("e", 3),
+    "effect_sent": ("m", 3),
+    "effect_failed": ("f", 3),
 }
 """A step's character in its lane, and its priority when two share a column."""
 
@@ -32,6 +35,8 @@ LEGEND = (
     "  ~ release after the stop  > no end seen  a/d/s completion accepted/duplicate/stale"
     "  c offset committed  D dead-lettered  ^ overlap  # fault"
 )
+EFFECT_LEGEND = "  e effect committed  m effect sent (the broker has it)  f send failed"
+"""Added to the legend when the history shows effects (docs/effects.md)."""
 
 _ANSI = {
     "!": "1;31",
@@ -59,7 +64,8 @@ def render_text(history: History, *, width: int = 100, color: bool = False) -> s
     lines.append(plot.overlap_line())
     if layout.history.faults:
         lines.append(plot.fault_line())
-    lines += _wrap("legend: " + LEGEND, width)
+    effects = any(s.name in EFFECT_STEPS for e in history.executions for s in e.steps)
+    lines += _wrap("legend: " + LEGEND + EFFECT_LEGEND * effects, width)
     lines.append("")
     for execution in sorted(history.executions, key=lambda e: (e.start, e.execution_id)):
         lines += _details(layout, execution, width)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import anyio
 
 from .._effects import Relay
+from .._events import Hook
 from .._kafka import KafkaSender
 from .._store import CompletionStore
 from .._store._effects import EffectStore
@@ -22,8 +23,13 @@ from ._config import PodConfig
 
 
 @contextlib.asynccontextmanager
-async def outbox_relay(store: CompletionStore, config: PodConfig) -> AsyncIterator[Relay | None]:
-    """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox)."""
+async def outbox_relay(
+    store: CompletionStore, config: PodConfig, hooks: Iterable[Hook] = ()
+) -> AsyncIterator[Relay | None]:
+    """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox).
+
+    ``hooks`` (the pod's) get the relay's ``EffectEvent`` s.
+    """
     if not isinstance(store, EffectStore):
         yield None
         return
@@ -33,7 +39,7 @@ async def outbox_relay(store: CompletionStore, config: PodConfig) -> AsyncIterat
         client_id=f"leaseworker-relay-{config.pod}",
     )
     # Unique per process: two pods of one name must not take each other's claims for their own.
-    relay = Relay(store, sender, name=f"{config.pod}:{uuid.uuid4().hex[:8]}")
+    relay = Relay(store, sender, name=f"{config.pod}:{uuid.uuid4().hex[:8]}", hooks=hooks)
     stop = anyio.Event()
     failure: Exception | None = None
     try:

@@ -14,7 +14,7 @@ from typing import Literal, final
 
 from .._errors import StoreUnavailable
 from .._store import ClaimResult, Completion, CompletionRequest, CompletionResult, CompletionStore
-from .._store._effects import PRUNE_LIMIT, OutboxRow, StoreTransaction, effect_store
+from .._store._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction, effect_store
 
 StoreCall = Literal["complete", "lookup", "claim"]
 """A store call an outage can hit (:class:`~leaseworker.testing.StoreOutage`)."""
@@ -100,6 +100,14 @@ class FaultyStore:
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent."""
         return await effect_store(self.inner).outbox(job_key)
+
+    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
+        """Every outbox row with its state."""
+        return await effect_store(self.inner).outbox_entries(job_key)
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """Unsent messages and the oldest one's age."""
+        return await effect_store(self.inner).outbox_backlog()
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages."""

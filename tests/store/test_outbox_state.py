@@ -1,0 +1,47 @@
+"""What ``leaseworker inspect`` and the outbox gauges read, on every backend.
+
+``outbox_entries`` gives each message's commit time, send time and claims
+(``attempts``: a released or expired claim counts); ``outbox_backlog`` the
+unsent count and the oldest unsent message's age.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from leaseworker._store._effects import EffectStore
+
+from .test_store_effects import any_store, write
+
+__all__ = ["any_store"]
+
+
+async def test_entries_say_when_each_message_committed_and_was_sent_and_how_often_claimed(
+    any_store: EffectStore,
+) -> None:
+    """Two messages: one claimed, released, claimed again and sent; the other never claimed."""
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert await any_store.outbox_backlog() == (0, None)
+    await write(any_store, 1, messages=2)
+    depth, age = await any_store.outbox_backlog()
+    assert depth == 2
+    assert age is not None
+    assert 0 <= age < 60
+    [first] = await any_store.claim_outbox("relay-a", limit=1, hold=30)
+    await any_store.release_outbox("relay-a", [first.id])
+    [again] = await any_store.claim_outbox("relay-b", limit=1, hold=30)
+    assert again.id == first.id
+    assert await any_store.mark_sent("relay-b", [again.id]) == 1
+    sent, unsent = await any_store.outbox_entries()
+    assert (sent.row.id, sent.attempts, sent.sent) == (first.id, 2, True)
+    assert (unsent.attempts, unsent.sent, unsent.sent_at) == (0, False, None)
+    assert sent.sent_at is not None
+    assert before <= sent.committed_at <= sent.sent_at
+    assert sent.committed_at.tzinfo is not None
+    depth, age = await any_store.outbox_backlog()
+    assert depth == 1
+    assert [e.row.id for e in await any_store.outbox_entries(sent.row.job_key)] == [
+        sent.row.id,
+        unsent.row.id,
+    ]
+    assert await any_store.outbox_entries("another:{key}") == []
