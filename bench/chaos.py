@@ -3,10 +3,12 @@
 Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``, +1, ...;
 topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``) against
 ``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) until ``--faults-total``
-faults have been played (about nine in ten planned faults play; the rest find
-their target busy all campaign long), then prints the faults played by kind, the
+faults have been played (about eight in ten planned faults play; the rest find
+their target busy or idle), then prints the faults played by kind, the
 violations, the worst stop latency, the smallest margin before Redis could
-expire a key, and the wall time. A fault starts every second on average (a
+expire a key, the effects (each completion publishes one message: committed,
+delivered, processed once, duplicates dropped, lost, stale, claimed again),
+what the campaigns exercised, and the wall time. A fault starts every second on average (a
 pod, or the shared services, has one at a time), so 1,000 faults take about
 30 minutes with the campaigns' start-ups and drains.
 
@@ -73,8 +75,12 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
     worst = max((c["stop_latency_max_ms"] for c in counted), default=0.0)
     margin = min((c["min_margin_ms"] for c in counted), default=0.0)
     overlaps = [i["counts"] for r in reports for i in r["invariants"] if "overlaps" in i["counts"]]
+    effects = _summed(reports)
+    exercised = [r["exercised"] for r in reports if r.get("exercised")]
+    through = ", ".join(f"{k[7:]} {n}" for k, n in effects.items() if k.startswith("across_"))
     lines = [
-        f"campaigns          {len(reports)} ({sum(1 for r in reports if r['ok'])} passed)",
+        f"campaigns          {len(reports)} ({sum(1 for r in reports if r['ok'])} passed, "
+        f"{sum(1 for r in reports if r.get('inconclusive'))} inconclusive)",
         f"faults played      {sum(kinds.values())}",
         *(f"  {kind:<18} {count}" for kind, count in sorted(kinds.items())),
         f"violations         {violations}",
@@ -85,9 +91,34 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"(+{sum(c['paused_losses'] for c in losses)} of paused executions)",
         f"worst stop latency {worst:.1f} ms",
         f"smallest margin    {margin:.1f} ms before Redis could expire the key",
+        f"effects            {effects['effects']} committed, {effects['delivered']} delivered, "
+        f"{effects['processed']} processed (twice: {effects['processed_twice']}), "
+        f"{effects['duplicates_dropped']} duplicates dropped, {effects['lost']} lost, "
+        f"{effects['marked_before_acknowledged']} marked sent unacknowledged, "
+        f"{effects['their_effects']} from stale executions, "
+        f"{effects['claimed_again']} sent ones claimed again",
+        f"  in flight across {through}",
+        f"  relays           {effects['send_refusals']} send refusals, "
+        f"{effects['claims_lapsed']} claims lapsed, "
+        f"{effects['resent_later']} resent after the mark",
+        f"exercised          {sum(e['executions'] for e in exercised)} executions, "
+        f"{sum(e['completions'] for e in exercised)} completions, "
+        f"{sum(e['hits'] for e in exercised)} of {sum(e['faults'] for e in exercised)} faults "
+        "hit a running execution",
         f"wall time          {wall / 60:.1f} min",
     ]
     return "\n".join(lines)
+
+
+def _summed(reports: list[dict[str, Any]]) -> Counter[str]:
+    """Add up the effects invariants' integer counts over the campaigns."""
+    total: Counter[str] = Counter()
+    for report in reports:
+        for invariant in report["invariants"][6:]:  # the effects' four follow the six others
+            total.update({k: v for k, v in invariant["counts"].items() if isinstance(v, int)})
+    for name in ("effects", "delivered", "processed", "processed_twice", "lost"):
+        total.setdefault(name, 0)
+    return total
 
 
 def main() -> int:

@@ -9,6 +9,8 @@ within a round, so both sides share whatever else the machine was doing:
   one job key each, against a bare aiokafka idempotent producer (``acks=all``)
   sending the same messages (topic, key, value, headers), all at once, then
   awaiting every acknowledgement. Both producers are connected before timing.
+  Each side also reports the CPU it cost per 1,000 rows: this process and
+  every service process under it (PostgreSQL's backends, Kafka), from /proc.
 - ``latency``: an in-process pod whose job writes one row and publishes one
   message in ``ctx.transaction()``; a consumer of the messages' topic takes
   the time from the block's end (committed) to the record's arrival. Idle:
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import statistics
 import tempfile
 import time
@@ -184,6 +187,39 @@ async def bare_send(producer: Any, rows: list[OutboxRow]) -> float:
     return time.perf_counter() - started
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second of /proc's CPU times."""
+
+
+def tree_cpu() -> tuple[float, float]:
+    """CPU seconds so far of this process and of its live descendants (the services), from /proc."""
+    parents: dict[int, int] = {}
+    seconds: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    mine, services = os.getpid(), 0.0
+    for pid, cpu in seconds.items():
+        up = parents.get(pid, 0)
+        while up not in (mine, 0, 1) and up in parents:
+            up = parents[up]
+        services += cpu if up == mine and pid != mine else 0.0
+    return seconds.get(mine, 0.0), services
+
+
+async def timed_cpu(side: Callable[[], Awaitable[float]]) -> tuple[float, float, float]:
+    """Run ``side``; return its seconds and the CPU seconds this process and the services spent."""
+    own, services = tree_cpu()
+    seconds = await side()
+    own_after, services_after = tree_cpu()
+    return seconds, own_after - own, services_after - services
+
+
 async def relay_part(kafka: LocalKafka, urls: dict[str, str], args: argparse.Namespace) -> None:
     """Paired rounds: the relay drains a backlog; the bare producer sends the same messages."""
     print(f"relay vs bare idempotent producer: {args.messages} messages, one job key each")
@@ -201,6 +237,8 @@ async def relay_part(kafka: LocalKafka, urls: dict[str, str], args: argparse.Nam
                 await fill_outbox(store, topic, 1, "warm")  # connects the relay's producer
                 await relay_drain(store, sender, 1)
                 rates: dict[str, list[float]] = {"relay": [], "bare": []}
+                cpu: dict[str, list[float]] = {"relay": [], "bare": []}  # ms per 1,000 rows
+                own: dict[str, list[float]] = {"relay": [], "bare": []}  # this process's share
                 for round_no in range(args.rounds):
                     await fill_outbox(store, topic, args.messages, f"r{round_no}")
                     rows = [row for row, sent in await store.outbox() if not sent]
@@ -210,12 +248,21 @@ async def relay_part(kafka: LocalKafka, urls: dict[str, str], args: argparse.Nam
                     }
                     order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
                     for name in order:
-                        rates[name].append(args.messages / await sides[name]())
+                        seconds, mine, services = await timed_cpu(sides[name])
+                        rates[name].append(args.messages / seconds)
+                        cpu[name].append((mine + services) / args.messages * 1e6)
+                        own[name].append(mine / args.messages * 1e6)
                     print(
                         f"  {kind} round {round_no + 1}: relay {rates['relay'][-1]:7.0f}/s"
-                        f"  bare {rates['bare'][-1]:7.0f}/s"
+                        f" ({cpu['relay'][-1]:.0f} ms CPU per 1,000)  bare"
+                        f" {rates['bare'][-1]:7.0f}/s ({cpu['bare'][-1]:.0f} ms)"
                     )
                 print(f"{kind}: relay {ratio_line(rates['relay'], rates['bare'])} of bare")
+                print(
+                    f"{kind}: CPU per 1,000 rows, all processes: relay {spread(cpu['relay'])} ms"
+                    f" (this process {spread(own['relay'])}), bare {spread(cpu['bare'])} ms"
+                    f" (this process {spread(own['bare'])})"
+                )
     finally:
         await sender.aclose()
         await producer.stop()

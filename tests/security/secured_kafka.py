@@ -24,6 +24,9 @@ from ..kafka_util import KafkaNames
 USERS = ("pod", "nodl", "nogroup", "noread", "admin")
 """SCRAM users: ``pod`` gets the full pod ACLs, the others lack one (``admin`` is super)."""
 
+REAUTH_MS = 3000
+"""Sessions on the ``SASL_REAUTH`` listener end after this long: clients log in again."""
+
 
 @dataclass(frozen=True)
 class SecuredKafka:
@@ -105,6 +108,7 @@ def start_secured_kafka(ca: TestCA, other: TestCA) -> SecuredKafka:
             "WRONGHOST": ca.server(hosts=("kafka.example.com",), name="wronghost").keystore,
             "EXPIRED": ca.server(expired=True, name="expired").keystore,
         },
+        reauth_ms=REAUTH_MS,
     )
     broker = LocalKafka.start(security=security)
     client = ca.client("pod", name="kafka-client")

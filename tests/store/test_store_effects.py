@@ -282,3 +282,18 @@ async def test_transactions_and_batches_of_two_pods_on_the_same_keys_never_deadl
     assert all(state is not None and state.fence == 11 for state in states)
     assert committed  # A's transactions did hold rows B waited for
     assert sorted(row.job_key for row, _ in messages) == sorted(committed)
+
+
+async def test_postgres_outbox_pages_keep_room_for_a_claims_row_version(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """Migration 7: fillfactor 50, so a claim's update stays on its page (HOT, no index writes).
+
+    The relay's drain bench bounds this: every claim rewrites each row it takes.
+    """
+    url = store_url_for("postgresql")
+    async with open_store(url):
+        options = await raw(
+            url, "SELECT reloptions FROM pg_class WHERE relname = 'leaseworker_outbox'"
+        )
+    assert options == [(["fillfactor=50"],)]

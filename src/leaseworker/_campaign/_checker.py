@@ -35,17 +35,20 @@ class Verdict:
     passed: bool
     counts: dict[str, Scalar] = field(default_factory=dict)
     violations: tuple[str, ...] = ()
+    note: str = ""  # said instead of the counts when there was nothing to count ("no effects")
 
     def line(self) -> str:
         """``PASS name (count=n, ...)``, then one indented line per violation shown."""
-        counts = ", ".join(f"{k}={_shown(v)}" for k, v in self.counts.items())
+        counts = self.note or ", ".join(f"{k}={_shown(v)}" for k, v in self.counts.items())
         head = f"{'PASS' if self.passed else 'FAIL'} {self.name} ({counts})"
         return "\n".join([head, *(f"    {v}" for v in self.violations)])
 
 
 def check(history: History, records: Records) -> list[Verdict]:
-    """Run every invariant over ``history`` and ``records``."""
-    return [rule(history, records) for rule in RULES]
+    """Run every invariant over ``history`` and ``records``, the effects' last."""
+    from ._effect_checks import EFFECT_RULES  # they build on this module's helpers
+
+    return [rule(history, records) for rule in (*RULES, *EFFECT_RULES)]
 
 
 def no_overlap(history: History, records: Records) -> Verdict:
@@ -77,7 +80,7 @@ def no_overlap(history: History, records: Records) -> Verdict:
         "paused_overlaps": paused,
         "data_loss_overlaps": data_loss,
     }
-    return _verdict("no two executions of one key at once", counts, violations)
+    return verdict("no two executions of one key at once", counts, violations)
 
 
 def fences_increase(history: History, records: Records) -> Verdict:
@@ -93,7 +96,7 @@ def fences_increase(history: History, records: Records) -> Verdict:
                 )
     counts: dict[str, Scalar] = {"acquisitions": len(history.executions)}
     counts["inversions"] = len(violations)
-    return _verdict("fences strictly increase per key", counts, violations)
+    return verdict("fences strictly increase per key", counts, violations)
 
 
 def one_completion(history: History, records: Records) -> Verdict:
@@ -139,7 +142,7 @@ def one_completion(history: History, records: Records) -> Verdict:
         "duplicates": sum(1 for e in history.executions if e.completion == "duplicate"),
         "stale_accepted": stale_accepted,
     }
-    return _verdict("one completion per identity, highest fence, none stale", counts, violations)
+    return verdict("one completion per identity, highest fence, none stale", counts, violations)
 
 
 def nothing_lost(history: History, records: Records) -> Verdict:
@@ -173,7 +176,7 @@ def nothing_lost(history: History, records: Records) -> Verdict:
         "uncommitted": len(uncommitted),
         "unfinished": unfinished,
     }
-    return _verdict("every trigger committed, every identity done", counts, violations)
+    return verdict("every trigger committed, every identity done", counts, violations)
 
 
 def pods_exited_cleanly(history: History, records: Records) -> Verdict:
@@ -186,7 +189,7 @@ def pods_exited_cleanly(history: History, records: Records) -> Verdict:
         "killed": sum(1 for e in records.exits if e.killed),
         "unexpected": len(violations),
     }
-    return _verdict("no pod exited non-zero unless killed", counts, violations)
+    return verdict("no pod exited non-zero unless killed", counts, violations)
 
 
 def losses_stopped_in_time(history: History, records: Records) -> Verdict:
@@ -225,7 +228,7 @@ def losses_stopped_in_time(history: History, records: Records) -> Verdict:
         "min_margin_ms": min(margins, default=0.0),
         "late_stops": len(violations),
     }
-    return _verdict("every loss stopped before Redis could expire the key", counts, violations)
+    return verdict("every loss stopped before Redis could expire the key", counts, violations)
 
 
 RULES: tuple[Callable[[History, Records], Verdict], ...] = (
@@ -239,7 +242,8 @@ RULES: tuple[Callable[[History, Records], Verdict], ...] = (
 """Every invariant, in report order."""
 
 
-def _verdict(name: str, counts: dict[str, Scalar], violations: list[str]) -> Verdict:
+def verdict(name: str, counts: dict[str, Scalar], violations: list[str]) -> Verdict:
+    """Return the verdict of ``name``: passed when ``violations`` is empty (the first shown)."""
     return Verdict(
         name=name,
         passed=not violations,

@@ -13,10 +13,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
+    ConfigResource,
+    ConfigResourceType,
+)
 
 from .._dev._pods import PodProcess
 from .._history import FaultWindow, Scalar
+from ._outbox import lapse_claims
 from ._plan import PlannedFault
+from ._receiver import Receiver
 from ._stack import Services
 from ._stall import stall_request
 
@@ -28,6 +35,7 @@ class Injector:
     stack: Services
     pods: dict[str, PodProcess]
     lease: float
+    receiver: Receiver | None = None  # knows the effects topics
     faults: list[FaultWindow] = field(default_factory=list)
     skipped: list[PlannedFault] = field(default_factory=list)
     _lanes: dict[str, anyio.Lock] = field(default_factory=dict)
@@ -169,3 +177,62 @@ class Injector:
         self._record(planned, start, shard=int(planned.size), master_port=new.port)
         await cluster.settle()
         await anyio.sleep(planned.duration)
+
+    async def _effects_refused(self, planned: PlannedFault) -> None:
+        """Make the broker refuse every record of the effects topics (spring-modulith #395).
+
+        Their ``max.message.bytes`` drops to 1 byte, so each relay send is
+        answered MESSAGE_TOO_LARGE at once until the override is removed; a
+        relay must not mark those messages sent.
+        """
+        topics = sorted(self.receiver.topics()) if self.receiver is not None else []
+        if not topics:
+            self.skipped.append(planned)  # no effect published yet: nothing to refuse
+            return
+        bootstrap = self.stack.kafka.bootstrap_servers
+        start = time.monotonic()
+        await refuse_records(bootstrap, topics, refuse=True)
+        try:
+            await anyio.sleep(planned.duration)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await refuse_records(bootstrap, topics, refuse=False)
+        self._record(planned, start, topics=len(topics))
+
+    async def _outbox_claims_lapse(self, planned: PlannedFault) -> None:
+        """Relays take over each other's claims while the first still sends (spring-modulith #1935).
+
+        The broker is frozen (SIGSTOP, a stop-the-world pause shorter than the
+        pods' session timeout), so relays hold their claims while their sends
+        wait, and every claim lapses as soon as it is seen (``lapse_claims``):
+        other relays claim the same messages and send them too. Then the
+        broker resumes: several sends of one message land, one relay marks it,
+        none may claim it again.
+        """
+        broker = self.stack.kafka.process.popen
+        start = time.monotonic()
+        broker.send_signal(signal.SIGSTOP)
+        try:
+            lapsed = await lapse_claims(self.stack.store_url, planned.duration, every=0.02)
+        finally:
+            broker.send_signal(signal.SIGCONT)
+        if not lapsed:
+            self.skipped.append(planned)  # no relay held a claim meanwhile
+            return
+        self._record(planned, start, lapsed=lapsed)
+
+
+async def refuse_records(bootstrap: str, topics: list[str], *, refuse: bool) -> None:
+    """Set ``topics``' ``max.message.bytes`` to 1 (``refuse``) or drop their overrides."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    with anyio.fail_after(30):
+        await admin.start()
+        try:
+            setting = {"max.message.bytes": "1"} if refuse else {}
+            resources = [ConfigResource(ConfigResourceType.TOPIC, t, setting) for t in topics]
+            for response in await admin.alter_configs(resources):
+                for error, message, *_ in response.resources:
+                    if error:
+                        raise RuntimeError(f"max.message.bytes not set: {error} {message}")
+        finally:
+            await admin.close()

@@ -26,6 +26,8 @@ FaultKind = Literal[
     "sentinel_failover",
     "cluster_failover",
     "store_outage",
+    "effects_refused",
+    "outbox_claims_lapse",
 ]
 
 POD_FAULTS: Final[frozenset[FaultKind]] = frozenset(
@@ -51,6 +53,8 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "sentinel_failover": 2,
     "cluster_failover": 2,
     "store_outage": 1,
+    "effects_refused": 1,
+    "outbox_claims_lapse": 1,
 }
 """How often each kind is drawn, relative to the others available."""
 
@@ -167,6 +171,8 @@ def _sized(
         duration = rng.uniform(1.1, 1.4) * lease  # past the lease: fencing's case
     elif kind == "store_outage":
         duration = rng.uniform(1.0, 8.0)
+    elif kind in ("effects_refused", "outbox_claims_lapse"):
+        duration = rng.uniform(1.0, 5.0)  # a lapse: a frozen broker, within the session timeout
     elif kind == "cluster_failover":
         return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
     elif kind == "kafka_restart":

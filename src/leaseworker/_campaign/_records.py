@@ -4,7 +4,10 @@ The campaign fills a :class:`Records` from its own bookkeeping (the triggers
 it produced, the pods it killed and how each pod exited) and from the systems
 themselves after the run (the group's committed offsets read from Kafka, the
 dead letters read from their topic, the completions read from the store), so
-the checker judges the history against independent witnesses.
+the checker judges the history against independent witnesses. The effects'
+witnesses: the outbox rows read from the store's table, every record the
+campaign's receiver consumed from the effects topics, what its inbox let it
+process, and the store's audit of claims taken on messages already sent.
 """
 
 from __future__ import annotations
@@ -51,11 +54,68 @@ class PodExit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Outboxed:
+    """One message committed to the outbox: its identity, fence and times (Unix seconds).
+
+    ``job_key`` is the user's job key (not the store's ``{namespace}:{...}``);
+    ``sent`` is when a relay marked it sent (``None``: never).
+    """
+
+    effect_id: str
+    job_key: str
+    input_version: str
+    fence: int
+    topic: str
+    committed: float
+    sent: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """One record the campaign's receiver consumed, and what its inbox said of it.
+
+    ``effect_id`` is ``None`` for a record without leaseworker's headers;
+    ``created`` is the record's timestamp (the producer's clock when the relay
+    sent it), ``received`` when the receiver read it, both Unix seconds.
+    """
+
+    effect_id: str | None
+    fence: int
+    status: str
+    topic: str
+    partition: int
+    offset: int
+    created: float
+    received: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reclaim:
+    """A claim a relay took on a message already marked sent (the store's audit saw it)."""
+
+    effect_id: str
+    relay: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Records:
-    """The campaign's records; ``committed`` maps a partition to its committed position."""
+    """The campaign's records; ``committed`` maps a partition to its committed position.
+
+    ``processed`` counts, per effect id, the receiver's own effect rows (what
+    its inbox let through); ``reclaims`` is ``None`` when the store was not
+    audited (a store given by ``--store-url``); ``wall_offset`` is
+    ``time.time() - time.monotonic()`` during the campaign, to place the
+    effects' Unix times among the faults' monotonic ones.
+    """
 
     produced: tuple[Produced, ...] = ()
     committed: Mapping[int, int] = field(default_factory=dict)
     dead_letters: tuple[DeadLetter, ...] = ()
     completions: Mapping[tuple[str, str], Stored] = field(default_factory=dict)
     exits: tuple[PodExit, ...] = ()
+    outbox: tuple[Outboxed, ...] = ()
+    deliveries: tuple[Delivery, ...] = ()
+    processed: Mapping[str, int] = field(default_factory=dict)
+    reclaims: tuple[Reclaim, ...] | None = ()
+    wall_offset: float = 0.0

@@ -30,9 +30,10 @@ def render(result: Result) -> str:
         f"== leaseworker chaos {settings.job}: seed {settings.seed}, {settings.topology}, "
         f"{settings.pods} pods, store {result.store}",
         f"  faults played  {len(result.history.faults)} ({kinds}); {result.skipped} not played "
-        "(their target was down, or no job started to stall)",
+        "(their target was down or idle: no job to stall, no effect to refuse, no claim to lapse)",
         f"  triggers       {len(result.records.produced)} sent, "
         f"{len(result.history.executions)} executions recorded",
+        *([f"  exercised      {result.exercised.line()}"] if result.exercised else []),
         *(f"  note           {note}" for note in result.notes),
         *(verdict.line() for verdict in result.verdicts),
         f"  wall time      {result.wall:.1f}s",
@@ -40,8 +41,15 @@ def render(result: Result) -> str:
     ]
     if result.workdir is not None:
         lines.append(f"  kept           pod logs and histories in {result.workdir}")
-    lines.append(f"  result         {'PASS' if result.ok else 'FAIL'}")
+    lines.append(f"  result         {verdict(result)}")
     return "\n".join(lines)
+
+
+def verdict(result: Result) -> str:
+    """``PASS``, ``FAIL``, or ``INCONCLUSIVE: why`` (a violation outranks inconclusive)."""
+    if not all(v.passed for v in result.verdicts):
+        return "FAIL"
+    return "PASS" if result.inconclusive is None else f"INCONCLUSIVE: {result.inconclusive}"
 
 
 def to_json(result: Result) -> str:
@@ -63,6 +71,9 @@ def to_json(result: Result) -> str:
         "faults_by_kind": faults_by_kind(result),
         "triggers": len(result.records.produced),
         "executions": len(result.history.executions),
+        "exercised": None if result.exercised is None else asdict(result.exercised),
+        "inconclusive": result.inconclusive,
+        "effects": len(result.records.outbox),
         "notes": result.notes,
         "invariants": [asdict(v) for v in result.verdicts],
         "faults": [asdict(f) for f in result.history.faults],

@@ -33,15 +33,17 @@ from .._chaos import ChaosProxy
 from .._dev._pods import PodProcess, until_ready
 from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
-from .._history import Execution, FaultWindow, History, header_line, merge
+from .._history import History
 from ._checker import Verdict, check
+from ._exercise import Exercise, exercise
 from ._faults import Injector
+from ._outbox import install_audit, outbox_rows, reclaims
 from ._payloads import Generator
 from ._plan import PROXY_FAULTS, FaultKind, Plan, make_plan
+from ._receiver import Receiver
 from ._records import PodExit, Produced, Records
 from ._stack import POD_FLAGS, Services, Topology, make_pod, services, store_proxy
-from ._stall import stall_log
-from ._witness import committed, completions, dead_letters
+from ._witness import committed, completions, dead_letters, pods_history
 
 Out = Callable[[str], None]
 
@@ -59,9 +61,6 @@ class Interrupted(Exception):
 
 PARTITIONS = 6
 """Partitions of the job's topic in the campaign: enough to spread over the pods."""
-
-FROZEN_FAULTS = frozenset({"pod_pause", "loop_stall"})
-"""Faults that freeze a pod's executions: those count as paused."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,18 +105,29 @@ class Result:
     skipped: int
     store: str
     wall: float
+    exercised: Exercise | None = None
     workdir: Path | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
+    def inconclusive(self) -> str | None:
+        """Why the campaign proves nothing (it barely exercised the job), or ``None``."""
+        return None if self.exercised is None else self.exercised.inconclusive
+
+    @property
     def ok(self) -> bool:
-        """Whether every invariant held."""
-        return all(v.passed for v in self.verdicts)
+        """Whether every invariant held, over a campaign that exercised the job."""
+        return all(v.passed for v in self.verdicts) and self.inconclusive is None
 
 
-def fault_kinds(topology: Topology, *, store_outages: bool) -> list[FaultKind]:
-    """Return the fault kinds a deployment can play."""
+def fault_kinds(
+    topology: Topology, *, store_outages: bool, own_store: bool = True
+) -> list[FaultKind]:
+    """Return the fault kinds a deployment can play (``own_store``: not one of ``--store-url``)."""
     kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "kafka_restart"]
+    kinds.append("effects_refused")
+    if own_store:
+        kinds.append("outbox_claims_lapse")
     if topology == "single":
         kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
     elif topology == "sentinel":
@@ -193,8 +203,13 @@ async def _campaign_body(
         lambda: stack.kafka.create_topics([topic, dead_topic], partitions=PARTITIONS)
     )
     names = [f"pod-{i + 1}" for i in range(settings.pods)]
+    own_store = settings.store_url is None
+    if own_store:
+        await install_audit(stack.store_url)
     async with store_proxy(stack) as pod_store_url, contextlib.AsyncExitStack() as exits:
-        kinds = fault_kinds(settings.topology, store_outages=stack.store_proxy is not None)
+        kinds = fault_kinds(
+            settings.topology, store_outages=stack.store_proxy is not None, own_store=own_store
+        )
         plan = make_plan(
             seed=settings.seed,
             faults=settings.faults,
@@ -236,18 +251,34 @@ async def _campaign_body(
         with anyio.fail_after(30):
             await producer.start()
         exits.push_async_callback(producer.stop)
-        injector = Injector(stack, pods, lease)
+        bootstrap = stack.kafka.bootstrap_servers
+        receiver = Receiver(bootstrap, f"{group}-receiver", [topic, dead_topic], stack.workdir)
+        receiving = await exits.enter_async_context(anyio.create_task_group())
+        exits.callback(receiving.cancel_scope.cancel)  # unwinds first: the receiver stops
+        receiving.start_soon(receiver.run)
+        injector = Injector(stack, pods, lease, receiver=receiver)
+        wall_offset = time.time() - time.monotonic()
         produced = await _play(settings, plan, job, producer, injector, pods, out, stop)
         drained = False
         if not stop.is_set():
-            out(f"faults healed; draining {len(produced)} triggers")
+            out(f"faults healed; draining {len(produced)} triggers and their effects")
             drained = await _drain(stack, group, topic, produced, lease, stop)
+            drained = await _drain_effects(stack.store_url, group, receiver, stop) and drained
         for pod in pods.values():
             await pod.stop(within=15.0)
         if stop.is_set():
             return None
+        await _caught_up(receiver, within=15.0)  # the last records sent before the pods stopped
         records = await _records(stack, settings, group, topic, dead_topic, produced, pods)
-    history = _history(pods, injector.faults, stack.workdir)
+        records = dataclasses.replace(
+            records,
+            outbox=await outbox_rows(stack.store_url, group),
+            deliveries=tuple(receiver.deliveries),
+            processed=receiver.processed(),
+            reclaims=await reclaims(stack.store_url, group) if own_store else None,
+            wall_offset=wall_offset,
+        )
+    history = pods_history(pods, injector.faults, stack.workdir)
     verdicts = check(history, records)
     result = Result(
         settings=settings,
@@ -258,9 +289,10 @@ async def _campaign_body(
         skipped=len(injector.skipped),
         store=_store_name(stack),
         wall=0.0,
+        exercised=exercise(history, records, keys=settings.keys, payloads=settings.payloads_spec),
     )
     if not drained:
-        result.notes.append("the drain timed out: some triggers were never committed")
+        result.notes.append("the drain timed out: some triggers or effects never got through")
     return result
 
 
@@ -388,6 +420,36 @@ async def _drain(
     return False
 
 
+async def _drain_effects(
+    store_url: str, namespace: str, receiver: Receiver, stop: anyio.Event
+) -> bool:
+    """Wait until every committed message is marked sent and the receiver has read it all.
+
+    Gives up after 90 s without progress (the checker reports what is left).
+    """
+    seen, still_since = None, anyio.current_time()
+    while anyio.current_time() - still_since < 90 and not stop.is_set():
+        with contextlib.suppress(Exception):
+            rows = await outbox_rows(store_url, namespace)
+            left = sum(1 for row in rows if row.sent is None)
+            topics = {row.topic for row in rows}
+            behind = await receiver.behind() if topics else 0
+            if left == 0 and behind == 0 and topics <= receiver.topics():
+                return True
+            progress = (left, len(receiver.deliveries))
+            if progress != seen:
+                seen, still_since = progress, anyio.current_time()
+        await anyio.sleep(1.0)
+    return False
+
+
+async def _caught_up(receiver: Receiver, within: float) -> None:
+    """Give the receiver ``within`` seconds to read what is on its topics already."""
+    with anyio.move_on_after(within):
+        while (await receiver.behind()) not in (0, None):  # noqa: ASYNC110 - a broker's state
+            await anyio.sleep(0.2)
+
+
 async def _records(
     stack: Services,
     settings: Settings,
@@ -410,43 +472,6 @@ async def _records(
             for code, killed, _ in pod.exits
         ),
     )
-
-
-def _history(pods: dict[str, PodProcess], faults: list[FaultWindow], workdir: Path) -> History:
-    """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
-    parts = [pod.recorded() for pod in pods.values()]
-    all_faults = list(faults)
-    for pod in pods.values():
-        log = stall_log(workdir, pod.name)
-        if log.exists():
-            all_faults += History.from_json(_lines_document(log)).faults
-    merged = merge(parts)
-    deaths = {
-        pod.name: sorted(at for code, killed, at in pod.exits if killed or code != 0)
-        for pod in pods.values()
-    }
-    executions = tuple(_judged(e, deaths.get(e.pod, []), all_faults) for e in merged.executions)
-    return History(clock="monotonic", executions=executions, faults=tuple(all_faults))
-
-
-def _judged(execution: Execution, deaths: list[float], faults: list[FaultWindow]) -> Execution:
-    if execution.end is None:
-        died = next((at for at in deaths if at > execution.start), None)
-        if died is not None:
-            execution = dataclasses.replace(execution, end=died, outcome="killed")
-    end = execution.end if execution.end is not None else float("inf")
-    frozen = any(
-        f.kind in FROZEN_FAULTS
-        and f.target == execution.pod
-        and f.start < end
-        and (f.end if f.end is not None else f.start) > execution.start
-        for f in faults
-    )
-    return dataclasses.replace(execution, paused=True) if frozen else execution
-
-
-def _lines_document(log: Path) -> str:
-    return header_line("monotonic") + log.read_text()
 
 
 def _store_name(stack: Services) -> str:

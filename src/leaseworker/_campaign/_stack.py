@@ -13,6 +13,7 @@ single-node topology, its own history file and a ``/readyz`` to wait for.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,9 @@ POD_FLAGS = (
     *("--max-poll-interval", "20"),
 )
 """Short Kafka and call timings, so hand-overs take seconds (the job's lease is its own)."""
+
+AUTO_CREATE = {"auto.create.topics.enable": "true", "num.partitions": "1"}
+"""The campaign's broker creates a job's effects topic on its first message, one partition."""
 
 
 @dataclass
@@ -97,7 +101,8 @@ def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterat
         "sentinel": "sentinel",
         "cluster": "cluster",
     }
-    with LocalStack() as stack:
+    kafka = functools.partial(LocalKafka.start, settings=AUTO_CREATE)
+    with LocalStack(starters={"kafka": kafka}) as stack:
         stack.start("kafka", redis[topology], optional=["postgres"] if store_url is None else [])
         if store_url is None:
             postgres = stack.get("postgres")

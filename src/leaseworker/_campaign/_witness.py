@@ -2,23 +2,33 @@
 
 The checker trusts these over the pods' own account: the group's committed
 positions come from the broker, the dead letters from their topic (their
-``leaseworker.*`` headers), the completions from the store itself.
+``leaseworker.*`` headers), the completions from the store itself. The pods'
+own history (:func:`pods_history`) is merged here too, with the faults, and
+each execution a kill ended or a freeze struck marked so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from pathlib import Path
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
+from .._dev._pods import PodProcess
 from .._execution import completion_key
+from .._history import Execution, FaultWindow, History, header_line, merge
 from .._store import open_store
 from ._records import DeadLetter, Stored
+from ._stall import stall_log
 
 TIMEOUT = 30.0
 """Seconds any one read may take."""
+
+FROZEN_FAULTS = frozenset({"pod_pause", "loop_stall"})
+"""Faults that freeze a pod's executions: those count as paused."""
 
 
 async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
@@ -39,14 +49,10 @@ async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
         bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
     )
     letters: list[DeadLetter] = []
+    partitions = [TopicPartition(topic, p) for p in await _partitions(bootstrap, topic)]
     with anyio.fail_after(TIMEOUT):
         await consumer.start()
         try:
-            partitions = [
-                TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()
-            ]
-            if not partitions:
-                partitions = [TopicPartition(topic, 0)]
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             ends = await consumer.end_offsets(partitions)
@@ -56,6 +62,18 @@ async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
         finally:
             await consumer.stop()
     return tuple(letters)
+
+
+async def _partitions(bootstrap: str, topic: str) -> list[int]:
+    """Return the partitions of ``topic`` (a fresh consumer's metadata may not know them yet)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    with anyio.fail_after(TIMEOUT):
+        await admin.start()
+        try:
+            [described] = await admin.describe_topics([topic])
+        finally:
+            await admin.close()
+    return sorted(int(p["partition"]) for p in described["partitions"]) or [0]
 
 
 def _letter(record: object) -> DeadLetter:
@@ -79,3 +97,36 @@ async def completions(
             if done is not None:
                 found[(job_key, version)] = Stored(fence=done.fence, execution_id=done.execution_id)
     return found
+
+
+def pods_history(pods: dict[str, PodProcess], faults: list[FaultWindow], workdir: Path) -> History:
+    """Merge the pods' histories with the faults; close what a kill ended; mark the paused."""
+    parts = [pod.recorded() for pod in pods.values()]
+    all_faults = list(faults)
+    for pod in pods.values():
+        log = stall_log(workdir, pod.name)
+        if log.exists():
+            all_faults += History.from_json(header_line("monotonic") + log.read_text()).faults
+    merged = merge(parts)
+    deaths = {
+        pod.name: sorted(at for code, killed, at in pod.exits if killed or code != 0)
+        for pod in pods.values()
+    }
+    executions = tuple(_judged(e, deaths.get(e.pod, []), all_faults) for e in merged.executions)
+    return History(clock="monotonic", executions=executions, faults=tuple(all_faults))
+
+
+def _judged(execution: Execution, deaths: list[float], faults: list[FaultWindow]) -> Execution:
+    if execution.end is None:
+        died = next((at for at in deaths if at > execution.start), None)
+        if died is not None:
+            execution = dataclasses.replace(execution, end=died, outcome="killed")
+    end = execution.end if execution.end is not None else float("inf")
+    frozen = any(
+        f.kind in FROZEN_FAULTS
+        and f.target == execution.pod
+        and f.start < end
+        and (f.end if f.end is not None else f.start) > execution.start
+        for f in faults
+    )
+    return dataclasses.replace(execution, paused=True) if frozen else execution

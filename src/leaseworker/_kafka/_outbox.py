@@ -3,7 +3,10 @@
 The relay (``leaseworker._effects``) hands it one outbox row at a time and
 waits for the broker's acknowledgement before marking the row sent; the
 producer is started on first use and kept, reconnecting by itself while a
-broker restarts. Every send is bounded by ``timeout``.
+broker restarts. Every send is bounded by ``timeout``. After a running
+client's SASL login was refused (``_logins``) and the password file holds a
+new password, the producer is stopped and built again with it; with the same
+password it is kept (the pod's source decides on exit 2).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from .._store._effects import OutboxRow
+from ._logins import Login
 from ._quiet import quiet
 from ._security import KafkaSecurity
 
@@ -39,6 +43,7 @@ class KafkaSender:
         self._producer: Any = None
         self._starting = anyio.Lock()
         self._start_failed: tuple[float, BaseException] | None = None  # (when, why)
+        self._login = Login(self._security)
 
     async def send(self, row: OutboxRow) -> tuple[int, int]:
         """Send ``row`` and return (partition, offset) once every in-sync replica has it."""
@@ -81,7 +86,25 @@ class KafkaSender:
                 else:
                     outcomes.append((int(meta.partition), int(meta.offset)))
         timeout = TimeoutError(f"no acknowledgement within {self._timeout}s")
-        return outcomes + [timeout] * (len(rows) - len(outcomes))
+        outcomes += [timeout] * (len(rows) - len(outcomes))
+        if any(isinstance(outcome, Exception) for outcome in outcomes):
+            await self._discard(producer)
+        return outcomes
+
+    async def _discard(self, producer: Any) -> None:
+        """Drop ``producer`` after a failed send: the next send starts a new one.
+
+        An idempotent producer whose batch failed (a record the broker refused,
+        a send that timed out) has spent that sequence number: aiokafka answers
+        every later send OutOfOrderSequenceNumber, so the relay would never
+        deliver again. A new producer gets a new producer id.
+        """
+        async with self._starting:
+            if self._producer is not producer:
+                return  # another wave's failure dropped it already
+            self._producer = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+            await producer.stop()
 
     async def aclose(self) -> None:
         """Stop the producer (flushing what it holds, within ``timeout``)."""
@@ -100,13 +123,18 @@ class KafkaSender:
         one's failure answers the others at once, for ``timeout`` seconds, so a
         round of many keys fails in one ``timeout``, not one per key.
         """
-        if self._producer is not None:
+        if self._producer is not None and not self._login.refused():  # one comparison, no yield
             return self._producer
         async with self._starting:
             failed = self._start_failed
             if failed is not None and anyio.current_time() - failed[0] < self._timeout:
                 raise failed[1]
+            if self._producer is not None and self._login.refused():
+                if self._login.rotated():
+                    await self.aclose()  # built again below, with the new password
+                self._login.seen()
             if self._producer is None:
+                self._login.built()
                 producer = AIOKafkaProducer(
                     bootstrap_servers=self._bootstrap,
                     acks="all",

@@ -48,8 +48,9 @@ class KafkaSecurity:
     Inconsistent settings, a missing file or a key that does not match the
     certificate raise :class:`~leaseworker.ConfigError`. ``sasl_password_file``
     instead of ``sasl_password``: the file is read again for every new client
-    (start and each start-up retry), so a rotated Kubernetes Secret is picked
-    up by the next client built; a started client keeps its password.
+    (start and each start-up retry) and when a broker refuses a running
+    client's login (``_logins``): a new password there rebuilds the pod's
+    clients, so a rotated Kubernetes Secret is picked up without a restart.
     """
 
     protocol: str = "PLAINTEXT"

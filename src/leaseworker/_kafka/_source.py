@@ -14,7 +14,7 @@ from typing import Any, final
 
 import anyio
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
-from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaConnectionError, KafkaError  # type: ignore[import-untyped]
 
 from .._errors import MalformedTrigger
 from .._events import Hook
@@ -24,9 +24,10 @@ from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
 from ._commits import Commits
 from ._dead_letters import DeadLetters, Headers
+from ._logins import Login
 from ._logs import describe, logger
 from ._rebalance import Rebalance
-from ._refusals import refused_error
+from ._refusals import check_refused, refused_error
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, SourceStats, release_grace
 from ._topics import require_topics
@@ -100,6 +101,8 @@ class KafkaTriggerSource:
         self.stats = self._state.stats
         self._consumer: Any = None
         self._producer: Any = None
+        self._listener: Rebalance | None = None
+        self._login = Login(config.kafka_security)
         self._stop_deadline = 0.0
         self._cancelled_all = False
         self._startup = startup(config.startup_retry_cap)
@@ -169,6 +172,10 @@ class KafkaTriggerSource:
         """Poll, dispatch and commit until stopped and drained (or drain time is up)."""
         retries = Retries(self._startup)
         while not self._drained():
+            if self._login.refused():
+                await self._log_in_again()
+                if self._consumer is None:
+                    return  # stopped while Kafka was away
             if self._all_paused():
                 # getmany() would idle for the whole poll timeout: wake up as soon as an
                 # execution frees a slot (or, draining, the last one ends) instead.
@@ -194,6 +201,43 @@ class KafkaTriggerSource:
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
             self._state.event("polled")
+
+    async def _log_in_again(self) -> None:
+        """Rebuild the clients with a rotated password after a running one's login was refused.
+
+        The password file holds another password (a rotated Secret): every
+        partition is revoked as in a rebalance (executions finish or stop,
+        the finished prefix is committed if the old consumer still can), and
+        the consumer and dead-letter producer are built and started again with
+        it. The same password: if the brokers refuse it, ConfigError (exit 2);
+        if they take it, the refusal was another client's and nothing changes.
+        """
+        config = self._config
+        if not self._login.rotated():
+            refused = KafkaConnectionError("a running client's SASL login was refused")
+            await check_refused(
+                config.bootstrap_servers,
+                refused,
+                security=config.kafka_security,
+                within=config.kafka_timeout,
+            )
+            self._login.seen()
+            return
+        logger.warning(
+            "the Kafka SASL password file holds a new password: reconnecting to Kafka with it",
+            extra={"event": "kafka_password_rotated", "pod": config.pod},
+        )
+        if self._listener is not None:
+            await self._listener.on_partitions_revoked(list(self._state.partitions))
+        await self._close()
+        self._consumer = self._producer = None
+        self._consumer = await self._start(
+            "consumer", self._subscribed_consumer, before=self._check_topics
+        )
+        if self._consumer is not None and config.dead_letter_topic:
+            self._producer = await self._start("producer", self._new_producer)
+            if self._producer is None:
+                self._consumer = None  # stopping: ``run`` closes what was started
 
     def _poll_failed(self, exc: BaseException, delay: float, attempt: int) -> None:
         logger.warning(
@@ -352,13 +396,14 @@ class KafkaTriggerSource:
 
     def _subscribed_consumer(self) -> Any:
         """Build a consumer subscribed with the rebalance listener (before it starts)."""
+        self._login.built()  # the password this consumer and the producer log in with
         client = self._consumer_factory(self._config, self._topic)
         # The first assignment can arrive before start() returns, and its
         # callback pauses partitions on this very consumer.
         self._consumer = client
         self.stats.membership = "joining"
         self._state.event("joining")
-        listener = Rebalance(
+        listener = self._listener = Rebalance(
             self._state, self._config, self._commits, apply_pauses=self._apply_pauses
         )
         client.subscribe([self._topic], listener=listener)
@@ -409,8 +454,7 @@ class KafkaTriggerSource:
     async def _close(self) -> None:
         for client in (self._consumer, self._producer):
             if client is not None:
-                with anyio.move_on_after(self._config.kafka_timeout):
-                    await client.stop()
+                await _clients.stop(client, self._config)
 
 
 def _each(

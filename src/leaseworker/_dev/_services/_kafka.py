@@ -39,6 +39,7 @@ from ._kafka_install import (
     kafka_version,
     random_cluster_id,
 )
+from ._kafka_scram import set_scram_password
 from ._kafka_secure import BrokerSecurity, broker_settings, scram_format_args
 from ._proc import LOOPBACK, LocalProcess, distinct_free_ports, service_workdir, wait_for_port
 
@@ -326,6 +327,15 @@ class LocalKafka:
         Only meaningful on a broker started with ``BrokerSecurity(authorizer=True)``.
         """
         _run_in_thread(lambda: create_acls(self.bootstrap_servers, list(acls), within=timeout))
+
+    def set_scram_password(self, user: str, password: str, *, timeout: float = 30.0) -> None:
+        """Replace ``user``'s SCRAM credentials (each mechanism's) by ``password``.
+
+        Logins from now on need the new password; connections already authenticated stay.
+        """
+        _run_in_thread(
+            lambda: set_scram_password(self.bootstrap_servers, user, password, within=timeout)
+        )
 
     def _wait_ready(self, *, timeout: float) -> None:
         """Block until the broker answers metadata and group-coordinator requests.

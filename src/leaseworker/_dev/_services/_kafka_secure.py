@@ -8,7 +8,11 @@ required when ``client_auth``), a ``SASL_SSL`` listener with ``PLAIN`` users
 users (written into the metadata log when the storage is formatted: KRaft
 has no other store before the broker runs), and more ``SSL`` listeners with
 certificates of their own (one issued for another host, one expired) so that
-every refusal a client can meet has a real peer. With ``authorizer``, KRaft's
+every refusal a client can meet has a real peer. With ``reauth_ms``, a second
+``SASL_SSL`` listener (``SASL_REAUTH``) ends each session after that long
+(``connections.max.reauth.ms``): a client that does not re-authenticate, as
+aiokafka does not, is disconnected and must log in again (a rotated password's
+test). With ``authorizer``, KRaft's
 ``StandardAuthorizer`` denies what no ACL allows; the ``PLAINTEXT``
 listener's ``ANONYMOUS`` principal is a super user, as the broker itself
 talks through it.
@@ -30,6 +34,9 @@ SSL_LISTENER = "SSL"
 
 SASL_LISTENER = "SASL_SSL"
 """The listener that authenticates with SASL over TLS (PLAIN and SCRAM users)."""
+
+REAUTH_LISTENER = "SASL_REAUTH"
+"""The ``SASL_SSL`` listener whose sessions end after ``BrokerSecurity.reauth_ms``."""
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 """Every SCRAM user gets a credential for each of these."""
@@ -54,7 +61,8 @@ class BrokerSecurity:
     require one. ``plain_users``/``scram_users``: name to password.
     ``authorizer``: deny what no ACL allows (``super_users`` bypass ACLs).
     ``more_listeners``: listener name to another keystore, each an ``SSL``
-    listener (a certificate for the wrong host, an expired one).
+    listener (a certificate for the wrong host, an expired one). ``reauth_ms``:
+    open :data:`REAUTH_LISTENER`, its sessions that long (0: no such listener).
     """
 
     keystore: Path
@@ -65,10 +73,11 @@ class BrokerSecurity:
     authorizer: bool = False
     super_users: tuple[str, ...] = ()
     more_listeners: Mapping[str, Path] = field(default_factory=dict)
+    reauth_ms: int = 0
 
     def __post_init__(self) -> None:
         for name in self.more_listeners:
-            if not name.isupper() or name in (SSL_LISTENER, SASL_LISTENER, "PLAINTEXT"):
+            if not name.isupper() or name in (*self.sasl_listeners, SSL_LISTENER, "PLAINTEXT"):
                 raise ValueError(f"listener name must be a new upper-case name, got {name!r}")
         if self.client_auth and self.truststore is None:
             raise ValueError("client_auth needs a truststore to verify client certificates")
@@ -76,11 +85,16 @@ class BrokerSecurity:
     @property
     def listeners(self) -> tuple[str, ...]:
         """The secured listeners' names, each of which gets a port."""
-        return (SSL_LISTENER, SASL_LISTENER, *self.more_listeners)
+        return (SSL_LISTENER, *self.sasl_listeners, *self.more_listeners)
+
+    @property
+    def sasl_listeners(self) -> tuple[str, ...]:
+        """The ``SASL_SSL`` listeners: :data:`SASL_LISTENER`, and the re-authenticating one."""
+        return (SASL_LISTENER, REAUTH_LISTENER) if self.reauth_ms > 0 else (SASL_LISTENER,)
 
     def protocol(self, listener: str) -> str:
         """Return the security protocol of one of :attr:`listeners`."""
-        return "SASL_SSL" if listener == SASL_LISTENER else "SSL"
+        return "SASL_SSL" if listener in self.sasl_listeners else "SSL"
 
     def __repr__(self) -> str:
         # Names only: the passwords stay out of reprs and so out of test reports.
@@ -115,15 +129,21 @@ def broker_settings(security: BrokerSecurity) -> dict[str, str]:
 
 
 def _sasl_settings(security: BrokerSecurity) -> dict[str, str]:
-    """Return the ``SASL_SSL`` listener's mechanisms and their JAAS settings."""
-    prefix = f"listener.name.{SASL_LISTENER.lower()}"
+    """Return the ``SASL_SSL`` listeners' mechanisms, JAAS settings and session lifetimes."""
     users = " ".join(f'user_{name}="{pw}"' for name, pw in security.plain_users.items())
-    settings = {
-        f"{prefix}.sasl.enabled.mechanisms": ",".join(("PLAIN", *SCRAM_MECHANISMS)),
-        f"{prefix}.plain.sasl.jaas.config": f"{_PLAIN_MODULE} required {users};".replace("  ", " "),
-    }
-    for mechanism in SCRAM_MECHANISMS:
-        settings[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = f"{_SCRAM_MODULE} required;"
+    settings = {}
+    for listener in security.sasl_listeners:
+        prefix = f"listener.name.{listener.lower()}"
+        plain = f"{_PLAIN_MODULE} required {users};".replace("  ", " ")
+        scram = f"{_SCRAM_MODULE} required;"
+        settings[f"{prefix}.sasl.enabled.mechanisms"] = ",".join(("PLAIN", *SCRAM_MECHANISMS))
+        settings[f"{prefix}.plain.sasl.jaas.config"] = plain
+        for mechanism in SCRAM_MECHANISMS:
+            settings[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = scram
+        if listener == REAUTH_LISTENER:
+            for mechanism in ("PLAIN", *SCRAM_MECHANISMS):
+                reauth = f"{prefix}.{mechanism.lower()}.connections.max.reauth.ms"
+                settings[reauth] = str(security.reauth_ms)
     return settings
 
 

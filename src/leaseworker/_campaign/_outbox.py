@@ -1,0 +1,181 @@
+"""The campaign's view of the store's outbox: its rows, an audit of its claims, lapsing them.
+
+Read with the campaign's own SQL on its direct connection (not the pods'
+proxy), so the checker judges the relays by the table itself. The audit is
+a trigger the campaign adds to its own store (never to one given by
+``--store-url``): every claim taken on a row already marked sent, the
+failure mode of spring-modulith #1935, lands in ``leaseworker_chaos_reclaims``.
+:func:`lapse_claims` plays the ``outbox_claims_lapse`` fault: every claim
+held now expires, as when a relay is frozen past its hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import anyio
+
+from .._store import open_store
+from .._store._effects import effect_id
+from .._store._url import parse_store_url
+from ._records import Outboxed, Reclaim
+
+_AUDIT_PG = (
+    """
+    CREATE TABLE IF NOT EXISTS leaseworker_chaos_reclaims (
+        id bigint NOT NULL, claimed_by text, at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )
+    """,
+    """
+    CREATE OR REPLACE FUNCTION leaseworker_chaos_reclaimed() RETURNS trigger
+    LANGUAGE plpgsql AS $fn$
+    BEGIN
+        INSERT INTO leaseworker_chaos_reclaims (id, claimed_by) VALUES (NEW.id, NEW.claimed_by);
+        RETURN NEW;
+    END
+    $fn$
+    """,
+    "DROP TRIGGER IF EXISTS leaseworker_chaos_reclaims ON leaseworker_outbox",
+    """
+    CREATE TRIGGER leaseworker_chaos_reclaims
+    AFTER UPDATE OF claimed_by, claimed_until ON leaseworker_outbox FOR EACH ROW
+    WHEN (OLD.sent_at IS NOT NULL AND NEW.claimed_until IS DISTINCT FROM OLD.claimed_until)
+    EXECUTE FUNCTION leaseworker_chaos_reclaimed()
+    """,
+)
+_AUDIT_SQLITE = (
+    "CREATE TABLE IF NOT EXISTS leaseworker_chaos_reclaims (id INTEGER, claimed_by TEXT, at REAL)",
+    """
+    CREATE TRIGGER IF NOT EXISTS leaseworker_chaos_reclaims
+    AFTER UPDATE OF claimed_by, claimed_until ON leaseworker_outbox
+    WHEN OLD.sent_at IS NOT NULL AND NEW.claimed_until IS NOT OLD.claimed_until
+    BEGIN
+        INSERT INTO leaseworker_chaos_reclaims
+        VALUES (NEW.id, NEW.claimed_by, (julianday('now') - 2440587.5) * 86400.0);
+    END
+    """,
+)
+_ROWS = """
+    SELECT job_key, input_version, seq, fence, topic, committed_at, sent_at
+    FROM leaseworker_outbox WHERE substr(job_key, 1, {n}) = {p} ORDER BY id
+"""
+_RECLAIMS = """
+    SELECT o.job_key, o.input_version, o.seq, r.claimed_by, r.at
+    FROM leaseworker_chaos_reclaims r JOIN leaseworker_outbox o ON o.id = r.id
+    WHERE substr(o.job_key, 1, {n}) = {p} ORDER BY r.at
+"""
+_LAPSE_PG = """
+    UPDATE leaseworker_outbox SET claimed_until = now()
+    WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > now()
+"""
+_LAPSE_SQLITE = """
+    UPDATE leaseworker_outbox SET claimed_until = ?
+    WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > ?
+"""
+
+
+async def install_audit(store_url: str) -> None:
+    """Create the store's schema (the outbox) if need be, then the reclaim audit's trigger."""
+    async with open_store(store_url):
+        pass  # opening migrates: the outbox table exists from here on
+    async with _connected(store_url) as (conn, pg):
+        for statement in _AUDIT_PG if pg else _AUDIT_SQLITE:
+            await _execute(conn, pg, statement)
+
+
+async def outbox_rows(store_url: str, namespace: str) -> tuple[Outboxed, ...]:
+    """Return the campaign's outbox rows (its namespace's), in commit order."""
+    prefix = f"{namespace}:"
+    async with _connected(store_url) as (conn, pg):
+        found = await _execute(conn, pg, _scoped(_ROWS, pg, prefix), (prefix,))
+    return tuple(
+        Outboxed(
+            effect_id=effect_id(key, version, seq),
+            job_key=_user_key(key, prefix),
+            input_version=version,
+            fence=int(fence),
+            topic=topic,
+            committed=_seconds(committed),
+            sent=None if sent is None else _seconds(sent),
+        )
+        for key, version, seq, fence, topic, committed, sent in found
+    )
+
+
+async def reclaims(store_url: str, namespace: str) -> tuple[Reclaim, ...]:
+    """Return the claims the audit saw taken on messages already sent."""
+    prefix = f"{namespace}:"
+    async with _connected(store_url) as (conn, pg):
+        found = await _execute(conn, pg, _scoped(_RECLAIMS, pg, prefix), (prefix,))
+    return tuple(
+        Reclaim(effect_id=effect_id(key, version, seq), relay=relay, at=_seconds(at))
+        for key, version, seq, relay, at in found
+    )
+
+
+async def lapse_claims(store_url: str, seconds: float, *, every: float = 0.05) -> int:
+    """For ``seconds``, expire every relay claim on an unsent message; return how many lapsed."""
+    lapsed = 0
+    async with _connected(store_url) as (conn, pg):
+        with anyio.move_on_after(seconds):
+            while True:
+                if pg:
+                    lapsed += int((await conn.execute(_LAPSE_PG)).rowcount)
+                else:
+                    now = time.time_ns() // 1000
+                    lapsed += await anyio.to_thread.run_sync(_lapse_sqlite, conn, now)
+                await anyio.sleep(every)
+    return lapsed
+
+
+def _lapse_sqlite(conn: sqlite3.Connection, now: int) -> int:
+    return int(conn.execute(_LAPSE_SQLITE, (now, now)).rowcount)
+
+
+@contextlib.asynccontextmanager
+async def _connected(store_url: str) -> AsyncIterator[tuple[Any, bool]]:
+    """Yield an autocommit connection to the store and whether it is PostgreSQL."""
+    parsed = parse_store_url(store_url)
+    if parsed.backend == "postgresql":
+        import psycopg  # the PostgreSQL extra: only for that store
+
+        with anyio.fail_after(30):
+            conn = await psycopg.AsyncConnection.connect(parsed.target, autocommit=True)
+        async with conn:
+            yield conn, True
+        return
+    # Used from worker threads (a locked file must not block the campaign's loop).
+    lite = sqlite3.connect(parsed.target, isolation_level=None, timeout=30, check_same_thread=False)
+    try:
+        yield lite, False
+    finally:
+        lite.close()
+
+
+async def _execute(conn: Any, pg: bool, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    if pg:
+        with anyio.fail_after(30):
+            cursor = await conn.execute(sql, params or None)
+            return list(await cursor.fetchall()) if cursor.description else []
+    return await anyio.to_thread.run_sync(lambda: list(conn.execute(sql, params).fetchall()))
+
+
+def _scoped(sql: str, pg: bool, prefix: str) -> str:
+    return sql.format(n=len(prefix), p="%s" if pg else "?")
+
+
+def _user_key(store_key: str, prefix: str) -> str:
+    """``{namespace}:{<job key>}`` back to the job key."""
+    return store_key[len(prefix) :].removeprefix("{").removesuffix("}")
+
+
+def _seconds(value: datetime | int | float) -> float:
+    """Return a PostgreSQL timestamp, SQLite's microseconds (the audit's seconds) as Unix time."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return value / 1e6 if isinstance(value, int) else float(value)

@@ -1,0 +1,89 @@
+"""The campaign's view of a real store's outbox: its rows, the reclaim audit, lapsing claims.
+
+On PostgreSQL and a SQLite file: a committed message read back with its
+times; a relay's claim lapsed by the ``outbox_claims_lapse`` fault so another
+relay takes it over; and Spring Modulith's #1935 planted in the database (a
+claim taken on a row already marked sent, as a claim query that forgot
+``sent_at`` would) caught by the audit and failed by the checker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+
+import psycopg
+
+from leaseworker import CompletionRequest, CompletionStore
+from leaseworker._campaign import check
+from leaseworker._campaign._outbox import install_audit, lapse_claims, outbox_rows, reclaims
+from leaseworker._store._effects import Message, effect_store
+
+from .test_checker import CLEAN, RECORDS
+
+NAMESPACE = "chaos-1"
+STORE_KEY = f"{NAMESPACE}:{{report:acme:2026-11}}"
+
+
+async def _commit(store: CompletionStore) -> None:
+    effects = effect_store(store)
+    async with effects.transaction(STORE_KEY, "v1", 11) as tx:
+        request = CompletionRequest(
+            job_key=STORE_KEY,
+            input_version="v1",
+            fence=11,
+            result=None,
+            execution_id="b",
+            pod="pod-b",
+        )
+        await tx.commit(request, [Message.build("reports.ready", b"ready")])
+
+
+def _reclaim_sent_rows(store_url: str) -> None:
+    """What a claim query without ``sent_at IS NULL`` does once a sent row's claim expired."""
+    if store_url.startswith("sqlite:///"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:
+            until = time.time_ns() // 1000 + 30_000_000
+            conn.execute(
+                "UPDATE leaseworker_outbox SET claimed_by = 'buggy', claimed_until = ?", (until,)
+            )
+        return
+    with psycopg.connect(store_url) as conn:
+        conn.execute(
+            "UPDATE leaseworker_outbox SET claimed_by = 'buggy', claimed_until = now() + '30 s'"
+        )
+
+
+async def test_the_outbox_is_read_a_lapsed_claim_taken_over_and_a_reclaim_caught(
+    store_url: str, store: CompletionStore
+) -> None:
+    """Rows and times as the checker needs them; the lapse frees a claim; the audit sees #1935."""
+    await install_audit(store_url)
+    await _commit(store)
+    [row] = await outbox_rows(store_url, NAMESPACE)
+    assert (row.job_key, row.input_version, row.fence, row.sent) == (
+        "report:acme:2026-11",
+        "v1",
+        11,
+        None,
+    )
+    assert abs(row.committed - time.time()) < 60
+    assert await outbox_rows(store_url, "another-campaign") == ()
+    effects = effect_store(store)
+    [claimed] = await effects.claim_outbox("pod-1:a", limit=10, hold=30.0)
+    assert await effects.claim_outbox("pod-2:b", limit=10, hold=30.0) == []  # held by pod-1
+    assert await lapse_claims(store_url, 0.01) == 1
+    [taken] = await effects.claim_outbox("pod-2:b", limit=10, hold=30.0)
+    assert taken.effect_id == claimed.effect_id == row.effect_id
+    assert await effects.mark_sent("pod-2:b", [taken.id]) == 1
+    [sent] = await outbox_rows(store_url, NAMESPACE)
+    assert sent.sent is not None
+    assert sent.sent >= row.committed
+    assert await reclaims(store_url, NAMESPACE) == ()  # the relays' own claims: none on a sent row
+    _reclaim_sent_rows(store_url)
+    [caught] = await reclaims(store_url, NAMESPACE)
+    assert (caught.effect_id, caught.relay) == (row.effect_id, "buggy")
+    records = dataclasses.replace(RECORDS, outbox=(sent,), reclaims=(caught,))
+    [failed] = [v for v in check(CLEAN, records) if v.name == "no sent message claimed again"]
+    assert not failed.passed
