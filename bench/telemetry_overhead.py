@@ -74,7 +74,7 @@ from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._lean import LeanTracerProvider
-from leaseworker._telemetry._setup import ConfiguredTelemetry, configure
+from leaseworker._telemetry._setup import ConfiguredTelemetry, _span_exporter, configure
 
 
 class Counted(ReportJob):
@@ -270,6 +270,9 @@ Samples = dict[float, dict[str, list[Round]]]
 ON_SLOW_SWITCH = "on, 5 ms switch"
 """The ``on`` side with CPython's default GIL switch interval (see ``_setup.SWITCH_INTERVAL``)."""
 
+ON_SDK_BATCH = "on, SDK batch"
+"""The ``on`` side with the SDK's ``BatchSpanProcessor`` (its defaults) instead of ``_batch``'s."""
+
 
 @dataclass(frozen=True)
 class Stack:
@@ -279,6 +282,8 @@ class Stack:
     redis: LocalRedis
     jaeger: LocalJaeger
     configured: ConfiguredTelemetry
+    sdk_batch: tuple[Telemetry, LeanTracerProvider] | None = None
+    """The pod's telemetry exporting through the SDK's batch processor, and its provider."""
 
     def pids(self) -> dict[str, int]:
         """Each service's process id, by name."""
@@ -292,7 +297,10 @@ class Stack:
         """Return the telemetry of each side, ``off`` first and ``on`` last (``--breakdown``)."""
         configured = self.configured
         if not breakdown:
-            return {"off": None, "on": configured.telemetry, ON_SLOW_SWITCH: configured.telemetry}
+            sides = {"off": None, "on": configured.telemetry, ON_SLOW_SWITCH: configured.telemetry}
+            if self.sdk_batch is not None:
+                sides[ON_SDK_BATCH] = self.sdk_batch[0]
+            return sides
         traced = configured.tracer_provider
         unexported = LeanTracerProvider(  # the pod's sampler and ids, no span processor
             traced.resource, traced.sampler, id_generator=traced.id_generator
@@ -308,8 +316,22 @@ class Stack:
         }
 
 
+def sdk_batch_telemetry(
+    configured: ConfiguredTelemetry, endpoint: str
+) -> tuple[Telemetry, LeanTracerProvider]:
+    """Return the pod's telemetry as configured, but with the SDK's ``BatchSpanProcessor``."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    traced = configured.tracer_provider
+    provider = LeanTracerProvider(traced.resource, traced.sampler, id_generator=traced.id_generator)
+    provider.add_span_processor(
+        BatchSpanProcessor(_span_exporter(f"{endpoint}/v1/traces", "http/json"))
+    )
+    return Telemetry(tracer_provider=provider, meter_provider=configured.meter_provider), provider
+
+
 @asynccontextmanager
-async def stack() -> AsyncIterator[Stack]:
+async def stack(sdk_batch: bool = False) -> AsyncIterator[Stack]:
     """Start Kafka, Redis and Jaeger, and telemetry as ``leaseworker run`` configures it.
 
     On the way out, telemetry is flushed and Jaeger must have received spans.
@@ -326,7 +348,10 @@ async def stack() -> AsyncIterator[Stack]:
             metrics_port=0,
             metrics_host="127.0.0.1",
         )
-        yield Stack(kafka, redis, jaeger, configured)
+        compared = sdk_batch_telemetry(configured, jaeger.otlp_http_endpoint) if sdk_batch else None
+        yield Stack(kafka, redis, jaeger, configured, compared)
+        if compared is not None:
+            compared[1].shutdown()
         await configured.aclose()
         assert jaeger.find_traces("bench-worker", limit=10), "no spans reached Jaeger"
     finally:
@@ -341,11 +366,12 @@ async def measure(
     *,
     tune_gc: bool,
     breakdown: bool,
+    sdk_batch: bool = False,
 ) -> Samples:
     """Alternate the sides' rounds, for each job time, against private Kafka, Redis and Jaeger."""
     samples: Samples = {}
     clock = CollectorClock()
-    async with stack() as services:
+    async with stack(sdk_batch) as services:
         kafka, redis = services.kafka, services.redis
         cpu = CpuClock(services.pids())
         tracer_provider = services.configured.tracer_provider
@@ -368,9 +394,12 @@ async def measure(
                         )
                     finally:
                         sys.setswitchinterval(interval)
-                    if telemetry is not None and tracer_provider is not None:
+                    flushed = tracer_provider
+                    if side == ON_SDK_BATCH and services.sdk_batch is not None:
+                        flushed = services.sdk_batch[1]
+                    if telemetry is not None and flushed is not None:
                         # the export of this side's spans is part of its cost
-                        await anyio.to_thread.run_sync(tracer_provider.force_flush)
+                        await anyio.to_thread.run_sync(flushed.force_flush)
                     spent = {
                         name: (value - used[name]) / triggers for name, value in cpu.read().items()
                     }
@@ -426,6 +455,11 @@ def main() -> None:
         help="also run a control off side, metrics only, and spans not exported (see above)",
     )
     parser.add_argument(
+        "--sdk-batch",
+        action="store_true",
+        help="also run a side exporting through the SDK's BatchSpanProcessor (paired)",
+    )
+    parser.add_argument(
         "--sample-ratio",
         type=float,
         default=None,
@@ -450,6 +484,7 @@ def main() -> None:
             args.store_url,
             tune_gc=tune_gc,
             breakdown=args.breakdown,
+            sdk_batch=args.sdk_batch,
         )
     )
     lines = [

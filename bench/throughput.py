@@ -10,7 +10,7 @@ redis-server, and both commit every offset:
 - **leaseworker**: an in-process :class:`~leaseworker.Pod` running a job
   whose ``run`` returns at once: lease acquire (fence) and release, the
   executor, per-key serialisation, offset tracking, pauses, commits, and
-  the completion store (a lookup before the lease, a claim of the fence
+  the completion store (one lookup per poll before the leases, a claim of the fence
   between the acquire and the job, a fenced completion after the job), once
   per store named in ``--stores`` (see :data:`STORES`). Its
   lease calls are auto-pipelined (calls that queue behind one in flight share
@@ -47,7 +47,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -100,6 +100,10 @@ class NullStore:
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Nothing ever completed."""
         return None
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Nothing ever completed."""
+        return [None] * len(identities)
 
     async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
         """Every claim stands: nothing is kept."""

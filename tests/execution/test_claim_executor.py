@@ -8,6 +8,7 @@ the job must not run, and the ending says why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from leaseworker import (
@@ -81,9 +82,13 @@ class SteeredStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """The inner store's lookup, or a miss."""
+        return (await self.lookup_many([(job_key, input_version)]))[0]
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """The inner store's lookups, or misses."""
         if self.lookup_misses:
-            return None
-        return await self.inner.lookup(job_key, input_version)
+            return [None] * len(identities)
+        return await self.inner.lookup_many(identities)
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Complete on the inner store."""

@@ -258,6 +258,19 @@ async def test_new_input_version_is_a_new_completion(any_store: CompletionStore)
     assert await any_store.lookup("k", "v3") is None
 
 
+async def test_lookup_many_answers_each_identity_in_order_in_one_call(
+    any_store: CompletionStore,
+) -> None:
+    """A poll's lookup: completed, never completed and a claim-only key, each in its place."""
+    v1 = await complete(any_store, "k", "v1", 3, {"total": 1})
+    other = await complete(any_store, "other", "v1", 1)
+    await any_store.claim("claimed-only", "v1", 5)
+    wanted = [("claimed-only", "v1"), ("k", "v1"), ("k", "v2"), ("other", "v1"), ("k", "v1")]
+    found = await any_store.lookup_many(wanted)
+    assert found == [None, v1.completion, None, other.completion, v1.completion]
+    assert await any_store.lookup_many([]) == []
+
+
 async def test_fences_are_per_job_key(any_store: CompletionStore) -> None:
     """A high fence on one job key does not make another key's lower fence stale."""
     assert (await complete(any_store, "a", "v", 1_000)).status == "accepted"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import (
     encode_spans as encode_protobuf,
 )
@@ -116,6 +117,13 @@ def _trace(tracer: Tracer) -> None:
     commit.end(T0 + 7)
     root.set_attributes({"leaseworker.outcome": "completed"})
     root.end(T0 + 9)
+    orphan = tracer.start_span(  # no traceparent: a new trace, sampled by the root rule
+        "process reports", context=Context(), kind=SpanKind.CONSUMER, start_time=T0 + 10
+    )
+    tracer.start_span("job run", context=set_span_in_context(orphan), start_time=T0 + 11).end(
+        T0 + 11
+    )
+    orphan.end(T0 + 12)
 
 
 def _spans(make: Providers, **options: Any) -> list[ReadableSpan]:

@@ -5,9 +5,10 @@
 ``_result`` a result's checks before it is stored; ``_completion`` the fenced
 completion of one execution; ``_effects`` its transaction and messages
 (``ctx.transaction()``, ``ctx.publish()``); ``_executor`` runs a trigger's
-executions (lookup, lease, job, completion, retries); ``_events`` the logging
-hook (the events are in ``leaseworker._events``). Knows no Kafka client,
-telemetry or CLI (an import contract).
+executions (lookup, lease, job, completion, retries); ``_lookup`` the store
+lookup a poll's triggers share; ``_events`` the logging hook (the events are
+in ``leaseworker._events``). Knows no Kafka client, telemetry or CLI (an
+import contract).
 """
 
 from .._events import Ending as Ending
@@ -20,6 +21,7 @@ from ._events import LoggingObserver as LoggingObserver
 from ._events import ObserverHook as ObserverHook
 from ._executor import Executor as Executor
 from ._executor import LeaseNote as LeaseNote
+from ._executor import Prepared as Prepared
 from ._job import JobContext as JobContext
 from ._job import ReportJob as ReportJob
 from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
@@ -38,6 +40,7 @@ __all__ = [
     "LeaseNote",
     "LoggingObserver",
     "ObserverHook",
+    "Prepared",
     "ReportJob",
     "Trigger",
     "check_job_class",

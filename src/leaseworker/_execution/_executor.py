@@ -1,6 +1,7 @@
 """Executions: run one trigger's job under its lease until a terminal outcome.
 
-Each attempt looks the trigger up in the store, acquires the lease, claims the
+Each attempt looks the trigger up in the store (the first attempts of a poll's
+triggers in one call: :meth:`Executor.prepare`), acquires the lease, claims the
 job key with its fence, runs the job inside ``hold()`` and records its result;
 ``busy`` and ``lost`` are retried with backoff, so a job never runs unfenced.
 See docs/design.md#the-executor.
@@ -8,9 +9,11 @@ See docs/design.md#the-executor.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, final
 
 import anyio
@@ -35,6 +38,7 @@ from .._store import CompletionResult, CompletionStore, check_text
 from ._checks import check_job_class
 from ._completion import Completer, completion_key
 from ._job import JobContext, ReportJob
+from ._lookup import Lookup
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.execution")
@@ -69,6 +73,21 @@ class _Losses:
 
 class _Refused(ValueError):
     """Raised when a trigger's input version cannot be stored (``bad_input_version``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A trigger ready for :meth:`Executor.run`: its input version and its share of a lookup.
+
+    ``refused`` is why the input version could not be read (the trigger fails);
+    ``lookup`` (``None`` without a store) answers for identity ``index`` of it.
+    """
+
+    version: str
+    key: str = ""  # the completion key
+    refused: Exception | None = None
+    lookup: Lookup | None = None
+    index: int = 0
 
 
 class _Unclaimed(Exception):
@@ -133,12 +152,45 @@ class Executor:
         self._lost_retry = lost_retry
         self._lease_note = lease_note
 
-    async def run(self, trigger: Trigger, job_key: str) -> Ending:
-        """Run executions of ``job_key`` until one reaches a terminal outcome; return it."""
+    def prepare(self, items: Sequence[tuple[Trigger, str]]) -> list[Prepared]:
+        """Read each ``(trigger, job key)``'s input version; share one store lookup among them.
+
+        The lookup is made when the first of their executions needs it, so
+        every trigger must be handed to :meth:`run` with its ``Prepared``. The
+        caller makes sure no other execution of a job key in this pod runs
+        between this call and that trigger's run (the pod: first in line).
+        """
+        prepared: list[Prepared] = []
+        for trigger, job_key in items:
+            try:
+                version = self._input_version(trigger)
+            except Exception as exc:  # the trigger fails (and is dead-lettered) in run()
+                prepared.append(Prepared("", refused=exc))
+                continue
+            prepared.append(Prepared(version, key=completion_key(self._store_namespace, job_key)))
+        return self._shared(prepared)
+
+    def _shared(self, prepared: list[Prepared]) -> list[Prepared]:
+        """Give the triggers of ``prepared`` whose version was read one lookup of them all."""
+        readable = [i for i, one in enumerate(prepared) if one.refused is None]
+        if self._store is None or not readable:
+            return prepared
+        lookup = Lookup(self._store, [(prepared[i].key, prepared[i].version) for i in readable])
+        shared = list(prepared)
+        for index, i in enumerate(readable):
+            shared[i] = dataclasses.replace(prepared[i], lookup=lookup, index=index)
+        return shared
+
+    async def run(self, trigger: Trigger, job_key: str, prepared: Prepared | None = None) -> Ending:
+        """Run executions of ``job_key`` until one reaches a terminal outcome; return it.
+
+        ``prepared``: from :meth:`prepare`; by default the trigger is prepared alone.
+        """
         retries = {"busy": Retries(self._job.busy_backoff), "lost": Retries(self._lost_retry)}
-        try:
-            version = self._input_version(trigger)
-        except Exception as exc:  # the trigger fails (and is dead-lettered): the job never ran
+        if prepared is None:
+            prepared = self.prepare([(trigger, job_key)])[0]
+        exc = prepared.refused
+        if exc is not None:
             ending = Ending.of_error("failed", exc)
             if isinstance(exc, _Refused):  # not the job's bug: the trigger's data
                 ending = Ending("failed", reason="bad_input_version", detail=str(exc))
@@ -146,10 +198,11 @@ class Executor:
             return ending
         losses = _Losses(self._loss_budget)
         while True:
-            attempt = self._attempt(trigger, job_key, version)
-            ending = await self._look_up(attempt, losses)
+            attempt = self._attempt(trigger, job_key, prepared.version)
+            ending = await self._look_up(attempt, losses, prepared)
             if ending.terminal:
                 return ending
+            prepared = self._shared([prepared])[0]  # a retry looks up again, alone
             kind = "busy" if ending.outcome == "busy" else "lost"
 
             def retrying(
@@ -186,12 +239,12 @@ class Executor:
             raise _Refused(str(exc)) from None
         return version
 
-    async def _look_up(self, attempt: Attempt, losses: _Losses) -> Ending:
+    async def _look_up(self, attempt: Attempt, losses: _Losses, prepared: Prepared) -> Ending:
         """Answer from the store if the identity completed, else run one execution."""
-        if self._store is not None:
+        if prepared.lookup is not None:
             begun = now()
             try:
-                earlier = await self._store.lookup(self._key(attempt), _version(attempt))
+                earlier = await prepared.lookup.answer(prepared.index)
             except StoreUnavailable as exc:
                 # Not knowing is not a reason to run: back off as for an unconfirmed lease.
                 self._warn("%s; job %r waits for it", exc, attempt, event="store_unavailable")

@@ -9,7 +9,7 @@ See docs/design.md#the-kafka-source.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, final
 
 import anyio
@@ -35,6 +35,13 @@ from ._topics import require_topics
 Handle = Callable[[Trigger, str], Awaitable[Ending]]
 """Run a trigger's job and say how it ended: terminal or not, dead-lettered as a failure."""
 
+Prepare = Callable[[Sequence[tuple[Trigger, str]]], Sequence[Callable[[], Awaitable[Ending]]]]
+"""Given a poll's triggers and job keys, return each one's run (a ``Handle`` bound to it).
+
+Called once per poll, before any of its executions starts, so that they can
+share work (the pod: one store lookup for all their identities).
+"""
+
 TopicCheck = Callable[[SourceSettings, list[str]], Awaitable[None]]
 """Raise ConfigError if a topic is missing (:func:`check_topics` by default)."""
 
@@ -47,9 +54,11 @@ class KafkaTriggerSource:
     """Feed one topic's triggers to ``handle`` and commit what reached an end.
 
     ``resolve_key`` maps a decoded trigger to its job key; ``handle`` runs it
-    and returns whether the outcome is terminal. Records that cannot become a
-    job, and triggers whose job ended ``failed`` or ``timed_out``, go to
-    ``config.dead_letter_topic`` (when set), are logged and committed.
+    and returns whether the outcome is terminal; ``prepare`` (instead of
+    ``handle``) is given each poll's triggers at once and returns their runs.
+    Records that cannot become a job, and triggers whose job ended ``failed``
+    or ``timed_out``, go to ``config.dead_letter_topic`` (when set), are
+    logged and committed.
     ``run()`` returns after :meth:`stop` once in-flight work has finished or
     was cancelled at ``config.shutdown_timeout``. ``hooks`` receive a
     :class:`~leaseworker._events.SourceEvent` for every step of its records
@@ -68,7 +77,8 @@ class KafkaTriggerSource:
         *,
         topic: str,
         resolve_key: ResolveKey,
-        handle: Handle,
+        handle: Handle | None = None,
+        prepare: Prepare | None = None,
         hooks: Iterable[Hook] = (),
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
@@ -77,7 +87,11 @@ class KafkaTriggerSource:
         self._config = config
         self._topic = topic
         self._resolve_key = resolve_key
-        self._handle = handle
+        if prepare is None:
+            if handle is None:
+                raise TypeError("KafkaTriggerSource needs handle or prepare")
+            prepare = functools.partial(_each, handle)
+        self._prepare = prepare
         self._consumer_factory = consumer_factory
         self._producer_factory = producer_factory
         self._topic_check = topic_check
@@ -263,8 +277,13 @@ class KafkaTriggerSource:
         return now >= self._stop_deadline + release_grace(self._config)
 
     def _dispatch(self, tg: anyio.abc.TaskGroup, batch: dict[Any, list[Any]], free: int) -> None:
-        """Hand records to executions, at most ``free``; give the rest back with seek()."""
+        """Hand records to executions, at most ``free``; give the rest back with seek().
+
+        The records are decoded first and the valid ones prepared together
+        (one ``prepare`` call per poll), then each gets its task.
+        """
         partitions = self._state.partitions
+        taken: list[tuple[Partition, Any, Trigger | MalformedTrigger, str]] = []
         for tp, records in batch.items():
             part = partitions.get(tp)
             if part is None and tp in self._consumer.assignment():
@@ -276,18 +295,47 @@ class KafkaTriggerSource:
                     self._consumer.seek(tp, record.offset)  # fetched again once there is room
                     break
                 free -= 1
-                part.tracker.add(record.offset)
-                self.stats.in_flight += 1
-                # The handle cancels this task alone (revoke, shutdown), like a scope.
-                part.tasks[record.offset] = tg.start_soon(self._process, part, record)
+                taken.append((part, record, *self._decode(record)))
+        valid = [(found, key) for _, _, found, key in taken if isinstance(found, Trigger)]
+        runs = iter(self._prepare(valid))
+        for part, record, found, key in taken:
+            run = next(runs) if isinstance(found, Trigger) else None
+            part.tracker.add(record.offset)
+            self.stats.in_flight += 1
+            # The handle cancels this task alone (revoke, shutdown), like a scope.
+            part.tasks[record.offset] = tg.start_soon(self._process, part, record, found, key, run)
 
-    async def _process(self, part: Partition, record: Any) -> None:
+    def _decode(self, record: Any) -> tuple[Trigger | MalformedTrigger, str]:
+        """Return the record's trigger and job key, or why it can never become a job."""
+        try:
+            trigger = decode_trigger(
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                key=record.key,
+                value=record.value,
+                headers=record.headers or (),
+                timestamp_ms=record.timestamp,
+                max_payload_bytes=self._config.max_payload_bytes,
+            )
+            return trigger, resolve_job_key(self._resolve_key, trigger)
+        except MalformedTrigger as exc:
+            return exc, ""
+
+    async def _process(
+        self,
+        part: Partition,
+        record: Any,
+        found: Trigger | MalformedTrigger,
+        job_key: str,
+        run: Callable[[], Awaitable[Ending]] | None,
+    ) -> None:
         """Run one record to its end; mark its offset done when the outcome is terminal."""
         done = False
         error: BaseException | None = None
         self._state.event("processing", record=record)
         try:
-            done = await self._run_record(record)
+            done = await self._run_record(record, found, job_key, run)
         except BaseException as exc:
             error = exc
             raise
@@ -301,25 +349,20 @@ class KafkaTriggerSource:
             # In the task (and context) of ``processing``: a hook may undo what it set there.
             self._state.event("processed", record=record, error=error)
 
-    async def _run_record(self, record: Any) -> bool:
-        try:
-            trigger = decode_trigger(
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                key=record.key,
-                value=record.value,
-                headers=record.headers or (),
-                timestamp_ms=record.timestamp,
-                max_payload_bytes=self._config.max_payload_bytes,
-            )
-            job_key = resolve_job_key(self._resolve_key, trigger)
-        except MalformedTrigger as exc:
-            self._dead_letters.malformed(record, exc)
-            await self._dead_letters.send(record, exc.reason, exc.detail)
+    async def _run_record(
+        self,
+        record: Any,
+        found: Trigger | MalformedTrigger,
+        job_key: str,
+        run: Callable[[], Awaitable[Ending]] | None,
+    ) -> bool:
+        if isinstance(found, MalformedTrigger):
+            self._dead_letters.malformed(record, found)
+            await self._dead_letters.send(record, found.reason, found.detail)
             return True
-        self._state.event("received", record=record, trigger=trigger, job_key=job_key)
-        ending = await self._handle(trigger, job_key)
+        assert run is not None  # every valid trigger of the poll was prepared
+        self._state.event("received", record=record, trigger=found, job_key=job_key)
+        ending = await run()
         reason = ending.dead_letter
         if reason is not None:  # terminal, and dead-lettered naming the exception's type
             self.stats.job_failures += 1
@@ -414,6 +457,13 @@ class KafkaTriggerSource:
                 await _clients.stop(client, self._config)
 
 
+def _each(
+    handle: Handle, items: Sequence[tuple[Trigger, str]]
+) -> list[Callable[[], Awaitable[Ending]]]:
+    """Return each trigger's run on its own (the ``Prepare`` of a ``Handle``)."""
+    return [functools.partial(handle, trigger, job_key) for trigger, job_key in items]
+
+
 async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
     """Run :func:`~._topics.require_topics` with the pod's settings (the default check)."""
     await require_topics(
@@ -426,4 +476,4 @@ async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
     )
 
 
-__all__ = ["KafkaTriggerSource", "SourceStats", "TopicPartition"]
+__all__ = ["KafkaTriggerSource", "Prepare", "SourceStats", "TopicPartition"]

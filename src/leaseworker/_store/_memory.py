@@ -191,9 +191,14 @@ class MemoryStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        check_call(job_key, 0, input_version)
-        self._check_open(job_key)
-        return self._find(job_key, input_version)
+        return (await self.lookup_many([(job_key, input_version)]))[0]
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Return each identity's completion, or ``None``; see ``CompletionStore.lookup_many``."""
+        for job_key, input_version in identities:
+            check_call(job_key, 0, input_version)
+        self._check_open(identities[0][0] if identities else None)
+        return [self._find(key, version) for key, version in identities]
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""

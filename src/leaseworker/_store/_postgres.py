@@ -141,7 +141,7 @@ class PostgresStore:
         params = completion_params(request)
         result = str(params["result"])
         op = _Op("complete", request.job_key, request.input_version, request.fence, request, result)
-        return cast(CompletionResult, await self._submit(op, writes=True))
+        return cast(CompletionResult, (await self._submit((op,), writes=True))[0])
 
     async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
         """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``.
@@ -151,13 +151,20 @@ class PostgresStore:
         """
         check_call(job_key, fence, input_version)
         op = _Op("claim", job_key, input_version, fence)
-        return cast(ClaimResult, await self._submit(op, writes=True))
+        return cast(ClaimResult, (await self._submit((op,), writes=True))[0])
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        check_call(job_key, 0, input_version)
-        op = _Op("lookup", job_key, input_version)
-        return cast(Completion | None, await self._submit(op, writes=False))
+        return (await self.lookup_many([(job_key, input_version)]))[0]
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Return each identity's completion, or ``None``: one call of the next batch."""
+        for job_key, input_version in identities:
+            check_call(job_key, 0, input_version)
+        if not identities:
+            return []
+        ops = tuple(_Op("lookup", key, version) for key, version in identities)
+        return cast(list[Completion | None], await self._submit(ops, writes=False))
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
@@ -224,25 +231,29 @@ class PostgresStore:
     def __repr__(self) -> str:
         return f"PostgresStore(url={self._shown_url!r}, call_timeout={self._timeout})"
 
-    async def _submit(self, op: _Op, *, writes: bool) -> object:
-        """Queue ``op`` for the next batch and return its answer."""
-        return await self._batcher.submit(Call(op, writes, time.monotonic() + self._timeout))
+    async def _submit(self, ops: tuple[_Op, ...], *, writes: bool) -> list[object]:
+        """Queue ``ops`` as one call of the next batch and return their answers, in order."""
+        call: Call[list[object]] = Call(ops, writes, time.monotonic() + self._timeout)
+        return await self._batcher.submit(call)
 
     async def _run_batch(self, batch: list[Call[object]]) -> None:
         """Answer every call of ``batch`` from one call of ``leaseworker_calls()``.
 
-        One transaction: if it fails, every call gets :class:`StoreUnavailable`.
+        Each call holds one or more ops (a lookup of many identities); one
+        transaction: if it fails, every call gets :class:`StoreUnavailable`.
         """
         started = time.monotonic()
         live: list[Call[object]] = []
         for call in batch:
             if call.deadline <= started:
-                call.fail(StoreUnavailable(call.op.job_key, f"no answer within {self._timeout}s"))
+                call.fail(
+                    StoreUnavailable(call.op[0].job_key, f"no answer within {self._timeout}s")
+                )
             else:
                 live.append(call)
         if not live:
             return
-        ops: list[_Op] = [call.op for call in live]
+        ops: list[_Op] = [op for call in live for op in call.op]
         params = _batch_params(ops)
 
         async def attempt_once(conn: _Conn, attempt: _Attempt) -> tuple[list[TupleRow], bool]:
@@ -255,13 +266,18 @@ class PostgresStore:
             )
         except StoreUnavailable as exc:
             for call in live:
-                error = StoreUnavailable(call.op.job_key, exc.detail)
+                error = StoreUnavailable(call.op[0].job_key, exc.detail)
                 error.__cause__ = exc.__cause__  # the psycopg error, as raising "from" would
                 call.fail(error)
             return
         found = {row[0]: row[1:] for row in rows}
-        for number, (call, op) in enumerate(zip(live, ops, strict=True), start=1):
-            call.succeed(op.answer(found.get(number), retried=retried))
+        number = 1  # leaseworker_calls() numbers the ops of the whole batch from 1
+        for call in live:
+            answers = []
+            for op in call.op:
+                answers.append(op.answer(found.get(number), retried=retried))
+                number += 1
+            call.succeed(answers)
 
     async def _run(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ._model import ClaimResult, Completion, CompletionRequest, CompletionResult
@@ -49,10 +50,17 @@ class CompletionStore(Protocol):
         ...
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
-        """Return the completion of this identity, or ``None`` if it never completed.
+        """Return the completion of this identity, or ``None`` if it never completed."""
+        ...
 
-        The worker asks this before acquiring a lease: a redelivered trigger whose
-        identity completed already is answered ``duplicate`` without running.
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Return the completion of each ``(job key, input version)``, in order, in one call.
+
+        The worker asks this once for a poll's triggers, before any of them
+        acquires its lease: a redelivered trigger whose identity completed
+        already is answered ``duplicate`` without running. One call and one
+        deadline for all of them: it raises :class:`StoreUnavailable` (carrying
+        the first job key) if any cannot be answered.
         """
         ...
 

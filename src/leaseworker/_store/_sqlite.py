@@ -181,10 +181,22 @@ class SqliteStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        check_call(job_key, 0, input_version)
-        return await self._run(
-            job_key, lambda conn: _find(conn, job_key, input_version), writes=False
-        )
+        return (await self.lookup_many([(job_key, input_version)]))[0]
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Return each identity's completion, or ``None``; see ``CompletionStore.lookup_many``.
+
+        One call of the batch, outside its write transaction; the answer waits
+        for the fsync only if it found a completion (a duplicate must last).
+        """
+        for job_key, input_version in identities:
+            check_call(job_key, 0, input_version)
+
+        def find_all(conn: sqlite3.Connection) -> list[Completion | None]:
+            return [_find(conn, key, version) for key, version in identities]
+
+        first = identities[0][0] if identities else None
+        return await self._run(first, find_all, writes=False, lasting=_any_found)
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
@@ -444,6 +456,11 @@ def _refused(answer: ClaimResult) -> bool:
     end the trigger on what was read, which must last.
     """
     return answer.status != "claimed"
+
+
+def _any_found(found: list[Completion | None]) -> bool:
+    """Whether a lookup's answer must be on disk before it is given: it found a completion."""
+    return any(completion is not None for completion in found)
 
 
 def _find(conn: sqlite3.Connection, job_key: str, input_version: str) -> Completion | None:

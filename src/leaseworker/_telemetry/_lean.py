@@ -21,6 +21,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -43,6 +44,13 @@ _SCALARS = frozenset({str, bool, int, float})
 
 MAX_REMEMBERED_PARENTS = 256
 """Parent contexts a tracer remembers (more than a pod's triggers in flight)."""
+
+_NO_OP_STARTS = frozenset({SpanProcessor.on_start, BatchSpanProcessor.on_start})
+"""``on_start`` methods that do nothing: a span's start does not call them."""
+
+_ROOT = TraceFlags(TraceFlags.SAMPLED)
+_ROOT_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+"""A sampled root's flags, by whether its trace id is random (as the SDK's tracer sets them)."""
 
 _UNSET = Status(StatusCode.UNSET)
 _EMPTY: Mapping[str, types.AttributeValue] = MappingProxyType({})
@@ -70,16 +78,22 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self.id_generator = id_generator or RandomIdGenerator()
         self.limits = limits or SpanLimits()
         self._processors: tuple[SpanProcessor, ...] = ()
+        self._starters: tuple[SpanProcessor, ...] = ()  # those whose on_start does something
         # ParentBased with ALWAYS_ON for a sampled local parent (the SDK default, and
         # parentbased_traceidratio): a child of a sampled span in this process is
         # recorded and sampled with its parent's trace state, no call needed.
-        self.children_follow = type(sampler) is ParentBased and (
-            ",localParentSampled:AlwaysOnSampler," in sampler.get_description()  # type: ignore[no-untyped-call]
-        )
+        # With ALWAYS_ON for roots too (the SDK default), a root is sampled, no call needed.
+        described = ""
+        if type(sampler) is ParentBased:
+            described = sampler.get_description()  # type: ignore[no-untyped-call]
+        self.children_follow = ",localParentSampled:AlwaysOnSampler," in described
+        self.roots_sampled = described.startswith("ParentBased{root:AlwaysOnSampler,")
 
     def add_span_processor(self, processor: SpanProcessor) -> None:
         """Hand every span to ``processor`` as well (at its start and its end)."""
         self._processors = (*self._processors, processor)
+        if type(processor).on_start not in _NO_OP_STARTS:
+            self._starters = (*self._starters, processor)
 
     def get_tracer(
         self,
@@ -158,6 +172,10 @@ class LeanTracer(trace_api.Tracer):
         ):  # what the sampler would answer, without asking it
             decision = Decision.RECORD_AND_SAMPLE
             state: TraceState | None = trace_state
+        elif provider.roots_sampled and not valid:  # a root, sampled: the sampler's answer
+            trace_id = provider.id_generator.generate_trace_id()
+            decision, state = Decision.RECORD_AND_SAMPLE, None
+            flags = _ROOT_RANDOM if provider.id_generator.is_trace_id_random() else _ROOT
         else:
             if parent is None:
                 trace_id = provider.id_generator.generate_trace_id()
@@ -196,7 +214,7 @@ class LeanTracer(trace_api.Tracer):
             record_exception=record_exception,
             set_status_on_exception=set_status_on_exception,
         )
-        for processor in provider._processors:
+        for processor in provider._starters:
             processor.on_start(span, context)  # type: ignore[arg-type]  # duck-typed span
         return span
 

@@ -227,8 +227,8 @@ def _tracer_provider(
     ``check``: ask the collector first (``_collector``; ConfigError if it refuses).
     """
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from ._batch import LeanBatchProcessor
     from ._lean import LeanTracerProvider
 
     # The SDK provider reads OTEL_TRACES_SAMPLER(_ARG): the sampler is its decision.
@@ -241,7 +241,7 @@ def _tracer_provider(
         except ConfigError:
             exporter.shutdown()
             raise
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(LeanBatchProcessor(exporter))
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     return provider
 

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import final
 
 import anyio
@@ -31,6 +31,7 @@ from .._execution import (
     Executor,
     LoggingObserver,
     ObserverHook,
+    Prepared,
     ReportJob,
     Trigger,
 )
@@ -121,7 +122,11 @@ class Pod:
             self._hooks = (*self._hooks, recorder)
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
-            config, topic=job.topic, resolve_key=job.job_key, handle=self._handle, hooks=self._hooks
+            config,
+            topic=job.topic,
+            resolve_key=job.job_key,
+            prepare=self._prepare,
+            hooks=self._hooks,
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
@@ -242,15 +247,39 @@ class Pod:
             )
             yield store
 
-    async def _handle(self, trigger: Trigger, job_key: str) -> Ending:
-        # One execution of a job key at a time in this pod, in arrival order; the
-        # lock lives while the key has users. fast_acquire: an uncontended key does
-        # not yield to the loop (the executor's first await does).
-        lock, users = self._keys.get(job_key) or (anyio.Lock(fast_acquire=True), 0)
-        self._keys[job_key] = (lock, users + 1)
+    def _prepare(
+        self, items: Sequence[tuple[Trigger, str]]
+    ) -> list[Callable[[], Awaitable[Ending]]]:
+        """Line a poll's triggers up on their job keys; look the first in line up together.
+
+        One execution of a job key at a time in this pod, in arrival order; the
+        lock lives while the key has users. A trigger first in line for its key
+        shares the poll's one store lookup: no execution of its key can run in
+        this pod before its own. One behind another waits for the lock and looks
+        up alone then, after the one before it may have completed the identity.
+        """
+        first: list[int] = []
+        for i, (_, job_key) in enumerate(items):
+            lock, users = self._keys.get(job_key) or (anyio.Lock(fast_acquire=True), 0)
+            self._keys[job_key] = (lock, users + 1)
+            if not users:
+                first.append(i)
+        shared = self._executor.prepare([items[i] for i in first])
+        prepared: list[Prepared | None] = [None] * len(items)
+        for i, one in zip(first, shared, strict=True):
+            prepared[i] = one
+        return [
+            functools.partial(self._handle, trigger, job_key, one)
+            for (trigger, job_key), one in zip(items, prepared, strict=True)
+        ]
+
+    async def _handle(self, trigger: Trigger, job_key: str, prepared: Prepared | None) -> Ending:
+        # Lined up by _prepare. fast_acquire: an uncontended key does not yield
+        # to the loop (the executor's first await does).
+        lock, _ = self._keys[job_key]
         try:
             async with lock:
-                return await self._executor.run(trigger, job_key)
+                return await self._executor.run(trigger, job_key, prepared)
         finally:
             lock, users = self._keys[job_key]
             if users == 1:

@@ -70,8 +70,12 @@ class FaultyStore:
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
-        self._check("lookup", job_key)
-        return await self.inner.lookup(job_key, input_version)
+        return (await self.lookup_many([(job_key, input_version)]))[0]
+
+    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
+        """Return each identity's completion, or ``None``; an outage of ``lookup`` hits the call."""
+        self._check("lookup", identities[0][0] if identities else "")
+        return await self.inner.lookup_many(identities)
 
     @contextlib.asynccontextmanager
     async def transaction(
