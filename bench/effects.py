@@ -59,6 +59,7 @@ from throughput import (
     _run_worker,
     bare_loop,
     produce,
+    run_rounds,
     wait_committed,
 )
 
@@ -382,22 +383,7 @@ async def pod_part(
             "pod": functools.partial(pod_side, kafka, redis_url, url, args),
             "bare": functools.partial(bare_side, kafka, redis, writer, args),
         }
-        rates: dict[str, list[float]] = {name: [] for name in sides}
-        cpu: dict[str, list[float]] = {name: [] for name in sides}
-        for round_no in range(args.rounds):
-            order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
-            for name in order:
-                topic = f"bench-{uuid.uuid4().hex[:8]}"
-                kafka.create_topics([topic], partitions=PARTITIONS)
-                await produce(kafka.bootstrap_servers, topic, args.triggers)
-                started = time.process_time()
-                seconds = await sides[name](topic)
-                cpu[name].append((time.process_time() - started) / args.triggers * 1e6)
-                rates[name].append(args.triggers / seconds)
-            print(
-                f"  round {round_no + 1}: pod {rates['pod'][-1]:6.0f}/s ({cpu['pod'][-1]:4.0f} ms"
-                f" CPU/1000)  bare {rates['bare'][-1]:6.0f}/s ({cpu['bare'][-1]:4.0f})"
-            )
+        rates, cpu = await run_rounds(kafka, sides, args)
     print(f"pod {ratio_line(rates['pod'], rates['bare'])} of the hand-written loop")
     print(f"CPU {ratio_line(cpu['bare'], cpu['pod'])} (bare CPU / pod CPU)")
 

@@ -38,9 +38,11 @@ def maybe_stall(directory: Path, pod: str, where: str) -> None:
     """Play a pending stall request of ``pod`` meant for ``where`` (``start``/``end`` of a job).
 
     The request holds ``<seconds> <where>``: at the start, the job's first
-    checkpoint finds the lease gone; at the end, the result is ready but its
-    completion comes after the stall, when the completer or the store must
-    refuse it. Blocks this thread (the event loop), then records the stall.
+    checkpoint finds the lease gone; at the end, after ``run()`` returned: a
+    returned result is completed after the stall, when the completer or the
+    store must refuse it, while a job that committed through
+    ``ctx.transaction()`` is paused between its commit and its release.
+    Blocks this thread (the event loop), then records the stall.
     """
     request = stall_request(directory, pod)
     try:

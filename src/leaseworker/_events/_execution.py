@@ -93,9 +93,10 @@ class ExecutionEvent:
     (``outcome`` and ``reason``: how the execution before it ended).
     ``completion``: the store answered the execution's completion (``reason``
     is the store's status, ``accepted``/``duplicate``/``stale``; ``elapsed`` the
-    store call's duration). ``error`` is the exception behind a non-completed
-    outcome, if any; ``result`` is what a completed ``run`` returned (for
-    hooks that store results; never logged).
+    store call's duration, ``answered_at`` when its answer came, on the lease
+    clock: the event itself comes after the release). ``error`` is the
+    exception behind a non-completed outcome, if any; ``result`` is what a
+    completed ``run`` returned (for hooks that store results; never logged).
     """
 
     event: ExecutionEventName
@@ -105,6 +106,7 @@ class ExecutionEvent:
     reason: str | None = None
     fence: int | None = None
     retry_in: float | None = None
+    answered_at: float | None = None
     error: BaseException | None = None
     result: object = None
 

@@ -98,7 +98,8 @@ class Completer:
         self.trace: tuple[tuple[str, bytes], ...] = ()  # the trigger's trace context, for them
         self.called = False
         self.result: CompletionResult | None = None
-        self.elapsed = 0.0
+        self.elapsed = 0.0  # the deciding store call's duration
+        self.answered_at: float | None = None  # when the store's answer arrived (lease clock)
 
     async def complete(self, result: object) -> CompletionResult:
         """Record ``result`` with this execution's fence; see the module docstring.
@@ -122,9 +123,20 @@ class Completer:
                 await retries.wait(functools.partial(self.failed, fence, exc))
                 await self.held.checkpoint()  # LeaseLost once ownership is uncertain
                 continue
-            self.elapsed = now() - begun
-            self.result = answer
-            return answer
+            return self.answered(answer, begun)
+
+    def answered(self, answer: CompletionResult, begun: float) -> CompletionResult:
+        """Keep the store's answer, when it came and how long the call from ``begun`` took.
+
+        The one place every completion path (``complete``, a transaction's
+        commit or its refusal at the start) notes its answer: the history
+        recorder places the completion at this moment, not at the release,
+        which a paused pod may send long after the store decided.
+        """
+        self.answered_at = answered_at = now()
+        self.elapsed = answered_at - begun
+        self.result = answer
+        return answer
 
     def begin(self) -> None:
         """Count the execution's one completion (``complete``, a transaction); raise on a second."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, final
 import anyio
 
 from .._errors import StoreUnavailable, TransactionRefused
+from .._lease import now
 from .._retry import Retries
 from .._store import CompletionResult, Status
 from .._store._bell import outbox_bell
@@ -145,6 +146,7 @@ async def _open(
     fence = completer.held.fence
     retries = Retries(completer.retry)
     while True:
+        begun = now()
         try:
             store_tx: StoreTransaction = await stack.enter_async_context(
                 store.transaction(completer.key, completer.input_version, fence)
@@ -155,7 +157,7 @@ async def _open(
             await completer.held.checkpoint()  # LeaseLost once ownership is uncertain
     opened = store_tx.opened
     if opened.status != "claimed":
-        completer.result = _refusal(completer, opened)
+        completer.answered(_refusal(completer, opened), begun)
         raise TransactionRefused(
             completer.held.key, status=opened.status, fence=fence, seen=opened.highest_fence
         )
@@ -167,9 +169,10 @@ async def _commit(
 ) -> CompletionResult:
     """Commit the completion and the messages; the store's answer decides (shielded)."""
     request = completer.request(result)
+    begun = now()
     with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
-        answer = await store_tx.commit(request, tuple(completer.messages))
-    completer.result = answer
+        committed = await store_tx.commit(request, tuple(completer.messages))
+    answer = completer.answered(committed, begun)
     if answer.status == "accepted" and completer.messages:
         outbox_bell(completer.store).ring()  # this pod's relay sends them now, not at its next poll
     return answer

@@ -355,7 +355,12 @@ class Executor:
     def _judged(self, attempt: Attempt, completer: Completer, answer: CompletionResult) -> Ending:
         """Report the store's answer (a ``completion`` event) and map it onto an ending."""
         self._emit(
-            "completion", attempt, completer.elapsed, fence=answer.fence, reason=answer.status
+            "completion",
+            attempt,
+            completer.elapsed,
+            fence=answer.fence,
+            reason=answer.status,
+            answered_at=completer.answered_at,
         )
         if completer.own(answer):
             return Ending("completed")

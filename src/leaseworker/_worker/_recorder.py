@@ -92,9 +92,12 @@ class HistoryRecorder:
         if event.event == "started":
             self._write(record_line(self._execution(event, draft, ended=False)))
         elif event.event == "completion":
-            # Reported after the release; the store call ended before it (under the lease).
+            # Reported after the release, which a paused pod may send long after
+            # the store answered: placed when the answer came (the lease's clock).
             draft.completion = event.reason
-            answered = draft.released_at or draft.stopped_at or now()
+            answered = event.answered_at
+            if answered is None:  # an emitter that did not say when: the answer preceded these
+                answered = draft.released_at or draft.stopped_at or now()
             status: dict[str, Scalar] = {"status": event.reason or "", "fence": event.fence or 0}
             draft.steps.append(
                 Step(
