@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from .._chaos import ChaosProxy
 from .._dev._pods import PodProcess, until_ready
-from .._errors import ConfigError, MalformedTrigger
+from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
 from .._history import History
 from .._kafka import KafkaSecurity
@@ -44,7 +44,7 @@ from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
 from ._records import PodExit, Produced, Records
-from ._stack import POD_FLAGS, Services, Topology, make_pod, services, store_proxy
+from ._stack import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
 from ._witness import committed, completions, dead_letters, pods_history
 
 Out = Callable[[str], None]
@@ -146,7 +146,7 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
                 keep = False  # asked to stop: nothing to look at, nothing left behind
                 raise
             except BaseException as exc:
-                if _refused(exc):
+                if refused(exc):
                     keep = False  # the brokers refused the credentials: no pod ran
                     raise
                 out(f"the campaign broke off; pod logs and histories kept in {workdir}")
@@ -158,13 +158,6 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _refused(exc: BaseException) -> bool:
-    """Tell whether ``exc`` is (or a task group wraps) a ``ConfigError``: a refused credential."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(ConfigError) is not None
-    return isinstance(exc, ConfigError)
 
 
 async def _campaign(settings: Settings, stack: Services, out: Out) -> Result:

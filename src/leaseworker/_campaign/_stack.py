@@ -24,6 +24,7 @@ from .._dev._pods import PodProcess, pod_process
 from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
 from .._dev._services._stack import LocalStack, Service
+from .._errors import ConfigError
 from .._kafka import KafkaSecurity
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
@@ -192,3 +193,10 @@ def make_pod(
         env=env,
         proxy=proxy,
     )
+
+
+def refused(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is (or a task group wraps) a ``ConfigError``: a refused credential."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(ConfigError) is not None
+    return isinstance(exc, ConfigError)
