@@ -7,8 +7,7 @@ import random
 import pytest
 
 from leaseworker._campaign._payloads import default_payloads, load_generator
-from leaseworker._campaign._plan import POD_FAULTS, Plan, make_plan
-from leaseworker._campaign._run import fault_kinds
+from leaseworker._campaign._plan import POD_FAULTS, Plan, fault_kinds, make_plan
 from leaseworker._campaign._stack import Topology
 from leaseworker._errors import ConfigError
 

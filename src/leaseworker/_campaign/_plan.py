@@ -194,3 +194,27 @@ def _triggers(rng: random.Random, keys: int, end: float) -> tuple[PlannedTrigger
             versions[key] += 1
         triggers.append(PlannedTrigger(at=at, key=key, version=versions[key]))
     return tuple(triggers)
+
+
+def fault_kinds(
+    topology: Literal["single", "sentinel", "cluster"],
+    *,
+    store_outages: bool,
+    own_store: bool = True,
+    own_kafka: bool = True,
+) -> list[FaultKind]:
+    """Return the fault kinds a deployment can play (``own_*``: not given by a flag)."""
+    kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall"]
+    if own_kafka:  # the brokers of --bootstrap-servers are not ours to restart or freeze
+        kinds += ["kafka_restart", "effects_refused"]
+    if own_store and own_kafka:
+        kinds.append("outbox_claims_lapse")
+    if topology == "single":
+        kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
+    elif topology == "sentinel":
+        kinds.append("sentinel_failover")
+    else:
+        kinds.append("cluster_failover")
+    if store_outages:
+        kinds.append("store_outage")
+    return kinds

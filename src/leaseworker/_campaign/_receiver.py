@@ -22,6 +22,7 @@ import anyio
 from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
 from .._effects import Effect, SqliteInbox
+from .._kafka import KafkaSecurity
 from ._records import Delivery
 
 RECEIVER = "chaos-receiver"
@@ -39,8 +40,16 @@ def effects_pattern(*excluded: str) -> str:
 class Receiver:
     """Consume the effects topics until cancelled; see the module docstring."""
 
-    def __init__(self, bootstrap: str, group: str, excluded: list[str], workdir: Path) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        excluded: list[str],
+        workdir: Path,
+        security: KafkaSecurity | None = None,
+    ) -> None:
         self._bootstrap = bootstrap
+        self._security = security or KafkaSecurity()
         self._group = group
         self._pattern = effects_pattern(*excluded)
         self._db = sqlite3.connect(workdir / "receiver.db", isolation_level=None)
@@ -58,6 +67,7 @@ class Receiver:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             metadata_max_age_ms=1000,  # find a newly created effects topic within a second
+            **self._security.client_kwargs(),
         )
         consumer.subscribe(pattern=self._pattern)
         while True:

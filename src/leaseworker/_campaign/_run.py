@@ -34,15 +34,17 @@ from .._dev._pods import PodProcess, until_ready
 from .._errors import MalformedTrigger
 from .._execution import ReportJob, decode_trigger, resolve_job_key
 from .._history import History
+from .._kafka import KafkaSecurity
+from .._kafka._topic_admin import create_topics
 from ._checker import Verdict, check
 from ._exercise import Exercise, exercise
 from ._faults import Injector
 from ._outbox import install_audit, outbox_rows, reclaims
 from ._payloads import Generator
-from ._plan import PROXY_FAULTS, FaultKind, Plan, make_plan
+from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
 from ._records import PodExit, Produced, Records
-from ._stack import POD_FLAGS, Services, Topology, make_pod, services, store_proxy
+from ._stack import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
 from ._witness import committed, completions, dead_letters, pods_history
 
 Out = Callable[[str], None]
@@ -78,6 +80,8 @@ class Settings:
     keys: int = 8
     store_url: str | None = None
     topology: Topology = "single"
+    bootstrap_servers: str | None = None  # an external broker: no broker faults
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     def replay(self) -> str:
         """Return the command that replays this campaign's plan."""
@@ -90,6 +94,8 @@ class Settings:
             parts.append(f"--payloads {self.payloads_spec}")
         if self.store_url:
             parts.append("--store-url '<the same store URL>'")
+        if self.bootstrap_servers:
+            parts.append("--bootstrap-servers '<the same brokers and credentials>'")
         return " ".join(parts)
 
 
@@ -120,25 +126,6 @@ class Result:
         return all(v.passed for v in self.verdicts) and self.inconclusive is None
 
 
-def fault_kinds(
-    topology: Topology, *, store_outages: bool, own_store: bool = True
-) -> list[FaultKind]:
-    """Return the fault kinds a deployment can play (``own_store``: not one of ``--store-url``)."""
-    kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "kafka_restart"]
-    kinds.append("effects_refused")
-    if own_store:
-        kinds.append("outbox_claims_lapse")
-    if topology == "single":
-        kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
-    elif topology == "sentinel":
-        kinds.append("sentinel_failover")
-    else:
-        kinds.append("cluster_failover")
-    if store_outages:
-        kinds.append("store_outage")
-    return kinds
-
-
 def run_campaign(settings: Settings, out: Out = print) -> Result:
     """Run the campaign of ``settings`` and check it; stops everything it started."""
     began = time.monotonic()
@@ -146,13 +133,22 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
     keep = True
     try:
         out(f"starting Kafka, Redis ({settings.topology}) and the completion store...")
-        with services(settings.topology, settings.store_url, workdir) as stack:
+        with services(
+            settings.topology,
+            settings.store_url,
+            workdir,
+            bootstrap_servers=settings.bootstrap_servers,
+            kafka_security=settings.kafka_security,
+        ) as stack:
             try:
                 result = anyio.run(_campaign, settings, stack, out)
             except Interrupted:
                 keep = False  # asked to stop: nothing to look at, nothing left behind
                 raise
-            except BaseException:
+            except BaseException as exc:
+                if refused(exc):
+                    keep = False  # the brokers refused the credentials: no pod ran
+                    raise
                 out(f"the campaign broke off; pod logs and histories kept in {workdir}")
                 raise
         result.wall = time.monotonic() - began
@@ -199,8 +195,13 @@ async def _campaign_body(
     lease = float(settings.job_class.lease_duration)
     topic, group = job.topic, f"chaos-{settings.seed}-{secrets.token_hex(3)}"
     dead_topic = f"{topic}.chaos-dead-letters"
-    await anyio.to_thread.run_sync(
-        lambda: stack.kafka.create_topics([topic, dead_topic], partitions=PARTITIONS)
+    bootstrap, security = stack.bootstrap_servers, stack.kafka_security
+    await create_topics(
+        bootstrap,
+        [topic, dead_topic],
+        partitions=PARTITIONS,
+        exist_ok=stack.external_kafka is not None,
+        security=security,
     )
     names = [f"pod-{i + 1}" for i in range(settings.pods)]
     own_store = settings.store_url is None
@@ -208,7 +209,10 @@ async def _campaign_body(
         await install_audit(stack.store_url)
     async with store_proxy(stack) as pod_store_url, contextlib.AsyncExitStack() as exits:
         kinds = fault_kinds(
-            settings.topology, store_outages=stack.store_proxy is not None, own_store=own_store
+            settings.topology,
+            store_outages=stack.store_proxy is not None,
+            own_store=own_store,
+            own_kafka=stack.external_kafka is None,
         )
         plan = make_plan(
             seed=settings.seed,
@@ -219,7 +223,7 @@ async def _campaign_body(
             lease=lease,
         )
         flags = [
-            *("--bootstrap-servers", stack.kafka.bootstrap_servers, "--group", group),
+            *("--bootstrap-servers", bootstrap, "--group", group),
             *("--namespace", group, "--dead-letter-topic", dead_topic),
             *("--concurrency", str(settings.concurrency), *POD_FLAGS),
         ]
@@ -239,6 +243,7 @@ async def _campaign_body(
                 flags=flags,
                 workdir=stack.workdir,
                 proxy=proxy,
+                kafka_env=stack.pod_env(),
             )
         exits.push_async_callback(_stop_all, list(pods.values()), 1.0)
         for pod in pods.values():
@@ -247,12 +252,13 @@ async def _campaign_body(
         spread = settings.pods <= PARTITIONS
         await until_ready(list(pods.values()), within=90, partitions=spread)
         out(f"{len(pods)} pods of {settings.job} running; playing {len(plan.faults)} faults")
-        producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap_servers, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **stack.kafka_kwargs())
         with anyio.fail_after(30):
             await producer.start()
         exits.push_async_callback(producer.stop)
-        bootstrap = stack.kafka.bootstrap_servers
-        receiver = Receiver(bootstrap, f"{group}-receiver", [topic, dead_topic], stack.workdir)
+        receiver = Receiver(
+            bootstrap, f"{group}-receiver", [topic, dead_topic], stack.workdir, security
+        )
         receiving = await exits.enter_async_context(anyio.create_task_group())
         exits.callback(receiving.cancel_scope.cancel)  # unwinds first: the receiver stops
         receiving.start_soon(receiver.run)
@@ -410,7 +416,9 @@ async def _drain(
         seen, still_since = -1, anyio.current_time()
         while anyio.current_time() - still_since < patience and not stop.is_set():
             with contextlib.suppress(Exception):
-                positions = await committed(stack.kafka.bootstrap_servers, group, topic)
+                positions = await committed(
+                    stack.bootstrap_servers, group, topic, stack.kafka_security
+                )
                 if all(positions.get(p, 0) >= n for p, n in needed.items()):
                     return True
                 progress = sum(positions.values())
@@ -459,12 +467,12 @@ async def _records(
     produced: list[Produced],
     pods: dict[str, PodProcess],
 ) -> Records:
-    bootstrap = stack.kafka.bootstrap_servers
+    bootstrap, security = stack.bootstrap_servers, stack.kafka_security
     identities = {(p.job_key, p.input_version) for p in produced}
     return Records(
         produced=tuple(produced),
-        committed=await committed(bootstrap, group, topic),
-        dead_letters=await dead_letters(bootstrap, dead_topic),
+        committed=await committed(bootstrap, group, topic, security),
+        dead_letters=await dead_letters(bootstrap, dead_topic, security),
         completions=await completions(stack.store_url, group, identities),
         exits=tuple(
             PodExit(pod=pod.name, code=code, killed=killed)

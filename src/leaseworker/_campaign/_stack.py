@@ -15,15 +15,17 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .._chaos import ChaosProxy
 from .._dev._pods import PodProcess, pod_process
 from .._dev._services import LocalPostgres, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from .._dev._services._kafka import LocalKafka
 from .._dev._services._stack import LocalStack, Service
+from .._errors import ConfigError
+from .._kafka import KafkaSecurity
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
 Topology = Literal["single", "sentinel", "cluster"]
@@ -48,11 +50,37 @@ class Services:
     workdir: Path
     store_url: str
     store_proxy: ChaosProxy | None = None  # set by :func:`store_proxy`
+    external_kafka: str | None = None  # ``--bootstrap-servers``: not ours to restart
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @property
     def kafka(self) -> LocalKafka:
-        """The broker."""
+        """The campaign's own broker (not with ``external_kafka``)."""
         return self.stack.kafka
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Where every client of the campaign reaches Kafka."""
+        return self.external_kafka or self.kafka.bootstrap_servers
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Return aiokafka's keyword arguments for the brokers' SASL/TLS (none on our own)."""
+        return self.kafka_security.client_kwargs()
+
+    def pod_env(self) -> dict[str, str]:
+        """Return the ``LEASEWORKER_KAFKA_*`` variables giving a pod the same SASL/TLS."""
+        security = self.kafka_security
+        values = {
+            "SECURITY_PROTOCOL": security.protocol,
+            "SASL_MECHANISM": security.sasl_mechanism,
+            "SASL_USERNAME": security.sasl_username,
+            "SASL_PASSWORD": security.sasl_password,
+            "SASL_PASSWORD_FILE": security.sasl_password_file,
+            "CA_FILE": security.ssl_cafile,
+            "CERT_FILE": security.ssl_certfile,
+            "KEY_FILE": security.ssl_keyfile,
+        }
+        return {f"LEASEWORKER_KAFKA_{k}": str(v) for k, v in values.items() if v}
 
     @property
     def redis(self) -> LocalRedis | None:
@@ -94,8 +122,18 @@ class Services:
 
 
 @contextlib.contextmanager
-def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterator[Services]:
-    """Start Kafka, Redis (a node, Sentinel or a cluster), a PostgreSQL (without ``store_url``)."""
+def services(
+    topology: Topology,
+    store_url: str | None,
+    workdir: Path,
+    *,
+    bootstrap_servers: str | None = None,
+    kafka_security: KafkaSecurity | None = None,
+) -> Iterator[Services]:
+    """Start Kafka (without ``bootstrap_servers``), Redis, a PostgreSQL (without ``store_url``).
+
+    ``kafka_security``: how every client reaches the external brokers.
+    """
     redis: dict[Topology, Service] = {
         "single": "redis",
         "sentinel": "sentinel",
@@ -103,11 +141,19 @@ def services(topology: Topology, store_url: str | None, workdir: Path) -> Iterat
     }
     kafka = functools.partial(LocalKafka.start, settings=AUTO_CREATE)
     with LocalStack(starters={"kafka": kafka}) as stack:
-        stack.start("kafka", redis[topology], optional=["postgres"] if store_url is None else [])
+        own: list[Service] = [] if bootstrap_servers else ["kafka"]
+        optional: list[Service] = ["postgres"] if store_url is None else []
+        stack.start(*own, redis[topology], optional=optional)
         if store_url is None:
             postgres = stack.get("postgres")
             store_url = postgres.url if postgres else f"sqlite:///{workdir / 'completions.db'}"
-        yield Services(stack=stack, workdir=workdir, store_url=store_url)
+        yield Services(
+            stack=stack,
+            workdir=workdir,
+            store_url=store_url,
+            external_kafka=bootstrap_servers,
+            kafka_security=kafka_security or KafkaSecurity(),
+        )
 
 
 @contextlib.asynccontextmanager
@@ -130,9 +176,14 @@ def make_pod(
     flags: list[str],
     workdir: Path,
     proxy: ChaosProxy | None,
+    kafka_env: dict[str, str] | None = None,
 ) -> PodProcess:
-    """Describe pod ``name`` running ``job`` from the current directory (not started yet)."""
+    """Describe pod ``name`` running ``job`` from the current directory (not started yet).
+
+    ``kafka_env``: its Kafka SASL/TLS variables (:meth:`Services.pod_env`), not on argv.
+    """
     env = {JOB_VARIABLE: job, DIR_VARIABLE: str(workdir), "LEASEWORKER_STORE_URL": store_url}
+    env |= kafka_env or {}
     return pod_process(
         name,
         "leaseworker._campaign._stall:StallingJob",
@@ -142,3 +193,10 @@ def make_pod(
         env=env,
         proxy=proxy,
     )
+
+
+def refused(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is (or a task group wraps) a ``ConfigError``: a refused credential."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(ConfigError) is not None
+    return isinstance(exc, ConfigError)

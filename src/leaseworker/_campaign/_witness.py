@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
@@ -20,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from .._dev._pods import PodProcess
 from .._execution import completion_key
 from .._history import Execution, FaultWindow, History, header_line, merge
+from .._kafka import KafkaSecurity
 from .._store import open_store
 from ._records import DeadLetter, Stored
 from ._stall import stall_log
@@ -31,9 +33,13 @@ FROZEN_FAULTS = frozenset({"pod_pause", "loop_stall"})
 """Faults that freeze a pod's executions: those count as paused."""
 
 
-async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+async def committed(
+    bootstrap: str, group: str, topic: str, security: KafkaSecurity | None = None
+) -> dict[int, int]:
     """Return the group's committed position per partition of ``topic``."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=10_000, **_kwargs(security)
+    )
     with anyio.fail_after(TIMEOUT):
         await admin.start()
         try:
@@ -43,13 +49,19 @@ async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
 
 
-async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
+async def dead_letters(
+    bootstrap: str, topic: str, security: KafkaSecurity | None = None
+) -> tuple[DeadLetter, ...]:
     """Read every record of the dead-letter ``topic`` and decode where it came from and why."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **_kwargs(security),
     )
     letters: list[DeadLetter] = []
-    partitions = [TopicPartition(topic, p) for p in await _partitions(bootstrap, topic)]
+    found = await _partitions(bootstrap, topic, security)
+    partitions = [TopicPartition(topic, p) for p in found]
     with anyio.fail_after(TIMEOUT):
         await consumer.start()
         try:
@@ -64,9 +76,16 @@ async def dead_letters(bootstrap: str, topic: str) -> tuple[DeadLetter, ...]:
     return tuple(letters)
 
 
-async def _partitions(bootstrap: str, topic: str) -> list[int]:
+def _kwargs(security: KafkaSecurity | None) -> dict[str, Any]:
+    """Return aiokafka's SASL/TLS keyword arguments (none for a plaintext broker)."""
+    return (security or KafkaSecurity()).client_kwargs()
+
+
+async def _partitions(bootstrap: str, topic: str, security: KafkaSecurity | None) -> list[int]:
     """Return the partitions of ``topic`` (a fresh consumer's metadata may not know them yet)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=10_000, **_kwargs(security)
+    )
     with anyio.fail_after(TIMEOUT):
         await admin.start()
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from ._common import job_parser, non_negative_int, positive_int
+from ._kafka_flags import add_kafka_security_flags, kafka_security_from
 
 TOPOLOGIES = ("single", "sentinel", "cluster")
 
@@ -48,6 +49,12 @@ def add_parser(subparsers: Any, summary: str) -> None:
     )
     add("--topology", choices=TOPOLOGIES, default="single", help="Redis deployment")
     add(
+        "--bootstrap-servers",
+        help="Kafka brokers to use instead of a local one (with the SASL/TLS flags below); "
+        "the campaign then plays no broker faults",
+    )
+    add_kafka_security_flags(parser)
+    add(
         "--payloads",
         metavar="pkg.module:function",
         help="trigger generator: (rng, key index, version) -> (record key, payload dict); "
@@ -64,6 +71,8 @@ def _chaos(args: argparse.Namespace) -> int:
     from .._campaign._run import Interrupted, Settings, run_campaign
     from ._jobs import load_job_class
 
+    # First: a broker restart is a fault played, and loading a CA file logs at INFO.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         settings = Settings(
             job=args.job,
@@ -77,11 +86,18 @@ def _chaos(args: argparse.Namespace) -> int:
             keys=args.keys,
             store_url=args.store_url,
             topology=args.topology,
+            bootstrap_servers=args.bootstrap_servers or None,
+            kafka_security=kafka_security_from(args),
         )
     except ConfigError as exc:
         print(f"leaseworker chaos: error: {exc}", file=sys.stderr)
         return 2
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a broker restart is a fault played
+    if settings.kafka_security.protocol != "PLAINTEXT" and not settings.bootstrap_servers:
+        print(
+            "leaseworker chaos: error: the Kafka SASL/TLS flags need --bootstrap-servers",
+            file=sys.stderr,
+        )
+        return 2
     logging.getLogger("leaseworker.store").setLevel(logging.WARNING)  # its own store's migrations
     try:
         result = run_campaign(settings, lambda line: print(line, flush=True))
@@ -90,6 +106,9 @@ def _chaos(args: argparse.Namespace) -> int:
         return 130
     except Exception as exc:  # a service that did not start or come back: not a verdict
         cause = _innermost(exc)
+        if isinstance(cause, ConfigError):  # the brokers refuse these credentials: permanent
+            print(f"leaseworker chaos: error: {cause}", file=sys.stderr)
+            return 2
         print(f"leaseworker chaos: error: {type(cause).__name__}: {cause}", file=sys.stderr)
         return 1
     print(render(result), flush=True)

@@ -26,7 +26,7 @@ from .._timeline import (
     render_text,
     spans_from_document,
 )
-from ._common import env_default, positive_int
+from ._common import Setting, env_default, positive_int
 
 DEFAULT_JAEGER = "http://127.0.0.1:16686"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -47,6 +47,10 @@ def add_parser(subparsers: Any, summary: str) -> None:
         default=env_default("--jaeger", DEFAULT_JAEGER),
         help=f"Jaeger query service URL (env LEASEWORKER_JAEGER; default {DEFAULT_JAEGER})",
     )
+    Setting(
+        flag="--jaeger-ca-file",
+        help="CA bundle (PEM) for an https:// Jaeger; unset: system CAs",
+    ).add_to(parser)
     parser.add_argument(
         "--service",
         default=os.environ.get("OTEL_SERVICE_NAME") or "leaseworker",
@@ -120,7 +124,7 @@ def _history(args: argparse.Namespace) -> History:
         return _from_file(args.source, args.key)
     if not args.key:
         raise ValueError("give a job key (or --from FILE)")
-    query = JaegerQuery(args.jaeger, service=args.service)
+    query = JaegerQuery(args.jaeger, service=args.service, ca_file=args.jaeger_ca_file or None)
     found = query.job_key(args.key, since=args.since, limit=args.limit)
     if found.truncated:
         print(

@@ -15,11 +15,13 @@ every failure is a :class:`JaegerError`.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, final
 
 from .._history import Scalar
@@ -81,7 +83,15 @@ class JaegerQuery:
         )
     """
 
-    def __init__(self, url: str, *, service: str, timeout: float = 10.0, api: Api = "auto") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        service: str,
+        timeout: float = 10.0,
+        api: Api = "auto",
+        ca_file: str | Path | None = None,
+    ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise JaegerError(f"not an http(s) URL of a Jaeger query service: {url!r}")
@@ -89,6 +99,7 @@ class JaegerQuery:
         self._service = service
         self._timeout = timeout
         self._api = api
+        self._context = https_context(ca_file)
 
     def job_key(self, job_key: str, *, since: float, limit: int = DEFAULT_LIMIT) -> Found:
         """Return the spans of every trace of ``job_key`` that started in the last ``since`` s."""
@@ -177,20 +188,36 @@ class JaegerQuery:
     def _get(self, path: str, query: dict[str, str]) -> tuple[int, bytes]:
         url = f"{self._url}{path}?{urllib.parse.urlencode(query)}"
         try:
-            return http_get(url, timeout=self._timeout)
+            return http_get(url, timeout=self._timeout, context=self._context)
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise JaegerError(f"cannot reach Jaeger at {self._url}: {reason}") from exc
 
 
-def http_get(url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
+def https_context(ca_file: str | Path | None) -> ssl.SSLContext | None:
+    """Return a context verifying HTTPS peers against ``ca_file`` (``None``: the system CAs).
+
+    A missing or unreadable CA file is a ``JaegerError`` naming it, not a traceback.
+    """
+    if ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise JaegerError(f"cannot read the Jaeger CA file {ca_file}: {exc}") from exc
+
+
+def http_get(
+    url: str, *, timeout: float = 10.0, context: ssl.SSLContext | None = None
+) -> tuple[int, bytes]:
     """GET ``url`` asking for JSON; return the status and body, also of a 4xx/5xx answer.
 
     Jaeger's answers to a search are read from errors too (v3's "no traces" is a 404).
+    ``context`` verifies an ``https://`` peer (default: the system CAs).
     """
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:
         with exc:

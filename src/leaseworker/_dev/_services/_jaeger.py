@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from ..._timeline._jaeger import JaegerQuery, http_get
+from ..._timeline._jaeger import JaegerQuery, http_get, https_context
 from ..._timeline._jaeger_json import JaegerSpan
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 from ._shipped import ToolMissingError, shipped
@@ -58,6 +58,7 @@ class LocalJaeger:
     process: LocalProcess
     remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
     otlp_https: bool = False  # the OTLP/HTTP receiver serves TLS (``start(otlp_tls=...)``)
+    query_ca: Path | None = None  # the query service serves HTTPS (``start(query_tls=...)``)
 
     @property
     def otlp_grpc_endpoint(self) -> str:
@@ -73,7 +74,8 @@ class LocalJaeger:
     @property
     def query_url(self) -> str:
         """The base URL of the query service (JSON APIs and UI routes)."""
-        return f"http://{LOOPBACK}:{self.query_http_port}"
+        scheme = "https" if self.query_ca is not None else "http"
+        return f"{scheme}://{LOOPBACK}:{self.query_http_port}"
 
     def trace_url(self, trace_id: str) -> str:
         """Return the UI URL of one trace (a placeholder page in this build).
@@ -139,6 +141,7 @@ class LocalJaeger:
         timeout: float = 60.0,
         otlp_tls: tuple[Path, Path] | None = None,
         otlp_client_ca: Path | None = None,
+        query_tls: tuple[Path, Path, Path] | None = None,
     ) -> Self:
         """Build if needed, start Jaeger, and wait until its query API answers.
 
@@ -147,7 +150,9 @@ class LocalJaeger:
         shows the log's tail in its error). ``otlp_tls``: a PEM certificate
         chain and key; the OTLP/HTTP receiver then serves HTTPS only
         (:attr:`otlp_http_endpoint` says ``https://``); ``otlp_client_ca``
-        makes it require client certificates issued by that CA.
+        makes it require client certificates issued by that CA. ``query_tls``:
+        certificate, key and the CA that issued them; the query service then
+        serves HTTPS only (:attr:`query_url` says ``https://``).
         """
         binary = cls.ensure_built()
         remove = workdir is None
@@ -163,6 +168,7 @@ class LocalJaeger:
                 query_grpc=query_grpc,
                 otlp_tls=otlp_tls,
                 otlp_client_ca=otlp_client_ca,
+                query_tls=query_tls[:2] if query_tls else None,
             )
         )
         process = LocalProcess.spawn(
@@ -179,6 +185,7 @@ class LocalJaeger:
             process=process,
             remove_workdir=remove,
             otlp_https=otlp_tls is not None,
+            query_ca=query_tls[2] if query_tls else None,
         )
         try:
             jaeger._wait_ready(timeout)
@@ -207,7 +214,7 @@ class LocalJaeger:
         too, sorted by start time; no match is an empty list. ``limit`` caps
         the number of traces.
         """
-        query = JaegerQuery(self.query_url, service=service)
+        query = JaegerQuery(self.query_url, service=service, ca_file=self.query_ca)
         return query.service_spans(since=lookback_s, limit=limit)
 
     def _wait_ready(self, timeout: float) -> None:
@@ -218,11 +225,12 @@ class LocalJaeger:
         """
         deadline = time.monotonic() + timeout
         url = f"{self.query_url}/api/v3/services"
+        context = https_context(self.query_ca)
         while True:
             if self.process.popen.poll() is not None:
                 raise RuntimeError(f"jaeger exited with {self.process.popen.returncode}")
             with contextlib.suppress(OSError):
-                status, _ = http_get(url, timeout=1.0)
+                status, _ = http_get(url, timeout=1.0, context=context)
                 if status == 200:
                     break
             if time.monotonic() > deadline:
@@ -241,6 +249,7 @@ def _config_yaml(
     query_grpc: int,
     otlp_tls: tuple[Path, Path] | None = None,
     otlp_client_ca: Path | None = None,
+    query_tls: tuple[Path, Path] | None = None,
 ) -> str:
     """Return the Jaeger v2 (OpenTelemetry Collector) config for a private instance.
 
@@ -251,7 +260,8 @@ def _config_yaml(
     self-tracing is off too: it would dial the default OTLP port 4317 (someone
     else's collector, or nothing, which delays shutdown by retries). With
     ``otlp_tls`` (certificate, key) the OTLP/HTTP receiver speaks TLS, and
-    with ``otlp_client_ca`` it asks for client certificates.
+    with ``otlp_client_ca`` it asks for client certificates; with
+    ``query_tls`` the query service's HTTP endpoint does.
     """
     tls = ""
     if otlp_tls is not None:
@@ -259,6 +269,10 @@ def _config_yaml(
         tls = f'\n        tls:\n          cert_file: "{cert}"\n          key_file: "{key}"'
         if otlp_client_ca is not None:
             tls += f'\n          client_ca_file: "{otlp_client_ca}"'
+    query = ""
+    if query_tls is not None:
+        cert, key = query_tls
+        query = f'\n      tls:\n        cert_file: "{cert}"\n        key_file: "{key}"'
     return f"""\
 # Written by leaseworker._dev._services.LocalJaeger; regenerated on every start.
 service:
@@ -286,7 +300,7 @@ extensions:
     # On by default in v2: it would export Jaeger's own spans to localhost:4317.
     enable_tracing: false
     http:
-      endpoint: "{LOOPBACK}:{query_http}"
+      endpoint: "{LOOPBACK}:{query_http}"{query}
     grpc:
       endpoint: "{LOOPBACK}:{query_grpc}"
 
