@@ -93,15 +93,7 @@ async def test_a_trigger_span_reaches_jaeger_over_https_through_sasl_ssl_kafka(
     }
     assert tls_jaeger.otlp_http_endpoint.startswith("https://")
     argv = ["trigger", names.topic, "--payload", "{}", "--otlp-endpoint"]
-    result, _ = _cli([*argv, tls_jaeger.otlp_http_endpoint], env, drop=CA_BUNDLE_VARIABLES)
-    assert result.returncode == 0, result.stderr
-    trace_id = json.loads(result.stdout)["traceId"]
-
-    async def arrived() -> bool:
-        spans = await anyio.to_thread.run_sync(tls_jaeger.find_traces, "tls-producer")
-        return any(span.trace_id == trace_id for span in spans)
-
-    await eventually(arrived, within=30)
+    await _traced_trigger([*argv, tls_jaeger.otlp_http_endpoint], env, tls_jaeger, "tls-producer")
 
 
 def test_a_collector_with_an_unknown_ca_makes_run_exit_2_ssl(
@@ -188,14 +180,21 @@ async def test_spans_reach_a_collector_asking_for_client_certificates_ssl(
             "OTEL_SERVICE_NAME": "mtls-producer",
         }
         argv = ["trigger", names.topic, "--payload", "{}"]
-        sent, _ = _cli(argv, env, drop=CA_BUNDLE_VARIABLES)
-        assert sent.returncode == 0, sent.stderr
-        trace_id = json.loads(sent.stdout)["traceId"]
-
-        async def arrived() -> bool:
-            spans = await anyio.to_thread.run_sync(jaeger.find_traces, "mtls-producer")
-            return any(span.trace_id == trace_id for span in spans)
-
-        await eventually(arrived, within=30)
+        await _traced_trigger(argv, env, jaeger, "mtls-producer")
     finally:
         jaeger.stop()
+
+
+async def _traced_trigger(
+    argv: list[str], env: dict[str, str], jaeger: LocalJaeger, service: str
+) -> None:
+    """Run ``leaseworker trigger`` (exit 0) and wait until its trace is in ``jaeger``."""
+    sent, _ = _cli(argv, env, drop=CA_BUNDLE_VARIABLES)
+    assert sent.returncode == 0, sent.stderr
+    trace_id = json.loads(sent.stdout)["traceId"]
+
+    async def arrived() -> bool:
+        spans = await anyio.to_thread.run_sync(jaeger.find_traces, service)
+        return any(span.trace_id == trace_id for span in spans)
+
+    await eventually(arrived, within=30)
