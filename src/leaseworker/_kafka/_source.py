@@ -144,18 +144,10 @@ class KafkaTriggerSource:
         Stopped before Kafka ever answered, it reports itself started and
         returns at once (a caller's ``tg.start`` must not fail over it).
         """
-        self._consumer = await self._start(
-            "consumer", self._subscribed_consumer, before=self._check_topics
-        )
         try:
-            if self._consumer is None:
+            if not await self._connect():
                 task_status.started()
                 return
-            if self._config.dead_letter_topic:
-                self._producer = await self._start("producer", self._new_producer)
-                if self._producer is None:
-                    task_status.started()
-                    return
             task_status.started()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._commits.run, name="leaseworker commits")
@@ -172,10 +164,8 @@ class KafkaTriggerSource:
         """Poll, dispatch and commit until stopped and drained (or drain time is up)."""
         retries = Retries(self._startup)
         while not self._drained():
-            if self._login.refused():
-                await self._log_in_again()
-                if self._consumer is None:
-                    return  # stopped while Kafka was away
+            if self._login.refused() and not await self._log_in_again():
+                return  # stopped while Kafka was away: ``run`` closes what did start
             if self._all_paused():
                 # getmany() would idle for the whole poll timeout: wake up as soon as an
                 # execution frees a slot (or, draining, the last one ends) instead.
@@ -202,7 +192,23 @@ class KafkaTriggerSource:
             self._dispatch(tg, batch, free)
             self._state.event("polled")
 
-    async def _log_in_again(self) -> None:
+    async def _connect(self) -> bool:
+        """Start the consumer and, with a dead-letter topic, the producer.
+
+        False when the source was stopped before Kafka answered; whatever did
+        start is left for :meth:`_close`.
+        """
+        self._consumer = await self._start(
+            "consumer", self._subscribed_consumer, before=self._check_topics
+        )
+        if self._consumer is None:
+            return False
+        if self._config.dead_letter_topic:
+            self._producer = await self._start("producer", self._new_producer)
+            return self._producer is not None
+        return True
+
+    async def _log_in_again(self) -> bool:
         """Rebuild the clients with a rotated password after a running one's login was refused.
 
         The password file holds another password (a rotated Secret): every
@@ -211,6 +217,7 @@ class KafkaTriggerSource:
         the consumer and dead-letter producer are built and started again with
         it. The same password: if the brokers refuse it, ConfigError (exit 2);
         if they take it, the refusal was another client's and nothing changes.
+        False when stopped before the new clients started.
         """
         config = self._config
         if not self._login.rotated():
@@ -222,7 +229,7 @@ class KafkaTriggerSource:
                 within=config.kafka_timeout,
             )
             self._login.seen()
-            return
+            return True
         logger.warning(
             "the Kafka SASL password file holds a new password: reconnecting to Kafka with it",
             extra={"event": "kafka_password_rotated", "pod": config.pod},
@@ -231,13 +238,7 @@ class KafkaTriggerSource:
             await self._listener.on_partitions_revoked(list(self._state.partitions))
         await self._close()
         self._consumer = self._producer = None
-        self._consumer = await self._start(
-            "consumer", self._subscribed_consumer, before=self._check_topics
-        )
-        if self._consumer is not None and config.dead_letter_topic:
-            self._producer = await self._start("producer", self._new_producer)
-            if self._producer is None:
-                self._consumer = None  # stopping: ``run`` closes what was started
+        return await self._connect()
 
     def _poll_failed(self, exc: BaseException, delay: float, attempt: int) -> None:
         logger.warning(
