@@ -67,30 +67,32 @@ async def test_the_offset_waits_for_the_fsync_the_execution_did_not(
 ) -> None:
     """No offset is committed before the completions of the records it covers are on disk.
 
-    The job completes (accepted: another connection reads the row) while the
-    fsync is held, so its slot is free; the committer waits in the store's
-    barrier, and Kafka has no committed offset until the fsync is let go.
+    The jobs complete (accepted: another connection reads the rows) while the
+    fsync is held, so their slots free and the loop goes on (a renewal would
+    too); the committer waits in the store's barrier, and Kafka has no
+    committed offset until the fsync is let go.
     """
     recorder = Recorder()
     job = on_topic(GateJob, topic)(recorder)
     bootstrap = kafka_server.bootstrap_servers
-    await produce(bootstrap, topic, [(b"report-1", payload(period="2026-12"))])
+    keys = [f"report-{i}" for i in range(3)]
+    await produce(bootstrap, topic, [(key.encode(), payload(period="2026-12")) for key in keys])
     path = tmp_path / "c.sqlite3"
     async with sqlite_file(path) as store:
         assert store._sync is not None
         held = HeldSync(store._sync, monkeypatch)
         config = pod_config(kafka_server, redis_server, kafka_names, namespace)
         async with running(make_worker(job, config, store=store)):
-            await recorder.until(lambda: recorder.done("report-1") == 1)
+            await recorder.until(lambda: all(recorder.done(key) == 1 for key in keys))
             with anyio.fail_after(10):
                 await held.entered.wait()  # the committer's barrier asked for the fsync
             with contextlib.closing(sqlite3.connect(path)) as other:
                 rows = other.execute("SELECT count(*) FROM leaseworker_completions").fetchone()
-            assert rows == (1,)  # committed, answered, the slot free: not yet on disk
+            assert rows == (3,)  # committed, answered, the slots free: not yet on disk
             assert await committed(bootstrap, kafka_names.group, topic) == {}
             held.release()
 
             async def settled() -> bool:
-                return await committed(bootstrap, kafka_names.group, topic) == {0: 1}
+                return await committed(bootstrap, kafka_names.group, topic) == {0: 3}
 
             await eventually(settled, within=10)
