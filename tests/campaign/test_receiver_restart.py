@@ -1,17 +1,19 @@
 """The ``receiver_restart`` fault against a real broker: the receiver's inbox outlives it.
 
-The receiver reads two effects, is killed, misses nothing while down (a
-redelivery of the first effect lands meanwhile), and its next life, a new
-consumer with only the database carried over, drops the redelivery as a
-duplicate: each effect processed once, and the campaign's check says so. A
-receiver whose inbox did not persist (its inbox rows deleted while it is
-down, the effect rows kept) processes the redelivery again, and the same
-check fails. Given ``topics_of`` (a broker of ``--bootstrap-servers``), it
-reads only the topics named there, not a neighbour's on the same broker.
+The receiver reads two effects; killed, it processes the next batch (a
+redelivery of the first effect) and dies before committing its offsets; its
+next life, a new consumer with only the database carried over, reads the
+redelivery again and its inbox drops it: each effect processed once, and the
+campaign's check says so. A receiver whose inbox did not persist (its inbox
+rows deleted while it is down, the effect rows kept) processes it again, and
+the same check fails. Given ``topics_of`` (a broker of
+``--bootstrap-servers``), it reads only the topics named there, not a
+neighbour's on the same broker. The campaign's injector plays the fault.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -57,16 +59,20 @@ def _outboxed(topic: str, seq: int) -> Outboxed:
     )
 
 
-async def _until(receiver: Receiver, deliveries: int) -> None:
+async def _until(receiver: Receiver, deliveries: int, lives: int = 1) -> None:
     with anyio.fail_after(30):
-        while len(receiver.deliveries) < deliveries:  # noqa: ASYNC110 - a broker's records
-            await anyio.sleep(0.05)
+        while len(receiver.deliveries) < deliveries or receiver.lives < lives:  # noqa: ASYNC110
+            await anyio.sleep(0.05)  # a broker's records, another task's consumer
 
 
 async def _campaign(
     kafka: LocalKafka, names: KafkaNames, workdir: Path, *, lose_inbox: bool
-) -> tuple[Receiver, Records, History]:
-    """Two effects, a receiver restart with a redelivery of the first, and a neighbour's record."""
+) -> Records:
+    """Two effects; a redelivery of the first processed by a life that dies before committing.
+
+    The next life reads the redelivery again: the inbox it kept drops it (or,
+    ``lose_inbox``: its inbox rows deleted meanwhile, it processes it again).
+    """
     effects, neighbour = f"{names.topic}-fx", f"{names.topic}-theirs"
     kafka.create_topics([effects, neighbour])
 
@@ -75,7 +81,6 @@ async def _campaign(
 
     receiver = Receiver(kafka.bootstrap_servers, names.group, [], workdir, topics_of=topics_of)
     sender = KafkaSender(kafka.bootstrap_servers, timeout=5.0)
-    injector = Injector(stack=None, pods={}, lease=1.0, receiver=receiver)  # type: ignore[arg-type]
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(receiver.run)
@@ -83,40 +88,35 @@ async def _campaign(
             await sender.send(_row(effects, 0))
             await sender.send(_row(effects, 1))
             await _until(receiver, 2)
-            restart = PlannedFault(kind="receiver_restart", at=0.0, duration=1.0)
-            async with anyio.create_task_group() as fault:
-                fault.start_soon(injector.play, restart)
-                await anyio.sleep(0.2)  # the receiver is down: the redelivery waits for it
-                await sender.send(_row(effects, 0))  # at least once: the first effect again
-                if lose_inbox:
-                    with sqlite3.connect(workdir / "receiver.db") as db:
-                        db.execute("DELETE FROM leaseworker_inbox")
+            receiver.kill(within=30)  # ends after its next batch, before committing it
+            await sender.send(_row(effects, 0))  # at least once: the first effect again
             await _until(receiver, 3)
+            if lose_inbox:
+                with contextlib.closing(sqlite3.connect(workdir / "receiver.db")) as db:
+                    db.execute("DELETE FROM leaseworker_inbox")
+                    db.commit()
+            receiver.revive()
+            await _until(receiver, 4, lives=2)
             tg.cancel_scope.cancel()
     finally:
         await sender.aclose()
     outbox = (_outboxed(effects, 0), _outboxed(effects, 1))
-    records = Records(
+    return Records(
         outbox=outbox, deliveries=tuple(receiver.deliveries), processed=receiver.processed()
     )
-    return receiver, records, History(faults=tuple(injector.faults))
 
 
 @pytest.mark.timeout(90)
 async def test_a_restarted_receiver_drops_a_redelivery_with_the_inbox_it_kept(
     kafka_server: LocalKafka, kafka_names: KafkaNames, tmp_path: Path
 ) -> None:
-    """Two lives, three deliveries (one duplicate), each effect processed once: PASS."""
-    receiver, records, history = await _campaign(
-        kafka_server, kafka_names, tmp_path, lose_inbox=False
-    )
-    assert receiver.lives == 2
-    assert [f.kind for f in history.faults] == ["receiver_restart"]
-    assert [d.status for d in records.deliveries] == ["new", "new", "duplicate"]
+    """Two lives, four deliveries (the redelivery twice, dropped twice), each processed once."""
+    records = await _campaign(kafka_server, kafka_names, tmp_path, lose_inbox=False)
+    assert [d.status for d in records.deliveries] == ["new", "new", "duplicate", "duplicate"]
     assert {d.topic for d in records.deliveries} == {f"{kafka_names.topic}-fx"}
-    verdict = effects_processed_once(history, records)
+    verdict = effects_processed_once(History(), records)
     assert verdict.passed, verdict.violations
-    assert verdict.counts["duplicates_dropped"] == 1
+    assert verdict.counts["duplicates_dropped"] == 2
 
 
 @pytest.mark.timeout(90)
@@ -124,8 +124,27 @@ async def test_a_receiver_that_lost_its_inbox_processes_the_redelivery_again_and
     kafka_server: LocalKafka, kafka_names: KafkaNames, tmp_path: Path
 ) -> None:
     """Planted: the inbox's rows gone across the restart; the checker sees ``processed 2``."""
-    _, records, history = await _campaign(kafka_server, kafka_names, tmp_path, lose_inbox=True)
-    verdict = effects_processed_once(history, records)
+    records = await _campaign(kafka_server, kafka_names, tmp_path, lose_inbox=True)
+    assert [d.status for d in records.deliveries] == ["new", "new", "duplicate", "new"]
+    verdict = effects_processed_once(History(), records)
     assert not verdict.passed
     assert verdict.counts["processed_twice"] == 1
     assert any("processed 2 times" in line for line in verdict.violations)
+
+
+@pytest.mark.timeout(60)
+async def test_the_injector_restarts_the_receiver_and_records_the_fault(
+    kafka_server: LocalKafka, kafka_names: KafkaNames, tmp_path: Path
+) -> None:
+    """An idle receiver dies within a second of the kill and comes back after the fault."""
+    receiver = Receiver(kafka_server.bootstrap_servers, kafka_names.group, [], tmp_path)
+    injector = Injector(stack=None, pods={}, lease=1.0, receiver=receiver)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(receiver.run)
+        await _until(receiver, 0)
+        await injector.play(PlannedFault(kind="receiver_restart", at=0.0, duration=1.5))
+        await _until(receiver, 0, lives=2)
+        tg.cancel_scope.cancel()
+    [fault] = injector.faults
+    assert fault.kind == "receiver_restart"
+    assert (fault.end or 0) - fault.start >= 1.5

@@ -9,8 +9,8 @@ others' topics. It reads from its committed offsets (the beginning at
 first), records each effect in a :class:`~leaseworker.effects.SqliteInbox`
 in its own database, inserting its own effect row only when the inbox says
 ``new``, and commits its offsets after each batch. The ``receiver_restart``
-fault :meth:`kill` s it at any await (mid-batch: processed, not committed)
-and :meth:`revive` s it: a new connection, a new consumer, only the database
+fault :meth:`kill` s it between processing a batch and committing it
+(or within a second) and :meth:`revive` s it: a new connection, a new consumer, only the database
 carried over. Every record consumed is a :class:`~._records.Delivery`; the
 effect rows (``processed``) are counted from its table, so the checker does
 not take the inbox's word for them.
@@ -79,19 +79,24 @@ class Receiver:
         self._consumer: Any = None
         self._life = anyio.CancelScope()
         self._revived = anyio.Event()
+        self._killing = False
         self._follow_at = 0.0
 
     async def run(self) -> None:
         """Live (consume and record) until cancelled; after a :meth:`kill`, wait to be revived."""
         while True:
-            self._revived = anyio.Event()
+            self._revived, self._killing = anyio.Event(), False
             with anyio.CancelScope() as self._life:
                 await self._live()
             await self._revived.wait()
 
-    def kill(self) -> None:
-        """End the current life at its next await: its batch's offsets stay uncommitted."""
-        self._life.cancel()
+    def kill(self, within: float = 1.0) -> None:
+        """End the current life once it processed a batch, before it commits its offsets.
+
+        ``within`` seconds later at most, wherever it is (no records came).
+        """
+        self._killing = True
+        self._life.deadline = min(self._life.deadline, anyio.current_time() + within)
 
     def revive(self) -> None:
         """Start the next life (after :meth:`kill`)."""
@@ -126,6 +131,9 @@ class Receiver:
                 for records in batch.values():
                     for record in records:
                         self._receive(db, record)
+                if batch and self._killing:  # processed, not committed: redelivered next life
+                    self._life.cancel()
+                    await anyio.lowlevel.checkpoint()
                 if batch:
                     with contextlib.suppress(Exception):  # the broker away: committed later
                         await consumer.commit()
