@@ -65,7 +65,7 @@ async def report_backlog(
                 except LeaseBusy:
                     pass  # another pod reports
                 except LeaseError as exc:  # lost or Redis away: another pod may take over
-                    logger.info("outbox gauges: %s", type(exc).__name__, extra={"event": "gauges"})
+                    logger.debug("outbox gauges: %s", type(exc).__name__, extra={"event": "gauges"})
                 finally:
                     emit(hooks, EffectEvent(name="backlog", relay=relay))  # depth None: cleared
                 await anyio.sleep(every)
