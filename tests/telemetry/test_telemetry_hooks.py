@@ -10,6 +10,8 @@ attributes are there from the start, not added later.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -289,3 +291,29 @@ async def test_a_sampled_out_busy_wait_keeps_no_acquire_events() -> None:
             trace = CURRENT.get()
             assert trace is not None
             assert trace.acquire_events == [], attempt
+
+
+async def test_the_completion_span_is_placed_when_the_store_answered_not_when_reported(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """A completion reported a second after the store's answer ends at the answer.
+
+    The executor reports it after the release (a paused pod may do so long
+    after the store decided); the span covers the store call, ending at
+    ``answered_at`` (the lease clock), as the history places it.
+    """
+    pod, exporter, _ = spans
+    record, trigger = _trigger(12)
+    answered = anyio.current_time() - 1.0  # the store answered a second before the event
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        pod(_event(trigger, "acquiring", "e1"))
+        pod(_event(trigger, "started", "e1", fence=2))
+        reported = time.time_ns()
+        completion = _event(trigger, "completion", "e1", fence=2, reason="accepted", elapsed=0.25)
+        pod(dataclasses.replace(completion, answered_at=answered))
+        pod(_event(trigger, "finished", "e1", fence=2, outcome="completed"))
+    [span] = _by_name(exporter)["completion"]
+    start, end = span.start_time or 0, span.end_time or 0
+    assert end - start == 250_000_000  # the store call's duration, exact
+    assert 0.9e9 <= reported - end <= 1.1e9  # a second before it was reported

@@ -312,7 +312,9 @@ class PodTelemetry:
             attributes[n.OUTCOME] = event.outcome
         if status is not None:
             attributes[n.COMPLETION_STATUS] = status
-        end = time.time_ns()
+        # A completion is reported after the release (a paused pod may send it long
+        # after the store decided): placed when the answer came, as in the history.
+        end = wall_ns(event.answered_at)
         self._tracer.start_span(
             event.event.replace("_", " "),
             context=trace.parent,
