@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -35,7 +36,7 @@ class _Renewals:
 async def _start(
     tg: anyio.abc.TaskGroup,
     count: int,
-    holder: Callable[[int, anyio.Event], Awaitable[None]],
+    holder: Callable[[int, anyio.Event], Coroutine[Any, Any, None]],
     *,
     step: int = 100,
 ) -> None:
