@@ -115,10 +115,17 @@ class ScriptPipeline:
         pipeline outlives the timeout.
         """
         command: Command = ("EVALSHA", sha, len(keys), *keys, *args)
-        [reply] = await self._run(sha, [command], replicated=replicated, linger=linger)
-        if isinstance(reply.value, Exception):
-            raise reply.value
-        return reply
+        if self._must_queue(linger):
+            # Cancelled with the caller: left out, or its answer dropped.
+            [reply] = await self._queue(sha, [command], linger)
+            if isinstance(reply.value, Exception):
+                raise reply.value
+            return reply
+        try:  # sent alone
+            wait = self._wait if replicated else None
+            return await self._own.run(command, self._scripts[sha], wait)
+        finally:
+            self._idle()
 
     async def call_many(
         self, sha: str, calls: Sequence[Call], *, replicated: bool = True
@@ -133,45 +140,47 @@ class ScriptPipeline:
         does for the trip.
         """
         commands: list[Command] = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls]
-        return await self._run(sha, commands, replicated=replicated, linger=0.0, bounded=True)
+        if self._must_queue(0.0):
+            return await self._queue(sha, commands, 0.0)
+        try:  # sent alone
+            wait = self._wait if replicated else None
+            trip = self._execute([(sha, command) for command in commands], wait)
+            return await self._deadlines.run(trip)
+        finally:
+            self._idle()
 
-    async def _run(
-        self,
-        sha: str,
-        commands: list[Command],
-        *,
-        replicated: bool,
-        linger: float,
-        bounded: bool = False,
-    ) -> list[Replied]:
-        """Send alone, or queue for the next pipeline (bounded there from its write).
-
-        ``bounded``: bound a lone trip too (else the caller's deadline does).
-        """
+    def _must_queue(self, linger: float) -> bool:
+        """Whether a call queues (one is in flight, or it lingers); if not, it goes alone now."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
             self._loop, self._busy, self._queued, self._linger = loop, False, [], None
             self._own = OwnConnection(self._redis)  # and so is its connection's transport
         if self._busy or linger > 0:
-            answer: asyncio.Future[list[Replied]] = loop.create_future()
-            self._queued.append(_Call(sha, commands, answer))
-            if not self._busy:
-                self._busy = True
-                self._linger = loop.call_later(linger, self._lingered)
-            elif self._linger is not None and not linger:
-                self._linger.cancel()  # a call in a hurry: the lingering ones go with it now
-                self._lingered()
-            return await answer  # cancelled with the caller: left out, or its answer dropped
-        self._busy = True  # sent alone
-        try:
-            wait = self._wait if replicated else None
-            trip = self._execute([(sha, command) for command in commands], wait)
-            return await (self._deadlines.run(trip) if bounded else trip)
-        finally:
-            if self._queued:
-                self._next()
-            else:
-                self._busy = False
+            return True
+        self._busy = True
+        return False
+
+    def _queue(
+        self, sha: str, commands: list[Command], linger: float
+    ) -> asyncio.Future[list[Replied]]:
+        """Queue calls for the next pipeline; the future answers one reply per command."""
+        assert self._loop is not None  # set by _must_queue
+        answer: asyncio.Future[list[Replied]] = self._loop.create_future()
+        self._queued.append(_Call(sha, commands, answer))
+        if not self._busy:
+            self._busy = True
+            self._linger = self._loop.call_later(linger, self._lingered)
+        elif self._linger is not None and not linger:
+            self._linger.cancel()  # a call in a hurry: the lingering ones go with it now
+            self._lingered()
+        return answer
+
+    def _idle(self) -> None:
+        """End a lone call: send what queued meanwhile, or become idle."""
+        if self._queued:
+            self._next()
+        else:
+            self._busy = False
 
     async def aclose(self) -> None:
         """Stop the pipelines in flight (their callers get an error) before the client closes.
@@ -300,6 +309,16 @@ class OwnConnection:
         return await connection.retry.call_with_retry(
             lambda: _trip(connection, commands, wait), lambda _: connection.disconnect()
         )
+
+    async def run(self, command: Command, source: str, wait: ReplicaWait | None) -> Replied:
+        """Run one ``EVALSHA`` alone (its script loaded on NOSCRIPT); raise its error reply."""
+        [reply] = await self.trip((command,), wait)
+        if isinstance(reply.value, NoScriptError):
+            await self.load(source)
+            [reply] = await self.trip((command,), wait)
+        if isinstance(reply.value, Exception):
+            raise reply.value
+        return reply
 
     async def load(self, source: str) -> None:
         """Load a script into the server's cache (after NOSCRIPT)."""
