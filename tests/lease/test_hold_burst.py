@@ -10,7 +10,18 @@ import anyio.abc
 import pytest
 from redis.asyncio import Redis
 
-from leaseworker import Event, HeldLease, LeaseEvent, LeaseLost, RedisLeases, hold
+from leaseworker import (
+    Event,
+    HeldLease,
+    LeaseEvent,
+    LeaseLost,
+    LeaseUnavailable,
+    RedisLeases,
+    hold,
+)
+from leaseworker._dev._services import LocalRedis
+
+from ..chaos import proxied_leases
 
 BURST = 10_000
 """Holds that end in one loop turn, as many as the bench holds."""
@@ -108,3 +119,29 @@ async def test_a_rejected_renewal_in_a_shared_trip_stops_only_its_own_body(
     assert errors[0].reason == "rejected"
     assert [held[i].outcome for i in range(1, 20)] == ["completed"] * 19
     assert held[0].outcome == "lost"
+
+
+async def test_releases_that_fail_together_each_leave_their_lease_to_expire(
+    redis_server: LocalRedis, namespace: str, redis: Redis
+) -> None:
+    """Redis stops answering as fifty holds end: every release fails, alone, and is reported."""
+    end = anyio.Event()
+    held: list[HeldLease] = []
+    async with proxied_leases(redis_server, namespace) as (proxy, leases):
+
+        async def holder(i: int, entered: anyio.Event) -> None:
+            async with hold(leases, f"k{i}", lease_duration=2) as lease:
+                held.append(lease)
+                entered.set()
+                await end.wait()
+
+        async with anyio.create_task_group() as tg:
+            await _start(tg, 50, holder, step=50)
+            proxy.blackhole = True
+            end.set()
+    assert [h.outcome for h in held] == ["completed"] * 50  # the bodies' outcome stands
+    assert all(isinstance(h.release_error, LeaseUnavailable) for h in held)
+    assert all(h.released is None for h in held)
+    for h in held:  # still this owner's, and expiring with its TTL
+        assert await redis.get(leases.lease_key(h.key)) == h.lease.owner.encode()
+        assert 0 < await redis.pttl(leases.lease_key(h.key)) <= 2000

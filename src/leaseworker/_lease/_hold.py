@@ -83,6 +83,9 @@ def hold(
     :meth:`HeldLease.checkpoint`; a loss reason it returns makes ownership
     uncertain there (``leaseworker.testing.MemoryLeases``: work time and
     injected losses). Other stores cost one attribute test per checkpoint.
+    A store that defines ``renew_many(leases)`` and ``release_many(leases)``
+    (``RedisLeases``) renews the held leases due together, and releases those
+    ending together, in shared batches; others are called once per lease.
     """
     if ttl is not None or renew_every is not None:  # deprecated spellings: off the usual path
         lease_duration = keyword("hold()", "ttl", ttl, "lease_duration", lease_duration)
