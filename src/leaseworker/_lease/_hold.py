@@ -71,7 +71,8 @@ def hold(
     ``max_runtime``. Settings that cannot keep the lease are rejected here, with
     :class:`~leaseworker.ConfigError`, before anything touches Redis.
     ``renewal_interval`` defaults to ``lease_duration / 3``; ``release_timeout`` to the store's
-    command timeout. ``hooks`` receive a :class:`LeaseEvent` for every step
+    command timeout (a batched release, see below: twice it for the batch,
+    from its send). ``hooks`` receive a :class:`LeaseEvent` for every step
     (acquired, renewed, lost, cancel requested, stopped, released).
     ``lease_note()`` returns a short text stored with the acquisition (the
     pod's telemetry: its trace reference); the next acquisition of the key
