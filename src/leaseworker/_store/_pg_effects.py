@@ -92,11 +92,11 @@ _CLAIM = f"""
 """
 MARK = """
     UPDATE leaseworker_outbox SET sent_at = now()
-    WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
+    WHERE id = ANY(%s::bigint[]) AND claimed_by = %s AND sent_at IS NULL
 """
 RELEASE = """
     UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL
-    WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
+    WHERE id = ANY(%s::bigint[]) AND claimed_by = %s AND sent_at IS NULL
 """
 _ENTRIES = f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox o"
 _BACKLOG = """
@@ -234,10 +234,15 @@ async def claim_outbox(
 
 
 async def update(store: PostgresStore, sql: str, relay: str, ids: Sequence[int]) -> int:
-    """Run ``_MARK`` or ``_RELEASE`` for ``relay``'s rows ``ids``; return the row count."""
+    """Run ``MARK`` or ``RELEASE`` for ``relay``'s rows ``ids``; return the row count.
+
+    The ids go as one array literal: psycopg's list adaptation checks every
+    element (about 2 us per row of a 500-row mark).
+    """
+    literal = "{" + ",".join(map(str, map(int, ids))) + "}"
 
     async def run(conn: _Conn, attempt: _Attempt) -> int:
-        return (await conn.execute(sql, (list(ids), relay))).rowcount
+        return (await conn.execute(sql, (literal, relay))).rowcount
 
     return await store._run(None, run) if ids else 0
 
