@@ -73,6 +73,14 @@ _LAPSE_PG = """
     UPDATE leaseworker_outbox SET claimed_until = now()
     WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > now()
 """
+# A relay's claim on PostgreSQL is row locks in a transaction of its own
+# (application_name set for it): ending its session is what a hold that ran
+# out does; the call waits (up to 1 s) until the session is gone.
+_LAPSE_PG_LOCKS = """
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000)) FROM pg_stat_activity
+    WHERE datname = current_database() AND application_name = 'leaseworker-relay-claim'
+      AND pid <> pg_backend_pid()
+"""
 _LAPSE_SQLITE = """
     UPDATE leaseworker_outbox SET claimed_until = ?
     WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > ?
@@ -122,15 +130,18 @@ async def lapse_claims(store_url: str, seconds: float, *, every: float = 0.05) -
     """For ``seconds``, expire every relay claim on an unsent message; return how many lapsed."""
     lapsed = 0
     async with _connected(store_url) as (conn, pg):
-        with anyio.move_on_after(seconds):
-            while True:
-                if pg:
-                    lapsed += int((await conn.execute(_LAPSE_PG)).rowcount)
-                else:
-                    now = time.time_ns() // 1000
-                    lapsed += await anyio.to_thread.run_sync(_lapse_sqlite, conn, now)
-                await anyio.sleep(every)
-    return lapsed
+        deadline = anyio.current_time() + seconds
+        while True:  # every pass whole, the first even when ``seconds`` is shorter
+            if pg:
+                lapsed += int((await conn.execute(_LAPSE_PG)).rowcount)
+                row = await (await conn.execute(_LAPSE_PG_LOCKS)).fetchone()
+                lapsed += int(row[0]) if row else 0
+            else:
+                now = time.time_ns() // 1000
+                lapsed += await anyio.to_thread.run_sync(_lapse_sqlite, conn, now)
+            if anyio.current_time() + every >= deadline:
+                return lapsed
+            await anyio.sleep(every)
 
 
 def _lapse_sqlite(conn: sqlite3.Connection, now: int) -> int:
