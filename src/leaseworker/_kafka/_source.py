@@ -20,6 +20,7 @@ from .._errors import MalformedTrigger
 from .._events import Hook
 from .._execution import Ending, Trigger, decode_trigger, resolve_job_key
 from .._retry import Retries, startup
+from .._store import Barrier
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
 from ._commits import Commits
@@ -68,7 +69,8 @@ class KafkaTriggerSource:
     rebalance listener before it starts. ``topic_check(config, topics)``
     runs before the consumer starts and raises ConfigError for a missing
     topic (default: :func:`check_topics` with the default consumer factory,
-    none with a stand-in).
+    none with a stand-in). ``barrier`` is awaited before each offset commit
+    (see :class:`~._commits.Commits`).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class KafkaTriggerSource:
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
         topic_check: TopicCheck | None = None,
+        barrier: Barrier | None = None,
     ) -> None:
         self._config = config
         self._topic = topic
@@ -106,7 +109,7 @@ class KafkaTriggerSource:
         self._stop_deadline = 0.0
         self._cancelled_all = False
         self._startup = startup(config.startup_retry_cap)
-        self._commits = Commits(self._state, config, self._send_commit)
+        self._commits = Commits(self._state, config, self._send_commit, barrier)
         self._dead_letters = DeadLetters(
             config, self._state, self._send_dead_letter, backoff=self._startup
         )
