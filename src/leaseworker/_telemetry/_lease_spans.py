@@ -207,7 +207,7 @@ class LeaseSpans:
         """
         if not self._trace.recording:
             return
-        attributes = self._trace.attributes(execution_id=self._execution_id, fence=event.fence)
+        attributes = self._trace.own(execution_id=self._execution_id, fence=event.fence)
         if step:
             attributes.update(step)
         # One conversion to wall time: two would each read both clocks, and a
@@ -269,7 +269,7 @@ def end_acquire(
     if not trace.recording:
         trace.acquire_events.clear()
         return
-    attributes = trace.attributes(execution_id=trace.acquire_execution_id)
+    attributes = trace.own(execution_id=trace.acquire_execution_id)
     attributes[n.BUSY_RETRIES] = trace.busy
     attributes.update(step)
     events, trace.acquire_events = trace.acquire_events, []

@@ -61,10 +61,13 @@ class JsonSpanEncoder:
     def __init__(self) -> None:
         self._pairs: dict[tuple[str, type, object], str] = {}
         self._names: dict[str, str] = {}
+        self._shared: dict[int, tuple[object, str]] = {}  # for one batch, by the dict's id
 
     def encode(self, spans: Iterable[ReadableSpan | tuple[Any, ...]]) -> bytes:
         """Return the request body: spans grouped by resource, then by scope."""
         by_resource: dict[int, tuple[Any, dict[int, tuple[Any, list[str]]]]] = {}
+        last: tuple[Any, Any] = (None, None)
+        group: list[str] = []
         for span in spans:
             if isinstance(span, tuple):  # a span record (``_records``)
                 resource, scope = span[0]
@@ -72,8 +75,12 @@ class JsonSpanEncoder:
             else:
                 resource, scope = span.resource, span.instrumentation_scope
                 encoded = self.span(span)
-            scopes = by_resource.setdefault(id(resource), (resource, {}))[1]
-            scopes.setdefault(id(scope), (scope, []))[1].append(encoded)
+            if resource is not last[0] or scope is not last[1]:  # mostly one tracer's spans
+                last = (resource, scope)
+                scopes = by_resource.setdefault(id(resource), (resource, {}))[1]
+                group = scopes.setdefault(id(scope), (scope, []))[1]
+            group.append(encoded)
+        self._shared.clear()  # the batch's records held the dicts: their ids may be reused now
         resource_spans = ",".join(
             f'{{"resource":{{"attributes":[{self.attributes(resource.attributes)}]}},'
             f'"scopeSpans":[{",".join(self._scope_spans(s, e) for s, e in scopes.values())}],'
@@ -144,7 +151,16 @@ class JsonSpanEncoder:
     def record(self, record: tuple[Any, ...]) -> str:
         """Return a span record's JSON (``_records.Record``): what :meth:`span` gives its span."""
         _, name, trace_id, span_id, parent_id, flags, state, kind, start, end = record[:10]
-        attributes, status, events, links = record[10:]
+        attributes, status, events, links, shared = record[10:]
+        encoded_attributes = self.attributes(attributes)
+        if shared:
+            known = self._shared.get(id(shared))
+            if known is None or known[0] is not shared:
+                known = self._shared[id(shared)] = (shared, self.attributes(shared))
+            if not encoded_attributes:
+                encoded_attributes = known[1]
+            elif known[1]:
+                encoded_attributes = f"{known[1]},{encoded_attributes}"
         extra = f',"parentSpanId":"{parent_id:016x}"'  # a local parent: never remote
         if state is not DEFAULT_TRACE_STATE and state:
             extra += ',"traceState":' + _JSON.encode(state.to_header())
@@ -165,7 +181,7 @@ class JsonSpanEncoder:
             f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}",'
             f'"name":{self._names.get(name) or self.name(name)},"kind":{kind._value_ + 1},'
             f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
-            f'"attributes":[{self.attributes(attributes)}],'
+            f'"attributes":[{encoded_attributes}],'
             f'"flags":{int(flags) | _HAS_IS_REMOTE}{extra}}}'
         )
 

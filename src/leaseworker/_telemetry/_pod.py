@@ -186,7 +186,7 @@ class PodTelemetry:
         )
         trace = CURRENT.get()
         if trace is not None and trace.recording:
-            attributes = trace.attributes()
+            attributes = trace.own()
             attributes[n.DEAD_LETTER_REASON] = reason
             at = time.time_ns()
             end_child(self._tracer, trace, n.SPAN_DEAD_LETTER, attributes, at, at)
@@ -307,7 +307,7 @@ class PodTelemetry:
                 self._metrics.losses.add(1, {n.LOSS_REASON: "stale"})
         if not trace.recording:
             return
-        attributes = trace.attributes(execution_id=event.execution_id, fence=event.fence)
+        attributes = trace.own(execution_id=event.execution_id, fence=event.fence)
         if event.outcome is not None:
             attributes[n.OUTCOME] = event.outcome
         if status is not None:
@@ -365,7 +365,7 @@ class PodTelemetry:
         trace.received = False
         if not trace.recording:
             return
-        attributes = trace.attributes(execution_id=execution_id)
+        attributes = trace.own(execution_id=execution_id)
         end_child(
             self._tracer, trace, n.SPAN_RECEIVED, attributes, trace.started_ns, time.time_ns()
         )
@@ -423,6 +423,7 @@ class PodTelemetry:
             end,
             kind=SpanKind.CLIENT,
             status=status,
+            shared=False,  # its operation name and type are its own
         )
 
     def _run_span(self, trace: TriggerTrace, outcome: str, error: BaseException | None) -> None:
@@ -433,7 +434,7 @@ class PodTelemetry:
         if not trace.recording:
             trace.run_started_ns = None
             return
-        attributes = trace.attributes()
+        attributes = trace.own()
         attributes[n.OUTCOME] = outcome
         if error is not None:
             attributes[n.ERROR_TYPE] = type(error).__name__

@@ -33,11 +33,13 @@ _LEAN = f"{__package__}._lean"
 
 Record = tuple[Any, ...]
 """``(origin, name, trace id, span id, parent span id, trace flags, trace state, kind,
-start ns, end ns, attributes, status or None, events, links)``; ``origin`` is
-``(resource, scope)``, an event ``(name, attributes, time ns)``."""
+start ns, end ns, attributes, status or None, events, links, shared attributes or None)``;
+``origin`` is ``(resource, scope)``, an event ``(name, attributes, time ns)``. The
+span's attributes are the shared ones (its trace's :meth:`~TriggerTrace.shared`: one
+dict for all of a trigger's spans, encoded once per export) followed by its own."""
 
 ORIGIN, NAME, TRACE_ID, SPAN_ID, PARENT_ID, FLAGS, STATE, KIND = range(8)
-START, END, ATTRIBUTES, STATUS, EVENTS, LINKS = range(8, 14)
+START, END, ATTRIBUTES, STATUS, EVENTS, LINKS, SHARED = range(8, 15)
 
 Event = tuple[str, Attributes, int]
 
@@ -88,11 +90,14 @@ def end_child(
     status: Status | None = None,
     events: Sequence[Event] = (),
     links: Sequence[Link] = (),
+    shared: bool = True,
 ) -> None:
     """Record a child of ``trace``'s process span from ``start`` to ``end`` (Unix ns).
 
-    ``attributes`` becomes the span's own (the caller hands it over).
+    The span's attributes: ``trace.shared()`` (unless ``shared`` is false), then
+    ``attributes`` (the caller hands it over; it must not repeat a shared key).
     """
+    common = trace.shared() if shared else None
     parent = trace.span_context
     if parent is not None:  # the process span is a lean span: ``tracer`` made it
         tracer = cast("LeanTracer", tracer)
@@ -113,10 +118,13 @@ def end_child(
                 status,
                 tuple(events),
                 tuple(links),
+                common,
             )
             for processor in provider._processors:
                 processor.take(record)  # type: ignore[attr-defined]  # takes_records says so
             return
+    if common is not None:
+        attributes = {**common, **attributes}
     span = tracer.start_span(
         name, context=trace.parent, kind=kind, attributes=attributes, links=links, start_time=start
     )

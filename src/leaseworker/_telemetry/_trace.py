@@ -53,7 +53,7 @@ class TriggerTrace:
     run_started_ns: int | None = None  # the job runs; its span is made when it ends
     outcome: str | None = None
     terminal: bool = False
-    common: Attributes = field(default_factory=dict)  # filled once, see attributes()
+    common: Attributes = field(default_factory=dict)  # filled once, see shared()
     tokens: tuple[Any, Any] | None = None  # while processing: what to reset at its end
 
     def attributes(
@@ -61,10 +61,23 @@ class TriggerTrace:
     ) -> Attributes:
         """Return the attributes every span of this trace starts with (a new dict).
 
-        The Kafka coordinates, pod and group are put together once per trace;
-        each span adds the job key, execution id and fence known at its start.
+        :meth:`shared` ones first, then :meth:`own` ones.
         """
-        attrs = (self.common or self._fill_common()).copy()
+        attrs = self.shared().copy()
+        attrs.update(self.own(execution_id=execution_id, fence=fence))
+        return attrs
+
+    def shared(self) -> Attributes:
+        """Return the Kafka coordinates, pod and group: put together once per trace, not copied."""
+        return self.common or self._fill_common()
+
+    def own(self, *, execution_id: str | None = None, fence: int | None = None) -> Attributes:
+        """Return a span's attributes beyond :meth:`shared` (a new dict).
+
+        The job key, and the execution id and fence known at the span's start
+        (default: the trace's).
+        """
+        attrs: Attributes = {}
         if self.job_key is not None:
             attrs[n.JOB_KEY] = self.job_key
         execution_id = execution_id or self.execution_id
@@ -92,14 +105,7 @@ class TriggerTrace:
 
     def identity(self) -> Attributes:
         """Return the attributes learnt after the record arrived: job key, execution, fence."""
-        attrs: Attributes = {}
-        if self.job_key is not None:
-            attrs[n.JOB_KEY] = self.job_key
-        if self.execution_id is not None:
-            attrs[n.EXECUTION_ID] = self.execution_id
-        if self.fence is not None:
-            attrs[n.FENCE] = self.fence
-        return attrs
+        return self.own()
 
 
 CURRENT: ContextVar[TriggerTrace | None] = ContextVar("leaseworker_trigger_trace", default=None)
