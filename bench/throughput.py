@@ -209,7 +209,9 @@ async def bare_loop(
             if await redis.set(lock, token, nx=True, px=30_000):
                 if writer is not None:
                     fence = time.time_ns() // 1000  # time-floored, as the pod's fences are
-                    await writer.write(key.decode(), value, fence, batch)
+                    # Keyed by topic, as the pod's by its namespace: each side's run
+                    # writes new rows (a key written before would change nothing).
+                    await writer.write(f"{topic}:{{{key.decode()}}}", value, fence, batch)
                 await release(keys=[lock], args=[token])
 
     consumer = AIOKafkaConsumer(
