@@ -48,8 +48,8 @@ TopicCheck = Callable[[SourceSettings, list[str]], Awaitable[None]]
 ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
 
-GATHER_SLOTS = 8
-"""Free slots a busy pod's poll waits for (at most half its concurrency): see ``_gather``."""
+GATHER_SHARE = 0.75
+"""The share of its slots a busy pod's poll waits to see free (see ``_gather``)."""
 GATHER_WINDOW = 0.010
 """How long, at most, a poll waits for them (seconds); an idle pod never waits."""
 
@@ -207,7 +207,7 @@ class KafkaTriggerSource:
                 await self._state.wait(self._gathered)
 
     def _gathered(self) -> bool:
-        want = max(1, min(GATHER_SLOTS, self._config.concurrency // 2))
+        want = max(1, int(self._config.concurrency * GATHER_SHARE))
         free = self._config.concurrency - self.stats.in_flight
         return self._state.stopping or free >= want
 
