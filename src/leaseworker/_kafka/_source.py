@@ -51,7 +51,7 @@ ResolveKey = Callable[[Trigger], str]
 GATHER_SHARE = 0.75
 """The share of its slots a busy pod's poll waits to see free (see ``_gather``)."""
 GATHER_WINDOW = 0.010
-"""How long, at most, a poll waits for them (seconds); an idle pod never waits."""
+"""How long, at most, a poll waits for them (seconds); a pod that was not full never waits."""
 
 
 @final
@@ -176,7 +176,7 @@ class KafkaTriggerSource:
                 # execution frees a slot (or, draining, the last one ends) instead.
                 with anyio.move_on_after(self._config.poll_timeout):
                     await self._state.wait(self._may_go_on)
-            await self._gather()
+                await self._gather()
             self._apply_pauses()
             free = self._config.concurrency - self.stats.in_flight
             wait = 0.0 if self._all_paused() else self._config.poll_timeout
@@ -199,7 +199,7 @@ class KafkaTriggerSource:
             self._state.event("polled")
 
     async def _gather(self) -> None:
-        """While executions run and few slots are free, wait (bounded) for more to free."""
+        """After the pod was full, wait (bounded) for more slots to free while jobs run."""
         # Under load slots free one at a time; the executions of a poll of several records
         # share lookups, store batches and lease pipelines (bench/README.md, pod throughput).
         if GATHER_WINDOW and self.stats.in_flight and not self._gathered():
