@@ -140,7 +140,8 @@ async def profile(
         await one_pod(kafka, redis, url, args)
         wall = time.perf_counter() - started
         after = clock.read()
-        polls, batches = COUNTS["polls"], COUNTS["batches"]
+        counts = COUNTS.copy()  # the plain round's (the profiled round counts too)
+        polls, batches = counts["polls"], counts["batches"]
         main, other = (
             (after[name] - before[name]) / args.triggers * 1e6 for name in ("pod main", "pod other")
         )
@@ -155,9 +156,9 @@ async def profile(
         print(
             f"\n{store}: {args.triggers / wall:.0f} triggers/s (plain round, start-up included); "
             f"CPU per trigger: loop thread {main:.0f} µs, other threads {other:.0f} µs\n"
-            f"  {polls} polls ({COUNTS['records'] / max(polls, 1):.1f} records each); "
+            f"  {polls} polls ({counts['records'] / max(polls, 1):.1f} records each); "
             f"{batches / args.triggers:.2f} store batches per trigger "
-            f"({COUNTS['calls'] / max(batches, 1):.1f} calls each)"
+            f"({counts['calls'] / max(batches, 1):.1f} calls each)"
         )
         print(f"  {'box':10s} {'calls/trigger':>14s} {'share':>6s} {'µs/trigger':>11s}")
         for box, spent in sorted(seconds.items(), key=lambda item: -item[1]):
