@@ -103,9 +103,9 @@ def test_a_sent_message_claimed_again_fails() -> None:
 
 
 def test_an_unaudited_store_says_so() -> None:
-    """A store given by --store-url gets no audit trigger: the check says it was not audited."""
+    """Records without an audit (``reclaims=None``): the check says it was not audited."""
     line = check(CLEAN, dataclasses.replace(WITH_EFFECTS, reclaims=None))[-1].line()
-    assert line.endswith("(not audited (a store given by --store-url))")
+    assert line.endswith("(not audited)")
 
 
 def test_a_duplicate_delivery_is_dropped_but_a_second_processing_fails() -> None:

@@ -39,6 +39,8 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--loss-budget", "3", "loss_budget", 3),
     ("--max-result-bytes", "2048", "max_result_bytes", 2048),
     ("--auto-offset-reset", "latest", "auto_offset_reset", "latest"),
+    ("--outbox-retention", "3600", "outbox_retention", 3600.0),
+    ("--outbox-claim-timeout", "45", "outbox_claim_timeout", 45.0),
 ]  # fmt: skip
 
 
@@ -134,6 +136,8 @@ def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
         (["--heartbeat-interval", "12"], {}, "shorter than session_timeout"),
         (["--revoke-timeout", "60"], {}, "must exceed the rebalance timeout"),
         ([], {"LEASEWORKER_LOG_JOB_ERRORS": "maybe"}, "must be 1 or 0"),
+        (["--outbox-retention", "-5"], {}, "must be a finite number of seconds > 0"),
+        ([], {"LEASEWORKER_OUTBOX_CLAIM_TIMEOUT": "soon"}, "not a number of seconds"),
     ],
 )
 def test_bad_tuning_values_exit_2_with_one_line(

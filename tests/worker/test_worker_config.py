@@ -44,6 +44,8 @@ pytestmark = pytest.mark.fake
         {"redis_url": "redis://:pw@127.0.0.1:notaport/0"},  # redis-py's ValueError, at start
         {"loss_budget": 0},
         {"max_result_bytes": 0},
+        {"outbox_retention": 0},  # every sent row deleted at once
+        {"outbox_claim_timeout": float("inf")},  # a dead pod's messages never taken over
     ],
 )
 def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:

@@ -221,6 +221,24 @@ class Injector:
             return
         self._record(planned, start, lapsed=lapsed)
 
+    async def _receiver_restart(self, planned: PlannedFault) -> None:
+        """Kill the campaign's receiver at its next await and restart it after ``duration``.
+
+        A batch it processed may not have its offsets committed: redelivered
+        to the next consumer, which has only the inbox's database to drop it.
+        """
+        receiver = self.receiver
+        if receiver is None:
+            self.skipped.append(planned)
+            return
+        start = time.monotonic()
+        receiver.kill()
+        try:
+            await anyio.sleep(planned.duration)
+        finally:
+            receiver.revive()
+        self._record(planned, start)
+
 
 async def refuse_records(bootstrap: str, topics: list[str], *, refuse: bool) -> None:
     """Set ``topics``' ``max.message.bytes`` to 1 (``refuse``) or drop their overrides."""

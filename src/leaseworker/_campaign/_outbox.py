@@ -1,10 +1,14 @@
 """The campaign's view of the store's outbox: its rows, an audit of its claims, lapsing them.
 
 Read with the campaign's own SQL on its direct connection (not the pods'
-proxy), so the checker judges the relays by the table itself. The audit is
-a trigger the campaign adds to its own store (never to one given by
-``--store-url``): every claim taken on a row already marked sent, the
-failure mode of spring-modulith #1935, lands in ``leaseworker_chaos_reclaims``.
+proxy), so the checker judges the relays by the table itself. The audit
+finds claims taken on a row already marked sent, the failure mode of
+spring-modulith #1935: on its own store the campaign adds a trigger that
+writes each into ``leaseworker_chaos_reclaims``; a store given by
+``--store-url`` is left as it is and judged by its columns (a claim sets
+``claimed_until`` to its time plus the hold, and nothing but a claim
+changes a sent row's, so one above ``sent_at`` plus the hold was taken
+after the mark).
 :func:`lapse_claims` plays the ``outbox_claims_lapse`` fault: every claim
 held now expires, as when a relay is frozen past its hold.
 """
@@ -14,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 import anyio
 
+from .._effects._relay import CLAIM_HOLD
 from .._store import open_store
 from .._store._effects import effect_id
 from .._store._url import parse_store_url
@@ -69,6 +74,21 @@ _RECLAIMS = """
     FROM leaseworker_chaos_reclaims r JOIN leaseworker_outbox o ON o.id = r.id
     WHERE substr(o.job_key, 1, {n}) = {p} ORDER BY r.at
 """
+_RECLAIMED_PG = """
+    SELECT job_key, input_version, seq, claimed_by, claimed_until FROM leaseworker_outbox
+    WHERE substr(job_key, 1, {n}) = {p} AND sent_at IS NOT NULL
+      AND claimed_until > sent_at + make_interval(secs => %s) ORDER BY id
+"""
+_RECLAIMED_SQLITE = """
+    SELECT job_key, input_version, seq, claimed_by, claimed_until FROM leaseworker_outbox
+    WHERE substr(job_key, 1, {n}) = {p} AND sent_at IS NOT NULL
+      AND claimed_until > sent_at + ? ORDER BY id
+"""
+CLOCK_SLACK = 0.001
+"""Seconds a claim's time may exceed its row's ``sent_at`` and prove nothing.
+
+One clock stamps both: PostgreSQL's, or the host's for SQLite (taken under its write lock).
+"""
 _LAPSE_PG = """
     UPDATE leaseworker_outbox SET claimed_until = now()
     WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > now()
@@ -107,14 +127,37 @@ async def outbox_rows(store_url: str, namespace: str) -> tuple[Outboxed, ...]:
     )
 
 
-async def reclaims(store_url: str, namespace: str) -> tuple[Reclaim, ...]:
-    """Return the claims the audit saw taken on messages already sent."""
+def topics_of(store_url: str, namespace: str) -> Callable[[], Awaitable[set[str]]]:
+    """Return a reader of the topics the campaign's outbox rows go to (the receiver's)."""
+
+    async def read() -> set[str]:
+        return {row.topic for row in await outbox_rows(store_url, namespace)}
+
+    return read
+
+
+async def reclaims(
+    store_url: str, namespace: str, *, audited: bool = True, hold: float = CLAIM_HOLD
+) -> tuple[Reclaim, ...]:
+    """Return the claims taken on messages already sent (see the module docstring).
+
+    ``audited``: the audit trigger's records; else the columns' evidence, for
+    relays that claim for ``hold`` seconds (a claim's ``at`` is its time).
+    """
     prefix = f"{namespace}:"
     async with _connected(store_url) as (conn, pg):
-        found = await _execute(conn, pg, _scoped(_RECLAIMS, pg, prefix), (prefix,))
+        if audited:
+            found = await _execute(conn, pg, _scoped(_RECLAIMS, pg, prefix), (prefix,))
+            return tuple(
+                Reclaim(effect_id=effect_id(key, version, seq), relay=relay, at=_seconds(at))
+                for key, version, seq, relay, at in found
+            )
+        past = hold + CLOCK_SLACK
+        sql = _scoped(_RECLAIMED_PG if pg else _RECLAIMED_SQLITE, pg, prefix)
+        found = await _execute(conn, pg, sql, (prefix, past if pg else int(past * 1e6)))
     return tuple(
-        Reclaim(effect_id=effect_id(key, version, seq), relay=relay, at=_seconds(at))
-        for key, version, seq, relay, at in found
+        Reclaim(effect_id=effect_id(key, version, seq), relay=relay, at=_seconds(until) - hold)
+        for key, version, seq, relay, until in found
     )
 
 

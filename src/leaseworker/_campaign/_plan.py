@@ -28,6 +28,7 @@ FaultKind = Literal[
     "store_outage",
     "effects_refused",
     "outbox_claims_lapse",
+    "receiver_restart",
 ]
 
 POD_FAULTS: Final[frozenset[FaultKind]] = frozenset(
@@ -55,6 +56,7 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "store_outage": 1,
     "effects_refused": 1,
     "outbox_claims_lapse": 1,
+    "receiver_restart": 1,
 }
 """How often each kind is drawn, relative to the others available."""
 
@@ -175,6 +177,8 @@ def _sized(
         duration = rng.uniform(1.0, 5.0)  # a lapse: a frozen broker, within the session timeout
     elif kind == "cluster_failover":
         return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
+    elif kind == "receiver_restart":
+        duration = rng.uniform(0.5, 3.0)  # down time, then a new consumer on the same inbox
     elif kind == "kafka_restart":
         duration = rng.uniform(0.5, 3.0)  # down time; the broker's start comes on top
     else:  # a cut, a kill, a restart, a failover: instantaneous, then a short rest
@@ -204,7 +208,7 @@ def fault_kinds(
     own_kafka: bool = True,
 ) -> list[FaultKind]:
     """Return the fault kinds a deployment can play (``own_*``: not given by a flag)."""
-    kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall"]
+    kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "receiver_restart"]
     if own_kafka:  # the brokers of --bootstrap-servers are not ours to restart or freeze
         kinds += ["kafka_restart", "effects_refused"]
     if own_store and own_kafka:

@@ -103,8 +103,8 @@ class Records:
     """The campaign's records; ``committed`` maps a partition to its committed position.
 
     ``processed`` counts, per effect id, the receiver's own effect rows (what
-    its inbox let through); ``reclaims`` is ``None`` when the store was not
-    audited (a store given by ``--store-url``); ``wall_offset`` is
+    its inbox let through); ``reclaims`` the claims taken on messages already
+    sent (``None``: not audited); ``wall_offset`` is
     ``time.time() - time.monotonic()`` during the campaign, to place the
     effects' Unix times among the faults' monotonic ones.
     """

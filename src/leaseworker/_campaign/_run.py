@@ -39,7 +39,7 @@ from .._kafka._topic_admin import create_topics
 from ._checker import Verdict, check
 from ._exercise import Exercise, exercise
 from ._faults import Injector
-from ._outbox import install_audit, outbox_rows, reclaims
+from ._outbox import install_audit, outbox_rows, reclaims, topics_of
 from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
@@ -256,9 +256,9 @@ async def _campaign_body(
         with anyio.fail_after(30):
             await producer.start()
         exits.push_async_callback(producer.stop)
-        receiver = Receiver(
-            bootstrap, f"{group}-receiver", [topic, dead_topic], stack.workdir, security
-        )
+        effects_of = None if stack.external_kafka is None else topics_of(stack.store_url, group)
+        name, excluded = f"{group}-receiver", [topic, dead_topic]
+        receiver = Receiver(bootstrap, name, excluded, stack.workdir, security, effects_of)
         receiving = await exits.enter_async_context(anyio.create_task_group())
         exits.callback(receiving.cancel_scope.cancel)  # unwinds first: the receiver stops
         receiving.start_soon(receiver.run)
@@ -281,7 +281,7 @@ async def _campaign_body(
             outbox=await outbox_rows(stack.store_url, group),
             deliveries=tuple(receiver.deliveries),
             processed=receiver.processed(),
-            reclaims=await reclaims(stack.store_url, group) if own_store else None,
+            reclaims=await reclaims(stack.store_url, group, audited=own_store),
             wall_offset=wall_offset,
         )
     history = pods_history(pods, injector.faults, stack.workdir)

@@ -85,6 +85,17 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         secret=True,
     ),
     _field("--store-timeout", "seconds a completion store call may take", positive_seconds),
+    _field(
+        "--outbox-retention",
+        "seconds a sent outbox message is kept (for inspect) before it is deleted",
+        positive_seconds,
+    ),
+    _field(
+        "--outbox-claim-timeout",
+        "seconds a relay's claim on unsent messages lasts: how long a dead pod's "
+        "messages wait for another pod's relay",
+        positive_seconds,
+    ),
     # Kafka timing, call timeouts, the payload bound, lease pipelining.
     _field(
         "--heartbeat-interval",

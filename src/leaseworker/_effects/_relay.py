@@ -42,6 +42,9 @@ RELAY_RETRY = Backoff(initial=0.2, cap=5.0)
 RETENTION = 86_400.0
 """Seconds a sent row is kept (for ``leaseworker inspect``) before the relay prunes it."""
 
+CLAIM_HOLD = 30.0
+"""Seconds a relay's claim lasts before another relay may take the rows over."""
+
 
 class Sender(Protocol):
     """Send outbox rows at once and say, per row, where the broker acknowledged it or why not."""
@@ -69,7 +72,7 @@ class Relay:
     ``prune_every`` seconds sent rows older than ``retention`` seconds are
     deleted (never an unsent one). ``hooks`` receive its
     :class:`~leaseworker.effects.EffectEvent` s; only with hooks does it ask
-    the store for its backlog (every ``backlog_every`` seconds).
+    the store for its backlog (every ``backlog_every`` seconds; ``None``: never).
     """
 
     def __init__(
@@ -79,7 +82,7 @@ class Relay:
         *,
         name: str,
         batch: int = 500,
-        hold: float = 30.0,
+        hold: float = CLAIM_HOLD,
         idle: float = 0.05,
         idle_max: float = 1.0,
         retry: Backoff = RELAY_RETRY,
@@ -88,7 +91,7 @@ class Relay:
         retention: float = RETENTION,
         prune_every: float = 60.0,
         hooks: Iterable[Hook] = (),
-        backlog_every: float = 5.0,
+        backlog_every: float | None = 5.0,
     ) -> None:
         self._store = store
         self._sender = sender
@@ -235,8 +238,10 @@ class Relay:
     async def _backlog(self) -> None:
         """Tell the hooks how many messages are unsent and how old the oldest is (at times)."""
         now = anyio.current_time()
-        if not self._hooks or (
-            self._backlog_at is not None and now - self._backlog_at < self._backlog_every
+        if (
+            not self._hooks
+            or self._backlog_every is None
+            or (self._backlog_at is not None and now - self._backlog_at < self._backlog_every)
         ):
             return
         self._backlog_at = now

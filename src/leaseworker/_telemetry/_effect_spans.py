@@ -42,8 +42,9 @@ class EffectSpans:
         elif name in ("sent", "send_failed"):
             self._sent(event)
         elif name == "backlog":
-            self._metrics.outbox_depth.value = event.depth
-            self._metrics.outbox_age.value = event.oldest_age or 0.0
+            self._metrics.outbox_depth.value = event.depth  # None: another pod reports it
+            age = None if event.depth is None else event.oldest_age or 0.0
+            self._metrics.outbox_age.value = age
         elif name == "received":
             labels = {n.EFFECT_STATUS: event.status or "unknown", n.RECEIVER: event.receiver or ""}
             self._metrics.effects_received.add(1, labels)

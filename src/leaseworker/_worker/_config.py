@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from .._effects._relay import CLAIM_HOLD, RETENTION
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import KafkaSecurity
@@ -48,7 +49,7 @@ class PodConfig:
     - :attr:`group_timing`: session, heartbeat, poll and rebalance timing.
     - :attr:`timeouts`: the bound of every call and wait.
     - :attr:`leases`: the lease Redis, key namespace, timeout and pipelining.
-    - :attr:`store`: the completion store's URL and timeout.
+    - :attr:`store`: the completion store's URL and timeout, the outbox's retention and claims.
     """
 
     # -- connections: where the pod's Kafka and Redis are, and who it is
@@ -151,6 +152,16 @@ class PodConfig:
     store_timeout: float = 5.0
     """The bound of every completion store call."""
 
+    outbox_retention: float = RETENTION
+    """Seconds a sent outbox message is kept (``leaseworker inspect`` shows it) before deletion."""
+
+    outbox_claim_timeout: float = CLAIM_HOLD
+    """How long a relay's claim on unsent messages lasts, in seconds.
+
+    A dead pod's claimed messages wait this long before another pod's relay
+    sends them; it must outlast one round's sends (a slow broker's).
+    """
+
     # -- start-up, Kafka security and behaviour
 
     startup_retry_cap: float = 10.0
@@ -234,6 +245,8 @@ class PodConfig:
             "redis_timeout",
             "store_timeout",
             "startup_retry_cap",
+            "outbox_retention",
+            "outbox_claim_timeout",
         ):
             value = getattr(self, name)
             _require(
@@ -394,6 +407,8 @@ class StoreSettings:
     store_url: str = field(repr=False)
     store_url_file: Path | None
     store_timeout: float
+    outbox_retention: float
+    outbox_claim_timeout: float
 
 
 _View = TypeVar("_View", KafkaSettings, GroupTiming, Timeouts, LeaseSettings, StoreSettings)

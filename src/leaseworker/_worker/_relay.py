@@ -3,12 +3,14 @@
 Every pod runs one against its completion store (any store that keeps an
 outbox); its Kafka producer starts only once there is a message to send.
 On stop the round in progress finishes (each send bounded), or, if the pod's
-shutdown cancels it, releases its claims for the other pods' relays.
+shutdown cancels it, releases its claims for the other pods' relays. Given
+the pod's leases, one pod at a time reports the backlog gauges (:mod:`._backlog`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
@@ -17,19 +19,26 @@ import anyio
 from .._effects import Relay
 from .._events import Hook
 from .._kafka import KafkaSender
+from .._lease import LeaseStore
 from .._store import CompletionStore
 from .._store._effects import EffectStore
+from ._backlog import report_backlog
 from ._config import PodConfig
 
 
 @contextlib.asynccontextmanager
 async def outbox_relay(
-    store: CompletionStore, config: PodConfig, hooks: Iterable[Hook] = ()
+    store: CompletionStore,
+    config: PodConfig,
+    hooks: Iterable[Hook] = (),
+    leases: LeaseStore | None = None,
 ) -> AsyncIterator[Relay | None]:
     """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox).
 
-    ``hooks`` (the pod's) get the relay's ``EffectEvent`` s.
+    ``hooks`` (the pod's) get the relay's ``EffectEvent`` s; the backlog's only
+    while this pod holds the reporter's lease on ``leases`` (none: never).
     """
+    hooks = tuple(hooks)
     if not isinstance(store, EffectStore):
         yield None
         return
@@ -39,12 +48,24 @@ async def outbox_relay(
         client_id=f"leaseworker-relay-{config.pod}",
     )
     # Unique per process: two pods of one name must not take each other's claims for their own.
-    relay = Relay(store, sender, name=f"{config.pod}:{uuid.uuid4().hex[:8]}", hooks=hooks)
+    relay = Relay(
+        store,
+        sender,
+        name=f"{config.pod}:{uuid.uuid4().hex[:8]}",
+        hooks=hooks,
+        hold=config.outbox_claim_timeout,
+        retention=config.outbox_retention,
+        backlog_every=None,  # report_backlog's, in one pod at a time
+    )
     stop = anyio.Event()
     failure: Exception | None = None
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.run, stop)
+            if leases is not None:
+                tg.start_soon(
+                    functools.partial(report_backlog, relay=relay.name), store, leases, hooks, stop
+                )
             try:
                 yield relay
             except Exception as exc:  # the pod's own error: raised as it is, once the relay stopped

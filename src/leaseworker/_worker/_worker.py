@@ -169,7 +169,7 @@ class Pod:
                 task_status.started()  # stopped before Redis answered: nothing to wait for
                 return
             if self._store is not None:
-                async with outbox_relay(self._store, self._config, self._hooks):
+                async with outbox_relay(self._store, self._config, self._hooks, self._leases):
                     await self._source.run(task_status=task_status)
                 return
             async with self._open_store() as store:
@@ -177,7 +177,7 @@ class Pod:
                     task_status.started()  # stopped before the store opened
                     return
                 self._executor = self._make_executor(store)
-                async with outbox_relay(store, self._config, self._hooks):
+                async with outbox_relay(store, self._config, self._hooks, self._leases):
                     await self._source.run(task_status=task_status)
         finally:
             if self._redis is not None:
