@@ -5,15 +5,19 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import pytest
 
 from leaseworker import CompletionRequest, ConfigError, StoreUnavailable, open_store
-from leaseworker._store import DEFAULT_URL
+from leaseworker._store import DEFAULT_URL, SETTLED_BY_OFFSETS
+from leaseworker._store._effects import Message, OutboxRow
 from leaseworker._store._sqlite import SqliteStore
 
+_T = TypeVar("_T")
 TIMEOUT = 0.5
 SLACK = 0.3
 
@@ -270,3 +274,98 @@ async def test_a_lock_held_elsewhere_moves_the_call_off_the_loop_until_it_is_fre
                 assert answers == []
                 other.execute("ROLLBACK")
     assert [a.status for a in answers] == ["accepted"]
+
+
+class _HeldSync:
+    """A store's fsync helper held at every fsync until ``release()`` (counts the asks)."""
+
+    def __init__(self, store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        assert store._sync is not None
+        self.asked = 0
+        self.released = anyio.Event()
+        self._real = store._sync._sync
+        monkeypatch.setattr(store._sync, "_sync", self._held)
+
+    async def _held(self) -> None:
+        self.asked += 1
+        await self.released.wait()
+        await self._real()
+
+
+async def _in_a_pods_trigger(answer: Awaitable[_T]) -> _T:
+    """Await ``answer`` as a pod's execution does: its offset commit waits for the disk."""
+    token = SETTLED_BY_OFFSETS.set(True)
+    try:
+        return await answer
+    finally:
+        SETTLED_BY_OFFSETS.reset(token)
+
+
+async def test_in_a_pods_trigger_answers_do_not_wait_and_the_barrier_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's answers come at the commit; ``durable()`` is the one fsync the offset waits for.
+
+    Another store on the same file (a second pod on the host) reads the
+    completion before it is on disk and answers ``duplicate``: its own
+    barrier's fsync covers the whole WAL, so its offset waits for that commit too.
+    """
+    path = tmp_path / "c.sqlite3"
+    async with open_store(f"sqlite:///{path}") as first, open_store(f"sqlite:///{path}") as second:
+        assert isinstance(first, SqliteStore)
+        assert isinstance(second, SqliteStore)
+        held = _HeldSync(first, monkeypatch)
+        with anyio.fail_after(5):
+            claimed = await _in_a_pods_trigger(first.claim("k", "v", 1))
+            accepted = await _in_a_pods_trigger(first.complete(_request("k")))
+            found = await _in_a_pods_trigger(second.lookup_many([("k", "v")]))
+            again = await _in_a_pods_trigger(second.claim("k", "v", 2))
+        assert (claimed.status, accepted.status, again.status) == (
+            "claimed",
+            "accepted",
+            "duplicate",
+        )
+        assert found[0] is not None
+        assert held.asked == 0  # nothing waited for the disk
+        assert second._sync is not None
+        before = second._sync.syncs
+        await second.durable()  # the second pod's offset barrier
+        assert second._sync.syncs == before + 1
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first.durable)
+            await anyio.wait_all_tasks_blocked()
+            assert held.asked == 1  # the first pod's barrier waits for its fsync
+            held.released.set()
+
+
+async def test_the_relay_gets_no_message_before_its_transaction_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's job transaction commits without waiting; the relay's claim of its message does.
+
+    The claim answers only after an fsync that began after it, which covers
+    the transaction committed before: no message leaves before its row lasts.
+    """
+    path = tmp_path / "c.sqlite3"
+    async with open_store(f"sqlite:///{path}") as store:
+        assert isinstance(store, SqliteStore)
+        held = _HeldSync(store, monkeypatch)
+
+        async def commit() -> None:
+            async with store.transaction("k", "v", 1) as tx:
+                await tx.commit(_request("k"), [Message(topic="t", value=b"x")])
+
+        with anyio.fail_after(5):
+            await _in_a_pods_trigger(commit())
+        assert held.asked == 0
+        claims: list[list[OutboxRow]] = []
+
+        async def claim() -> None:
+            claims.append(await store.claim_outbox("relay", limit=10, hold=5.0))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(claim)
+            await anyio.wait_all_tasks_blocked()
+            assert (held.asked, claims) == (1, [])  # claimed, but not handed over unsynced
+            held.released.set()
+        assert [row.message.topic for row in claims[0]] == ["t"]

@@ -10,20 +10,27 @@ attributes are there from the start, not added later.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+import json
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import anyio
 import pytest
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from opentelemetry.trace import StatusCode
 
 from leaseworker import Attempt, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
 from leaseworker._telemetry import PodTelemetry, Telemetry
+from leaseworker._telemetry._batch import LeanBatchProcessor
+from leaseworker._telemetry._lean import LeanTracerProvider
+from leaseworker._telemetry._otlp_json import JsonSpanEncoder
 from leaseworker._telemetry._trace import CURRENT, MAX_ACQUIRE_EVENTS
 
 COMMON = (
@@ -289,3 +296,115 @@ async def test_a_sampled_out_busy_wait_keeps_no_acquire_events() -> None:
             trace = CURRENT.get()
             assert trace is not None
             assert trace.acquire_events == [], attempt
+
+
+async def test_the_completion_span_is_placed_when_the_store_answered_not_when_reported(
+    spans: tuple[PodTelemetry, InMemorySpanExporter, AtStart],
+) -> None:
+    """A completion reported a second after the store's answer ends at the answer.
+
+    The executor reports it after the release (a paused pod may do so long
+    after the store decided); the span covers the store call, ending at
+    ``answered_at`` (the lease clock), as the history places it.
+    """
+    pod, exporter, _ = spans
+    record, trigger = _trigger(12)
+    answered = anyio.current_time() - 1.0  # the store answered a second before the event
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        pod(_event(trigger, "acquiring", "e1"))
+        pod(_event(trigger, "started", "e1", fence=2))
+        reported = time.time_ns()
+        completion = _event(trigger, "completion", "e1", fence=2, reason="accepted", elapsed=0.25)
+        pod(dataclasses.replace(completion, answered_at=answered))
+        pod(_event(trigger, "finished", "e1", fence=2, outcome="completed"))
+    [span] = _by_name(exporter)["completion"]
+    start, end = span.start_time or 0, span.end_time or 0
+    assert end - start == 250_000_000  # the store call's duration, exact
+    assert 0.9e9 <= reported - end <= 1.1e9  # a second before it was reported
+
+
+class _Encoding(SpanExporter):
+    """Encodes each batch as the OTLP/JSON exporter would; ``takes_records`` as told."""
+
+    def __init__(self, takes_records: bool) -> None:
+        self.takes_records = takes_records
+        self.kinds: list[type] = []
+        self.spans: list[dict[str, Any]] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.kinds.extend(type(span) for span in spans)
+        body = json.loads(JsonSpanEncoder().encode(spans))
+        for resource in body["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                self.spans.extend(scope["spans"])
+        return SpanExportResult.SUCCESS
+
+
+def _one_trigger_encoded(takes_records: bool) -> _Encoding:
+    """One trigger through a lean provider (the pod's sampler and batch processor)."""
+    exporter = _Encoding(takes_records)
+    provider = LeanTracerProvider(Resource.create({"service.name": "t"}), ParentBased(ALWAYS_ON))
+    provider.add_span_processor(LeanBatchProcessor(exporter))
+    pod = Telemetry(tracer_provider=provider).instrument(pod="pod-a", group="g")
+    record, trigger = _trigger(41)
+    with _processing(pod, record):
+        pod(SourceEvent(name="received", record=record, trigger=trigger, job_key="report:1"))
+        pod(_event(trigger, "acquiring", "e1"))
+        pod(_event(trigger, "finished", "e1", outcome="busy"))
+        pod(_event(trigger, "retry", "e1", retry_in=0.01))
+        pod(_event(trigger, "acquiring", "e2"))
+        pod(
+            _lease(trigger, "e2", "acquired", 7, round_trip=0.001, remaining=9.0, previous=PREVIOUS)
+        )
+        pod(_event(trigger, "started", "e2", fence=7))
+        pod(_event(trigger, "completion", "e2", fence=7, reason="stale", elapsed=0.002))
+        pod(_lease(trigger, "e2", "release_failed", 7, round_trip=0.001, error=OSError()))
+        pod(_event(trigger, "finished", "e2", fence=7, outcome="lost", reason="stale"))
+    offsets = {FakeTopicPartition("reports", 0): 42}
+    pod(SourceEvent(name="committed", offsets=offsets, began=anyio.current_time()))
+    provider.shutdown()
+    return exporter
+
+
+PREVIOUS = f"{7:032x}:{8:016x}:e0"
+"""A predecessor's lease note: the acquire span links to its trace."""
+
+
+async def test_child_spans_as_records_encode_as_the_same_spans() -> None:
+    """The pod's pipeline takes child spans as records: the OTLP spans are the same.
+
+    Every field of every span (events, a link, error statuses, kinds,
+    attributes) but the ids and times (and the acquire's measured wait),
+    which differ between runs; the children's parent is the process span
+    in both.
+    """
+    records, spans = _one_trigger_encoded(True), _one_trigger_encoded(False)
+    assert records.kinds.count(tuple) == 6  # every child; the process span is a span
+    assert tuple not in spans.kinds
+
+    def comparable(exported: _Encoding) -> list[dict[str, Any]]:
+        [process] = [s for s in exported.spans if s["name"] == "process reports"]
+        kept = []
+        for span in exported.spans:
+            assert int(span["endTimeUnixNano"]) >= int(span["startTimeUnixNano"]), span["name"]
+            if span is not process:
+                assert span["parentSpanId"] == process["spanId"], span["name"]
+                assert span["traceId"] == process["traceId"], span["name"]
+            times = ("spanId", "parentSpanId", "traceId", "startTimeUnixNano", "endTimeUnixNano")
+            span = {key: value for key, value in span.items() if key not in times}
+            span["attributes"] = [  # the acquire's wait is measured: it differs between runs
+                pair for pair in span["attributes"] if pair["key"] != "leaseworker.lease.wait_ms"
+            ]
+            if "events" in span:
+                span["events"] = [
+                    {key: value for key, value in event.items() if key != "timeUnixNano"}
+                    for event in span["events"]
+                ]
+            kept.append(span)
+        return sorted(kept, key=lambda span: span["name"])
+
+    assert comparable(records) == comparable(spans)
+    [acquire] = [s for s in comparable(records) if s["name"] == "lease acquire"]
+    assert [e["name"] for e in acquire["events"]] == ["busy", "retry"]
+    assert len(acquire["links"]) == 1

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
+from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
-from leaseworker._telemetry._metrics import Metrics
+from leaseworker._telemetry._metrics import MAX_PENDING, Metrics
 
 
 def _sums(reader: InMemoryMetricReader) -> dict[str, tuple[bool, dict[Any, float]]]:
@@ -51,3 +51,37 @@ def test_counters_are_cumulative_sums_per_attribute_set_across_collections() -> 
     assert second["leaseworker.execution.outcomes"] == (True, {completed: 3, lost: 1})
     assert first["leaseworker.execution.in_flight"] == (False, {(): 2})
     assert second["leaseworker.execution.in_flight"] == (False, {(): 0})
+
+
+def _counts(reader: InMemoryMetricReader, name: str) -> dict[Any, int]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return {
+        tuple(sorted((p.attributes or {}).items())): p.count
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name and isinstance(metric.data, Histogram)
+        for p in metric.data.data_points
+    }
+
+
+def test_histogram_values_kept_on_the_loop_are_in_every_collection() -> None:
+    """Durations are recorded when a reader collects: each collection has all so far.
+
+    With no reader collecting, at most ``MAX_PENDING`` values wait: the next
+    one records them.
+    """
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = Metrics.create(provider.get_meter("t"))
+    completed = (("leaseworker.outcome", "completed"),)
+    metrics.duration.record(0.5, {"leaseworker.outcome": "completed"})
+    metrics.duration.record(1.5, {"leaseworker.outcome": "completed"})
+    assert _counts(reader, "leaseworker.execution.duration") == {completed: 2}
+    metrics.duration.record(2.5, {"leaseworker.outcome": "completed"})
+    assert _counts(reader, "leaseworker.execution.duration") == {completed: 3}
+    for _ in range(MAX_PENDING):
+        metrics.renewal.record(0.001, {"leaseworker.renewal.outcome": "renewed"})
+    assert len(metrics.renewal._pending) == 0  # recorded by the last record: none waits
+    provider.shutdown()

@@ -4,6 +4,8 @@ A committer task beside the poll loop commits whatever moved; a partition
 given up (rebalance, shutdown) gets a last commit, retried within
 ``commit_timeout``. A commit the group rejects after a rebalance means the
 partition belongs to another member now: recorded, logged, never a crash.
+Each commit first awaits the store's barrier (``store.durable()``, when it
+has one): what the offsets cover must be on disk before Kafka forgets it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     KafkaError,
 )
 
+from .._errors import StoreUnavailable
+from .._store import Barrier
 from ._logs import describe, logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState
@@ -28,13 +32,26 @@ SendCommit = Callable[[dict[Any, int]], Awaitable[None]]
 
 @final
 class Commits:
-    """Commit the partitions of ``state`` through ``send``, as their prefixes complete."""
+    """Commit the partitions of ``state`` through ``send``, as their prefixes complete.
 
-    def __init__(self, state: SourceState, settings: SourceSettings, send: SendCommit) -> None:
+    ``barrier``, awaited before each send, makes lasting whatever the
+    executions of the offsets being committed wrote or read (the store's
+    ``durable``); it raises :class:`StoreUnavailable` when it cannot, and the
+    commit is then tried again like one Kafka failed.
+    """
+
+    def __init__(
+        self,
+        state: SourceState,
+        settings: SourceSettings,
+        send: SendCommit,
+        barrier: Barrier | None = None,
+    ) -> None:
         self._state = state
         self._stats = state.stats
         self._settings = settings
         self._send = send
+        self._barrier = barrier
         self._lock = anyio.Lock()
 
     async def run(self) -> None:
@@ -102,11 +119,13 @@ class Commits:
             began = anyio.current_time()
             try:
                 with anyio.fail_after(deadline - began):
+                    if self._barrier is not None:  # after ``ready``: it covers those offsets' ends
+                        await self._barrier()
                     await self._send(offsets)
             except (CommitFailedError, IllegalStateError) as exc:
                 self._rejected(ready.values(), offsets, began, exc)
                 return True
-            except (KafkaError, TimeoutError) as exc:
+            except (KafkaError, TimeoutError, StoreUnavailable) as exc:
                 self._failed(offsets, began, exc)
                 return False
         finally:

@@ -20,6 +20,7 @@ from .._errors import MalformedTrigger
 from .._events import Hook
 from .._execution import Ending, Trigger, decode_trigger, resolve_job_key
 from .._retry import Retries, startup
+from .._store import Barrier
 from . import _clients
 from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
 from ._commits import Commits
@@ -49,7 +50,8 @@ ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
 
 GATHER_SHARE = 0.75
-"""The share of its slots a busy pod's poll waits to see free (see ``_gather``)."""
+"""The share of slots a full pod's next poll waits to see free: under load slots free one at
+a time, and a poll's executions share lookups, store batches and lease pipelines."""
 GATHER_WINDOW = 0.010
 """How long, at most, a poll waits for them (seconds); a pod that was not full never waits."""
 
@@ -73,7 +75,8 @@ class KafkaTriggerSource:
     rebalance listener before it starts. ``topic_check(config, topics)``
     runs before the consumer starts and raises ConfigError for a missing
     topic (default: :func:`check_topics` with the default consumer factory,
-    none with a stand-in).
+    none with a stand-in). ``barrier`` is awaited before each offset commit
+    (see :class:`~._commits.Commits`).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class KafkaTriggerSource:
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
         topic_check: TopicCheck | None = None,
+        barrier: Barrier | None = None,
     ) -> None:
         self._config = config
         self._topic = topic
@@ -111,7 +115,7 @@ class KafkaTriggerSource:
         self._stop_deadline = 0.0
         self._cancelled_all = False
         self._startup = startup(config.startup_retry_cap)
-        self._commits = Commits(self._state, config, self._send_commit)
+        self._commits = Commits(self._state, config, self._send_commit, barrier)
         self._dead_letters = DeadLetters(
             config, self._state, self._send_dead_letter, backoff=self._startup
         )
@@ -199,17 +203,14 @@ class KafkaTriggerSource:
             self._state.event("polled")
 
     async def _gather(self) -> None:
-        """After the pod was full, wait (bounded) for more slots to free while jobs run."""
-        # Under load slots free one at a time; the executions of a poll of several records
-        # share lookups, store batches and lease pipelines (bench/README.md, pod throughput).
+        """Once full, wait (bounded) for more free slots, so that the next poll carries several."""
         if GATHER_WINDOW and self.stats.in_flight and not self._gathered():
             with anyio.move_on_after(GATHER_WINDOW):
                 await self._state.wait(self._gathered)
 
     def _gathered(self) -> bool:
         want = max(1, int(self._config.concurrency * GATHER_SHARE))
-        free = self._config.concurrency - self.stats.in_flight
-        return self._state.stopping or free >= want
+        return self._state.stopping or self._config.concurrency - self.stats.in_flight >= want
 
     async def _connect(self) -> bool:
         """Start the consumer and, with a dead-letter topic, the producer.

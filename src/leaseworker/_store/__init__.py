@@ -2,7 +2,8 @@
 
 ``_model`` holds the values and the fencing rule, ``_protocol`` the
 ``CompletionStore`` protocol, ``_url`` URL parsing and redaction, ``_schema``
-the versioned migrations, ``_postgres`` and ``_sqlite`` the two adapters,
+the versioned migrations, ``_postgres`` and ``_sqlite`` the two adapters
+(``_sqlite_rules`` its statements, ``_sqlite_sync`` its file and fsyncs),
 ``_batch`` the group commit both durable stores use, ``_memory`` the in-process store,
 ``_open`` the URL-selected factory, ``_guard`` the fence-guard SQL helper for
 effects written outside the store. ``_effects`` the jobs' transactions and
@@ -19,7 +20,10 @@ from ._model import CompletionResult as CompletionResult
 from ._model import Status as Status
 from ._model import check_text as check_text
 from ._open import open_store as open_store
+from ._protocol import SETTLED_BY_OFFSETS as SETTLED_BY_OFFSETS
+from ._protocol import Barrier as Barrier
 from ._protocol import CompletionStore as CompletionStore
+from ._protocol import barrier_of as barrier_of
 from ._url import DEFAULT_URL as DEFAULT_URL
 from ._url import StoreURL as StoreURL
 from ._url import parse_store_url as parse_store_url
@@ -27,6 +31,8 @@ from ._url import redact as redact
 
 __all__ = [
     "DEFAULT_URL",
+    "SETTLED_BY_OFFSETS",
+    "Barrier",
     "ClaimResult",
     "Completion",
     "CompletionRequest",
@@ -34,6 +40,7 @@ __all__ = [
     "CompletionStore",
     "Status",
     "StoreURL",
+    "barrier_of",
     "check_text",
     "fenced_upsert",
     "open_store",

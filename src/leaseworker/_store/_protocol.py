@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Protocol
 
 from ._model import ClaimResult, Completion, CompletionRequest, CompletionResult
@@ -13,7 +14,8 @@ class CompletionStore(Protocol):
 
     Open one with :func:`open_store`. Every method is bounded by the store's
     ``timeout`` and raises :class:`StoreUnavailable` (carrying the job key) when
-    the database fails or does not answer in time.
+    the database fails or does not answer in time. A store may also have an
+    optional ``async def durable()`` (see :data:`SETTLED_BY_OFFSETS`).
     """
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
@@ -75,3 +77,21 @@ class CompletionStore(Protocol):
     async def aclose(self) -> None:
         """Release connections; further calls fail. Safe to call twice."""
         ...
+
+
+Barrier = Callable[[], Awaitable[None]]
+"""``store.durable``: returns once every answer the store gave so far is on disk."""
+
+SETTLED_BY_OFFSETS: ContextVar[bool] = ContextVar("leaseworker_settled_by_offsets", default=False)
+"""True while a pod runs a trigger whose offset it commits only after ``store.durable()``.
+
+A store with ``durable()`` then answers before its answer is on disk (SQLite:
+before the fsync): what makes a trigger's end final is its offset commit,
+and that waits for the barrier. A store without one answers durably.
+"""
+
+
+def barrier_of(store: object) -> Barrier | None:
+    """Return ``store.durable``, or ``None`` when the store's answers last as given."""
+    durable: Barrier | None = getattr(store, "durable", None)
+    return durable

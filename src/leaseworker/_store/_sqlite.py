@@ -4,21 +4,22 @@ The default when no database URL is given: one file in WAL mode, one
 connection, group commit through :mod:`._batch`, and ``BEGIN IMMEDIATE`` so
 the fencing rule is race-free. Batches run on the event loop while the file's
 write lock is free (their commits do not fsync) and on a worker thread when
-they must wait for it; :mod:`._sqlite_sync` makes each answer durable first.
+they must wait for it; :mod:`._sqlite_sync` fsyncs. In a pod's trigger
+(``SETTLED_BY_OFFSETS``) an answer comes at its commit and the offset commit
+awaits :meth:`SqliteStore.durable`; elsewhere an answer waits for the fsync.
 See docs/design.md#the-sqlite-store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, final
+from typing import TypeVar, final
 
 import anyio
 
@@ -26,74 +27,27 @@ from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
 from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
 from ._model import (
-    NO_FENCE,
     ClaimResult,
     Completion,
     CompletionRequest,
     CompletionResult,
-    Head,
-    Status,
-    answer_to,
     check_call,
     completion_params,
-    decide_claim,
-    highest,
 )
+from ._protocol import SETTLED_BY_OFFSETS
 from ._schema import MIGRATIONS, Migration
+from ._sqlite_rules import _HEAD as _HEAD  # what _sqlite_effects uses, from here
+from ._sqlite_rules import _any_found, _claim, _refused, _state
+from ._sqlite_rules import _complete as _complete
+from ._sqlite_rules import _find as _find
 from ._sqlite_sync import WalSync, connect, immediate, locked, migrate
 from ._url import StoreURL
 
 logger = logging.getLogger("leaseworker.store")
 
 _T = TypeVar("_T")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PROGRESS_EVERY = 1000  # SQLite VM instructions between deadline checks
 MAX_BATCH = 64  # calls per trip to the database
-
-_HEAD = "SELECT fence, input_version, claimed_fence FROM leaseworker_jobs WHERE job_key = ?"
-_FIND = """
-    SELECT input_version, fence, result, execution_id, pod, completed_at
-    FROM leaseworker_completions WHERE job_key = ? AND input_version = ?
-"""
-# Both bind :job_key, :input_version, :fence, :result, :execution_id, :pod and
-# :now. The first inserts nothing when the identity completed already or a
-# higher fence holds the job key, accepted or claimed (an equal one may
-# complete a new identity).
-_RECORD_IF_CURRENT = """
-    INSERT INTO leaseworker_completions
-        (job_key, input_version, fence, result, execution_id, pod, completed_at)
-    SELECT :job_key, :input_version, :fence, :result, :execution_id, :pod, :now
-    WHERE NOT EXISTS (
-        SELECT 1 FROM leaseworker_jobs
-        WHERE job_key = :job_key AND max(fence, claimed_fence) > :fence
-    )
-    ON CONFLICT (job_key, input_version) DO NOTHING
-"""
-_MOVE_HEAD = """
-    INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at)
-    VALUES (:job_key, :fence, :input_version, :now)
-    ON CONFLICT (job_key) DO UPDATE SET
-        fence = excluded.fence,
-        input_version = excluded.input_version,
-        updated_at = excluded.updated_at
-"""
-# A claim-only head row holds fence -1 and input version '' (no completion).
-# It returns the head as it stands after the claim: fence < max(head, old
-# claim) exactly when fence < max(head, new claim), so that decides the claim.
-_CLAIM = """
-    INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at, claimed_fence)
-    VALUES (:job_key, -1, '', :now, :fence)
-    ON CONFLICT (job_key) DO UPDATE SET
-        claimed_fence = max(claimed_fence, excluded.claimed_fence)
-    RETURNING fence, input_version, claimed_fence
-"""
-_STATE = """
-    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
-    FROM leaseworker_jobs j
-    JOIN leaseworker_completions c
-      ON c.job_key = j.job_key AND c.input_version = j.input_version
-    WHERE j.job_key = ?
-"""
 
 
 @final
@@ -280,23 +234,19 @@ class SqliteStore:
 
         ``writes``: run it in the batch's write transaction (``op`` must not
         manage transactions); otherwise on its own, in autocommit mode. The
-        outcome is returned once it is on disk if ``lasting(outcome)``; by
-        default, when it wrote or found something.
+        outcome is returned once it is on disk if ``lasting(outcome)`` (by
+        default, when it wrote or found something), unless a pod's offset
+        commit waits for the disk instead (``SETTLED_BY_OFFSETS``).
         """
         deadline = time.monotonic() + self._timeout
-        call: Call[_T] = Call(functools.partial(op, self._conn), writes, deadline)
         try:
-            alone: list[Call[object]] = [call]  # type: ignore[list-item]  # Call is invariant
-            if (
-                self._sync is not None
-                and self._batcher.idle
-                and not self._run_batch(alone, patient=False)
-            ):  # answered at once, on the loop: nothing to share a batch with but the fsync
-                outcome = call.answer()
-            else:
+            try:
+                outcome = self._at_once(op, writes, deadline)
+            except _Busy:  # queued: a batch runs, or another connection holds the lock
+                call: Call[_T] = Call(functools.partial(op, self._conn), writes, deadline)
                 outcome = await self._batcher.submit(call)
             durable = (writes or bool(outcome)) if lasting is None else lasting(outcome)
-            if self._sync is not None and durable:
+            if durable and self._sync is not None and not SETTLED_BY_OFFSETS.get():
                 await self._sync.wait(self._sync.mark(), deadline)
         except (sqlite3.Error, OSError) as exc:  # TimeoutError is an OSError
             expired = time.monotonic() >= deadline
@@ -304,13 +254,50 @@ class SqliteStore:
             raise StoreUnavailable(key, detail) from exc
         return outcome
 
-    async def durable(self, key: str, deadline: float) -> None:
-        """Return once what was committed so far is on disk (a job's own transaction)."""
-        if self._sync is not None:
+    async def durable(self) -> None:
+        """Return once every commit to the file so far, any connection's, is on disk.
+
+        The pod's offset barrier; :class:`StoreUnavailable` if the fsync failed or was late.
+        """
+        await self.settle(None, time.monotonic() + self._timeout, barrier=True)
+
+    async def settle(self, key: str | None, deadline: float, *, barrier: bool = False) -> None:
+        """Return once the commits so far are on disk, unless a pod's offset waits for them."""
+        if self._sync is not None and (barrier or not SETTLED_BY_OFFSETS.get()):
             try:
                 await self._sync.wait(self._sync.mark(), deadline)
             except OSError as exc:
                 raise StoreUnavailable(key, _first_line(exc)) from exc
+
+    def _at_once(self, op: Callable[[sqlite3.Connection], _T], writes: bool, deadline: float) -> _T:
+        """Run ``op`` now, on the loop, in a transaction of its own if it ``writes``.
+
+        A batch of one without the batch's bookkeeping: nothing to share it
+        with (a WAL commit does not fsync). Raises :class:`_Busy`, having
+        run nothing, when the call must queue instead.
+        """
+        if self._sync is None or not self._batcher.idle:
+            raise _Busy  # not a WAL file on the loop, or a batch (or a transaction) runs
+        conn = self._conn
+        self._deadline = deadline
+        self._bound_lock_waits(0)
+        try:
+            if not writes:
+                return op(conn)
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if locked(exc):
+                raise _Busy from exc
+            raise
+        try:
+            outcome = op(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        return outcome
 
     async def _run_batch_anywhere(self, batch: list[Call[object]]) -> None:
         """Run ``batch`` on the loop, or in a worker thread where it must wait for a lock.
@@ -392,6 +379,10 @@ class SqliteStore:
         return time.monotonic() > self._deadline
 
 
+class _Busy(Exception):
+    """Another connection holds the write lock (or a batch runs): the call must queue."""
+
+
 def _started_in_time(batch: list[Call[object]], started: float) -> list[Call[object]]:
     """Fail the calls whose deadline passed before the batch started; return the rest."""
     live = []
@@ -401,89 +392,6 @@ def _started_in_time(batch: list[Call[object]], started: float) -> list[Call[obj
         else:
             live.append(call)
     return live
-
-
-def _complete(
-    conn: sqlite3.Connection, request: CompletionRequest, params: dict[str, Any]
-) -> CompletionResult:
-    """Record the completion if the fence allows; run inside the batch's write transaction."""
-    params["now"] = now = time.time_ns() // 1000
-    if conn.execute(_RECORD_IF_CURRENT, params).rowcount == 1:
-        conn.execute(_MOVE_HEAD, params)
-        recorded = Completion(
-            job_key=request.job_key,
-            input_version=request.input_version,
-            fence=request.fence,
-            result=json.loads(params["result"]),
-            execution_id=request.execution_id,
-            pod=request.pod,
-            completed_at=_EPOCH + timedelta(microseconds=now),
-        )
-        return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
-    # Nothing was written: the identity completed already, or a higher fence stands.
-    head_fence, head_version, claimed = conn.execute(_HEAD, (request.job_key,)).fetchone()
-    status: Status = "duplicate"
-    winner = _find(conn, request.job_key, request.input_version)
-    if winner is None:  # stale: the head's completion, none if only a claim stands
-        status, winner = "stale", _find(conn, request.job_key, head_version)
-    seen = max(head_fence, claimed)
-    return answer_to(request, status, winning_fence=seen, completion=winner)
-
-
-def _claim(conn: sqlite3.Connection, job_key: str, input_version: str, fence: int) -> ClaimResult:
-    """Record the claim and read what stands; run inside the batch's write transaction."""
-    params = {"job_key": job_key, "fence": fence, "now": time.time_ns() // 1000}
-    head_fence, head_version, claimed = conn.execute(_CLAIM, params).fetchone()
-    head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
-    standing = _find(conn, job_key, input_version)
-    return ClaimResult(
-        status=decide_claim(standing, head, fence, claimed=claimed),
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        highest_fence=highest(head, claimed),
-        completion=standing,
-    )
-
-
-def _refused(answer: ClaimResult) -> bool:
-    """Whether a claim's answer must be on disk before it is given: all but ``claimed``.
-
-    ``claimed`` only lets this pod's job start. Pods share a SQLite file
-    only on one host, so the crash of that host's system, the one way to
-    lose a commit that is not yet on disk, also ends every execution that
-    could use the claim or be fenced out by it. ``duplicate`` and ``stale``
-    end the trigger on what was read, which must last.
-    """
-    return answer.status != "claimed"
-
-
-def _any_found(found: list[Completion | None]) -> bool:
-    """Whether a lookup's answer must be on disk before it is given: it found a completion."""
-    return any(completion is not None for completion in found)
-
-
-def _find(conn: sqlite3.Connection, job_key: str, input_version: str) -> Completion | None:
-    row = conn.execute(_FIND, (job_key, input_version)).fetchone()
-    return None if row is None else _completion(job_key, row)
-
-
-def _state(conn: sqlite3.Connection, job_key: str) -> Completion | None:
-    row = conn.execute(_STATE, (job_key,)).fetchone()
-    return None if row is None else _completion(job_key, row)
-
-
-def _completion(job_key: str, row: tuple[Any, ...]) -> Completion:
-    input_version, fence, result, execution_id, pod, completed_at = row
-    return Completion(
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        result=json.loads(result),
-        execution_id=execution_id,
-        pod=pod,
-        completed_at=_EPOCH + timedelta(microseconds=completed_at),
-    )
 
 
 def _first_line(exc: BaseException) -> str:

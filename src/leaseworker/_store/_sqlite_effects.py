@@ -4,8 +4,9 @@ A job's transaction holds the connection alone (no batch runs meanwhile) and
 the file's write lock (``BEGIN IMMEDIATE``) from its first step to its
 commit, so the fence read at its start still stands when it commits. Each
 step runs on a worker thread (inline for ``:memory:``) under the store's
-timeout; the commit's answer waits until the WAL is on disk. The relay's
-claims are write calls of the ordinary batches.
+timeout; the commit is on disk before its answer, or (in a pod) before its
+offset commit. The relay's claims are write calls of the ordinary batches,
+answered once on disk.
 See docs/effects.md.
 """
 
@@ -157,7 +158,7 @@ class SqliteTransaction:
             self._store, request.job_key, lambda c: _commit(c, request, params, rows)
         )
         deadline = time.monotonic() + self._store._timeout
-        await self._store.durable(request.job_key, deadline)  # what it wrote or read, on disk
+        await self._store.settle(request.job_key, deadline)  # on disk, or the offset waits
         return answer
 
     def _check(self) -> None:

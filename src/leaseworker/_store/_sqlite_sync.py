@@ -2,9 +2,9 @@
 
 The store's connection commits with ``synchronous=NORMAL`` (no fsync), so a
 batch's statements and its ``COMMIT`` take microseconds and run on the loop.
-An answer is given only once what it wrote or read is on disk: :class:`WalSync`
-has a helper process fsync the WAL file, one fsync for every commit made
-before it started (group commit), and checkpoint the WAL into the database
+What must last is on disk once :class:`WalSync` says so (an answer outside a
+pod, a pod's offset commit): it has a helper process fsync the WAL file, one
+fsync for every commit made before it started, and checkpoint the WAL into the database
 (the connection's own automatic checkpoints, which would fsync on the loop,
 are off). A process, not a thread: a thread must win the GIL back from a
 busy loop after each fsync (measured: 1.3 ms each way per fsync of 1.7 ms).

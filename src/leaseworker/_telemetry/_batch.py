@@ -15,12 +15,15 @@ import collections
 import logging
 import os
 import threading
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import TraceFlags
+
+if TYPE_CHECKING:
+    from ._records import Record
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -79,7 +82,9 @@ class LeanBatchProcessor(SpanProcessor):
         self.max_export_batch_size = min(batch, self.max_queue_size)
         self.dropped = 0
         self._reported = 0
-        self._queue: collections.deque[ReadableSpan] = collections.deque(maxlen=self.max_queue_size)
+        self._queue: collections.deque[ReadableSpan | Record] = collections.deque(
+            maxlen=self.max_queue_size
+        )
         self._wake = threading.Event()
         self._lock = threading.Lock()  # one export at a time: the thread's or a flush's
         self._shutdown = False
@@ -88,9 +93,20 @@ class LeanBatchProcessor(SpanProcessor):
         )
         self._thread.start()
 
+    @property
+    def takes_records(self) -> bool:
+        """Whether the exporter takes span records as well as spans (see ``_records``)."""
+        return bool(getattr(self.exporter, "takes_records", False))
+
     def on_end(self, span: ReadableSpan) -> None:
         """Queue ``span`` if it is sampled (called on the event loop: kept minimal)."""
-        if self._shutdown or not span.context.trace_flags & _SAMPLED:
+        if not span.context.trace_flags & _SAMPLED:
+            return
+        self.take(span)
+
+    def take(self, span: ReadableSpan | Record) -> None:
+        """Queue a sampled span or span record for export."""
+        if self._shutdown:
             return
         queue = self._queue
         if len(queue) == self.max_queue_size:
@@ -119,7 +135,7 @@ class LeanBatchProcessor(SpanProcessor):
                 batch = [queue.popleft() for _ in range(count)]
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
-                    self.exporter.export(batch)
+                    self.exporter.export(batch)  # type: ignore[arg-type]  # records: takes_records
                 except Exception:
                     logger.exception("exporting %d spans failed", len(batch))
                 finally:

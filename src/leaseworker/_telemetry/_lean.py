@@ -79,6 +79,7 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self.limits = limits or SpanLimits()
         self._processors: tuple[SpanProcessor, ...] = ()
         self._starters: tuple[SpanProcessor, ...] = ()  # those whose on_start does something
+        self.takes_records = False  # every processor takes span records (see ``_records``)
         # ParentBased with ALWAYS_ON for a sampled local parent (the SDK default, and
         # parentbased_traceidratio): a child of a sampled span in this process is
         # recorded and sampled with its parent's trace state, no call needed.
@@ -94,6 +95,11 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self._processors = (*self._processors, processor)
         if type(processor).on_start not in _NO_OP_STARTS:
             self._starters = (*self._starters, processor)
+        from ._records import fit  # here: ``_records`` imports this module
+
+        self.takes_records = fit(self.limits) and all(
+            getattr(each, "takes_records", False) for each in self._processors
+        )
 
     def get_tracer(
         self,
@@ -133,8 +139,9 @@ class LeanTracer(trace_api.Tracer):
     """The tracer of one instrumentation scope; see :class:`LeanTracerProvider`."""
 
     def __init__(self, provider: LeanTracerProvider, scope: InstrumentationScope) -> None:
-        self._provider = provider
-        self._scope = scope
+        self.provider = provider
+        self.scope = scope
+        self.origin = (provider.resource, scope)  # a span record's resource and scope
         # Explicit parent contexts seen lately, by id, with the span context each
         # holds: a trigger's lifecycle spans all start from the same context
         # object, and a Context never changes, so the API's lookup (three calls)
@@ -154,7 +161,7 @@ class LeanTracer(trace_api.Tracer):
         set_status_on_exception: bool = True,
     ) -> trace_api.Span:
         """Start a span, decided and identified exactly as the SDK's tracer would."""
-        provider = self._provider
+        provider = self.provider
         links = links or ()
         known = self._parents.get(id(context)) if context is not None else None
         if known is not None and known[0] is context:  # a sibling's parent
@@ -210,7 +217,7 @@ class LeanTracer(trace_api.Tracer):
             links,
             start_time if start_time is not None else time.time_ns(),
             provider,
-            self._scope,
+            self.scope,
             record_exception=record_exception,
             set_status_on_exception=set_status_on_exception,
         )

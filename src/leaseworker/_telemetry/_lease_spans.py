@@ -23,6 +23,7 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 from .._lease import LeaseEvent
 from .._outcome import JOB_FAILURES, LeaseLostReason
 from . import _names as n
+from ._records import end_child
 from ._trace import Attributes, TriggerTrace, ms, wall_ns
 
 if TYPE_CHECKING:
@@ -213,12 +214,7 @@ class LeaseSpans:
         # preemption between those reads would skew the span's duration.
         end = wall_ns(event.at)
         begin = end - max(0, round((event.at - start) * 1e9))
-        span = self._tracer.start_span(
-            name, context=self._trace.parent, attributes=attributes, start_time=begin
-        )
-        if status is not None:
-            span.set_status(status)
-        span.end(end)
+        end_child(self._tracer, self._trace, name, attributes, begin, end, status=status)
 
     def _fields(self, event: LeaseEvent, **extra: object) -> dict[str, object]:
         return {
@@ -276,16 +272,15 @@ def end_acquire(
     attributes = trace.attributes(execution_id=trace.acquire_execution_id)
     attributes[n.BUSY_RETRIES] = trace.busy
     attributes.update(step)
-    span = tracer.start_span(
+    events, trace.acquire_events = trace.acquire_events, []
+    end_child(
+        tracer,
+        trace,
         n.SPAN_ACQUIRE,
-        context=trace.parent,
-        attributes=attributes,
+        attributes,
+        trace.acquire_started_ns,
+        end_ns,
+        status=Status(StatusCode.ERROR, outcome) if outcome in ERROR_OUTCOMES else None,
+        events=events,
         links=(link,) if link is not None else (),
-        start_time=trace.acquire_started_ns,
     )
-    for name, event_attributes, at in trace.acquire_events:
-        span.add_event(name, event_attributes, at)
-    trace.acquire_events.clear()
-    if outcome in ERROR_OUTCOMES:
-        span.set_status(Status(StatusCode.ERROR, outcome))
-    span.end(end_ns)

@@ -62,13 +62,18 @@ class JsonSpanEncoder:
         self._pairs: dict[tuple[str, type, object], str] = {}
         self._names: dict[str, str] = {}
 
-    def encode(self, spans: Iterable[ReadableSpan]) -> bytes:
+    def encode(self, spans: Iterable[ReadableSpan | tuple[Any, ...]]) -> bytes:
         """Return the request body: spans grouped by resource, then by scope."""
         by_resource: dict[int, tuple[Any, dict[int, tuple[Any, list[str]]]]] = {}
         for span in spans:
-            resource, scope = span.resource, span.instrumentation_scope
+            if isinstance(span, tuple):  # a span record (``_records``)
+                resource, scope = span[0]
+                encoded = self.record(span)
+            else:
+                resource, scope = span.resource, span.instrumentation_scope
+                encoded = self.span(span)
             scopes = by_resource.setdefault(id(resource), (resource, {}))[1]
-            scopes.setdefault(id(scope), (scope, []))[1].append(self.span(span))
+            scopes.setdefault(id(scope), (scope, []))[1].append(encoded)
         resource_spans = ",".join(
             f'{{"resource":{{"attributes":[{self.attributes(resource.attributes)}]}},'
             f'"scopeSpans":[{",".join(self._scope_spans(s, e) for s, e in scopes.values())}],'
@@ -134,6 +139,34 @@ class JsonSpanEncoder:
             f'"startTimeUnixNano":"{span.start_time or 0}",'
             f'"endTimeUnixNano":"{span.end_time or 0}",'
             f'"attributes":[{self.attributes(span.attributes)}],"flags":{flags}{extra}}}'
+        )
+
+    def record(self, record: tuple[Any, ...]) -> str:
+        """Return a span record's JSON (``_records.Record``): what :meth:`span` gives its span."""
+        _, name, trace_id, span_id, parent_id, flags, state, kind, start, end = record[:10]
+        attributes, status, events, links = record[10:]
+        extra = f',"parentSpanId":"{parent_id:016x}"'  # a local parent: never remote
+        if state is not DEFAULT_TRACE_STATE and state:
+            extra += ',"traceState":' + _JSON.encode(state.to_header())
+        if events:
+            encoded = ",".join(
+                f'{{"timeUnixNano":"{at}","name":{self.name(event_name)},'
+                f'"attributes":[{self.attributes(event_attributes)}]}}'
+                for event_name, event_attributes, at in events
+            )
+            extra += f',"events":[{encoded}]'
+        if links:
+            extra += f',"links":[{",".join(self._link(link) for link in links)}]'
+        if status is not None and status.status_code._value_:
+            message = status.description
+            message = f',"message":{_JSON.encode(message)}' if message else ""
+            extra += f',"status":{{"code":{status.status_code._value_}{message}}}'
+        return (
+            f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}",'
+            f'"name":{self._names.get(name) or self.name(name)},"kind":{kind._value_ + 1},'
+            f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
+            f'"attributes":[{self.attributes(attributes)}],'
+            f'"flags":{int(flags) | _HAS_IS_REMOTE}{extra}}}'
         )
 
     def _link(self, link: Any) -> str:
@@ -252,6 +285,7 @@ class OtlpJsonSpanExporter(SpanExporter):
             self._transport.shutdown()  # type: ignore[no-untyped-call]
             raise TypeError("this opentelemetry-exporter-otlp-proto-http has no OTLP HTTP client")
         self._encoder = JsonSpanEncoder()  # the batch processor calls export from one thread
+        self.takes_records = True  # span records too (``_records``)
         self._shutdown = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

@@ -30,6 +30,7 @@ from ._effect_spans import EffectSpans
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import consumer_parent
+from ._records import end_child, recorded_parent
 from ._trace import (
     CURRENT,
     Attributes,
@@ -187,9 +188,8 @@ class PodTelemetry:
         if trace is not None and trace.recording:
             attributes = trace.attributes()
             attributes[n.DEAD_LETTER_REASON] = reason
-            self._tracer.start_span(
-                n.SPAN_DEAD_LETTER, context=trace.parent, attributes=attributes
-            ).end()
+            at = time.time_ns()
+            end_child(self._tracer, trace, n.SPAN_DEAD_LETTER, attributes, at, at)
 
     def committed(
         self,
@@ -312,13 +312,11 @@ class PodTelemetry:
             attributes[n.OUTCOME] = event.outcome
         if status is not None:
             attributes[n.COMPLETION_STATUS] = status
-        end = time.time_ns()
-        self._tracer.start_span(
-            event.event.replace("_", " "),
-            context=trace.parent,
-            attributes=attributes,
-            start_time=end - int(event.elapsed * 1e9),
-        ).end(end)
+        # A completion is reported after the release (a paused pod may send it long
+        # after the store decided): placed when the answer came, as in the history.
+        end = wall_ns(event.answered_at)
+        name = event.event.replace("_", " ")
+        end_child(self._tracer, trace, name, attributes, end - int(event.elapsed * 1e9), end)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -348,6 +346,7 @@ class PodTelemetry:
             )
             trace.parent = set_span_in_context(trace.span)
             trace.recording = trace.span.is_recording()
+            trace.span_context = recorded_parent(trace.span)
             self._metrics.received.add(1, {n.MESSAGING_DESTINATION: record.topic})
         except Exception:
             logger.exception("telemetry could not open the trace of a record")
@@ -366,13 +365,10 @@ class PodTelemetry:
         trace.received = False
         if not trace.recording:
             return
-        span = self._tracer.start_span(
-            n.SPAN_RECEIVED,
-            context=trace.parent,
-            attributes=trace.attributes(execution_id=execution_id),
-            start_time=trace.started_ns,
+        attributes = trace.attributes(execution_id=execution_id)
+        end_child(
+            self._tracer, trace, n.SPAN_RECEIVED, attributes, trace.started_ns, time.time_ns()
         )
-        span.end()
 
     @_guarded
     def _close(self, trace: TriggerTrace) -> None:
@@ -413,18 +409,21 @@ class PodTelemetry:
         attributes[n.MESSAGING_OPERATION_NAME] = "commit"
         attributes[n.MESSAGING_OPERATION_TYPE] = "settle"
         attributes[n.COMMIT_POSITION] = position
+        status = None
         if error is not None:
             attributes[n.ERROR_TYPE] = type(error).__name__
-        span = self._tracer.start_span(
-            n.commit_span_name(trace.topic),
-            context=trace.parent,  # holds the (ended) process span: its child
+            status = error_status(type(error).__name__)
+        name = n.commit_span_name(trace.topic)  # a child of the (ended) process span
+        end_child(
+            self._tracer,
+            trace,
+            name,
+            attributes,
+            wall_ns(began),
+            end,
             kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=wall_ns(began),
+            status=status,
         )
-        if error is not None:
-            span.set_status(error_status(type(error).__name__))
-        span.end(end)
 
     def _run_span(self, trace: TriggerTrace, outcome: str, error: BaseException | None) -> None:
         """Make the ``job run`` span, from the start of the job to now, in one SDK call.
@@ -438,13 +437,9 @@ class PodTelemetry:
         attributes[n.OUTCOME] = outcome
         if error is not None:
             attributes[n.ERROR_TYPE] = type(error).__name__
-        span = self._tracer.start_span(
-            n.SPAN_RUN, context=trace.parent, attributes=attributes, start_time=trace.run_started_ns
-        )
-        trace.run_started_ns = None
-        if outcome in ERROR_OUTCOMES:
-            span.set_status(error_status(outcome))
-        span.end()
+        start, trace.run_started_ns = trace.run_started_ns or 0, None
+        status = error_status(outcome) if outcome in ERROR_OUTCOMES else None
+        end_child(self._tracer, trace, n.SPAN_RUN, attributes, start, time.time_ns(), status=status)
 
     def _trace_for(self, trigger: Trigger) -> TriggerTrace:
         """Return the current trigger's trace, or start a span-less one (no Kafka source)."""

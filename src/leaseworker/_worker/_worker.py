@@ -46,7 +46,7 @@ from .._lease import (
     start_refusal,
 )
 from .._retry import Retries, startup
-from .._store import CompletionStore, open_store
+from .._store import SETTLED_BY_OFFSETS, Barrier, CompletionStore, barrier_of, open_store
 from .._telemetry import Telemetry
 from ._config import PodConfig
 from ._recorder import HistoryRecorder
@@ -120,6 +120,7 @@ class Pod:
             self._hooks = (*self._hooks, self._pod)
         if recorder is not None:
             self._hooks = (*self._hooks, recorder)
+        self._durable: Barrier | None = None  # the store's, once open (_make_executor)
         self._executor = self._make_executor(store)
         self._source = KafkaTriggerSource(
             config,
@@ -127,6 +128,7 @@ class Pod:
             resolve_key=job.job_key,
             prepare=self._prepare,
             hooks=self._hooks,
+            barrier=self._barrier,
         )
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
@@ -203,6 +205,7 @@ class Pod:
         )
 
     def _make_executor(self, store: CompletionStore | None) -> Executor:
+        self._durable = barrier_of(store)
         return Executor(
             self._job,
             self._leases,
@@ -277,6 +280,8 @@ class Pod:
         # Lined up by _prepare. fast_acquire: an uncontended key does not yield
         # to the loop (the executor's first await does).
         lock, _ = self._keys[job_key]
+        if self._durable is not None:  # in this trigger's task: the offset waits for the disk
+            SETTLED_BY_OFFSETS.set(True)
         try:
             async with lock:
                 return await self._executor.run(trigger, job_key, prepared)
@@ -286,6 +291,11 @@ class Pod:
                 del self._keys[job_key]
             else:
                 self._keys[job_key] = (lock, users - 1)
+
+    async def _barrier(self) -> None:
+        """Before an offset commit: what the store answered so far is on disk."""
+        if self._durable is not None:
+            await self._durable()
 
     async def _wait_for_redis(self) -> bool:
         """PING Redis until it answers, logging each failure with the next retry time.
