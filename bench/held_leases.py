@@ -9,15 +9,18 @@ spread evenly over one renewal interval, so renewals arrive at a steady rate
 (``N / (lease_duration / 3)`` per second) as on a pod whose jobs started at random
 times, not in one burst that would batch perfectly.
 
-Once all ``N`` are held and each renewed once (so its renewal task exists),
-the process measures over ``--periods`` renewal intervals: its CPU time (all
-of it is renewing: the bodies are asleep) as a share of one core, the
-renewals confirmed, and the Redis round trips (packed writes on its
-connections, counted by a ``connection_class``). Memory per held lease is
+Once all ``N`` are held and each renewed once, the process measures over
+``--periods`` renewal intervals: its CPU time (all of it is renewing: the
+bodies are asleep) as a share of one core, the renewals confirmed, and the
+Redis round trips (packed writes on its connections, counted by a
+``connection_class``). Memory per held lease is
 the growth of the process's resident set from before the first acquire to
 all ``N`` held and renewing, divided by ``N``; it includes each body's own
-task, as a job's would. Every size runs ``--rounds`` times, sizes
-interleaved.
+task, as a job's would. Then every job ends in one loop turn (the end
+burst): the bench reports how long until every block was left (its release
+answered), the CPU per ending job, the event loop's lag meanwhile (a probe
+sleeping 5 ms at a time), and the releases that failed. Every size runs
+``--rounds`` times, sizes interleaved.
 
     .venv/bin/python bench/held_leases.py [--sizes 100,1000,10000] [--lease-duration 30]
         [--periods 2] [--rounds 3]
@@ -43,14 +46,8 @@ from leaseworker import HeldLease, LeaseLost, LeaseUnavailable, RedisLeases, hol
 from leaseworker._cli._run import tune_garbage_collector
 from leaseworker._dev._services import LocalRedis
 
-END_SLOTS = 100
-END_SECONDS = 3.0
-"""The held jobs end in ``END_SLOTS`` groups over this many seconds (10,000 in 3 s).
-
-A burst of more than about 6,000 ends per second overloads the loop (about
-150 µs of CPU per ending hold: its release, the renewal task's stop, the body):
-renewals and releases in flight then outlive the command timeout.
-"""
+LAG_PROBE = 0.005
+"""How often the loop-lag probe wakes during the end burst, in seconds."""
 
 
 class Collections:
@@ -66,6 +63,22 @@ class Collections:
             self._began = time.perf_counter()
         else:
             self.pauses.append((info["generation"], time.perf_counter() - self._began))
+
+
+class Ended:
+    """Counts the jobs that ended; ``all`` is set, and ``last`` read, when every one did."""
+
+    def __init__(self, count: int) -> None:
+        self.all = anyio.Event()
+        self.last = 0.0
+        self._left = count
+
+    def left(self) -> None:
+        """One job left its block (its release answered, or it was lost)."""
+        self._left -= 1
+        self.last = time.perf_counter()
+        if not self._left:
+            self.all.set()
 
 
 class CountingConnection(Connection):
@@ -92,12 +105,19 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
     leases = RedisLeases(redis, namespace=f"held{count}")
     every = lease_duration / 3
     held: list[HeldLease] = []
-    ends = [anyio.Event() for _ in range(END_SLOTS)]  # the jobs end slot by slot
+    end = anyio.Event()  # every job ends at once: the end burst
+    ended = Ended(count)
 
     all_held = anyio.Event()
     unavailable = 0  # acquires that got no answer in time (retried, as a worker would)
 
     async def job(i: int) -> None:
+        try:
+            await attempts(i)
+        finally:
+            ended.left()
+
+    async def attempts(i: int) -> None:
         nonlocal unavailable
         await anyio.sleep(i * every / count)  # spread: renewals then come at a steady rate
         while True:
@@ -116,7 +136,7 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
             held.append(lease)
             if len(held) == count:
                 all_held.set()
-            await ends[i % END_SLOTS].wait()
+            await end.wait()
 
     gc.collect()
     collections = Collections()
@@ -126,7 +146,7 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
         for i in range(count):
             tg.start_soon(job, i)
         await all_held.wait()
-        await anyio.sleep(every)  # every lease renewed once: its renewal task exists
+        await anyio.sleep(every)  # every lease renewed once
         # No gc.collect() here: with 10,000 leases held a full collection blocks the
         # loop for about 0.4 s, and renewals in flight then time out.
         memory = resident_bytes() - before
@@ -138,9 +158,8 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
         trips = CountingConnection.trips - trips
         renewed = sum(h.renewals for h in held) - renewed
         lost_held = sum(h.loss_reason is not None for h in held)  # before the releases
-        for end in ends:  # the jobs end over END_SECONDS, as jobs of a pod do, not at once
-            end.set()
-            await anyio.sleep(END_SECONDS / END_SLOTS)
+        end_cpu, end_began, lags = await end_burst(end, ended.all)
+    end_seconds = ended.last - end_began
     await redis.aclose()
     gc.callbacks.remove(collections)
     full = [seconds for generation, seconds in collections.pauses if generation == 2]
@@ -162,11 +181,41 @@ async def hold_many(url: str, count: int, lease_duration: float, periods: float)
             max((s for g, s in collections.pauses if g == generation), default=0.0)
             for generation in range(3)
         ],
+        "end_seconds": end_seconds,
+        "end_cpu_us_per_lease": end_cpu / count * 1e6,
+        "end_lag_p99": lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0.0,
+        "end_lag_max": lags[-1] if lags else 0.0,
         "release_failed": sum(h.release_error is not None for h in held),
         "release_errors": ",".join(
             sorted({type(h.release_error).__name__ for h in held if h.release_error is not None})
         ),
     }
+
+
+async def end_burst(end: anyio.Event, all_ended: anyio.Event) -> tuple[float, float, list[float]]:
+    """End every job in one loop turn; return CPU seconds, its start and the loop lags.
+
+    The CPU is until all ended, the start a ``perf_counter`` reading, the lags sorted.
+    """
+    lags: list[float] = []
+    async with anyio.create_task_group() as probe:
+        probe.start_soon(probe_lag, lags)
+        cpu, began = time.process_time(), time.perf_counter()
+        end.set()
+        await all_ended.wait()
+        probe.cancel_scope.cancel()
+    return time.process_time() - cpu, began, sorted(lags)
+
+
+async def probe_lag(lags: list[float]) -> None:
+    """Append how late each :data:`LAG_PROBE` sleep woke, until cancelled.
+
+    Cancelled with the task group once every job ended: it measures the end burst.
+    """
+    while True:
+        asleep = time.perf_counter()
+        await anyio.sleep(LAG_PROBE)
+        lags.append(time.perf_counter() - asleep - LAG_PROBE)
 
 
 def one_size(
@@ -217,12 +266,11 @@ def main() -> None:
         server.stop()
     print(
         f"lease_duration {args.lease_duration:g} s, renewing every "
-        f"{args.lease_duration / 3:g} s; median of {args.rounds} runs"
+        f"{args.lease_duration / 3:g} s; median of {args.rounds} runs (lowest-highest)"
     )
     print(
         f"{'held':>6}  {'KB/lease':>9}  {'% of a core':>16}  {'renewals/s':>10}  "
         f"{'us CPU/renewal':>14}  {'renewals/trip':>13}  lost (while held)  retried  "
-        "release failed  "
         "full GCs  longest GC ms  why lost"
     )
     for size, results in runs.items():
@@ -235,23 +283,36 @@ def main() -> None:
             f"{sum(int(r['lost']) for r in results):>4} "
             f"{'(' + str(sum(int(r['lost_while_held']) for r in results)) + ')':>12}  "
             f"{sum(int(r['unavailable']) for r in results):>7}  "
-            f"{sum(int(r['release_failed']) for r in results):>14}  "
             f"{sum(int(r['full_collections']) for r in results):>8}  "
             f"{max(r['longest_pause'] for r in results) * 1000:>13.0f}  "
-            f"{','.join(sorted({r['loss_reasons'] for r in results} - {''}))} "
-            f"{','.join(sorted({r['release_errors'] for r in results} - {''}))}"
+            f"{','.join(sorted({r['loss_reasons'] for r in results} - {''}))}"
         )
     print("target at 10,000: <= 20 % of one core and <= 10 KB per lease")
+    print("end burst: every job ends in one loop turn")
+    print(
+        f"{'held':>6}  {'ms to release all':>20}  {'us CPU per end':>20}  "
+        f"{'loop lag p99 ms':>20}  {'lag max ms':>10}  release failed  why"
+    )
+    for size, results in runs.items():
+        print(
+            f"{size:>6}  {_quartiles(results, 'end_seconds', 1000, 0):>20}  "
+            f"{_quartiles(results, 'end_cpu_us_per_lease', 1, 0):>20}  "
+            f"{_quartiles(results, 'end_lag_p99', 1000, 0):>20}  "
+            f"{max(r['end_lag_max'] for r in results) * 1000:>10.0f}  "
+            f"{sum(int(r['release_failed']) for r in results):>14}  "
+            f"{','.join(sorted({r['release_errors'] for r in results} - {''}))}"
+        )
 
 
 def _median(results: list[dict[str, Any]], name: str) -> float:
     return float(statistics.median(r[name] for r in results))
 
 
-def _quartiles(results: list[dict[str, Any]], name: str, scale: float) -> str:
+def _quartiles(results: list[dict[str, Any]], name: str, scale: float, digits: int = 1) -> str:
     """Median with the lowest and highest run, e.g. ``4.1 (3.9-4.4)``."""
     values = sorted(r[name] * scale for r in results)
-    return f"{statistics.median(values):.1f} ({values[0]:.1f}-{values[-1]:.1f})"
+    low, mid, high = values[0], statistics.median(values), values[-1]
+    return f"{mid:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -210,6 +211,64 @@ async def test_a_relay_killed_between_the_acknowledgement_and_its_mark_loses_not
     assert [answer for _, answer in answers] == ["new"] * 3 + ["duplicate"] * 3
     fences = [int(dict(r.headers)["leaseworker-fence"]) for r in records[:3]]
     assert fences == [1, 2, 3]  # commit order
+
+
+class Stalling:
+    """Acknowledges every row, but only once ``go`` is set (a relay paused mid-send)."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.go = anyio.Event()
+
+    async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+        """Wait for ``go``, then acknowledge all."""
+        self.entered.set()
+        await self.go.wait()
+        return [(0, n) for n, _ in enumerate(rows)]
+
+
+async def test_a_paused_relays_claim_lapses_after_hold_and_its_late_mark_marks_nothing(
+    pg: EffectStore,
+) -> None:
+    """PostgreSQL: A's claim is row locks in an open transaction; A stalls in its send.
+
+    After ``hold`` the server ends A's idle session, so B claims, sends and
+    marks the message; A's send then returns acknowledged, but its mark finds
+    its transaction gone and marks nothing: the row counts B's attempt only.
+    """
+    await commit(pg, "k1", 1, b"one")
+    stalling, sender_b = Stalling(), FakeSender()
+    relay_a = Relay(pg, stalling, name="relay-a", hold=0.5)
+    relay_b = Relay(pg, sender_b, name="relay-b")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay_a.relay_once)
+        await stalling.entered.wait()
+        assert await relay_b.relay_once() == (0, 0)  # A's locks hold it
+        with anyio.fail_after(10):
+            while await relay_b.relay_once() == (0, 0):  # noqa: ASYNC110 - the server ends A's session
+                await anyio.sleep(0.05)
+        stalling.go.set()
+    assert sender_b.sent == [("k1", b"one")]
+    assert (relay_a.sent, relay_b.sent) == (0, 1)
+    [entry] = await pg.outbox_entries()
+    assert entry.sent
+    assert entry.attempts == 1
+
+
+async def test_a_mark_is_timed_when_it_runs_not_when_its_claim_began(pg: EffectStore) -> None:
+    """PostgreSQL: claim and mark share a transaction; ``sent_at`` is the mark's time.
+
+    A receiver's checks compare it with the broker's record time: a mark
+    dated at the claim would look earlier than the acknowledgement.
+    """
+    await commit(pg, "k1", 1, b"one")
+    rows = await pg.claim_outbox("relay-a", limit=10, hold=30)
+    await anyio.sleep(0.3)  # the send, as long as it takes
+    before_mark = datetime.now(UTC)
+    assert await pg.mark_sent("relay-a", [row.id for row in rows]) == 1
+    [entry] = await pg.outbox_entries()
+    assert entry.sent_at is not None
+    assert entry.sent_at >= before_mark - timedelta(milliseconds=50)
 
 
 async def test_a_broker_restart_delays_messages_but_loses_none(

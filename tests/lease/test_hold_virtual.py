@@ -132,3 +132,32 @@ def test_a_key_taken_meanwhile_is_found_at_the_next_renewal() -> None:
     lost, ended, taker = run_in_virtual_time(scenario())
     assert (lost.reason, ended) == ("rejected", 30.0)
     assert taker.startswith("another-pod:")
+
+
+def test_leases_due_in_one_slot_renew_together_never_late() -> None:
+    """Acquired 10 ms apart, two leases renew together at the first one's due time.
+
+    The clock's slots are ``renewal_interval / 16`` wide, at most 50 ms: B,
+    due at 10.02 s, goes with A at 10.01 s (10 ms early, never late), and the
+    two stay together from then on.
+    """
+    a_events, b_events = _Events(), _Events()
+
+    async def scenario() -> None:
+        leases = MemoryLeases()
+
+        async def one(start: float, events: _Events) -> None:
+            await anyio.sleep(start)
+            async with hold(
+                leases, f"k{start}", lease_duration=LEASE, renewal_interval=EVERY, hooks=[events]
+            ):
+                await anyio.sleep(35)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, 10.01 - EVERY, a_events)
+            tg.start_soon(one, 10.02 - EVERY, b_events)
+
+    run_in_virtual_time(scenario())
+    together = [pytest.approx(10.01 + EVERY * n) for n in range(3)]
+    assert a_events.at("renewed") == together
+    assert b_events.at("renewed") == together

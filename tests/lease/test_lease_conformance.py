@@ -294,7 +294,7 @@ async def test_a_renewal_answered_after_the_deadline_is_late(backend: Backend) -
         lease = await leases.acquire("k", lease_duration=5)
         assert lease is not None
         nearly_expired = dataclasses.replace(lease, local_deadline=anyio.current_time() + 0.05)
-        switches.reply_delay = 0.15
+        switches.reply_delay = 0.1  # past the deadline, well inside the 0.2 s timeout
         with pytest.raises(LeaseLost) as lost:
             await leases.renew(nearly_expired)
         assert lost.value.reason == "late"

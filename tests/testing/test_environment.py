@@ -135,7 +135,9 @@ async def test_a_failed_renewal_stops_the_job_at_its_next_await(
     assert result.at("lost") == pytest.approx(lost_at)
     assert result.at("stopped") == result.at("lost")
     assert result.of("stopped")[0].attrs["stop_latency"] == 0.0
-    assert job.seen.stopped_by == ["CancelledError"]  # cancelled inside its awaited work
+    # Stopped in that checkpoint: cancelled inside its awaited work, or, when the verdict
+    # came in the same instant the work ended, by the checkpoint's own LeaseLost.
+    assert job.seen.stopped_by in (["CancelledError"], ["LeaseLost"])
 
 
 async def test_the_nth_renewal_can_fail() -> None:

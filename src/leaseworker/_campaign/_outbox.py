@@ -8,7 +8,9 @@ writes each into ``leaseworker_chaos_reclaims``; a store given by
 ``--store-url`` is left as it is and judged by its columns (a claim sets
 ``claimed_until`` to its time plus the hold, and nothing but a claim
 changes a sent row's, so one above ``sent_at`` plus the hold was taken
-after the mark).
+after the mark). PostgreSQL's relays claim with row locks, which write no
+column: the claim's own ``sent_at IS NULL``, rechecked under the lock, is
+what keeps them off sent rows; both audits see any claim-column write.
 :func:`lapse_claims` plays the ``outbox_claims_lapse`` fault: every claim
 held now expires, as when a relay is frozen past its hold.
 """
@@ -93,6 +95,14 @@ _LAPSE_PG = """
     UPDATE leaseworker_outbox SET claimed_until = now()
     WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > now()
 """
+# A relay's claim on PostgreSQL is row locks in a transaction of its own
+# (application_name set for it): ending its session is what a hold that ran
+# out does; the call waits (up to 1 s) until the session is gone.
+_LAPSE_PG_LOCKS = """
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000)) FROM pg_stat_activity
+    WHERE datname = current_database() AND application_name = 'leaseworker-relay-claim'
+      AND pid <> pg_backend_pid()
+"""
 _LAPSE_SQLITE = """
     UPDATE leaseworker_outbox SET claimed_until = ?
     WHERE sent_at IS NULL AND claimed_by IS NOT NULL AND claimed_until > ?
@@ -165,15 +175,18 @@ async def lapse_claims(store_url: str, seconds: float, *, every: float = 0.05) -
     """For ``seconds``, expire every relay claim on an unsent message; return how many lapsed."""
     lapsed = 0
     async with _connected(store_url) as (conn, pg):
-        with anyio.move_on_after(seconds):
-            while True:
-                if pg:
-                    lapsed += int((await conn.execute(_LAPSE_PG)).rowcount)
-                else:
-                    now = time.time_ns() // 1000
-                    lapsed += await anyio.to_thread.run_sync(_lapse_sqlite, conn, now)
-                await anyio.sleep(every)
-    return lapsed
+        deadline = anyio.current_time() + seconds
+        while True:  # every pass whole, the first even when ``seconds`` is shorter
+            if pg:
+                lapsed += int((await conn.execute(_LAPSE_PG)).rowcount)
+                row = await (await conn.execute(_LAPSE_PG_LOCKS)).fetchone()
+                lapsed += int(row[0]) if row else 0
+            else:
+                now = time.time_ns() // 1000
+                lapsed += await anyio.to_thread.run_sync(_lapse_sqlite, conn, now)
+            if anyio.current_time() + every >= deadline:
+                return lapsed
+            await anyio.sleep(every)
 
 
 def _lapse_sqlite(conn: sqlite3.Connection, now: int) -> int:

@@ -204,24 +204,24 @@ class Relay:
         acked: list[int] = []
         failures = 0
         try:
-            chains = _chains(rows)
-            while chains:
-                wave = [chain[0] for chain in chains]
+            wave, later = _first_of_each_key(rows)
+            while wave:
                 going = []
                 began = anyio.current_time()
-                for chain, outcome in zip(chains, await self._sender.send_batch(wave), strict=True):
-                    if isinstance(
-                        outcome, Exception
-                    ):  # the broker is down or refused: the rest waits
+                for row, outcome in zip(wave, await self._sender.send_batch(wave), strict=True):
+                    if isinstance(outcome, Exception):  # the broker is down or refused it:
+                        # this key's later rows wait for a later round
                         failures += 1
-                        self._send_failed(chain[0], outcome)
-                        self._emit("send_failed", chain[0], began, error=outcome)
+                        self._send_failed(row, outcome)
+                        self._emit("send_failed", row, began, error=outcome)
                         continue
-                    acked.append(chain[0].id)
-                    self._emit("sent", chain[0], began, partition=outcome[0], offset=outcome[1])
-                    if len(chain) > 1:
-                        going.append(chain[1:])
-                chains = going
+                    acked.append(row.id)
+                    if self._hooks:
+                        self._emit("sent", row, began, partition=outcome[0], offset=outcome[1])
+                    rest = later.get(row.job_key)
+                    if rest:
+                        going.append(rest.pop())
+                wave = going
         finally:
             with anyio.CancelScope(shield=True):
                 await self._settle(claimer, rows, acked)
@@ -287,12 +287,26 @@ class Relay:
                 await self._store.release_outbox(claimer, unsent)
 
 
-def _chains(rows: Sequence[OutboxRow]) -> list[list[OutboxRow]]:
-    """Group ``rows`` (id order) by job key, keeping each key's order."""
-    chains: dict[str, list[OutboxRow]] = {}
+def _first_of_each_key(
+    rows: Sequence[OutboxRow],
+) -> tuple[list[OutboxRow], dict[str, list[OutboxRow]]]:
+    """Split ``rows`` (id order): each job key's first row, and each key's later ones, last first.
+
+    The first wave sends the former; a key's next row is ``pop()`` ed once the
+    previous one was acknowledged.
+    """
+    first: list[OutboxRow] = []
+    later: dict[str, list[OutboxRow]] = {}
+    seen: set[str] = set()
     for row in rows:
-        chains.setdefault(row.job_key, []).append(row)
-    return list(chains.values())
+        if row.job_key in seen:
+            later.setdefault(row.job_key, []).append(row)
+        else:
+            seen.add(row.job_key)
+            first.append(row)
+    for chain in later.values():
+        chain.reverse()
+    return first, later
 
 
 async def _ring_when_set(stop: anyio.Event, bell: OutboxBell) -> None:

@@ -4,8 +4,9 @@
 sends each call of a Redis Cluster to its slot's node; ``_model`` the
 ``Lease`` value and the ``LeaseStore`` protocol; ``_leases`` ``RedisLeases``;
 ``_scripts`` the owner-checked Lua scripts; ``_verdict`` the verdict on a
-renewal's answer (shared with ``MemoryLeases``); ``_renewals`` the held lease's
-clock (timers, the renewal task); ``_pipelining`` groups concurrent
+renewal's answer (shared with ``MemoryLeases``); ``_renewals`` the held leases'
+clock (one shared renewal tick per loop); ``_releases`` batches the releases of
+blocks ending together; ``_pipelining`` groups concurrent
 calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the
 local-deadline formula and its checks; ``_hold`` the held-lease scope that
 cancels its body on loss (its events are ``leaseworker._events.LeaseEvent``).

@@ -4,8 +4,9 @@ The body runs in a cancel scope whose deadline is the lease's local deadline
 (and ``max_runtime``); :class:`~._renewals.Renewals` beside it renews on
 schedule and pushes the deadline forward, and any doubt about ownership
 cancels the scope for good. This module holds the guarantee (the scope, the
-loss, the outcome, the release); ``_renewals`` holds the clock (timers, the
-renewal task, what a missed deadline means).
+loss, the outcome, the release); ``_renewals`` holds the clock (the shared
+renewal tick, what a missed deadline means); ``_releases`` batches the
+releases of blocks that end together.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit, hooks_for
 from .._outcome import LeaseLostReason, Outcome
 from ._model import Lease, LeaseStore
+from ._releases import ReleaseMany, releases
 from ._renewals import Renewals
 from ._timing import LeaseTiming, now
 
@@ -69,7 +71,8 @@ def hold(
     ``max_runtime``. Settings that cannot keep the lease are rejected here, with
     :class:`~leaseworker.ConfigError`, before anything touches Redis.
     ``renewal_interval`` defaults to ``lease_duration / 3``; ``release_timeout`` to the store's
-    command timeout. ``hooks`` receive a :class:`LeaseEvent` for every step
+    command timeout (a batched release, see below: twice it for the batch,
+    from its send). ``hooks`` receive a :class:`LeaseEvent` for every step
     (acquired, renewed, lost, cancel requested, stopped, released).
     ``lease_note()`` returns a short text stored with the acquisition (the
     pod's telemetry: its trace reference); the next acquisition of the key
@@ -81,6 +84,9 @@ def hold(
     :meth:`HeldLease.checkpoint`; a loss reason it returns makes ownership
     uncertain there (``leaseworker.testing.MemoryLeases``: work time and
     injected losses). Other stores cost one attribute test per checkpoint.
+    A store that defines ``renew_many(leases)`` and ``release_many(leases)``
+    (``RedisLeases``) renews the held leases due together, and releases those
+    ending together, in shared batches; others are called once per lease.
     """
     if ttl is not None or renew_every is not None:  # deprecated spellings: off the usual path
         lease_duration = keyword("hold()", "ttl", ttl, "lease_duration", lease_duration)
@@ -239,7 +245,7 @@ class HeldLease:
 
     @property
     def max_loop_lag(self) -> float:
-        """The largest event-loop lag the renewal task observed, in seconds."""
+        """The largest lag behind its due time a renewal of this lease was sent with, in seconds."""
         return 0.0 if self._renewals is None else self._renewals.max_loop_lag
 
     async def __aenter__(self) -> HeldLease:
@@ -271,12 +277,10 @@ class HeldLease:
             self._leases,
             lease,
             timing=self._timing,
-            release_timeout=self._release_timeout,
             renewed=self._renewed,
             lose=lambda reason, detail, at, round_trip: self._lose(
                 reason, detail, at=at, round_trip=round_trip
             ),
-            fields=self._fields,
         )
         return self
 
@@ -295,11 +299,9 @@ class HeldLease:
             if self._outcome == "lost":
                 self._emit("stopped", stop_latency=self._lost_error(stopped_at).stop_latency)
         finally:
-            try:
-                assert self._renewals is not None  # made in __aenter__
-                await self._renewals.stop()
-            finally:
-                await self._release()
+            assert self._renewals is not None  # made in __aenter__
+            self._renewals.stop()
+            await self._release()
         if swallowed:
             exc = None
         if self._outcome == "lost" and not isinstance(exc, LeaseLost):
@@ -414,12 +416,22 @@ class HeldLease:
             return None
 
     async def _release(self) -> None:
-        """Release with its own timeout, shielded from the caller's cancellation."""
+        """Release with its own timeout, shielded from the caller's cancellation.
+
+        A store with ``release_many`` gets it in the batch of this loop turn's
+        releases (``_releases``), timed from when that batch is sent.
+        """
         begun = now()
+        many: ReleaseMany | None = getattr(self._leases, "release_many", None)
+        deadline = math.inf if many is not None else begun + self._release_timeout
         # One scope: shielded from the caller, cancelled by its own deadline.
-        with anyio.CancelScope(shield=True, deadline=begun + self._release_timeout) as scope:
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
             try:
-                self._released = await self._leases.release(self.lease)
+                if many is not None:
+                    answer = releases().release(many, self.lease, self._release_timeout)
+                    self._released = await answer
+                else:
+                    self._released = await self._leases.release(self.lease)
             except Exception as exc:
                 self._release_error = exc
         if scope.cancelled_caught:

@@ -21,11 +21,11 @@ import anyio
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from .._errors import ConfigError, LeaseUnavailable
+from .._errors import ConfigError, LeaseLost, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._model import Lease, LeaseInfo, _check_lease_duration, _checked, _describe, _duration, _ms
-from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_script
+from ._pipelining import Call, ReplicaWait, Replied, ScriptPipeline, run_script, run_scripts
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
 from ._verdict import judge_renewal
@@ -202,16 +202,44 @@ class RedisLeases:
                 [lease.owner, _ms(lease.lease_duration)],
                 linger=self._linger,
             )
-        except TimeoutError as exc:
-            raise _lost(lease, "timeout", "no answer within command_timeout") from exc
-        except _CLIENT_ERRORS as exc:
-            raise _lost(lease, "error", _describe(exc)) from exc
-        unreplicated = None if self._replicated(renewed) else self._unreplicated(renewed)
+        except (TimeoutError, *_CLIENT_ERRORS) as exc:
+            renewed = Replied(exc, None)
+        return self._renewal(lease, sent_at, renewed)
+
+    async def renew_many(self, leases: Sequence[Lease]) -> list[Lease | LeaseLost]:
+        """Renew every lease in one trip (one per node on a cluster): each gets renew()'s verdict.
+
+        ``hold()`` renews the held leases that fall due together this way.
+        """
+        sent_at = now()
+        calls: list[Call] = [
+            ([self.lease_key(lease.key)], [lease.owner, _ms(lease.lease_duration)])
+            for lease in leases
+        ]
+        try:
+            replies = await self._call_many(_scripts.RENEW, calls)
+        except (TimeoutError, *_CLIENT_ERRORS) as exc:
+            replies = [Replied(exc, None)] * len(calls)
+        renewed: list[Lease | LeaseLost] = []
+        for lease, reply in zip(leases, replies, strict=True):
+            try:
+                renewed.append(self._renewal(lease, sent_at, reply))
+            except LeaseLost as lost:
+                renewed.append(lost)
+        return renewed
+
+    def _renewal(self, lease: Lease, sent_at: float, reply: Replied) -> Lease:
+        """Judge a renewal's reply (an error as its value): the renewed lease, or LeaseLost."""
+        if isinstance(reply.value, TimeoutError):
+            raise _lost(lease, "timeout", "no answer within command_timeout") from reply.value
+        if isinstance(reply.value, _CLIENT_ERRORS):
+            raise _lost(lease, "error", _describe(reply.value)) from reply.value
+        unreplicated = None if self._replicated(reply) else self._unreplicated(reply)
         return judge_renewal(
             lease,
             sent_at=sent_at,
             policy=self._policy,
-            extended=bool(int(renewed.value)),
+            extended=bool(int(reply.value)),
             unreplicated=unreplicated,
         )
 
@@ -228,6 +256,23 @@ class RedisLeases:
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             raise LeaseUnavailable(lease.key, _describe(exc)) from exc
         return bool(int(deleted.value))
+
+    async def release_many(self, leases: Sequence[Lease]) -> list[bool | LeaseUnavailable]:
+        """Release every lease in one trip (one per node on a cluster); each answers as release().
+
+        ``hold()`` releases the leases whose blocks end together this way.
+        """
+        calls: list[Call] = [([self.lease_key(lease.key)], [lease.owner]) for lease in leases]
+        try:
+            replies = await self._call_many(_scripts.RELEASE, calls, replicated=False)
+        except (TimeoutError, *_CLIENT_ERRORS) as exc:
+            replies = [Replied(exc, None)] * len(calls)
+        return [
+            LeaseUnavailable(lease.key, _describe(reply.value))
+            if isinstance(reply.value, Exception)
+            else bool(int(reply.value))
+            for lease, reply in zip(leases, replies, strict=True)
+        ]
 
     async def inspect(self, key: str) -> LeaseInfo:
         """Read the owner, remaining TTL and last fence of ``key`` in one round trip."""
@@ -276,6 +321,23 @@ class RedisLeases:
         assert self._node is not None
         wait = self._wait if replicated else None
         return await self._deadlines.run(run_script(self._node, sha, script, keys, args, wait))
+
+    async def _call_many(
+        self, script: str, calls: Sequence[Call], *, replicated: bool = True
+    ) -> list[Replied]:
+        """Run ``script`` once per call in one trip (per node), each within the command timeout.
+
+        Error replies come back as values, one per call. Pipelined, a trip's
+        timeout runs from when it is written (see :meth:`ScriptPipeline.call_many`).
+        """
+        sha = self._scripts[script]
+        if self._router is not None:
+            return await self._router.call_many(sha, calls, replicated=replicated)
+        if self._pipeline is not None:
+            return await self._pipeline.call_many(sha, calls, replicated=replicated)
+        assert self._node is not None
+        wait = self._wait if replicated else None
+        return await self._deadlines.run(run_scripts(self._node, sha, script, calls, wait))
 
     def _replicated(self, reply: Replied) -> bool:
         """Whether enough replicas acknowledged the write behind ``reply``."""

@@ -48,11 +48,17 @@ Command = tuple[EncodableT, ...]
 """One Redis command as its words: ``("EVALSHA", sha, numkeys, *keys, *args)``."""
 
 
+Call = tuple[Sequence[str], Sequence[str]]
+"""One script call's keys and args."""
+
+
 @dataclass(slots=True)
 class _Call:
+    """Calls of one script queued together: one caller's (one, or a held-lease batch)."""
+
     sha: str
-    command: Command  # EVALSHA's words
-    answer: asyncio.Future[Replied]
+    commands: list[Command]  # EVALSHA's words, one per call
+    answer: asyncio.Future[list[Replied]]  # one reply per command, error replies as values
 
 
 @final
@@ -60,10 +66,11 @@ class ScriptPipeline:
     """Runs Lua scripts by SHA, pipelining the calls that queue; see the module docstring.
 
     ``scripts`` maps each SHA to its source, loaded once when Redis answers
-    NOSCRIPT (after a restart or ``SCRIPT FLUSH``). ``max_batch`` bounds one
-    pipeline. With ``wait``, every trip (a lone call too) ends with one
-    ``WAIT``, so each reply says how many replicas have its writes. A pipeline
-    belongs to one event loop at a time; used on a new loop, it starts over.
+    NOSCRIPT (after a restart or ``SCRIPT FLUSH``). ``max_batch`` bounds the
+    calls of one pipeline (a batch from :meth:`call_many` goes whole). With
+    ``wait``, every trip (a lone call too) ends with one ``WAIT``, so each
+    reply says how many replicas have its writes. A pipeline belongs to one
+    event loop at a time; used on a new loop, it starts over.
     """
 
     def __init__(
@@ -72,7 +79,7 @@ class ScriptPipeline:
         scripts: Mapping[str, str],
         deadlines: DeadlineWheel,
         *,
-        max_batch: int = 128,
+        max_batch: int = 1024,
         wait: ReplicaWait | None = None,
     ) -> None:
         self._redis = redis
@@ -107,30 +114,73 @@ class ScriptPipeline:
         call (``RedisError``, ``OSError``), and ``TimeoutError`` when a
         pipeline outlives the timeout.
         """
+        command: Command = ("EVALSHA", sha, len(keys), *keys, *args)
+        if self._must_queue(linger):
+            # Cancelled with the caller: left out, or its answer dropped.
+            [reply] = await self._queue(sha, [command], linger)
+            if isinstance(reply.value, Exception):
+                raise reply.value
+            return reply
+        try:  # sent alone
+            wait = self._wait if replicated else None
+            return await self._own.run(command, self._scripts[sha], wait)
+        finally:
+            self._idle()
+
+    async def call_many(
+        self, sha: str, calls: Sequence[Call], *, replicated: bool = True
+    ) -> list[Replied]:
+        """Run the script ``sha`` once per ``(keys, args)`` of ``calls``, all in one trip.
+
+        Error replies come back as values, one per call; the batch goes whole,
+        at once if nothing is in flight, else with the next pipeline (taking
+        lingering calls along). Its trip is bounded by the deadline from when
+        it is written, not from this call: a batch waiting for the trip ahead
+        of it, or for a busy loop, has not timed out. Raises as :meth:`call`
+        does for the trip.
+        """
+        commands: list[Command] = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls]
+        if self._must_queue(0.0):
+            return await self._queue(sha, commands, 0.0)
+        try:  # sent alone
+            wait = self._wait if replicated else None
+            trip = self._execute([(sha, command) for command in commands], wait)
+            return await self._deadlines.run(trip)
+        finally:
+            self._idle()
+
+    def _must_queue(self, linger: float) -> bool:
+        """Whether a call queues (one is in flight, or it lingers); if not, it goes alone now."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
             self._loop, self._busy, self._queued, self._linger = loop, False, [], None
             self._own = OwnConnection(self._redis)  # and so is its connection's transport
         if self._busy or linger > 0:
-            answer: asyncio.Future[Replied] = loop.create_future()
-            self._queued.append(_Call(sha, ("EVALSHA", sha, len(keys), *keys, *args), answer))
-            if not self._busy:
-                self._busy = True
-                self._linger = loop.call_later(linger, self._lingered)
-            elif self._linger is not None and not linger:
-                self._linger.cancel()  # a call in a hurry: the lingering ones go with it now
-                self._lingered()
-            return await answer  # cancelled with the caller: left out, or its answer dropped
-        self._busy = True  # sent alone
-        try:
-            wait = self._wait if replicated else None
-            command: Command = ("EVALSHA", sha, len(keys), *keys, *args)
-            return await self._own.run(command, self._scripts[sha], wait)
-        finally:
-            if self._queued:
-                self._next()
-            else:
-                self._busy = False
+            return True
+        self._busy = True
+        return False
+
+    def _queue(
+        self, sha: str, commands: list[Command], linger: float
+    ) -> asyncio.Future[list[Replied]]:
+        """Queue calls for the next pipeline; the future answers one reply per command."""
+        assert self._loop is not None  # set by _must_queue
+        answer: asyncio.Future[list[Replied]] = self._loop.create_future()
+        self._queued.append(_Call(sha, commands, answer))
+        if not self._busy:
+            self._busy = True
+            self._linger = self._loop.call_later(linger, self._lingered)
+        elif self._linger is not None and not linger:
+            self._linger.cancel()  # a call in a hurry: the lingering ones go with it now
+            self._lingered()
+        return answer
+
+    def _idle(self) -> None:
+        """End a lone call: send what queued meanwhile, or become idle."""
+        if self._queued:
+            self._next()
+        else:
+            self._busy = False
 
     async def aclose(self) -> None:
         """Stop the pipelines in flight (their callers get an error) before the client closes.
@@ -165,9 +215,17 @@ class ScriptPipeline:
             self._busy = False
 
     async def _send(self) -> None:
-        """Send the oldest queued calls (up to ``max_batch``) as one pipeline."""
-        batch = [call for call in self._queued[: self._max_batch] if not call.answer.done()]
-        del self._queued[: self._max_batch]
+        """Send the oldest queued calls (up to ``max_batch``, a batch whole) as one pipeline."""
+        batch: list[_Call] = []
+        taken = size = 0
+        for call in self._queued:
+            if batch and size + len(call.commands) > self._max_batch:
+                break
+            taken += 1
+            if not call.answer.done():
+                batch.append(call)
+                size += len(call.commands)
+        del self._queued[:taken]
         try:
             if batch:
                 await self._answer(batch)
@@ -191,7 +249,8 @@ class ScriptPipeline:
         for call in batch:
             call.answer.add_done_callback(gone)
         try:
-            replies = await self._deadlines.run(self._execute(batch))
+            commands = [(call.sha, command) for call in batch for command in call.commands]
+            replies = await self._deadlines.run(self._execute(commands, self._wait))
         except BaseException as exc:  # the connection failed or timed out: every call in it did
             error = exc if isinstance(exc, Exception) else _stopped()
             for call in batch:
@@ -200,23 +259,24 @@ class ScriptPipeline:
                 raise
             return
         answered = True
-        for call, reply in zip(batch, replies, strict=True):
-            if call.answer.done():
-                continue
-            if isinstance(reply.value, Exception):
-                call.answer.set_exception(reply.value)
-            else:
-                call.answer.set_result(reply)
+        first = 0
+        for call in batch:
+            last = first + len(call.commands)
+            if not call.answer.done():
+                call.answer.set_result(replies[first:last])
+            first = last
 
-    async def _execute(self, batch: list[_Call]) -> list[Replied]:
-        """Send ``batch``; calls answered NOSCRIPT are sent again once their script is loaded."""
+    async def _execute(
+        self, commands: list[tuple[str, Command]], wait: ReplicaWait | None
+    ) -> list[Replied]:
+        """Send ``(sha, command)`` pairs; NOSCRIPT answers go again once their script loaded."""
         own = self._own
-        replies = await own.trip([c.command for c in batch], self._wait)
+        replies = await own.trip([command for _, command in commands], wait)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply.value, NoScriptError)]
         if missing:
-            for sha in {batch[i].sha for i in missing}:
+            for sha in {commands[i][0] for i in missing}:
                 await own.load(self._scripts[sha])
-            again = await own.trip([batch[i].command for i in missing], self._wait)
+            again = await own.trip([commands[i][1] for i in missing], wait)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
@@ -330,6 +390,23 @@ async def run_script(
     if isinstance(reply.value, Exception):
         raise reply.value
     return reply
+
+
+async def run_scripts(
+    redis: Redis, sha: str, source: str, calls: Sequence[Call], wait: ReplicaWait | None
+) -> list[Replied]:
+    """Run one script by SHA once per ``(keys, args)``, as one pipeline; errors come back as values.
+
+    Calls answered NOSCRIPT go once more after the script is loaded.
+    """
+    replies = await _pipeline(redis, [(sha, keys, args) for keys, args in calls], wait)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply.value, NoScriptError)]
+    if missing:
+        await redis.script_load(source)
+        again = await _pipeline(redis, [(sha, *calls[i]) for i in missing], wait)
+        for i, reply in zip(missing, again, strict=True):
+            replies[i] = reply
+    return replies
 
 
 async def run_asking(

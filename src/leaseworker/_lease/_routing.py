@@ -23,7 +23,15 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError,
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._deadlines import DeadlineWheel
-from ._pipelining import ReplicaWait, Replied, ScriptPipeline, run_asking, run_script
+from ._pipelining import (
+    Call,
+    ReplicaWait,
+    Replied,
+    ScriptPipeline,
+    run_asking,
+    run_script,
+    run_scripts,
+)
 
 _STALE_MAP = (ClusterDownError, TryAgainError, RedisConnectionError, OSError)
 """Failures after which the next call reads the slot map again."""
@@ -87,6 +95,47 @@ class ClusterRouter:
         except _STALE_MAP:
             self._starts, self._owners = [], []  # read the map again at the next call
             raise
+
+    async def call_many(
+        self, sha: str, calls: Sequence[Call], *, replicated: bool = True
+    ) -> list[Replied]:
+        """Run script ``sha`` once per call: one batch per node, a redirected call once alone.
+
+        Errors come back as values, one per call (a node's failed trip is each
+        of its calls'). Each trip is bounded by the command timeout.
+        """
+        nodes: dict[int, tuple[Redis, ScriptPipeline | None, list[int]]] = {}
+        for i, (keys, _) in enumerate(calls):
+            client, pipeline = await self._route(keys[0])
+            nodes.setdefault(id(client), (client, pipeline, []))[2].append(i)
+        replies: list[Replied] = [Replied(None, None)] * len(calls)
+        wait = self._wait if replicated else None
+
+        async def on_node(client: Redis, pipeline: ScriptPipeline | None, at: list[int]) -> None:
+            batch = [calls[i] for i in at]
+            try:
+                if pipeline is not None:
+                    got = await pipeline.call_many(sha, batch, replicated=replicated)
+                else:
+                    trip = run_scripts(client, sha, self._scripts[sha], batch, wait)
+                    got = await self._deadlines.run(trip)
+            except (RedisError, OSError) as exc:  # TimeoutError included
+                got = [Replied(exc, None)] * len(batch)
+            for i, reply in zip(at, got, strict=True):
+                replies[i] = reply
+
+        await asyncio.gather(*(on_node(*node) for node in nodes.values()))
+        for i, reply in enumerate(replies):
+            if isinstance(reply.value, AskError):  # MOVED too: call() follows it
+                keys, args = calls[i]
+                try:
+                    alone = self.call(sha, keys, args, replicated=replicated)
+                    replies[i] = await self._deadlines.run(alone)
+                except (RedisError, OSError) as exc:
+                    replies[i] = Replied(exc, None)
+            if isinstance(replies[i].value, _STALE_MAP):
+                self._starts, self._owners = [], []  # read the map again at the next call
+        return replies
 
     async def client_for(self, key: str) -> Redis:
         """Return the plain client of the primary that owns ``key`` (for reads: inspect)."""

@@ -145,7 +145,9 @@ class OutboxEntry:
     """One outbox row and its state: when it committed, when it was sent, how often claimed.
 
     ``attempts`` counts the relays' claims of it (1 when the first send went
-    through; a claim that expired or was released counts too). Times in UTC.
+    through; a released claim counts too, an expired one too except on
+    PostgreSQL, where a claim counts when its relay marks or releases it).
+    Times in UTC.
     """
 
     row: OutboxRow

@@ -6,17 +6,29 @@ and reads the identity after the lock, as ``leaseworker_complete()`` does;
 its commit calls that same function, then inserts the messages, in the same
 transaction. It locks one head row and waits for no batch, so it cannot
 close a cycle with the batches' key-ordered locks (docs/design.md).
-Relays claim rows with ``FOR UPDATE SKIP LOCKED``. See docs/effects.md.
+A relay's claim is row locks (``FOR UPDATE SKIP LOCKED``) in a transaction
+of its own, kept open across the send and ended by the mark (which commits)
+or the release (which rolls back): one write per message, the mark. The
+transaction's ``idle_in_transaction_session_timeout`` is the claim's
+``hold``: a paused relay's session is ended and its locks freed for another
+relay, and its late mark fails (its transaction is gone) instead of marking
+what another relay sent; a dead relay's session ends with its connection.
+See docs/effects.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
+import weakref
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, final
 
 import anyio
 import psycopg
+from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed, PoolTimeout
 
@@ -35,6 +47,11 @@ from ._model import (
     highest,
 )
 from ._postgres import PostgresStore, _Attempt, _completion, _Conn, _maybe_completion
+
+logger = logging.getLogger("leaseworker.relay")
+
+_LOST = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
+"""A claim's session ended: its hold ran out (25P03), it was terminated, the store went away."""
 
 _LOCK_HEAD = """
     INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
@@ -60,7 +77,9 @@ _COLUMNS = (
     "o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key, o.value,"
     " o.headers, o.trace"
 )
-# Candidates: the oldest unsent rows nobody else holds, locked (others skip them).
+# Candidates: the oldest unsent rows nobody else holds, locked (others skip them;
+# the locks are the claim, held until the round's mark or release ends its
+# transaction; ``claimed_until`` is only a claim of a relay of schema 7's code).
 # A candidate is claimed only if no earlier unsent row of its job key is left
 # out (held by another relay, locked, or past the limit): that keeps each
 # key's order across relays. An earlier row of a key committed before a later
@@ -72,8 +91,8 @@ _CLAIM = f"""
     WITH candidates AS (
         SELECT id, job_key FROM leaseworker_outbox
         WHERE sent_at IS NULL
-          AND (claimed_by IS NULL OR claimed_by = %(relay)s OR claimed_until < now())
-        ORDER BY id LIMIT %(limit)s
+          AND (claimed_until IS NULL OR claimed_until < statement_timestamp())
+        ORDER BY id LIMIT {{limit}}
         FOR UPDATE SKIP LOCKED
     ), ready AS (
         SELECT c.id FROM candidates c
@@ -84,20 +103,25 @@ _CLAIM = f"""
             LIMIT 1
         ) IS NULL
     )
-    UPDATE leaseworker_outbox o
-    SET claimed_by = %(relay)s, claimed_until = now() + make_interval(secs => %(hold)s),
-        attempts = o.attempts + 1
-    FROM ready WHERE o.id = ready.id
-    RETURNING {_COLUMNS}
+    SELECT {_COLUMNS} FROM leaseworker_outbox o JOIN ready ON o.id = ready.id
 """
-MARK = """
-    UPDATE leaseworker_outbox SET sent_at = now()
-    WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
+_BEGIN = (
+    "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {hold};"
+    " SET LOCAL application_name = 'leaseworker-relay-claim';"
+)
+# Under the claim's locks: sent_at is NULL (the lock rechecked it). The mark's
+# time is its statement's, not the transaction's (now() is the claim's, before the send).
+_MARK = """
+    UPDATE leaseworker_outbox
+    SET sent_at = statement_timestamp(), claimed_by = {relay}, claimed_until = NULL,
+        attempts = attempts + 1
+    WHERE id = ANY({ids}::bigint[]) AND sent_at IS NULL;
 """
-RELEASE = """
-    UPDATE leaseworker_outbox SET claimed_by = NULL, claimed_until = NULL
-    WHERE id = ANY(%s) AND claimed_by = %s AND sent_at IS NULL
-"""
+_ATTEMPTED = (
+    "UPDATE leaseworker_outbox SET attempts = attempts + 1 WHERE id = ANY({ids}::bigint[]);"
+)
+MARK = "mark"
+RELEASE = "release"
 _ENTRIES = f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox o"
 _BACKLOG = """
     SELECT count(*), extract(epoch FROM now() - min(committed_at))::float8
@@ -220,26 +244,109 @@ class PgTransaction:
             raise StoreUnavailable(self.opened.job_key, "the transaction is not open")
 
 
+@dataclass(slots=True)
+class _Held:
+    """A relay's open claim: its transaction's connection and the ids it locked."""
+
+    conn: _Conn
+    ids: list[int]
+
+
+_HELD: weakref.WeakKeyDictionary[PostgresStore, dict[str, _Held]] = weakref.WeakKeyDictionary()
+"""Each store's open claims by claim name (a relay's round)."""
+
+
 async def claim_outbox(
     store: PostgresStore, relay: str, limit: int, hold: float
 ) -> list[OutboxRow]:
-    """Claim as ``EffectStore.claim_outbox`` says (one autocommit statement)."""
-    params = {"relay": relay, "limit": limit, "hold": hold}
+    """Claim as ``EffectStore.claim_outbox`` says: lock the rows, keep the transaction open.
 
-    async def run(conn: _Conn, attempt: _Attempt) -> list[TupleRow]:
-        return await (await conn.execute(_CLAIM, params)).fetchall()
+    One simple-protocol query (begin, the session timeout, the claim): one
+    round trip. No rows: the transaction ends at once.
+    """
+    held = _HELD.setdefault(store, {})
+    open_claim = held.pop(relay, None)
+    query = sql.SQL(_CLAIM if open_claim else _BEGIN + _CLAIM).format(
+        hold=sql.Literal(f"{max(1, math.ceil(hold * 1000))}ms"), limit=sql.Literal(int(limit))
+    )
+    # A relay claiming again under the same name (its claim still open) does so in
+    # the same transaction: its own locks do not skip, so it keeps what it held.
+    conn = await _connection(store) if open_claim is None else open_claim.conn
+    try:
+        with anyio.fail_after(store._timeout):
+            cursor = await conn.execute(query)
+            while cursor.description is None and cursor.nextset():  # BEGIN, SET, SET, rows
+                pass
+            found = await cursor.fetchall()
+    except BaseException as exc:
+        await _end(store, conn)
+        if isinstance(exc, psycopg.Error | TimeoutError):
+            raise StoreUnavailable(None, _describe(store, exc)) from exc
+        raise
+    if not found:
+        await _end(store, conn)
+        return []
+    rows = sorted((outbox_row(row) for row in found), key=lambda row: row.id)
+    held[relay] = _Held(conn, [row.id for row in rows])
+    return rows
 
-    found = await store._run(None, run)
-    return sorted((outbox_row(row) for row in found), key=lambda row: row.id)
+
+async def update(store: PostgresStore, what: str, relay: str, ids: Sequence[int]) -> int:
+    """End ``relay``'s claim: mark ``ids`` sent (``MARK``) or give them up (``RELEASE``).
+
+    Both commit the claim's transaction, counting an attempt on every row
+    it locked; the mark returns how many rows it marked. A claim already
+    ended (a mark then a release of the rest) or never open: nothing to do.
+    A claim whose session is gone (the server ended it after ``hold``, or
+    the store went away) marks nothing and returns 0: its locks are free, and
+    another relay may have sent and marked those rows since.
+    """
+    claim = _HELD.get(store, {}).pop(relay, None)
+    if claim is None:
+        return 0
+    sent = set(ids) if what == MARK else set()
+    unsent = [row_id for row_id in claim.ids if row_id not in sent]
+    parts: list[sql.Composable] = []
+    if sent:
+        parts.append(sql.SQL(_MARK).format(relay=sql.Literal(relay), ids=_ids(sorted(sent))))
+    if unsent:
+        parts.append(sql.SQL(_ATTEMPTED).format(ids=_ids(unsent)))
+    parts.append(sql.SQL("COMMIT"))
+    try:
+        with anyio.fail_after(store._timeout):
+            cursor = await claim.conn.execute(sql.SQL(" ").join(parts))
+            return cursor.rowcount if sent else 0
+    except _LOST as exc:  # the session is gone, its transaction with it
+        logger.warning(
+            "outbox relay: claim %s lapsed before its mark (%s); nothing marked",
+            relay,
+            _describe(store, exc),
+            extra={"event": "relay_claim_lapsed"},
+        )
+        return 0
+    except (psycopg.Error, TimeoutError) as exc:
+        raise StoreUnavailable(None, _describe(store, exc)) from exc
+    finally:
+        await _end(store, claim.conn)
 
 
-async def update(store: PostgresStore, sql: str, relay: str, ids: Sequence[int]) -> int:
-    """Run ``_MARK`` or ``_RELEASE`` for ``relay``'s rows ``ids``; return the row count."""
+def _ids(ids: Sequence[int]) -> sql.Literal:
+    """Return the ids as one array literal (psycopg's list adaptation checks every element)."""
+    return sql.Literal("{" + ",".join(map(str, map(int, ids))) + "}")
 
-    async def run(conn: _Conn, attempt: _Attempt) -> int:
-        return (await conn.execute(sql, (list(ids), relay))).rowcount
 
-    return await store._run(None, run) if ids else 0
+async def _connection(store: PostgresStore) -> _Conn:
+    try:
+        return await store._pool.getconn(timeout=store._timeout)
+    except (PoolTimeout, PoolClosed) as exc:
+        raise StoreUnavailable(None, _describe(store, exc)) from exc
+
+
+async def _end(store: PostgresStore, conn: _Conn) -> None:
+    """Roll back what is still open and give ``conn`` back to the pool (shielded)."""
+    with anyio.CancelScope(shield=True):
+        await _rollback(conn)
+        await store._pool.putconn(conn)
 
 
 async def prune(store: PostgresStore, older_than: float, limit: int) -> int:

@@ -196,15 +196,12 @@ def claim_outbox(conn: sqlite3.Connection, relay: str, limit: int, hold: float) 
         return []
     marks = ",".join("?" * len(ids))
     until = now + int(hold * 1_000_000)
-    conn.execute(
-        "UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1"
-        f" WHERE id IN ({marks})",
-        (relay, until, *ids),
-    )
     found = conn.execute(
-        f"SELECT {_COLUMNS} FROM leaseworker_outbox WHERE id IN ({marks}) ORDER BY id", ids
+        "UPDATE leaseworker_outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1"
+        f" WHERE id IN ({marks}) RETURNING {_COLUMNS}",
+        (relay, until, *ids),
     ).fetchall()
-    return [outbox_row(row) for row in found]
+    return sorted((outbox_row(row) for row in found), key=lambda row: row.id)
 
 
 def mark_sent(conn: sqlite3.Connection, relay: str, ids: Sequence[int]) -> int:

@@ -1,0 +1,106 @@
+"""Releases asked for in one event-loop turn go together: batches, a task and a trip each.
+
+When many held blocks end at once (a burst of jobs finishing), each would
+otherwise send its own release, queue behind the others and wait for its
+turn on a loop busy ending the rest. A store with ``release_many(leases)``
+(``RedisLeases``) gets the releases of the turn in batches instead (of
+:data:`BATCH`), sent on the next turn. A release's timeout starts when its
+batch is sent, not when its block asked: a release that waited on a busy
+loop, without being sent, has not failed. The store bounds each trip
+(``RedisLeases``: the command timeout, from when the trip is written); the
+batch as a whole gets :data:`BATCH_BOUND` times ``release_timeout``, for a
+store that does not. A release that does fail leaves the lease to expire
+with its TTL (the owner-checked scripts keep that safe) and is reported by
+its ``HeldLease``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+
+from ._model import Lease
+
+BATCH = 1000
+"""The most releases in one batch: a trip short enough to stay well inside its timeout."""
+
+BATCH_BOUND = 2
+"""A batch of releases may take this many times ``release_timeout`` in all, from when it is sent."""
+
+ReleaseMany = Callable[[Sequence[Lease]], Awaitable[Sequence["bool | BaseException"]]]
+"""A store's optional ``release_many(leases)``: one answer per lease, an exception for a failure."""
+
+_Pending = list[tuple[Lease, "asyncio.Future[bool]"]]
+
+
+class Releases:
+    """The releases of one event loop waiting for the next turn, by store and timeout."""
+
+    __slots__ = ("__weakref__", "_pending", "_tasks")
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[ReleaseMany, float], _Pending] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
+
+    def release(self, many: ReleaseMany, lease: Lease, timeout: float) -> asyncio.Future[bool]:
+        """Queue ``lease``'s release; the future answers ``release()``'s answer or its error."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bool] = loop.create_future()
+        if not self._pending:
+            # In a context of its own: a batch must not carry one body's context variables.
+            loop.call_soon(self._send, context=contextvars.Context())
+        self._pending.setdefault((many, timeout), []).append((lease, answer))
+        return answer
+
+    def _send(self) -> None:
+        """Send each store's queued releases as one batch (a loop callback)."""
+        pending, self._pending = self._pending, {}
+        loop = asyncio.get_running_loop()
+        for (many, timeout), queued in pending.items():
+            for first in range(0, len(queued), BATCH):
+                batch = queued[first : first + BATCH]
+                task = loop.create_task(_release_many(many, batch, timeout * BATCH_BOUND))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+
+async def _release_many(many: ReleaseMany, batch: _Pending, within: float) -> None:
+    answers: Sequence[bool | BaseException]
+    try:
+        async with asyncio.timeout(within):
+            answers = await many([lease for lease, _ in batch])
+    except TimeoutError:
+        answers = [TimeoutError(f"release did not finish within {within}s") for _ in batch]
+    except Exception as exc:  # a custom store's bug is each release's error
+        answers = [exc] * len(batch)
+    except asyncio.CancelledError:  # the loop is closing: nobody may wait for ever
+        answers = [TimeoutError("the release was cancelled before it was answered") for _ in batch]
+        _answer(batch, answers)
+        raise
+    _answer(batch, answers)
+
+
+def _answer(batch: _Pending, answers: Sequence[bool | BaseException]) -> None:
+    for (_, answer), released in zip(batch, answers, strict=True):
+        if answer.done():
+            continue
+        if isinstance(released, BaseException):
+            answer.set_exception(released)
+        else:
+            answer.set_result(released)
+
+
+_releases: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Releases] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def releases() -> Releases:
+    """Return the running event loop's release batcher (made on first use)."""
+    loop = asyncio.get_running_loop()
+    found = _releases.get(loop)
+    if found is None:
+        found = _releases[loop] = Releases()
+    return found

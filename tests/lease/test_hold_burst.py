@@ -1,0 +1,147 @@
+"""Many holds on one RedisLeases: renewals share trips, ends share releases (real Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from redis.asyncio import Redis
+
+from leaseworker import (
+    Event,
+    HeldLease,
+    LeaseEvent,
+    LeaseLost,
+    LeaseUnavailable,
+    RedisLeases,
+    hold,
+)
+from leaseworker._dev._services import LocalRedis
+
+from ..chaos import proxied_leases
+
+BURST = 10_000
+"""Holds that end in one loop turn, as many as the bench holds."""
+
+
+class _Renewals:
+    """A hook counting confirmed renewals per key; ``enough`` is set once every key has ``n``."""
+
+    def __init__(self, keys: int, n: int) -> None:
+        self.counts: dict[str, int] = {}
+        self.enough = anyio.Event()
+        self._keys = keys
+        self._n = n
+
+    def __call__(self, event: Event) -> None:
+        assert isinstance(event, LeaseEvent)
+        if event.name == "renewed":
+            self.counts[event.key] = self.counts.get(event.key, 0) + 1
+            if sum(count >= self._n for count in self.counts.values()) >= self._keys:
+                self.enough.set()
+
+
+async def _start(
+    tg: anyio.abc.TaskGroup,
+    count: int,
+    holder: Callable[[int, anyio.Event], Coroutine[Any, Any, None]],
+    *,
+    step: int = 100,
+) -> None:
+    """Start ``count`` holders in ``tg``, ``step`` at a time; return once all are inside."""
+    for first in range(0, count, step):
+        inside = [anyio.Event() for _ in range(first, min(first + step, count))]
+        for i, entered in enumerate(inside, start=first):
+            tg.start_soon(holder, i, entered)
+        for entered in inside:
+            await entered.wait()
+
+
+@pytest.mark.timeout(120)
+async def test_ten_thousand_holds_ending_at_once_all_release(redis: Redis, namespace: str) -> None:
+    """Every body ends in one loop turn: each release answers, none fails, no key is left."""
+    leases = RedisLeases(redis, namespace=namespace)  # a pod's command timeout
+    end = anyio.Event()
+    held: list[HeldLease] = []
+
+    async def holder(i: int, entered: anyio.Event) -> None:
+        async with hold(leases, f"burst:{i}", lease_duration=30) as lease:
+            held.append(lease)
+            entered.set()
+            await end.wait()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(60):
+                await _start(tg, BURST, holder)
+            end.set()  # every holder wakes in the next loop turn, and ends there
+    finally:
+        await leases.aclose()
+    assert [h.outcome for h in held] == ["completed"] * BURST
+    assert [h.release_error for h in held if h.release_error is not None] == []
+    assert all(h.released is True for h in held)
+    assert await redis.keys(f"{namespace}:*:lease") == []
+
+
+async def test_a_rejected_renewal_in_a_shared_trip_stops_only_its_own_body(
+    leases: RedisLeases, redis: Redis
+) -> None:
+    """Twenty leases renewed together; one key deleted: that body alone is cancelled."""
+    renewals = _Renewals(keys=19, n=2)
+    lost = anyio.Event()
+    end = anyio.Event()
+    held: dict[int, HeldLease] = {}
+    errors: dict[int, LeaseLost] = {}
+
+    async def holder(i: int, entered: anyio.Event) -> None:
+        try:
+            async with hold(
+                leases, f"k{i}", lease_duration=1.0, renewal_interval=0.2, hooks=[renewals]
+            ) as lease:
+                held[i] = lease
+                entered.set()
+                await end.wait()
+        except LeaseLost as exc:
+            errors[i] = exc
+            lost.set()
+
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(10):
+            await _start(tg, 20, holder, step=20)
+            await redis.delete(leases.lease_key("k0"))  # before its first renewal (0.2 s)
+            await lost.wait()
+            await renewals.enough.wait()  # the other nineteen renewed twice meanwhile
+        end.set()
+    assert list(errors) == [0]
+    assert errors[0].reason == "rejected"
+    assert [held[i].outcome for i in range(1, 20)] == ["completed"] * 19
+    assert held[0].outcome == "lost"
+
+
+async def test_releases_that_fail_together_each_leave_their_lease_to_expire(
+    redis_server: LocalRedis, namespace: str, redis: Redis
+) -> None:
+    """Redis stops answering as fifty holds end: every release fails, alone, and is reported."""
+    end = anyio.Event()
+    held: list[HeldLease] = []
+    async with proxied_leases(redis_server, namespace) as (proxy, leases):
+
+        async def holder(i: int, entered: anyio.Event) -> None:
+            async with hold(leases, f"k{i}", lease_duration=2) as lease:
+                held.append(lease)
+                entered.set()
+                await end.wait()
+
+        async with anyio.create_task_group() as tg:
+            await _start(tg, 50, holder, step=50)
+            proxy.blackhole = True
+            end.set()
+    assert [h.outcome for h in held] == ["completed"] * 50  # the bodies' outcome stands
+    assert all(isinstance(h.release_error, LeaseUnavailable) for h in held)
+    assert all(h.released is None for h in held)
+    for h in held:  # still this owner's, and expiring with its TTL
+        assert await redis.get(leases.lease_key(h.key)) == h.lease.owner.encode()
+        assert 0 < await redis.pttl(leases.lease_key(h.key)) <= 2000
