@@ -587,7 +587,7 @@ def report(
             line += f"\n{'':35s}fair: {paired(samples, rates[base])} of {base}"
             line += f"\n{'':35s}CPU:  {paired(cpu[base], cpu[name])} ({base} CPU / pod CPU)"
         print(line)
-    print("target: pod with the memory store >= 0.80x of bare (median of per-round ratios)")
+    print("target: pod with the memory store >= 0.90x of bare (median of per-round ratios)")
     if fair:
         print("target: pod with a durable store >= 0.90x of the bare loop writing the same store")
 
