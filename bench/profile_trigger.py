@@ -5,7 +5,8 @@ concurrency), per store named in ``--stores``:
 
 - one plain round: CPU per trigger of the event-loop thread and of every
   other thread (the SQLite store's fsync thread, the store's worker
-  threads), from ``/proc`` (``telemetry_overhead.CpuClock``);
+  threads), from ``/proc`` (``telemetry_overhead.CpuClock``), with its polls,
+  records per poll and store batches per trigger (SQLite, PostgreSQL);
 - one round under ``cProfile`` timed by the loop thread's CPU clock: calls
   per trigger and the share of profiled CPU by box, which scales the loop's
   plain CPU into microseconds per box. A built-in function's calls and time count for
@@ -36,6 +37,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import anyio
 from telemetry_overhead import CpuClock
@@ -44,6 +46,8 @@ from throughput import PARTITIONS, leaseworker_pod, produce, store_urls
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
+from leaseworker._kafka._source import KafkaTriggerSource
+from leaseworker._store._batch import Batcher
 
 BOXES = (
     ("store", ("/leaseworker/_store/", "/psycopg/", "/psycopg_pool/", "sqlite3")),
@@ -56,6 +60,28 @@ BOXES = (
     ("loop", ("/asyncio/", "/anyio/", "selectors", "/sniffio/", "'_asyncio.", "'select.")),
 )
 """Box names with the path fragments (or built-in names) of their code; first match wins."""
+
+
+COUNTS: Counter[str] = Counter()
+"""Polls, the records they carried and store batches, counted by the wrappers below."""
+
+
+def count_polls_and_batches() -> None:
+    """Wrap the source's dispatch and the batcher's runs to count polls, records, batches."""
+    dispatch, run_answered = KafkaTriggerSource._dispatch, Batcher._run_answered
+
+    def counted_dispatch(self: KafkaTriggerSource, tg: Any, batch: Any, free: int) -> None:
+        COUNTS["polls"] += 1
+        COUNTS["records"] += sum(len(records) for records in batch.values())
+        dispatch(self, tg, batch, free)
+
+    async def counted_run(self: Batcher, batch: list[Any]) -> None:
+        COUNTS["batches"] += 1
+        COUNTS["calls"] += len(batch)
+        await run_answered(self, batch)
+
+    KafkaTriggerSource._dispatch = counted_dispatch  # type: ignore[method-assign]
+    Batcher._run_answered = counted_run  # type: ignore[method-assign]
 
 
 def box_of(where: str) -> str:
@@ -110,9 +136,12 @@ async def profile(
             continue
         await one_pod(kafka, redis, url, argparse.Namespace(**{**vars(args), "triggers": 300}))
         before, started = clock.read(), time.perf_counter()
+        COUNTS.clear()
         await one_pod(kafka, redis, url, args)
         wall = time.perf_counter() - started
         after = clock.read()
+        counts = COUNTS.copy()  # the plain round's (the profiled round counts too)
+        polls, batches = counts["polls"], counts["batches"]
         main, other = (
             (after[name] - before[name]) / args.triggers * 1e6 for name in ("pod main", "pod other")
         )
@@ -126,7 +155,10 @@ async def profile(
         total = sum(seconds.values())
         print(
             f"\n{store}: {args.triggers / wall:.0f} triggers/s (plain round, start-up included); "
-            f"CPU per trigger: loop thread {main:.0f} µs, other threads {other:.0f} µs"
+            f"CPU per trigger: loop thread {main:.0f} µs, other threads {other:.0f} µs\n"
+            f"  {polls} polls ({counts['records'] / max(polls, 1):.1f} records each); "
+            f"{batches / args.triggers:.2f} store batches per trigger "
+            f"({counts['calls'] / max(batches, 1):.1f} calls each)"
         )
         print(f"  {'box':10s} {'calls/trigger':>14s} {'share':>6s} {'µs/trigger':>11s}")
         for box, spent in sorted(seconds.items(), key=lambda item: -item[1]):
@@ -145,6 +177,7 @@ def main() -> None:
     parser.add_argument("--dump", help="also write each store's profile (pstats) to this directory")
     args = parser.parse_args()
     stores = [name for name in args.stores.split(",") if name]
+    count_polls_and_batches()
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lw-profile-")))
         services = stack.enter_context(LocalStack())

@@ -25,9 +25,14 @@ from ..kafka_util import KafkaNames, produce
 
 
 def _row(topic: str) -> OutboxRow:
+    """The test's one effect: its id is the topic's own, so no other test's record dedups it.
+
+    The receiver reads every effects topic on the broker, other tests' too, and
+    its inbox drops a message whose effect id it has seen on any of them.
+    """
     return OutboxRow(
         id=1,
-        job_key="ns:{report:acme:2026-11}",
+        job_key=f"ns:{{report:{topic}}}",
         input_version="v1",
         seq=0,
         fence=11,

@@ -15,7 +15,9 @@ import pytest
 from leaseworker import CompletionRequest, ConfigError, StoreUnavailable, open_store
 from leaseworker._store import DEFAULT_URL, SETTLED_BY_OFFSETS
 from leaseworker._store._effects import Message, OutboxRow
+from leaseworker._store._schema import MIGRATIONS
 from leaseworker._store._sqlite import SqliteStore
+from leaseworker._store._url import parse_store_url
 
 _T = TypeVar("_T")
 TIMEOUT = 0.5
@@ -369,3 +371,54 @@ async def test_the_relay_gets_no_message_before_its_transaction_is_on_disk(
             assert (held.asked, claims) == (1, [])  # claimed, but not handed over unsynced
             held.released.set()
         assert [row.message.topic for row in claims[0]] == ["t"]
+
+
+async def test_a_schema_7_file_migrates_to_key_ordered_tables_and_the_head_trigger(
+    tmp_path: Path,
+) -> None:
+    """A file of schema 7 with a completion and a claim opens at schema 8, its rows kept.
+
+    Both tables are rebuilt ``WITHOUT ROWID``; the old completion still answers
+    ``duplicate``, the claim still fences lower fences out, and a new
+    completion (one statement) moves the head through the trigger.
+    """
+    path = tmp_path / "c.sqlite3"
+    url = parse_store_url(f"sqlite:///{path}")
+    old = await SqliteStore.open(url, call_timeout=5.0, migrations=MIGRATIONS[:7])
+    assert old.schema_version == 7
+    await old.aclose()
+    # What a pod of schema 7 left behind: a completion and its head, and a claim.
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(
+            "INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at,"
+            " claimed_fence) VALUES ('k', 1, 'v', 1, -1), ('c', -1, '', 1, 30)"
+        )
+        conn.execute(
+            "INSERT INTO leaseworker_completions (job_key, input_version, fence, result,"
+            " execution_id, pod, completed_at) VALUES ('k', 'v', 1, '{}', 'e', 'p', 1)"
+        )
+    new = await SqliteStore.open(url, call_timeout=5.0)
+    try:
+        assert new.schema_version == 8
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            tables = dict(conn.execute("SELECT name, sql FROM sqlite_schema WHERE type = 'table'"))
+            triggers = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
+            assert [name for (name,) in triggers] == ["leaseworker_move_head"]
+        for table in ("leaseworker_jobs", "leaseworker_completions"):
+            assert tables[table].endswith("WITHOUT ROWID")
+        assert not [name for name in tables if name.endswith("_new")]
+        assert (await new.complete(_request("k"))).status == "duplicate"
+        assert (await new.claim("c", "v2", 29)).status == "stale"
+        later = CompletionRequest(
+            job_key="k", input_version="v2", fence=2, result={"n": 2}, execution_id="e", pod="p"
+        )
+        assert (await new.complete(later)).status == "accepted"
+        state = await new.state("k")
+        assert state is not None
+        assert (state.input_version, state.fence, state.result) == ("v2", 2, {"n": 2})
+        stale = CompletionRequest(
+            job_key="k", input_version="v3", fence=1, result={}, execution_id="e", pod="p"
+        )
+        assert (await new.complete(stale)).status == "stale"
+    finally:
+        await new.aclose()

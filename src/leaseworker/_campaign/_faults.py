@@ -21,11 +21,14 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
 
 from .._dev._pods import PodProcess
 from .._history import FaultWindow, Scalar
+from .._kafka._topics import _setting
 from ._outbox import lapse_claims
 from ._plan import PlannedFault
 from ._receiver import Receiver
 from ._stack import Services
 from ._stall import stall_request
+
+_MAX_BYTES = "max.message.bytes"
 
 
 @dataclass
@@ -241,16 +244,33 @@ class Injector:
 
 
 async def refuse_records(bootstrap: str, topics: list[str], *, refuse: bool) -> None:
-    """Set ``topics``' ``max.message.bytes`` to 1 (``refuse``) or drop their overrides."""
+    """Set ``topics``' ``max.message.bytes`` to 1 (``refuse``) or drop their overrides.
+
+    Returns once the broker describes every topic so: the controller answers
+    AlterConfigs when the change is committed, and the broker applies it as it
+    replays the metadata log, a moment later; a send in between still lands.
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     with anyio.fail_after(30):
         await admin.start()
         try:
-            setting = {"max.message.bytes": "1"} if refuse else {}
+            setting = {_MAX_BYTES: "1"} if refuse else {}
             resources = [ConfigResource(ConfigResourceType.TOPIC, t, setting) for t in topics]
             for response in await admin.alter_configs(resources):
                 for error, message, *_ in response.resources:
                     if error:
                         raise RuntimeError(f"max.message.bytes not set: {error} {message}")
+            pending = list(topics)
+            while pending:
+                pending = [t for t in pending if await _refuses(admin, t) != refuse]
+                if pending:
+                    await anyio.sleep(0.01)  # the broker replays the change within milliseconds
         finally:
             await admin.close()
+
+
+async def _refuses(admin: AIOKafkaAdminClient, topic: str) -> bool:
+    """Tell whether the broker describes ``topic``'s ``max.message.bytes`` as 1."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, {_MAX_BYTES: None})
+    [response] = await admin.describe_configs([resource])
+    return _setting(response, _MAX_BYTES) == "1"

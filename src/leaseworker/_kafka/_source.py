@@ -49,6 +49,12 @@ TopicCheck = Callable[[SourceSettings, list[str]], Awaitable[None]]
 ResolveKey = Callable[[Trigger], str]
 """Return a trigger's job key (``ReportJob.job_key``)."""
 
+GATHER_SHARE = 0.75
+"""The share of slots a full pod's next poll waits to see free: under load slots free one at
+a time, and a poll's executions share lookups, store batches and lease pipelines."""
+GATHER_WINDOW = 0.010
+"""How long, at most, a poll waits for them (seconds); a pod that was not full never waits."""
+
 
 @final
 class KafkaTriggerSource:
@@ -174,6 +180,7 @@ class KafkaTriggerSource:
                 # execution frees a slot (or, draining, the last one ends) instead.
                 with anyio.move_on_after(self._config.poll_timeout):
                     await self._state.wait(self._may_go_on)
+                await self._gather()
             self._apply_pauses()
             free = self._config.concurrency - self.stats.in_flight
             wait = 0.0 if self._all_paused() else self._config.poll_timeout
@@ -194,6 +201,16 @@ class KafkaTriggerSource:
             self.stats.last_poll_at = anyio.current_time()
             self._dispatch(tg, batch, free)
             self._state.event("polled")
+
+    async def _gather(self) -> None:
+        """Once full, wait (bounded) for more free slots, so that the next poll carries several."""
+        if GATHER_WINDOW and self.stats.in_flight and not self._gathered():
+            with anyio.move_on_after(GATHER_WINDOW):
+                await self._state.wait(self._gathered)
+
+    def _gathered(self) -> bool:
+        want = max(1, int(self._config.concurrency * GATHER_SHARE))
+        return self._state.stopping or self._config.concurrency - self.stats.in_flight >= want
 
     async def _connect(self) -> bool:
         """Start the consumer and, with a dead-letter topic, the producer.

@@ -8,6 +8,7 @@ before it. See docs/design.md#group-commit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,7 +38,14 @@ class Call(Generic[_T]):
     error: BaseException | None = field(default=None, init=False)
     taken: bool = field(default=False, init=False)
     done: bool = field(default=False, init=False)
-    wake: anyio.Event | None = field(default=None, init=False)  # set on the loop to wake its caller
+    # Its caller sleeps on it: a bare future, lighter than an event (one per call and wait).
+    wake: asyncio.Future[None] | None = field(default=None, init=False)
+
+    def wake_up(self) -> None:
+        """Wake the call's caller if it sleeps (a cancelled sleep has ended already)."""
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def succeed(self, outcome: _T) -> None:
         """Answer the call with ``outcome``."""
@@ -143,8 +151,8 @@ class Batcher:
             if not call.taken and self._running < self._max_in_flight:
                 await self._lead()
             else:
-                call.wake = anyio.Event()
-                await call.wake.wait()
+                call.wake = asyncio.get_running_loop().create_future()
+                await call.wake
 
     async def _lead(self) -> None:
         """Run the next batch (the oldest queued calls)."""
@@ -169,8 +177,8 @@ class Batcher:
             self._queue[:0] = unanswered
             self._running -= 1
             for call in batch:
-                if call.done and call.wake is not None:
-                    call.wake.set()
+                if call.done:
+                    call.wake_up()
             self._hand_over()
 
     async def _run_answered(self, batch: list[Call[object]]) -> None:
@@ -185,9 +193,7 @@ class Batcher:
     def _hand_over(self) -> None:
         """Wake the oldest queued caller if a batch may start, and ``close`` once idle."""
         if self._running < self._max_in_flight and self._queue:
-            wake = self._queue[0].wake
-            if wake is not None:
-                wake.set()
+            self._queue[0].wake_up()
         if self._running == 0 and self._idle is not None:
             self._idle.set()
             self._idle = None

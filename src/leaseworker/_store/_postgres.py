@@ -380,18 +380,18 @@ def _batch_params(ops: Sequence[_Op]) -> tuple[str]:
     """
     entries = []
     for op in ops:
+        head = f'["{op.kind}",{_string(op.job_key)},{_string(op.input_version)},{op.fence}'
         request = op.request
         if request is None:
-            entries.append(_JSON.encode([op.kind, op.job_key, op.input_version, op.fence]))
-            continue
-        execution = [request.execution_id, request.pod]
-        head = _JSON.encode([op.kind, op.job_key, op.input_version, op.fence, *execution])
-        entries.append(f"{head[:-1]},{op.result}]")
+            entries.append(f"{head}]")
+        else:
+            execution = f"{_string(request.execution_id)},{_string(request.pod)}"
+            entries.append(f"{head},{execution},{op.result}]")
     return (f"[{','.join(entries)}]",)
 
 
-_JSON = json.JSONEncoder(separators=(",", ":"))
-"""``json.dumps`` without spaces, built once."""
+_string = json.encoder.encode_basestring_ascii
+"""A JSON string literal of a str, as ``json.dumps`` writes it (the C encoder's, no list)."""
 
 
 @dataclass(slots=True)

@@ -63,6 +63,16 @@ Migration 3 changed only what is stale; the text is shared so the two cannot dri
 """
 
 
+def _without_rowid(table: str, columns: str, names: str) -> tuple[str, ...]:
+    """Return the SQLite statements that rebuild ``table`` as ``WITHOUT ROWID``, rows kept."""
+    return (
+        f"CREATE TABLE {table}_new ({columns}) WITHOUT ROWID",
+        f"INSERT INTO {table}_new ({names}) SELECT {names} FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {table}_new RENAME TO {table}",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -348,6 +358,44 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE leaseworker_outbox SET (fillfactor = 50)",
         ),
         sqlite=(),  # SQLite has no fillfactor; its claims rewrite the row in its b-tree page
+    ),
+    Migration(
+        version=8,
+        description="SQLite: head and completion rows in their key's b-tree; a trigger moves heads",
+        postgresql=(),  # PostgreSQL's leaseworker_complete moves the head itself
+        sqlite=(
+            # WITHOUT ROWID: a row lives in its primary key's b-tree, so a write
+            # touches one b-tree, not a table and its key's index (less WAL per
+            # commit). Rebuilt under the migration's write lock, rows kept.
+            *_without_rowid(
+                "leaseworker_jobs",
+                "job_key TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL,"
+                " input_version TEXT NOT NULL, updated_at INTEGER NOT NULL,"
+                " claimed_fence INTEGER NOT NULL DEFAULT -1",
+                "job_key, fence, input_version, updated_at, claimed_fence",
+            ),
+            *_without_rowid(
+                "leaseworker_completions",
+                "job_key TEXT NOT NULL, input_version TEXT NOT NULL, fence INTEGER NOT NULL,"
+                " result TEXT NOT NULL, execution_id TEXT NOT NULL, pod TEXT NOT NULL,"
+                " completed_at INTEGER NOT NULL, PRIMARY KEY (job_key, input_version)",
+                "job_key, input_version, fence, result, execution_id, pod, completed_at",
+            ),
+            # A recorded completion moves its job key's head in the same
+            # statement: a completion is one statement. Code of version 7,
+            # which moves the head itself, writes the same values again.
+            """
+            CREATE TRIGGER leaseworker_move_head AFTER INSERT ON leaseworker_completions
+            BEGIN
+                INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at)
+                VALUES (NEW.job_key, NEW.fence, NEW.input_version, NEW.completed_at)
+                ON CONFLICT (job_key) DO UPDATE SET
+                    fence = excluded.fence,
+                    input_version = excluded.input_version,
+                    updated_at = excluded.updated_at;
+            END
+            """,
+        ),
     ),
 )
 

@@ -34,10 +34,10 @@ _FIND = """
     SELECT input_version, fence, result, execution_id, pod, completed_at
     FROM leaseworker_completions WHERE job_key = ? AND input_version = ?
 """
-# Both bind :job_key, :input_version, :fence, :result, :execution_id, :pod and
-# :now. The first inserts nothing when the identity completed already or a
-# higher fence holds the job key, accepted or claimed (an equal one may
-# complete a new identity).
+# Binds :job_key, :input_version, :fence, :result, :execution_id, :pod and
+# :now. Inserts nothing when the identity completed already or a higher fence
+# holds the job key, accepted or claimed (an equal one may complete a new
+# identity); an insert moves the job key's head (trigger leaseworker_move_head).
 _RECORD_IF_CURRENT = """
     INSERT INTO leaseworker_completions
         (job_key, input_version, fence, result, execution_id, pod, completed_at)
@@ -47,14 +47,6 @@ _RECORD_IF_CURRENT = """
         WHERE job_key = :job_key AND max(fence, claimed_fence) > :fence
     )
     ON CONFLICT (job_key, input_version) DO NOTHING
-"""
-_MOVE_HEAD = """
-    INSERT INTO leaseworker_jobs (job_key, fence, input_version, updated_at)
-    VALUES (:job_key, :fence, :input_version, :now)
-    ON CONFLICT (job_key) DO UPDATE SET
-        fence = excluded.fence,
-        input_version = excluded.input_version,
-        updated_at = excluded.updated_at
 """
 # A claim-only head row holds fence -1 and input version '' (no completion).
 # It returns the head as it stands after the claim: fence < max(head, old
@@ -84,8 +76,7 @@ def _complete(
 ) -> CompletionResult:
     """Record the completion if the fence allows; run inside the batch's write transaction."""
     params["now"] = now = time.time_ns() // 1000
-    if conn.execute(_RECORD_IF_CURRENT, params).rowcount == 1:
-        conn.execute(_MOVE_HEAD, params)
+    if conn.execute(_RECORD_IF_CURRENT, params).rowcount == 1:  # the trigger moved the head
         recorded = Completion(
             job_key=request.job_key,
             input_version=request.input_version,
