@@ -13,11 +13,13 @@ import random
 from collections.abc import AsyncIterator, Callable
 
 import anyio
+import psycopg
 import pytest
 
 from leaseworker import CompletionRequest, CompletionResult, open_store
 from leaseworker._store._effects import EffectStore, Message, effect_store
 
+from ..waiting import eventually
 from .test_store import now_fence, raw
 
 KEY = "report:acme:2026-11"
@@ -245,23 +247,34 @@ async def test_transactions_and_batches_of_two_pods_on_the_same_keys_never_deadl
 ) -> None:
     """Pod A's jobs hold 12 keys' head rows in transactions while pod B batches all 24 keys.
 
-    B's batch locks head rows in job key order and waits on A's; A's
-    transactions wait for nothing of B's, so they commit and B goes on: no
-    cycle, every call answers (a deadlock would end in StoreUnavailable).
-    Each key ends with the higher fence, and A's messages are all there.
+    B starts once A's transactions all hold their rows, and A commits only
+    once the server shows one of B's statements waiting on a lock. B's batch
+    locks head rows in job key order and waits on A's; A's transactions wait
+    for nothing of B's, so they commit and B goes on: no cycle, every call
+    answers (a deadlock would end in StoreUnavailable). Each key ends with the
+    higher fence, and A's messages are all there.
     """
     url = store_url_for("postgresql")
     keys = [f"report:{n:02d}" for n in range(24)]
-    async with open_store(url) as first, open_store(url) as second:
+    held_by_a = keys[::2]
+    async with (
+        open_store(url, max_connections=len(held_by_a)) as first,  # every transaction at once
+        open_store(url) as second,
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher,
+    ):
         a, b = effect_store(first), effect_store(second)
         statuses: list[str] = []
         committed: list[str] = []
+        opened: list[str] = []
+        all_held, b_waits = anyio.Event(), anyio.Event()
 
         async def transact(key: str) -> None:
             async with a.transaction(key, "v10", 10) as tx:
-                if tx.opened.status != "claimed":  # B's claim came first
-                    return
-                await anyio.sleep(0.05)  # B's batch arrives meanwhile and waits on this row
+                assert tx.opened.status == "claimed"  # B has not started yet
+                opened.append(key)
+                if len(opened) == len(held_by_a):
+                    all_held.set()
+                await b_waits.wait()
                 answer = await tx.commit(request(10, key=key), [Message.build("t", key)])
             assert answer.status == "accepted"
             committed.append(key)
@@ -270,18 +283,29 @@ async def test_transactions_and_batches_of_two_pods_on_the_same_keys_never_deadl
             statuses.append((await b.claim(key, "v11", 11)).status)
             statuses.append((await b.complete(request(11, "v11", key))).status)
 
+        async def someone_waits_for_a_lock() -> bool:
+            cursor = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            return row is not None and int(row[0]) > 0
+
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
-                for key in keys[::2]:
+                for key in held_by_a:
                     tg.start_soon(transact, key)
+                await all_held.wait()
                 for key in keys[::-1]:
                     tg.start_soon(claim_then_complete, key)
+                await eventually(someone_waits_for_a_lock)  # B's batch waits on A's rows
+                b_waits.set()
         states = [await first.state(key) for key in keys]
         messages = await a.outbox()
     assert set(statuses) <= {"claimed", "accepted"}  # B's fence is the higher one
     assert all(state is not None and state.fence == 11 for state in states)
-    assert committed  # A's transactions did hold rows B waited for
-    assert sorted(row.job_key for row, _ in messages) == sorted(committed)
+    assert sorted(committed) == held_by_a  # A's transactions held rows B waited for
+    assert sorted(row.job_key for row, _ in messages) == held_by_a
 
 
 async def test_postgres_outbox_pages_keep_room_for_a_claims_row_version(
