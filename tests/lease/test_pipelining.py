@@ -76,7 +76,7 @@ async def test_concurrent_calls_share_a_pipeline_and_each_gets_its_own_answer(
                 assert await redis.get(leases.fence_key(key)) == str(lease.fence).encode()
                 assert await redis.get(leases.lease_key(key)) == lease.owner.encode()
             assert await _connections(redis, name) == (1 if pipelining else 21)
-            assert elapsed < 1.0  # two trips (or 21 side by side), not 21 in a row
+            assert elapsed < 1.6  # two trips (or 21 side by side), not 21 in a row (2.1 s)
             assert all([await leases.release(lease) for lease in got.values() if lease])
         finally:
             await client.aclose()
