@@ -28,6 +28,7 @@ from ._model import (
     Head,
     answer_to,
     check_call,
+    claim_answer,
     completion_params,
     decide,
     decide_claim,
@@ -143,13 +144,8 @@ class MemoryStore:
             standing = self._find(job_key, input_version)
             head = self._heads.get(job_key)
             claimed = self._claims.get(job_key, NO_FENCE)
-            opened = ClaimResult(
-                status=decide_claim(standing, head, fence, claimed=claimed),
-                job_key=job_key,
-                input_version=input_version,
-                fence=fence,
-                highest_fence=highest(head, claimed),
-                completion=standing,
+            opened = claim_answer(
+                job_key, input_version, fence, standing=standing, head=head, claimed=claimed
             )
             yield MemoryTransaction(self, opened)
         finally:

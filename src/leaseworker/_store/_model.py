@@ -189,6 +189,30 @@ def decide_claim(
     return "claimed" if status == "accepted" else status
 
 
+def claim_answer(
+    job_key: str,
+    input_version: str,
+    fence: int,
+    *,
+    standing: Completion | None,
+    head: Head | None,
+    claimed: int,
+) -> ClaimResult:
+    """Answer a claim (or a transaction's opening) from what the store read under the key's lock.
+
+    ``standing`` is the identity's completion, ``head`` the key's accepted
+    head, ``claimed`` its claimed fence as read: one rule for every backend.
+    """
+    return ClaimResult(
+        status=decide_claim(standing, head, fence, claimed=claimed),
+        job_key=job_key,
+        input_version=input_version,
+        fence=fence,
+        highest_fence=highest(head, claimed),
+        completion=standing,
+    )
+
+
 def highest(head: Head | None, claimed: int) -> int:
     """Return the highest fence seen for a job key: its accepted head or its claim."""
     return max(NO_FENCE if head is None else head.fence, claimed)

@@ -42,9 +42,8 @@ from ._model import (
     Head,
     answer_to,
     check_call,
+    claim_answer,
     completion_params,
-    decide_claim,
-    highest,
 )
 from ._postgres import PostgresStore, _Attempt, _completion, _Conn, _maybe_completion
 
@@ -164,13 +163,8 @@ async def _open(conn: _Conn, job_key: str, input_version: str, fence: int) -> Cl
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
     found = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
     standing = None if found is None else _completion(job_key, found)
-    return ClaimResult(
-        status=decide_claim(standing, head, fence, claimed=claimed),
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        highest_fence=highest(head, claimed),
-        completion=standing,
+    return claim_answer(
+        job_key, input_version, fence, standing=standing, head=head, claimed=claimed
     )
 
 

@@ -38,9 +38,8 @@ from ._model import (
     CompletionResult,
     Head,
     check_call,
+    claim_answer,
     completion_params,
-    decide_claim,
-    highest,
 )
 from ._sqlite import _HEAD, SqliteStore, _complete, _find, _first_line
 
@@ -105,13 +104,8 @@ def _begin(conn: sqlite3.Connection, job_key: str, input_version: str, fence: in
     head_fence, head_version, claimed = (NO_FENCE, "", NO_FENCE) if row is None else row
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
     standing = _find(conn, job_key, input_version)
-    return ClaimResult(
-        status=decide_claim(standing, head, fence, claimed=claimed),
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        highest_fence=highest(head, claimed),
-        completion=standing,
+    return claim_answer(
+        job_key, input_version, fence, standing=standing, head=head, claimed=claimed
     )
 
 

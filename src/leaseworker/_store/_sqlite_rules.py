@@ -23,8 +23,7 @@ from ._model import (
     Head,
     Status,
     answer_to,
-    decide_claim,
-    highest,
+    claim_answer,
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -108,13 +107,8 @@ def _claim(conn: sqlite3.Connection, job_key: str, input_version: str, fence: in
     head_fence, head_version, claimed, done = conn.execute(_CLAIM, params).fetchone()
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
     standing = _find(conn, job_key, input_version) if done else None
-    return ClaimResult(
-        status=decide_claim(standing, head, fence, claimed=claimed),
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        highest_fence=highest(head, claimed),
-        completion=standing,
+    return claim_answer(
+        job_key, input_version, fence, standing=standing, head=head, claimed=claimed
     )
 
 
