@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 from ._model import Lease
+from ._per_loop import PerLoop
 
 BATCH = 1000
 """The most releases in one batch: a trip short enough to stay well inside its timeout."""
@@ -92,15 +92,5 @@ def _answer(batch: _Pending, answers: Sequence[bool | BaseException]) -> None:
             answer.set_result(released)
 
 
-_releases: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Releases] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def releases() -> Releases:
-    """Return the running event loop's release batcher (made on first use)."""
-    loop = asyncio.get_running_loop()
-    found = _releases.get(loop)
-    if found is None:
-        found = _releases[loop] = Releases()
-    return found
+releases = PerLoop(Releases)
+"""Return the running event loop's release batcher (made on first use)."""

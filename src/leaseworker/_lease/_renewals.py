@@ -28,12 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 from .._errors import LeaseLost
 from .._outcome import LeaseLostReason
 from ._model import Lease, LeaseStore
+from ._per_loop import PerLoop
 from ._timing import LeaseTiming, now
 
 EARLY = 0.05
@@ -225,15 +225,5 @@ class RenewalClock:
             renewals._answered(renewed, woke)
 
 
-_clocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RenewalClock] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def clock() -> RenewalClock:
-    """Return the running event loop's renewal clock (made on first use)."""
-    loop = asyncio.get_running_loop()
-    found = _clocks.get(loop)
-    if found is None:
-        found = _clocks[loop] = RenewalClock()
-    return found
+clock = PerLoop(RenewalClock)
+"""Return the running event loop's renewal clock (made on first use)."""
