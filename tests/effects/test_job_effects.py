@@ -8,10 +8,14 @@ takeover would.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import json
 from typing import Any, ClassVar
 
 from leaseworker import JobContext, ReportJob
+from leaseworker._store._effects import decode_headers, encode_headers
 from leaseworker.effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER, effect_id
 from leaseworker.testing import JobEnvironment, StoreOutage, Superseded, make_trigger
 
@@ -176,3 +180,15 @@ def test_a_failed_transaction_the_job_catches_commits_none_of_its_messages() -> 
     env = JobEnvironment(SwallowsTheFailure())
     result = env.run_sync(TRIGGER)
     assert (result.outcome, result.completion, result.messages) == ("completed", "accepted", ())
+
+
+def test_effect_ids_and_stored_headers_keep_their_format() -> None:
+    """The effect id is sha256 over ``json.dumps([key, version])``; headers round-trip bytes."""
+    for key, version in [("report:acme", "v1"), ('ké\u2028"\\\x00y', "\ud7ff/\U0001f600")]:
+        digest = hashlib.sha256(json.dumps([key, version]).encode()).hexdigest()
+        assert effect_id(key, version, 7) == f"lw1:{digest[:32]}:7"
+    headers = (("traceparent", TRACEPARENT), ("raw", bytes(range(256))), ("empty", b""))
+    assert decode_headers(encode_headers(headers)) == headers
+    assert decode_headers(json.dumps([["x", base64.b64encode(b"\xff").decode()]])) == (
+        ("x", b"\xff"),
+    )
