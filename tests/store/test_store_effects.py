@@ -354,7 +354,10 @@ async def test_a_schema_8_outbox_migrates_to_the_queue_and_sent_rounds(
         by_key = {entry.row.job_key: entry for entry in await store.outbox_entries()}
         assert (by_key["old-sent"].sent, by_key["old-sent"].attempts) == (True, 1)
         assert (by_key["old-unsent"].sent, by_key["old-unsent"].attempts) == (False, 1)
-        assert await store.outbox_backlog() == (1, pytest.approx(0, abs=60))
+        count, age = await store.outbox_backlog()
+        assert count == 1
+        assert age is not None
+        assert age < 60
         async with store.transaction("new", "v1", 1) as tx:
             await tx.commit(request(1, key="new"), [Message.build("t", b"y")])
         legacy = await raw(url, _SCHEMA_8_CLAIM)
