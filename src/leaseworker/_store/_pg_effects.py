@@ -7,7 +7,7 @@ its commit calls that same function, then inserts the messages, in the same
 transaction. It locks one head row and waits for no batch, so it cannot
 close a cycle with the batches' key-ordered locks (docs/design.md).
 What is unsent is a row of ``leaseworker_outbox_unsent`` (the queue, which
-the outbox's insert trigger fills in the committing statement). A relay's
+the committing statement fills with the outbox rows). A relay's
 claim is row locks on queue rows (``FOR UPDATE SKIP LOCKED``) in a
 transaction of its own, kept open across the send and ended by the mark or
 the release, both of which commit. The mark deletes its queue rows (a
@@ -70,11 +70,16 @@ _COMPLETE = """
     SELECT * FROM leaseworker_complete(
         %(job_key)s, %(input_version)s, %(fence)s, %(result)s::jsonb, %(execution_id)s, %(pod)s)
 """
+# The row and its place in the queue of unsent ids, in one statement.
 _INSERT = """
-    INSERT INTO leaseworker_outbox
-        (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace)
-    VALUES (%(job_key)s, %(input_version)s, %(seq)s, %(fence)s, %(topic)s, %(msg_key)s,
-            %(value)s, %(headers)s, %(trace)s)
+    WITH added AS (
+        INSERT INTO leaseworker_outbox
+            (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, queued)
+        VALUES (%(job_key)s, %(input_version)s, %(seq)s, %(fence)s, %(topic)s, %(msg_key)s,
+                %(value)s, %(headers)s, %(trace)s, true)
+        RETURNING id, job_key
+    )
+    INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added
 """
 _COLUMNS = (
     "o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key, o.value,"

@@ -402,7 +402,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         description="PostgreSQL outbox: a queue of unsent ids, rounds of sent ones; no row marked",
         postgresql=(
             # What is unsent is a row of the queue (its id, key and attempts),
-            # added by a trigger in the inserting statement, whoever inserts;
+            # added in the inserting statement, whoever inserts;
             # a relay's claim locks queue rows, its mark deletes them (a
             # delete only stamps the tuple: no new version, no index entry)
             # and records the round: one row of sent ids, their relay, time
@@ -430,11 +430,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             # ids ascending: a row's round is found by the span of its ids.
             "CREATE INDEX leaseworker_outbox_sent_span ON leaseworker_outbox_sent"
             " USING gist (int8range(ids[1], ids[array_upper(ids, 1)], '[]'))",
+            # This version's insert queues its rows itself (``queued``: one
+            # statement, no trigger call); a row-level trigger queues the rows
+            # of code that does not (an earlier version's pod mid-upgrade).
+            "ALTER TABLE leaseworker_outbox ADD COLUMN queued boolean NOT NULL DEFAULT false",
             """
             CREATE FUNCTION leaseworker_outbox_queue() RETURNS trigger LANGUAGE plpgsql AS $fn$
             BEGIN
-                INSERT INTO leaseworker_outbox_unsent (id, job_key)
-                SELECT id, job_key FROM added;
+                INSERT INTO leaseworker_outbox_unsent (id, job_key) VALUES (NEW.id, NEW.job_key);
                 RETURN NULL;
             END
             $fn$
@@ -442,8 +445,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # Created before the copy below: its lock waits out inserts in flight.
             """
             CREATE TRIGGER leaseworker_outbox_queue AFTER INSERT ON leaseworker_outbox
-            REFERENCING NEW TABLE AS added FOR EACH STATEMENT
-            EXECUTE FUNCTION leaseworker_outbox_queue()
+            FOR EACH ROW WHEN (NOT NEW.queued) EXECUTE FUNCTION leaseworker_outbox_queue()
             """,
             "INSERT INTO leaseworker_outbox_unsent (id, job_key, attempts)"
             " SELECT id, job_key, attempts FROM leaseworker_outbox WHERE sent_at IS NULL",
