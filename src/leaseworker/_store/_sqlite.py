@@ -3,8 +3,9 @@
 The default when no database URL is given: one file in WAL mode, one
 connection, group commit through :mod:`._batch`, and ``BEGIN IMMEDIATE`` so
 the fencing rule is race-free. Batches run on the event loop while the file's
-write lock is free (their commits do not fsync) and on a worker thread when
-they must wait for it; :mod:`._sqlite_sync` fsyncs. In a pod's trigger
+write lock is free (their commits do not fsync; the writes of one loop pass
+commit together at the next) and on a worker thread when they must wait for
+it; :mod:`._sqlite_sync` fsyncs. In a pod's trigger
 (``SETTLED_BY_OFFSETS``) an answer comes at its commit and the offset commit
 awaits :meth:`SqliteStore.durable`; elsewhere an answer waits for the fsync.
 See docs/design.md#the-sqlite-store.
