@@ -283,10 +283,11 @@ class SqliteStore:
         :class:`_Busy`, having run nothing, when they must queue instead.
         """
         call: Call[_T] = Call(functools.partial(op, self._conn), True, deadline)
+        loop = asyncio.get_running_loop()
         if not self._turn:
-            asyncio.get_running_loop().call_soon(self._commit_turn)
+            loop.call_soon(self._commit_turn)
         self._turn.append(call)  # type: ignore[arg-type]
-        call.wake = wake = asyncio.get_running_loop().create_future()
+        call.wake = wake = loop.create_future()
         try:
             await wake
         except asyncio.CancelledError:
