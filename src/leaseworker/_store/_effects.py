@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -221,39 +220,23 @@ def outbox_params(request: CompletionRequest, messages: Sequence[Message]) -> li
     ]
 
 
-def _slot_setters(cls: type) -> tuple[Any, ...]:
-    """Return the slot setters of a frozen dataclass's fields, in field order."""
-    return tuple(getattr(cls, item.name).__set__ for item in dataclasses.fields(cls))
-
-
-_ROW_SLOTS = _slot_setters(OutboxRow)
-_MESSAGE_SLOTS = _slot_setters(Message)
-
-
 def outbox_row(row: Sequence[Any]) -> OutboxRow:
-    """Build an :class:`OutboxRow` from an outbox table's columns (both SQL stores).
-
-    The relay decodes every row it claims: the two objects are filled slot by
-    slot (fields in declaration order, nothing to check), a fifth of the
-    frozen dataclasses' keyword ``__init__``.
-    """
+    """Build an :class:`OutboxRow` from an outbox table's columns (both SQL stores)."""
     row_id, job_key, version, seq, fence, topic, key, value, headers, trace = row
-    message = object.__new__(Message)
-    put_topic, put_value, put_key, put_headers, put_trace = _MESSAGE_SLOTS
-    put_topic(message, topic)
-    put_value(message, bytes(value))
-    put_key(message, None if key is None else bytes(key))
-    put_headers(message, decode_headers(headers))
-    put_trace(message, decode_headers(trace))
-    built = object.__new__(OutboxRow)
-    put_id, put_job_key, put_version, put_seq, put_fence, put_message = _ROW_SLOTS
-    put_id(built, row_id)
-    put_job_key(built, job_key)
-    put_version(built, version)
-    put_seq(built, seq)
-    put_fence(built, fence)
-    put_message(built, message)
-    return built
+    return OutboxRow(
+        id=row_id,
+        job_key=job_key,
+        input_version=version,
+        seq=seq,
+        fence=fence,
+        message=Message(
+            topic=topic,
+            value=bytes(value),
+            key=None if key is None else bytes(key),
+            headers=decode_headers(headers),
+            trace=decode_headers(trace),
+        ),
+    )
 
 
 class StoreTransaction(Protocol):
