@@ -124,7 +124,7 @@ RELEASE = "release"
 _ENTRIES = f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox o"
 _BACKLOG = """
     SELECT count(*), extract(epoch FROM now() - min(committed_at))::float8
-    FROM leaseworker_outbox WHERE sent_at IS NULL
+    FROM leaseworker_outbox WHERE sent_at IS NULL AND left(job_key, %s::int) = %s
 """
 # The ``limit`` oldest sent rows (the primary key's order), of which those sent
 # before the cutoff: a bounded scan, and ``sent_at < ...`` is never true of an unsent row.
@@ -368,11 +368,11 @@ async def entries(store: PostgresStore, job_key: str | None) -> list[OutboxEntry
     ]
 
 
-async def backlog(store: PostgresStore) -> tuple[int, float | None]:
-    """Return the unsent rows' count and the oldest one's age in seconds."""
+async def backlog(store: PostgresStore, prefix: str = "") -> tuple[int, float | None]:
+    """Return the unsent rows' count (of job keys starting with ``prefix``), the oldest's age."""
 
     async def run(conn: _Conn, attempt: _Attempt) -> tuple[int, float | None]:
-        row = await (await conn.execute(_BACKLOG)).fetchone()
+        row = await (await conn.execute(_BACKLOG, (len(prefix), prefix))).fetchone()
         assert row is not None  # an aggregate: always one row
         return int(row[0]), None if row[1] is None else max(0.0, float(row[1]))
 
