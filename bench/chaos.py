@@ -96,7 +96,8 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"{effects['duplicates_dropped']} duplicates dropped, {effects['lost']} lost, "
         f"{effects['marked_before_acknowledged']} marked sent unacknowledged, "
         f"{effects['their_effects']} from stale executions, "
-        f"{effects['claimed_again']} sent ones claimed again",
+        f"{effects['claimed_again'] + effects['resent_unexplained']} sent ones claimed again"
+        f" ({effects['resent_unexplained']} seen by their sends)",
         f"  in flight across {through}",
         f"  relays           {effects['send_refusals']} send refusals, "
         f"{effects['claims_lapsed']} claims lapsed, "
@@ -116,7 +117,15 @@ def _summed(reports: list[dict[str, Any]]) -> Counter[str]:
     for report in reports:
         for invariant in report["invariants"][6:]:  # the effects' four follow the six others
             total.update({k: v for k, v in invariant["counts"].items() if isinstance(v, int)})
-    for name in ("effects", "delivered", "processed", "processed_twice", "lost"):
+    for name in (
+        "effects",
+        "delivered",
+        "processed",
+        "processed_twice",
+        "lost",
+        "claimed_again",
+        "resent_unexplained",
+    ):
         total.setdefault(name, 0)
     return total
 
