@@ -47,6 +47,7 @@ from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
 from leaseworker._kafka._source import KafkaTriggerSource
+from leaseworker._lease._pipelining import OwnConnection
 from leaseworker._store._batch import Batcher
 
 BOXES = (
@@ -63,12 +64,13 @@ BOXES = (
 
 
 COUNTS: Counter[str] = Counter()
-"""Polls, the records they carried and store batches, counted by the wrappers below."""
+"""Polls, the records they carried, store batches and lease trips, counted by the wrappers below."""
 
 
 def count_polls_and_batches() -> None:
-    """Wrap the source's dispatch and the batcher's runs to count polls, records, batches."""
+    """Wrap the source's dispatch, the batcher's runs and the lease trips, to count them."""
     dispatch, run_answered = KafkaTriggerSource._dispatch, Batcher._run_answered
+    trip = OwnConnection.trip
 
     def counted_dispatch(self: KafkaTriggerSource, tg: Any, batch: Any, free: int) -> None:
         COUNTS["polls"] += 1
@@ -80,8 +82,14 @@ def count_polls_and_batches() -> None:
         COUNTS["calls"] += len(batch)
         await run_answered(self, batch)
 
+    async def counted_trip(self: OwnConnection, commands: Any, wait: Any) -> Any:
+        COUNTS["trips"] += 1
+        COUNTS["commands"] += len(commands)
+        return await trip(self, commands, wait)
+
     KafkaTriggerSource._dispatch = counted_dispatch  # type: ignore[method-assign]
     Batcher._run_answered = counted_run  # type: ignore[method-assign]
+    OwnConnection.trip = counted_trip  # type: ignore[method-assign]
 
 
 def box_of(where: str) -> str:
@@ -158,7 +166,9 @@ async def profile(
             f"CPU per trigger: loop thread {main:.0f} µs, other threads {other:.0f} µs\n"
             f"  {polls} polls ({counts['records'] / max(polls, 1):.1f} records each); "
             f"{batches / args.triggers:.2f} store batches per trigger "
-            f"({counts['calls'] / max(batches, 1):.1f} calls each)"
+            f"({counts['calls'] / max(batches, 1):.1f} calls each); "
+            f"{counts['trips'] / args.triggers:.2f} lease trips per trigger "
+            f"({counts['commands'] / max(counts['trips'], 1):.1f} commands each)"
         )
         print(f"  {'box':10s} {'calls/trigger':>14s} {'share':>6s} {'µs/trigger':>11s}")
         for box, spent in sorted(seconds.items(), key=lambda item: -item[1]):

@@ -265,7 +265,9 @@ async def test_a_pod_killed_between_commit_and_send_has_its_message_sent_by_anot
     assert await a.wait_exit(10) == -signal.SIGKILL
 
     async def sent_by_b() -> bool:
-        rows = _query(pg_url, "SELECT claimed_by FROM leaseworker_outbox WHERE sent_at IS NOT NULL")
+        rows = _query(
+            pg_url, "SELECT sent_by FROM leaseworker_outbox_state WHERE sent_at IS NOT NULL"
+        )
         return bool(rows) and str(rows[0][0]).startswith("pod-b:")
 
     await eventually(sent_by_b, within=45)

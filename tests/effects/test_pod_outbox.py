@@ -37,6 +37,14 @@ from .test_relay import commit
 
 __all__ = ["pg_url", "pods"]  # the fixtures, shared with test_effects_pods
 
+_SENT_AGO = """
+    WITH gone AS (
+        DELETE FROM leaseworker_outbox_unsent WHERE job_key = %s RETURNING id
+    )
+    INSERT INTO leaseworker_outbox_sent (relay, sent_at, ids, attempts)
+    SELECT 'test', now() - %s::interval, array_agg(id ORDER BY id), array_agg(1) FROM gone
+"""
+"""What a relay's mark records, of a key's rows, as of ``age`` ago."""
 _DEPTH = re.compile(r"^leaseworker_outbox_depth\S*\s+(\S+)$", re.MULTILINE)
 _LABELLED = re.compile(r"^leaseworker_outbox_depth(\S*)\s+(\S+)$", re.MULTILINE)
 _NAMESPACE = re.compile(r'leaseworker_namespace="([^"]*)"')
@@ -53,11 +61,7 @@ async def test_a_pods_relay_deletes_sent_rows_older_than_its_outbox_retention(
         await commit(store, "ns:{young}", 1, b"young")
         with psycopg.connect(url, autocommit=True) as conn:
             for key, age in (("ns:{old}", "2 hours"), ("ns:{young}", "10 minutes")):
-                conn.execute(
-                    "UPDATE leaseworker_outbox SET sent_at = now() - %s::interval"
-                    " WHERE job_key = %s",
-                    (age, key),
-                )
+                conn.execute(_SENT_AGO, (key, age))
         config = PodConfig(bootstrap_servers=kafka_server.bootstrap_servers, outbox_retention=3600)
         async with outbox_relay(opened, config) as relay:
             assert relay is not None

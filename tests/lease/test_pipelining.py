@@ -2,9 +2,10 @@
 
 What a test can see from outside: how many connections the client opened
 (``CLIENT LIST``, by client name), which keys Redis holds, and what each call
-answered. A call is sent alone when nothing is in flight; calls made while one
-is in flight share one pipeline, so N concurrent calls need one connection
-and two round trips, where lone calls need N connections.
+answered. A call is sent alone when nothing is in flight (after one loop pass
+once calls came together); calls made while one is in flight share one
+pipeline, so N concurrent calls need one connection and two round trips, where
+lone calls need N connections.
 """
 
 from __future__ import annotations
@@ -316,6 +317,29 @@ async def test_renewals_made_while_nothing_is_in_flight_share_one_trip(
         tg.start_soon(leases.acquire, "a", 5.0)
         tg.start_soon(leases.acquire, "b", 5.0)
     assert _CountingConnection.trips - before == 2
+
+
+async def test_after_calls_came_together_the_next_idle_one_waits_a_loop_pass(
+    counted: Redis, namespace: str
+) -> None:
+    """Calls that came together once: the next made while idle waits a pass and takes company.
+
+    A poll's executions acquire in one loop pass: the first of the next cohort
+    then shares the others' trip instead of going alone. A call that found
+    nobody in that pass goes at once next time (sequential calls pay no pass).
+    """
+    leases = RedisLeases(counted, namespace=namespace)
+    await counted.script_load(ACQUIRE)  # no NOSCRIPT round trips in the count
+
+    async def trips(keys: list[str]) -> int:
+        before = _CountingConnection.trips
+        await _acquire_all(leases, keys)
+        return _CountingConnection.trips - before
+
+    assert await trips(["a1", "a2", "a3"]) == 2  # the first alone, the others queued behind it
+    assert await trips(["b1", "b2", "b3"]) == 1  # the first waited a pass: one trip for all
+    assert await trips(["c"]) == 1  # waited a pass, found nobody: alone
+    assert await trips(["d1", "d2"]) == 2  # alone last time, so the first went at once
 
 
 async def test_a_call_in_a_hurry_takes_the_lingering_ones_along_at_once(

@@ -18,6 +18,9 @@ import pytest
 
 from leaseworker import CompletionRequest, CompletionResult, open_store
 from leaseworker._store._effects import EffectStore, Message, effect_store
+from leaseworker._store._postgres import PostgresStore
+from leaseworker._store._schema import MIGRATIONS
+from leaseworker._store._url import parse_store_url
 
 from ..waiting import eventually
 from .test_store import now_fence, raw
@@ -321,3 +324,65 @@ async def test_postgres_outbox_pages_keep_room_for_a_claims_row_version(
             url, "SELECT reloptions FROM pg_class WHERE relname = 'leaseworker_outbox'"
         )
     assert options == [(["fillfactor=50"],)]
+
+
+async def test_a_schema_8_outbox_migrates_to_the_queue_and_sent_rounds(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """Migration 9 on PostgreSQL: unsent rows queued, sent rows kept sent, nothing sent twice.
+
+    A database of schema 8 with one sent and one unsent message: after the
+    migration the sent one is in a round (its time and attempts kept) and is
+    never claimed, the unsent one is claimed and marked with one write, a
+    schema-8 relay's claim query takes no row committed after it (it would
+    send again what this version sent), and retention deletes both.
+    """
+    url = store_url_for("postgresql")
+    old = await PostgresStore.open(
+        parse_store_url(url), call_timeout=5.0, migrations=MIGRATIONS[:8]
+    )
+    await old.aclose()
+    for key, sent in (("old-sent", "now() - interval '1 hour'"), ("old-unsent", "NULL")):
+        await raw(
+            url,
+            "INSERT INTO leaseworker_outbox (job_key, input_version, seq, fence, topic, value,"
+            f" headers, trace, sent_at, claimed_by, attempts) VALUES ('{key}', 'v1', 0, 1, 't',"
+            f" 'x', '[]', '[]', {sent}, 'pod-0', 1)",
+        )
+    async with open_store(url, call_timeout=5.0) as opened:
+        store = effect_store(opened)
+        by_key = {entry.row.job_key: entry for entry in await store.outbox_entries()}
+        assert (by_key["old-sent"].sent, by_key["old-sent"].attempts) == (True, 1)
+        assert (by_key["old-unsent"].sent, by_key["old-unsent"].attempts) == (False, 1)
+        count, age = await store.outbox_backlog()
+        assert count == 1
+        assert age is not None
+        assert age < 60
+        async with store.transaction("new", "v1", 1) as tx:
+            await tx.commit(request(1, key="new"), [Message.build("t", b"y")])
+        legacy = await raw(url, _SCHEMA_8_CLAIM)
+        assert [key for (key,) in legacy] == ["old-unsent"]  # never a row committed since
+        claimed = await store.claim_outbox("relay", limit=10, hold=30.0)
+        assert [row.job_key for row in claimed] == ["old-unsent", "new"]
+        assert await store.mark_sent("relay", [row.id for row in claimed]) == 2
+        assert await store.claim_outbox("relay", limit=10, hold=30.0) == []
+        entries = await store.outbox_entries()
+        assert [(e.row.job_key, e.sent, e.attempts) for e in entries] == [
+            ("old-sent", True, 1),
+            ("old-unsent", True, 2),
+            ("new", True, 1),
+        ]
+        assert await raw(
+            url, "SELECT count(*) FROM leaseworker_outbox WHERE sent_at IS NOT NULL"
+        ) == [(1,)]
+        assert await store.outbox_backlog() == (0, None)
+        assert await store.prune_outbox(600) == 1  # the one sent an hour ago
+        assert await store.prune_outbox(0) == 2
+        assert await store.outbox_entries() == []
+
+
+_SCHEMA_8_CLAIM = """
+    SELECT job_key FROM leaseworker_outbox
+    WHERE sent_at IS NULL AND (claimed_until IS NULL OR claimed_until < statement_timestamp())
+    ORDER BY id
+"""

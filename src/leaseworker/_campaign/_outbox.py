@@ -8,9 +8,12 @@ writes each into ``leaseworker_chaos_reclaims``; a store given by
 ``--store-url`` is left as it is and judged by its columns (a claim sets
 ``claimed_until`` to its time plus the hold, and nothing but a claim
 changes a sent row's, so one above ``sent_at`` plus the hold was taken
-after the mark). PostgreSQL's relays claim with row locks, which write no
-column: the claim's own ``sent_at IS NULL``, rechecked under the lock, is
-what keeps them off sent rows; both audits see any claim-column write.
+after the mark). PostgreSQL's relays claim with row locks on the queue of
+unsent ids (``leaseworker_outbox_unsent``), which write no column: a mark
+deletes its rows from the queue in the transaction that records them sent,
+so a sent message can be claimed again only if its id is queued again,
+which the audit's second trigger records; both audits see any claim-column
+write. On PostgreSQL the rows' state is read from ``leaseworker_outbox_state``.
 :func:`lapse_claims` plays the ``outbox_claims_lapse`` fault: every claim
 held now expires, as when a relay is frozen past its hold.
 """
@@ -42,7 +45,10 @@ _AUDIT_PG = (
     CREATE OR REPLACE FUNCTION leaseworker_chaos_reclaimed() RETURNS trigger
     LANGUAGE plpgsql AS $fn$
     BEGIN
-        INSERT INTO leaseworker_chaos_reclaims (id, claimed_by) VALUES (NEW.id, NEW.claimed_by);
+        IF NOT EXISTS (SELECT 1 FROM leaseworker_outbox_unsent WHERE id = NEW.id) THEN
+            INSERT INTO leaseworker_chaos_reclaims (id, claimed_by)
+            VALUES (NEW.id, NEW.claimed_by);
+        END IF;
         RETURN NEW;
     END
     $fn$
@@ -51,8 +57,25 @@ _AUDIT_PG = (
     """
     CREATE TRIGGER leaseworker_chaos_reclaims
     AFTER UPDATE OF claimed_by, claimed_until ON leaseworker_outbox FOR EACH ROW
-    WHEN (OLD.sent_at IS NOT NULL AND NEW.claimed_until IS DISTINCT FROM OLD.claimed_until)
+    WHEN (NEW.claimed_until IS DISTINCT FROM OLD.claimed_until)
     EXECUTE FUNCTION leaseworker_chaos_reclaimed()
+    """,
+    """
+    CREATE OR REPLACE FUNCTION leaseworker_chaos_requeued() RETURNS trigger
+    LANGUAGE plpgsql AS $fn$
+    BEGIN
+        INSERT INTO leaseworker_chaos_reclaims (id, claimed_by)
+        SELECT NEW.id, 'queued again' FROM leaseworker_outbox_sent
+        WHERE NEW.id = ANY (ids) LIMIT 1;
+        RETURN NEW;
+    END
+    $fn$
+    """,
+    "DROP TRIGGER IF EXISTS leaseworker_chaos_requeued ON leaseworker_outbox_unsent",
+    """
+    CREATE TRIGGER leaseworker_chaos_requeued
+    BEFORE INSERT ON leaseworker_outbox_unsent FOR EACH ROW
+    EXECUTE FUNCTION leaseworker_chaos_requeued()
     """,
 )
 _AUDIT_SQLITE = (
@@ -69,7 +92,7 @@ _AUDIT_SQLITE = (
 )
 _ROWS = """
     SELECT job_key, input_version, seq, fence, topic, committed_at, sent_at
-    FROM leaseworker_outbox WHERE substr(job_key, 1, {n}) = {p} ORDER BY id
+    FROM {t} WHERE substr(job_key, 1, {n}) = {p} ORDER BY id
 """
 _RECLAIMS = """
     SELECT o.job_key, o.input_version, o.seq, r.claimed_by, r.at
@@ -77,8 +100,8 @@ _RECLAIMS = """
     WHERE substr(o.job_key, 1, {n}) = {p} ORDER BY r.at
 """
 _RECLAIMED_PG = """
-    SELECT job_key, input_version, seq, claimed_by, claimed_until FROM leaseworker_outbox
-    WHERE substr(job_key, 1, {n}) = {p} AND sent_at IS NOT NULL
+    SELECT job_key, input_version, seq, claimed_by, claimed_until FROM leaseworker_outbox_state
+    WHERE substr(job_key, 1, {n}) = {p} AND sent_at IS NOT NULL AND claimed_until < 'infinity'
       AND claimed_until > sent_at + make_interval(secs => %s) ORDER BY id
 """
 _RECLAIMED_SQLITE = """
@@ -222,7 +245,8 @@ async def _execute(conn: Any, pg: bool, sql: str, params: tuple[Any, ...] = ()) 
 
 
 def _scoped(sql: str, pg: bool, prefix: str) -> str:
-    return sql.format(n=len(prefix), p="%s" if pg else "?")
+    table = "leaseworker_outbox_state" if pg else "leaseworker_outbox"
+    return sql.format(n=len(prefix), p="%s" if pg else "?", t=table)
 
 
 def _user_key(store_key: str, prefix: str) -> str:

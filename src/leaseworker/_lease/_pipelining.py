@@ -2,9 +2,12 @@
 
 A call made while nothing is in flight goes alone; calls made meanwhile go
 together as one pipeline when it is answered, each still bounded by its own
-deadline. A call that can wait (a renewal) lingers a few milliseconds for
-others to share its trip instead of going alone. Why (the event loop's CPU
-per call) and what it costs: see docs/design.md#pipelining.
+deadline. Once calls came together so (a poll's executions acquiring in one
+loop pass), the next call made while idle first waits one loop pass, and the
+calls made in it share its trip; one that found nobody resets that. A call
+that can wait (a renewal) lingers a few milliseconds for others to share its
+trip instead of going alone. Why (the event loop's CPU per call) and what it
+costs: see docs/design.md#pipelining.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class ScriptPipeline:
         self._linger: asyncio.TimerHandle | None = None  # sends the lingering calls
         self._senders: set[asyncio.Task[None]] = set()  # strong references while they run
         self._own = OwnConnection(redis)  # for the calls that go alone
+        self._company = False  # calls queued behind the last lone call: the next waits a pass
 
     async def call(
         self,
@@ -105,6 +109,8 @@ class ScriptPipeline:
     ) -> Replied:
         """Run the script ``sha`` with ``keys`` and ``args``; return its reply.
 
+        Made while nothing is in flight it goes alone, after one loop pass when
+        calls last came together (see the module docstring).
         ``replicated=False``: a lone call goes without its ``WAIT`` (a release:
         losing it in a failover costs availability, not safety); a queued one
         shares its pipeline's ``WAIT``. ``linger`` (seconds; renewals, which are
@@ -121,11 +127,40 @@ class ScriptPipeline:
             if isinstance(reply.value, Exception):
                 raise reply.value
             return reply
+        if self._company:
+            shared = await self._gathered(sha, command)
+            if shared is not None:
+                [reply] = await shared
+                if isinstance(reply.value, Exception):
+                    raise reply.value
+                return reply
         try:  # sent alone
             wait = self._wait if replicated else None
             return await self._own.run(command, self._scripts[sha], wait)
         finally:
+            self._company = bool(self._queued)
             self._idle()
+
+    async def _gathered(self, sha: str, command: Command) -> asyncio.Future[list[Replied]] | None:
+        """Wait one loop pass; if calls queued meanwhile, queue this one first and send them all.
+
+        Returns the call's answer then, ``None`` when it is still alone (and goes so).
+        Only after calls last came in company (a poll's executions acquiring
+        together): a call that was alone last time goes at once.
+        """
+        try:
+            await asyncio.sleep(0)
+        except BaseException:
+            self._idle()
+            raise
+        self._company = bool(self._queued)
+        if not self._company:
+            return None
+        assert self._loop is not None
+        answer: asyncio.Future[list[Replied]] = self._loop.create_future()
+        self._queued.insert(0, _Call(sha, [command], answer))
+        self._next()
+        return answer
 
     async def call_many(
         self, sha: str, calls: Sequence[Call], *, replicated: bool = True
@@ -154,6 +189,7 @@ class ScriptPipeline:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
             self._loop, self._busy, self._queued, self._linger = loop, False, [], None
+            self._company = False
             self._own = OwnConnection(self._redis)  # and so is its connection's transport
         if self._busy or linger > 0:
             return True

@@ -24,13 +24,18 @@ WRITE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 """What a pod's role needs on every store table (``leaseworker_*``) but the version table."""
 
 VERSION_PRIVILEGES = ("SELECT",)
-"""What it needs on :data:`~._schema.VERSION_TABLE`: reading the schema's version."""
+"""What it needs on :data:`~._schema.VERSION_TABLE` and the views: reading them."""
+
+DELETE_TABLES = frozenset(
+    {"leaseworker_outbox", "leaseworker_outbox_unsent", "leaseworker_outbox_sent"}
+)
+"""The tables whose rows a pod deletes: a mark's queue rows, the retention's sent rows."""
 
 MIGRATE_HINT = "run `leaseworker store migrate --store-url <owner URL>` once as the schema's owner"
 
 _TABLES = r"""
-    SELECT c.relname FROM pg_class c
-    WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'leaseworker\_%'
+    SELECT c.relname, c.relkind = 'v' FROM pg_class c
+    WHERE c.relkind IN ('r', 'p', 'v') AND c.relname LIKE 'leaseworker\_%'
       AND pg_table_is_visible(c.oid)
     ORDER BY c.relname
 """
@@ -38,8 +43,14 @@ _TABLES = r"""
 
 async def runtime_privileges(conn: AsyncConnection[TupleRow]) -> dict[str, tuple[str, ...]]:
     """Return each store table the session sees with the privileges a pod needs on it."""
-    tables = [row[0] for row in await (await conn.execute(_TABLES)).fetchall()]
-    return {t: VERSION_PRIVILEGES if t == VERSION_TABLE else WRITE_PRIVILEGES for t in tables}
+    found = await (await conn.execute(_TABLES)).fetchall()
+    return {table: _privileges(table, view) for table, view in found}
+
+
+def _privileges(table: str, view: bool) -> tuple[str, ...]:
+    if view or table == VERSION_TABLE:
+        return VERSION_PRIVILEGES
+    return (*WRITE_PRIVILEGES, "DELETE") if table in DELETE_TABLES else WRITE_PRIVILEGES
 
 
 async def missing_privileges(conn: AsyncConnection[TupleRow]) -> list[str]:

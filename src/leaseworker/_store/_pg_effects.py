@@ -6,10 +6,14 @@ and reads the identity after the lock, as ``leaseworker_complete()`` does;
 its commit calls that same function, then inserts the messages, in the same
 transaction. It locks one head row and waits for no batch, so it cannot
 close a cycle with the batches' key-ordered locks (docs/design.md).
-A relay's claim is row locks (``FOR UPDATE SKIP LOCKED``) in a transaction
-of its own, kept open across the send and ended by the mark (which commits)
-or the release (which rolls back): one write per message, the mark. The
-transaction's ``idle_in_transaction_session_timeout`` is the claim's
+What is unsent is a row of ``leaseworker_outbox_unsent`` (the queue, which
+the committing statement fills with the outbox rows). A relay's
+claim is row locks on queue rows (``FOR UPDATE SKIP LOCKED``) in a
+transaction of its own, kept open across the send and ended by the mark or
+the release, both of which commit. The mark deletes its queue rows (a
+delete stamps a tuple: no new version, no index entry) and records the
+round, one ``leaseworker_outbox_sent`` row of ids; the outbox row is never
+written again. The transaction's ``idle_in_transaction_session_timeout`` is the claim's
 ``hold``: a paused relay's session is ended and its locks freed for another
 relay, and its late mark fails (its transaction is gone) instead of marking
 what another relay sent; a dead relay's session ends with its connection.
@@ -66,38 +70,41 @@ _COMPLETE = """
     SELECT * FROM leaseworker_complete(
         %(job_key)s, %(input_version)s, %(fence)s, %(result)s::jsonb, %(execution_id)s, %(pod)s)
 """
+# The row and its place in the queue of unsent ids, in one statement.
 _INSERT = """
-    INSERT INTO leaseworker_outbox
-        (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace)
-    VALUES (%(job_key)s, %(input_version)s, %(seq)s, %(fence)s, %(topic)s, %(msg_key)s,
-            %(value)s, %(headers)s, %(trace)s)
+    WITH added AS (
+        INSERT INTO leaseworker_outbox
+            (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, queued)
+        VALUES (%(job_key)s, %(input_version)s, %(seq)s, %(fence)s, %(topic)s, %(msg_key)s,
+                %(value)s, %(headers)s, %(trace)s, true)
+        RETURNING id, job_key
+    )
+    INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added
 """
 _COLUMNS = (
     "o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key, o.value,"
     " o.headers, o.trace"
 )
-# Candidates: the oldest unsent rows nobody else holds, locked (others skip them;
-# the locks are the claim, held until the round's mark or release ends its
-# transaction; ``claimed_until`` is only a claim of a relay of schema 7's code).
-# A candidate is claimed only if no earlier unsent row of its job key is left
-# out (held by another relay, locked, or past the limit): that keeps each
-# key's order across relays. An earlier row of a key committed before a later
-# one (the head row lock), so a snapshot that sees the later one sees it. The
-# check is a scalar subquery, so it runs per candidate on the (job_key, id)
-# index whatever the table's statistics say (a fresh table's once made the
-# planner compare every candidate with every unsent row).
+# Candidates: the oldest queued (unsent) rows nobody else holds, locked (others
+# skip them; the locks are the claim, held until the round's mark or release
+# ends its transaction). A candidate is claimed only if no earlier queued row
+# of its job key is left out (held by another relay, locked, or past the
+# limit): that keeps each key's order across relays. An earlier row of a key
+# committed before a later one (the head row lock), so a snapshot that sees
+# the later one sees it. The check is a scalar subquery, so it runs per
+# candidate on the (job_key, id) index whatever the table's statistics say (a
+# fresh table's once made the planner compare every candidate with every
+# unsent row).
 _CLAIM = f"""
     WITH candidates AS (
-        SELECT id, job_key FROM leaseworker_outbox
-        WHERE sent_at IS NULL
-          AND (claimed_until IS NULL OR claimed_until < statement_timestamp())
+        SELECT id, job_key FROM leaseworker_outbox_unsent
         ORDER BY id LIMIT {{limit}}
         FOR UPDATE SKIP LOCKED
     ), ready AS (
         SELECT c.id FROM candidates c
         WHERE (
-            SELECT e.id FROM leaseworker_outbox e
-            WHERE e.job_key = c.job_key AND e.sent_at IS NULL AND e.id < c.id
+            SELECT e.id FROM leaseworker_outbox_unsent e
+            WHERE e.job_key = c.job_key AND e.id < c.id
               AND e.id <> ALL (ARRAY(SELECT id FROM candidates))
             LIMIT 1
         ) IS NULL
@@ -108,31 +115,48 @@ _BEGIN = (
     "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {hold};"
     " SET LOCAL application_name = 'leaseworker-relay-claim';"
 )
-# Under the claim's locks: sent_at is NULL (the lock rechecked it). The mark's
-# time is its statement's, not the transaction's (now() is the claim's, before the send).
+# Under the claim's locks: the queue rows are there (the lock rechecked them).
+# One round row for the ids marked, none if none was; its time is the
+# statement's, not the transaction's (now() is the claim's, before the send).
 _MARK = """
-    UPDATE leaseworker_outbox
-    SET sent_at = statement_timestamp(), claimed_by = {relay}, claimed_until = NULL,
-        attempts = attempts + 1
-    WHERE id = ANY({ids}::bigint[]) AND sent_at IS NULL;
+    WITH gone AS (
+        DELETE FROM leaseworker_outbox_unsent WHERE id = ANY({ids}::bigint[])
+        RETURNING id, attempts
+    )
+    INSERT INTO leaseworker_outbox_sent (relay, sent_at, ids, attempts)
+    SELECT {relay}, statement_timestamp(), array_agg(id ORDER BY id),
+           array_agg(attempts + 1 ORDER BY id)
+    FROM gone HAVING count(*) > 0
+    RETURNING cardinality(ids);
 """
 _ATTEMPTED = (
-    "UPDATE leaseworker_outbox SET attempts = attempts + 1 WHERE id = ANY({ids}::bigint[]);"
+    "UPDATE leaseworker_outbox_unsent SET attempts = attempts + 1 WHERE id = ANY({ids}::bigint[]);"
 )
 MARK = "mark"
 RELEASE = "release"
-_ENTRIES = f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox o"
+_ENTRIES = (
+    f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox_state o"
+)
 _BACKLOG = """
-    SELECT count(*), extract(epoch FROM now() - min(committed_at))::float8
-    FROM leaseworker_outbox WHERE sent_at IS NULL AND left(job_key, %s::int) = %s
+    SELECT count(*), extract(epoch FROM now() - min(o.committed_at))::float8
+    FROM leaseworker_outbox_unsent u JOIN leaseworker_outbox o ON o.id = u.id
+    WHERE left(o.job_key, %s::int) = %s
 """
-# The ``limit`` oldest sent rows (the primary key's order), of which those sent
-# before the cutoff: a bounded scan, and ``sent_at < ...`` is never true of an unsent row.
+# The oldest rounds (the primary key's order) holding the first ``limit`` sent
+# rows, of which those sent before the cutoff, with their rows: a bounded
+# scan; whole rounds, so the last may take the count past ``limit``.
 PRUNE = """
-    DELETE FROM leaseworker_outbox
-    WHERE id IN (SELECT id FROM leaseworker_outbox WHERE sent_at IS NOT NULL
-                 ORDER BY id LIMIT %(limit)s)
-      AND sent_at < now() - make_interval(secs => %(older_than)s)
+    WITH rounds AS (
+        DELETE FROM leaseworker_outbox_sent
+        WHERE id IN (
+            SELECT id FROM (
+                SELECT id, sum(cardinality(ids)) OVER (ORDER BY id) - cardinality(ids) AS before
+                FROM leaseworker_outbox_sent ORDER BY id LIMIT %(limit)s
+            ) oldest WHERE before < %(limit)s)
+          AND sent_at < now() - make_interval(secs => %(older_than)s)
+        RETURNING ids
+    )
+    DELETE FROM leaseworker_outbox WHERE id IN (SELECT unnest(ids) FROM rounds)
 """
 
 
@@ -298,7 +322,7 @@ async def update(store: PostgresStore, what: str, relay: str, ids: Sequence[int]
     claim = _HELD.get(store, {}).pop(relay, None)
     if claim is None:
         return 0
-    sent = set(ids) if what == MARK else set()
+    sent = set(ids).intersection(claim.ids) if what == MARK else set()  # its own only
     unsent = [row_id for row_id in claim.ids if row_id not in sent]
     parts: list[sql.Composable] = []
     if sent:
@@ -309,7 +333,8 @@ async def update(store: PostgresStore, what: str, relay: str, ids: Sequence[int]
     try:
         with anyio.fail_after(store._timeout):
             cursor = await claim.conn.execute(sql.SQL(" ").join(parts))
-            return cursor.rowcount if sent else 0
+            marked = await cursor.fetchone() if sent else None  # RETURNING: a round, or none
+            return int(marked[0]) if marked else 0
     except _LOST as exc:  # the session is gone, its transaction with it
         logger.warning(
             "outbox relay: claim %s lapsed before its mark (%s); nothing marked",

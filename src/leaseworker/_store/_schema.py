@@ -397,6 +397,89 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        version=9,
+        description="PostgreSQL outbox: a queue of unsent ids, rounds of sent ones; no row marked",
+        postgresql=(
+            # What is unsent is a row of the queue (its id, key and attempts),
+            # added in the inserting statement, whoever inserts;
+            # a relay's claim locks queue rows, its mark deletes them (a
+            # delete only stamps the tuple: no new version, no index entry)
+            # and records the round: one row of sent ids, their relay, time
+            # and attempts. The outbox row itself is written once, at commit;
+            # the partial indexes on its sent_at go (the queue's replace them).
+            "DROP INDEX leaseworker_outbox_unsent",
+            "DROP INDEX leaseworker_outbox_key",
+            """
+            CREATE TABLE leaseworker_outbox_unsent (
+                id       bigint PRIMARY KEY,
+                job_key  text NOT NULL,
+                attempts integer NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX leaseworker_outbox_unsent_key ON leaseworker_outbox_unsent (job_key, id)",
+            """
+            CREATE TABLE leaseworker_outbox_sent (
+                id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                relay    text,
+                sent_at  timestamptz NOT NULL,
+                ids      bigint[] NOT NULL,
+                attempts integer[] NOT NULL
+            )
+            """,
+            # ids ascending: a row's round is found by the span of its ids.
+            "CREATE INDEX leaseworker_outbox_sent_span ON leaseworker_outbox_sent"
+            " USING gist (int8range(ids[1], ids[array_upper(ids, 1)], '[]'))",
+            # This version's insert queues its rows itself (``queued``: one
+            # statement, no trigger call); a row-level trigger queues the rows
+            # of code that does not (an earlier version's pod mid-upgrade).
+            "ALTER TABLE leaseworker_outbox ADD COLUMN queued boolean NOT NULL DEFAULT false",
+            """
+            CREATE FUNCTION leaseworker_outbox_queue() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            BEGIN
+                INSERT INTO leaseworker_outbox_unsent (id, job_key) VALUES (NEW.id, NEW.job_key);
+                RETURN NULL;
+            END
+            $fn$
+            """,
+            # Created before the copy below: its lock waits out inserts in flight.
+            """
+            CREATE TRIGGER leaseworker_outbox_queue AFTER INSERT ON leaseworker_outbox
+            FOR EACH ROW WHEN (NOT NEW.queued) EXECUTE FUNCTION leaseworker_outbox_queue()
+            """,
+            "INSERT INTO leaseworker_outbox_unsent (id, job_key, attempts)"
+            " SELECT id, job_key, attempts FROM leaseworker_outbox WHERE sent_at IS NULL",
+            # Rows sent before: one round per mark (a mark stamped its rows alike).
+            """
+            INSERT INTO leaseworker_outbox_sent (relay, sent_at, ids, attempts)
+            SELECT claimed_by, sent_at, array_agg(id ORDER BY id), array_agg(attempts ORDER BY id)
+            FROM leaseworker_outbox WHERE sent_at IS NOT NULL
+            GROUP BY claimed_by, sent_at ORDER BY min(id)
+            """,
+            # Relays of earlier code claim rows whose claimed_until is NULL or
+            # past: rows committed from now on are never theirs (they would
+            # send again what this version's relays sent, whose sent_at stays NULL).
+            "ALTER TABLE leaseworker_outbox ALTER COLUMN claimed_until SET DEFAULT 'infinity'",
+            # A row's state as the store reads it: unsent while queued, else
+            # sent in its round (relay, time, attempts).
+            """
+            CREATE VIEW leaseworker_outbox_state AS
+            SELECT o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key,
+                   o.value, o.headers, o.trace, o.committed_at, o.claimed_by, o.claimed_until,
+                   s.relay AS sent_by, s.sent_at,
+                   coalesce(u.attempts, s.attempts[array_position(s.ids, o.id)], 0) AS attempts
+            FROM leaseworker_outbox o
+            LEFT JOIN leaseworker_outbox_unsent u ON u.id = o.id
+            LEFT JOIN LATERAL (
+                SELECT r.relay, r.sent_at, r.ids, r.attempts FROM leaseworker_outbox_sent r
+                WHERE u.id IS NULL AND o.id = ANY (r.ids)
+                  AND int8range(r.ids[1], r.ids[array_upper(r.ids, 1)], '[]') @> o.id
+                ORDER BY r.id LIMIT 1
+            ) s ON true
+            """,
+        ),
+        sqlite=(),  # SQLite marks its rows in the batches' write transaction (docs/effects.md)
+    ),
 )
 
 

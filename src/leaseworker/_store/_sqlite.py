@@ -3,8 +3,9 @@
 The default when no database URL is given: one file in WAL mode, one
 connection, group commit through :mod:`._batch`, and ``BEGIN IMMEDIATE`` so
 the fencing rule is race-free. Batches run on the event loop while the file's
-write lock is free (their commits do not fsync) and on a worker thread when
-they must wait for it; :mod:`._sqlite_sync` fsyncs. In a pod's trigger
+write lock is free (their commits do not fsync; the writes of one loop pass
+commit together at the next) and on a worker thread when they must wait for
+it; :mod:`._sqlite_sync` fsyncs. In a pod's trigger
 (``SETTLED_BY_OFFSETS``) an answer comes at its commit and the offset commit
 awaits :meth:`SqliteStore.durable`; elsewhere an answer waits for the fsync.
 See docs/design.md#the-sqlite-store.
@@ -12,7 +13,7 @@ See docs/design.md#the-sqlite-store.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import functools
 import logging
 import sqlite3
@@ -76,6 +77,7 @@ class SqliteStore:
         self._batcher = Batcher(self._run_batch_anywhere, max_batch=MAX_BATCH, inline=inline)
         self._deadline = 0.0  # of the batch running now (time.monotonic())
         self._busy_ms = -1  # the connection's busy_timeout as last set (-1: not yet)
+        self._turn: list[Call[object]] = []  # writes to commit at the next loop pass
         # Installed once: SQLite calls it every _PROGRESS_EVERY VM steps of any
         # statement, and a true answer aborts the statement (the batch's deadline).
         conn.set_progress_handler(self._expired, _PROGRESS_EVERY)
@@ -241,7 +243,10 @@ class SqliteStore:
         deadline = time.monotonic() + self._timeout
         try:
             try:
-                outcome = self._at_once(op, writes, deadline)
+                if writes and self._sync is not None:
+                    outcome = await self._in_turn(op, deadline)
+                else:
+                    outcome = self._at_once(op, deadline)
             except _Busy:  # queued: a batch runs, or another connection holds the lock
                 call: Call[_T] = Call(functools.partial(op, self._conn), writes, deadline)
                 outcome = await self._batcher.submit(call)
@@ -269,35 +274,72 @@ class SqliteStore:
             except OSError as exc:
                 raise StoreUnavailable(key, _first_line(exc)) from exc
 
-    def _at_once(self, op: Callable[[sqlite3.Connection], _T], writes: bool, deadline: float) -> _T:
-        """Run ``op`` now, on the loop, in a transaction of its own if it ``writes``.
+    async def _in_turn(self, op: Callable[[sqlite3.Connection], _T], deadline: float) -> _T:
+        """Run the write ``op`` in the transaction that commits the writes of this loop pass.
 
-        A batch of one without the batch's bookkeeping: nothing to share it
-        with (a WAL commit does not fsync). Raises :class:`_Busy`, having
-        run nothing, when the call must queue instead.
+        The writes that tasks make in one pass of the event loop (a poll's
+        cohort claiming, the jobs that ended completing) share one commit,
+        made at the start of the next pass (:meth:`_commit_turn`). Raises
+        :class:`_Busy`, having run nothing, when they must queue instead.
+        """
+        call: Call[_T] = Call(functools.partial(op, self._conn), True, deadline)
+        loop = asyncio.get_running_loop()
+        if not self._turn:
+            loop.call_soon(self._commit_turn)
+        self._turn.append(call)  # type: ignore[arg-type]
+        call.wake = wake = loop.create_future()
+        try:
+            await wake
+        except asyncio.CancelledError:
+            if not call.done and call in self._turn:  # not run: it leaves the pass's commit
+                self._turn.remove(call)  # type: ignore[arg-type]
+            raise  # run: the commit stands, as a batch's taken call does
+        if not call.done:
+            raise _Busy
+        return call.answer()
+
+    def _commit_turn(self) -> None:
+        """Commit the writes queued in the last loop pass in one transaction, and wake them.
+
+        Called by the loop (``call_soon``). Leaves the calls unanswered, to
+        queue for a batch, when a batch or a job's transaction holds the
+        connection or another connection holds the write lock.
+        """
+        calls, self._turn = self._turn[:MAX_BATCH], self._turn[MAX_BATCH:]
+        if self._turn:  # the rest in the next pass: the loop runs other tasks between
+            asyncio.get_running_loop().call_soon(self._commit_turn)
+        try:
+            # A caller cancelled meanwhile left: its wait was cancelled at once,
+            # its task removes the call later.
+            calls = [call for call in calls if call.wake is None or not call.wake.cancelled()]
+            live = _started_in_time(calls, time.monotonic())
+            if live and self._batcher.idle:
+                self._deadline = min(call.deadline for call in live)
+                self._bound_lock_waits(0)
+                self._run_writes(live, patient=False)
+        except BaseException as exc:  # delivered to each caller (not to the loop)
+            for call in calls:
+                if not call.done:
+                    call.fail(exc)
+        for call in calls:
+            call.wake_up()
+
+    def _at_once(self, op: Callable[[sqlite3.Connection], _T], deadline: float) -> _T:
+        """Run the read ``op`` now, on the loop, in autocommit mode.
+
+        Raises :class:`_Busy`, having run nothing, when the call must queue
+        instead (not a WAL file, or a batch or a job's transaction runs).
         """
         if self._sync is None or not self._batcher.idle:
-            raise _Busy  # not a WAL file on the loop, or a batch (or a transaction) runs
-        conn = self._conn
+            raise _Busy
         self._deadline = deadline
         self._bound_lock_waits(0)
         try:
-            if not writes:
-                return op(conn)
-            conn.execute("BEGIN IMMEDIATE")
+            return op(self._conn)
         except sqlite3.Error as exc:
             if locked(exc):
                 raise _Busy from exc
             raise
-        try:
-            outcome = op(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-        return outcome
 
     async def _run_batch_anywhere(self, batch: list[Call[object]]) -> None:
         """Run ``batch`` on the loop, or in a worker thread where it must wait for a lock.
