@@ -103,9 +103,37 @@ def test_a_sent_message_claimed_again_fails() -> None:
 
 
 def test_an_unaudited_store_says_so() -> None:
-    """Records without an audit (``reclaims=None``): the check says it was not audited."""
+    """Records without the store's audit (``reclaims=None``): the check says so."""
     line = check(CLEAN, dataclasses.replace(WITH_EFFECTS, reclaims=None))[-1].line()
-    assert line.endswith("(not audited)")
+    assert "claimed_again=not audited" in line
+
+
+# The row committed at 1000.0 and was marked sent at 1000.2 (monotonic 0.0 and 0.2).
+RESENT = dataclasses.replace(DELIVERY, offset=1, created=1001.5, received=1001.6)
+
+
+def test_a_sent_message_sent_again_with_no_lapse_was_claimed_again() -> None:
+    """A row lock's claim writes nothing; its send after the mark shows it, unaudited store too.
+
+    No claim lapsed before the mark, so only a claim taken after it can have sent it.
+    """
+    resent = dataclasses.replace(WITH_EFFECTS, deliveries=(DELIVERY, RESENT), reclaims=None)
+    failed = _failed(resent)
+    assert list(failed) == [NAMES[3]]
+    assert "sent again 1.300s after it was marked sent" in failed[NAMES[3]].violations[0]
+    assert failed[NAMES[3]].counts["resent_unexplained"] == 1
+
+
+def test_a_send_after_the_mark_by_a_relay_whose_claim_lapsed_passes() -> None:
+    """A lapsing fault between the commit and the mark explains a late send: at least once."""
+    resent = dataclasses.replace(WITH_EFFECTS, deliveries=(DELIVERY, RESENT))
+    for kind in ("pod_pause", "outbox_claims_lapse", "store_outage"):
+        lapse = FaultWindow(kind=kind, start=0.1, end=3.0, target="pod-a")
+        verdict = _effects(resent, dataclasses.replace(CLEAN, faults=(lapse,)))[NAMES[3]]
+        assert verdict.passed, verdict.violations
+        assert (verdict.counts["resent_later"], verdict.counts["resent_unexplained"]) == (1, 0)
+    after = FaultWindow(kind="pod_pause", start=0.5, end=3.0, target="pod-a")  # after the mark
+    assert not _effects(resent, dataclasses.replace(CLEAN, faults=(after,)))[NAMES[3]].passed
 
 
 def test_a_duplicate_delivery_is_dropped_but_a_second_processing_fails() -> None:

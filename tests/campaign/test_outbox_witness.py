@@ -5,7 +5,8 @@ times; a relay's claim lapsed by the ``outbox_claims_lapse`` fault so another
 relay takes it over; and Spring Modulith's #1935 planted in the database (a
 claim taken on a row already marked sent, as a claim query that forgot
 ``sent_at`` would) caught by the audit and failed by the checker: by the
-campaign's trigger on its own store, by the columns on one of ``--store-url``.
+campaign's trigger on its own store, by the columns on one of ``--store-url``;
+on PostgreSQL, whose claims are row locks that write no column, by its send.
 """
 
 from __future__ import annotations
@@ -13,23 +14,28 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
+from collections.abc import Callable
 
 import anyio
 import psycopg
 import pytest
 
-from leaseworker import CompletionRequest, CompletionStore
+from leaseworker import CompletionRequest, CompletionStore, open_store
 from leaseworker._campaign import check
 from leaseworker._campaign._outbox import install_audit, lapse_claims, outbox_rows, reclaims
+from leaseworker._campaign._records import Delivery
+from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._kafka import KafkaSender
 from leaseworker._store._effects import Message, effect_store
 
+from ..kafka_util import KafkaNames, read_topic
 from .test_checker import CLEAN, RECORDS
 
 NAMESPACE = "chaos-1"
 STORE_KEY = f"{NAMESPACE}:{{report:acme:2026-11}}"
 
 
-async def _commit(store: CompletionStore) -> None:
+async def _commit(store: CompletionStore, topic: str = "reports.ready") -> None:
     effects = effect_store(store)
     async with effects.transaction(STORE_KEY, "v1", 11) as tx:
         request = CompletionRequest(
@@ -40,7 +46,7 @@ async def _commit(store: CompletionStore) -> None:
             execution_id="b",
             pod="pod-b",
         )
-        await tx.commit(request, [Message.build("reports.ready", b"ready")])
+        await tx.commit(request, [Message.build(topic, b"ready")])
 
 
 def _reclaim_sent_rows(store_url: str) -> None:
@@ -94,3 +100,58 @@ async def test_the_outbox_is_read_a_lapsed_claim_taken_over_and_a_reclaim_caught
     records = dataclasses.replace(RECORDS, outbox=(sent,), reclaims=(caught,))
     [failed] = [v for v in check(CLEAN, records) if v.name == "no sent message claimed again"]
     assert not failed.passed
+
+
+async def test_on_postgresql_a_sent_row_locked_and_sent_again_fails_by_its_send(
+    store_url_for: Callable[[str], str], kafka_server: LocalKafka, kafka_names: KafkaNames
+) -> None:
+    """#1935 with row-lock claims: the lock writes nothing, the audit sees none; its send shows it.
+
+    A relay claims, sends and marks the message; then a claim that forgot
+    ``sent_at IS NULL`` locks the sent row and sends it again. The store's
+    audit (its trigger) finds no claim; the checker fails on the second record,
+    created after the mark with no claim lapsed. The first record alone passes.
+    """
+    url = store_url_for("postgresql")
+    await install_audit(url)
+    topic = f"{kafka_names.topic}-reclaimed"
+    kafka_server.create_topics([topic])
+    sender = KafkaSender(kafka_server.bootstrap_servers)
+    try:
+        async with open_store(url) as opened:
+            await _commit(opened, topic)
+            effects = effect_store(opened)
+            [claimed] = await effects.claim_outbox("pod-1:a", limit=10, hold=30.0)
+            [acked] = await sender.send_batch([claimed])
+            assert not isinstance(acked, Exception)
+            assert await effects.mark_sent("pod-1:a", [claimed.id]) == 1
+        with psycopg.connect(url) as conn:  # the buggy claim: row locks, no column written
+            assert conn.execute("SELECT id FROM leaseworker_outbox FOR UPDATE").fetchall()
+            [again] = await sender.send_batch([claimed])
+            assert not isinstance(again, Exception)
+    finally:
+        await sender.aclose()
+    assert await reclaims(url, NAMESPACE) == ()  # the audit cannot see a lock
+    [row] = await outbox_rows(url, NAMESPACE)
+    deliveries = tuple(
+        Delivery(
+            effect_id=row.effect_id,
+            fence=11,
+            status="new" if record.offset == 0 else "duplicate",
+            topic=topic,
+            partition=record.partition,
+            offset=record.offset,
+            created=record.timestamp / 1000,
+            received=time.time(),
+        )
+        for record in await read_topic(kafka_server.bootstrap_servers, topic, 2)
+    )
+    records = dataclasses.replace(
+        RECORDS, outbox=(row,), deliveries=deliveries, processed={row.effect_id: 1}
+    )
+    verdicts = {v.name: v for v in check(CLEAN, records)}
+    failed = verdicts["no sent message claimed again"]
+    assert not failed.passed
+    assert "after it was marked sent, no claim lapsed" in failed.violations[0]
+    first = dataclasses.replace(records, deliveries=deliveries[:1])
+    assert {v.name: v for v in check(CLEAN, first)}["no sent message claimed again"].passed

@@ -138,6 +138,8 @@ def test_run_help_lists_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
         ([], {"LEASEWORKER_LOG_JOB_ERRORS": "maybe"}, "must be 1 or 0"),
         (["--outbox-retention", "-5"], {}, "must be a finite number of seconds > 0"),
         ([], {"LEASEWORKER_OUTBOX_CLAIM_TIMEOUT": "soon"}, "not a number of seconds"),
+        (["--outbox-claim-timeout", "12"], {}, "must exceed the relay's send bound (25.0s"),
+        (["--store-timeout", "10"], {}, "outbox_claim_timeout=30.0s must exceed"),
     ],
 )
 def test_bad_tuning_values_exit_2_with_one_line(

@@ -5,7 +5,10 @@ than it is deleted at the relay's first round, a younger one kept. The
 backlog gauges are the store's, so one pod at a time reports them: with two
 ``leaseworker run`` pods every Prometheus scrape finds exactly one
 ``leaseworker_outbox_depth`` series, and when its pod is SIGKILLed the other
-takes the reporter's lease over once it expires and reports it instead.
+takes the reporter's lease over once it expires and reports it instead. A
+series is one namespace's rows on one store, labelled by the namespace: two
+namespaces sharing a store each report their own rows, and one namespace on
+two stores reports each store's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pytest
 from leaseworker import PodConfig, open_store
 from leaseworker._dev._pods import PodProcess
 from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker._dev._services._postgres import LocalPostgres
 from leaseworker._dev._services._proc import free_port
 from leaseworker._store._effects import effect_store
 from leaseworker._worker._backlog import EVERY
@@ -42,6 +46,8 @@ _SENT_AGO = """
 """
 """What a relay's mark records, of a key's rows, as of ``age`` ago."""
 _DEPTH = re.compile(r"^leaseworker_outbox_depth\S*\s+(\S+)$", re.MULTILINE)
+_LABELLED = re.compile(r"^leaseworker_outbox_depth(\S*)\s+(\S+)$", re.MULTILINE)
+_NAMESPACE = re.compile(r'leaseworker_namespace="([^"]*)"')
 
 
 async def test_a_pods_relay_deletes_sent_rows_older_than_its_outbox_retention(
@@ -107,3 +113,57 @@ async def test_exactly_one_pod_reports_the_backlog_and_another_takes_over_when_i
             await anyio.sleep(0.5)
     started["pod-a"].signal(signal.SIGKILL)
     await eventually(lambda: only("pod-b", ["pod-b"]), within=45)
+
+
+def _series(port: int) -> list[tuple[str | None, float]]:
+    """The pod's ``leaseworker_outbox_depth`` series now: (its namespace label, its value)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    found = []
+    for labels, value in _LABELLED.findall(text):
+        named = _NAMESPACE.search(labels)
+        found.append((named.group(1) if named else None, float(value)))
+    return found
+
+
+@pytest.mark.timeout(150)
+async def test_each_namespace_on_each_store_reports_its_own_rows_once(
+    pods: Pods, pg_url: str, postgres_server: LocalPostgres
+) -> None:
+    """Namespaces A and B share store 1, A also uses store 2: three series, each its own rows.
+
+    Store 1 holds 2 unsent rows of A and 3 of B, store 2 one of A, all kept
+    unsent by a row lock of the test's. Per namespace alone, A would have one
+    reporter for both stores and store 1's would count B's rows too.
+    """
+    a, b = pods.namespace, f"{pods.namespace}b"
+    other = postgres_server.create_database(f"t{pods.suffix}x")
+    rows = {pg_url: {a: 2, b: 3}, other: {a: 1}}
+    locks = []
+    for url, per_namespace in rows.items():
+        async with open_store(url) as opened:
+            for namespace, count in per_namespace.items():
+                for n in range(count):
+                    await commit(effect_store(opened), f"{namespace}:{{k{n}}}", 1, b"x")
+        locked = psycopg.connect(url)  # the relays skip locked rows: they stay unsent
+        locked.execute("SELECT id FROM leaseworker_outbox FOR UPDATE").fetchall()
+        locks.append(locked)
+    try:
+        ports = {name: free_port() for name in ("a1", "b1", "a2")}
+        for name, namespace, url in (("a1", a, pg_url), ("b1", b, pg_url), ("a2", a, other)):
+            await pods.spawn(
+                name,
+                name,
+                *("--namespace", namespace, "--store-url", url),
+                *("--metrics-port", str(ports[name])),
+            )
+        expected = {"a1": [(a, 2.0)], "b1": [(b, 3.0)], "a2": [(a, 1.0)]}
+
+        async def reported() -> bool:
+            seen = {n: await anyio.to_thread.run_sync(_series, p) for n, p in ports.items()}
+            return seen == expected
+
+        await eventually(reported, within=45)
+    finally:
+        for locked in locks:
+            locked.close()

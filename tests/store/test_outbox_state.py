@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from leaseworker._store._effects import EffectStore
+from leaseworker._store._effects import EffectStore, Message
 
-from .test_store_effects import any_store, write
+from .test_store_effects import any_store, request, write
 
 __all__ = ["any_store"]
 
@@ -45,3 +45,17 @@ async def test_entries_say_when_each_message_committed_and_was_sent_and_how_ofte
         unsent.row.id,
     ]
     assert await any_store.outbox_entries("another:{key}") == []
+
+
+async def test_the_backlog_counts_only_the_job_keys_of_the_prefix_given(
+    any_store: EffectStore,
+) -> None:
+    """Namespaces ``ns`` and ``ns:x`` share the store: each prefix counts its own rows only."""
+    for key, messages in (("ns:{r}", 2), ("ns:x:{r}", 3)):
+        async with any_store.transaction(key, "v1", 1) as tx:
+            sent = [Message.build("reports.ready", {"n": n}) for n in range(messages)]
+            await tx.commit(request(1, key=key), sent)
+    assert (await any_store.outbox_backlog("ns:{"))[0] == 2
+    assert (await any_store.outbox_backlog("ns:x:{"))[0] == 3
+    assert (await any_store.outbox_backlog("other:{"))[0] == 0
+    assert (await any_store.outbox_backlog())[0] == 5

@@ -18,6 +18,7 @@ from leaseworker import (
     RedisLeases,
     ReportJob,
 )
+from leaseworker._effects._relay import SEND_TIMEOUT
 from leaseworker._lease._timing import DeadlinePolicy
 from leaseworker._worker import _config
 
@@ -52,6 +53,20 @@ def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, o
     """Each bad setting fails at construction with ConfigError, not at the first trigger."""
     with pytest.raises(ConfigError):
         PodConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_an_outbox_claim_must_outlast_the_relays_send_bound() -> None:
+    """A claim that can lapse while its round still sends is refused, with the bound named.
+
+    The bound is the producer's start and one wave of sends (``SEND_TIMEOUT``
+    each) and the mark (``store_timeout``): 25 s by default, under the 30 s claim.
+    """
+    assert PodConfig().outbox_send_bound == pytest.approx(2 * SEND_TIMEOUT + 5.0)
+    assert PodConfig(outbox_claim_timeout=25.5).outbox_claim_timeout == 25.5
+    with pytest.raises(ConfigError, match=r"outbox_claim_timeout=25.0s must exceed .* \(25.0s"):
+        PodConfig(outbox_claim_timeout=25.0)
+    with pytest.raises(ConfigError, match=r"send bound \(32.0s"):
+        PodConfig(store_timeout=12.0)  # the default claim no longer outlasts the mark's bound
 
 
 def test_the_rebalance_timeout_covers_the_revoke_callback() -> None:

@@ -157,38 +157,70 @@ def no_stale_effects(history: History, records: Records) -> Verdict:
 
 
 def no_sent_message_claimed_again(history: History, records: Records) -> Verdict:
-    """No relay claimed a message already marked sent (the store's audit of its claims).
+    """No relay claimed a message already marked sent: seen in the store, or by the sends.
 
-    ``resent_later`` counts records created after their message was marked
-    sent: a relay whose claim lapsed (paused, or an ``outbox_claims_lapse``)
-    sending what it had claimed before, at least once, as designed.
+    Two witnesses. The store's audit (``reclaims``) sees a claim that wrote a
+    sent row's claim columns. A claim that writes nothing (PostgreSQL's row
+    locks) is seen by what it does: it sends. A relay sends only what it
+    claimed, and a record created after its message was marked sent
+    (``resent_later``) can come from a claim taken before the mark only if
+    that claim lapsed (its relay frozen or stalled past its hold, its session
+    ended, its round still sending): a fault of :data:`LAPSING` between the
+    row's commit and its mark. A later record with no such fault came from a
+    claim taken after the mark (``resent_unexplained``), a violation.
     """
     name = "no sent message claimed again"
     lapsed = sum(int(f.attrs.get("lapsed", 0)) for f in history.faults)
-    if records.reclaims is None:
-        return Verdict(name=name, passed=True, note="not audited")
     if not records.outbox:
         return Verdict(name=name, passed=True, note=NO_EFFECTS)
     by_id = {row.effect_id: row for row in records.outbox}
     violations = [
         f"{_named(by_id[r.effect_id]) if r.effect_id in by_id else r.effect_id}: claimed again"
         f" by {r.relay or 'a relay'} after it was marked sent"
-        for r in records.reclaims
+        for r in records.reclaims or ()
     ]
     delivered = _deliveries(records)
-    later = sum(
-        1
-        for row in records.outbox
-        for d in delivered.get(row.effect_id, [])
-        if row.sent is not None and d.created > row.sent + CLOCK_SLACK
-    )
+    later = unexplained = 0
+    for row in records.outbox:
+        if row.sent is None:
+            continue
+        got = delivered.get(row.effect_id, [])
+        resent = [d for d in got if d.created > row.sent + CLOCK_SLACK]
+        later += len(resent)
+        if len(resent) == len(got):  # none before the mark: marked unacknowledged (#395), above
+            continue
+        if resent and not _lapse_before_mark(history, records, row):
+            unexplained += 1
+            violations.append(
+                f"{_named(row)}: sent again {min(d.created for d in resent) - row.sent:.3f}s"
+                " after it was marked sent, no claim lapsed before the mark: claimed again"
+            )
     counts: dict[str, Scalar] = {
         "claims_lapsed": lapsed,
         "send_refusals": sum(1 for f in history.faults if f.kind == "effects_refused"),
         "resent_later": later,
-        "claimed_again": len(records.reclaims),
+        "resent_unexplained": unexplained,
+        "claimed_again": "not audited" if records.reclaims is None else len(records.reclaims),
     }
     return verdict(name, counts, violations)
+
+
+LAPSING = ("pod_pause", "loop_stall", "store_outage", "kafka_restart", "outbox_claims_lapse")
+"""Fault kinds that can end a relay's claim while its round still sends.
+
+A frozen or stalled pod's relay outlives its hold; a store outage ends its
+claim's session; a slow broker stretches its waves; the lapse fault ends claims.
+"""
+
+
+def _lapse_before_mark(history: History, records: Records, row: Outboxed) -> bool:
+    """Whether a :data:`LAPSING` fault was on between ``row``'s commit and its sent mark."""
+    assert row.sent is not None
+    born, marked = row.committed - records.wall_offset, row.sent - records.wall_offset
+    return any(
+        f.kind in LAPSING and f.start <= marked and (f.end is None or f.end >= born)
+        for f in history.faults
+    )
 
 
 EFFECT_RULES: tuple[Callable[[History, Records], Verdict], ...] = (

@@ -141,11 +141,25 @@ def _judged(execution: Execution, deaths: list[float], faults: list[FaultWindow]
         if died is not None:
             execution = dataclasses.replace(execution, end=died, outcome="killed")
     end = execution.end if execution.end is not None else float("inf")
+    since = min(execution.start, _expiry(execution))
     frozen = any(
         f.kind in FROZEN_FAULTS
         and f.target == execution.pod
         and f.start < end
-        and (f.end if f.end is not None else f.start) > execution.start
+        and (f.end if f.end is not None else f.start) > since
         for f in faults
     )
     return dataclasses.replace(execution, paused=True) if frozen else execution
+
+
+def _expiry(execution: Execution) -> float:
+    """When Redis could expire the execution's lease, from its stop (``inf``: not known).
+
+    Before ``start`` when the pod froze between sending the acquire and
+    reading its answer: the execution starts only after the freeze, its lease
+    already run out, and the freeze is what kept it from stopping in time.
+    """
+    for step in execution.steps:
+        if step.name == "stopped" and "margin_ms" in step.attrs:
+            return step.at + float(step.attrs["margin_ms"]) / 1000
+    return float("inf")

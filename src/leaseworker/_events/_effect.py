@@ -34,8 +34,9 @@ class EffectEvent:
     took ``elapsed`` seconds; ``trace`` is the trace context the message
     carries. ``send_failed``: the same, with the ``error`` (its type is
     what may be logged). ``backlog``: the store holds ``depth`` unsent
-    messages, the oldest committed ``oldest_age`` seconds ago (``None``: none);
-    ``depth`` ``None``: this pod stopped reporting them (another pod does).
+    messages of ``namespace``'s job keys (``None``: of every key), the oldest
+    committed ``oldest_age`` seconds ago (``None``: none); ``depth`` ``None``:
+    this pod stopped reporting them (another pod does).
     ``received``: ``receiver``'s inbox answered ``status`` (``new``,
     ``duplicate``, ``stale``) for the effect. ``job_key`` is the store's key
     of the committing job (``{namespace}:{<job key>}``), ``fence`` the
@@ -58,5 +59,6 @@ class EffectEvent:
     relay: str | None = None
     depth: int | None = None
     oldest_age: float | None = None
+    namespace: str | None = None
     receiver: str | None = None
     status: str | None = None

@@ -302,8 +302,12 @@ class EffectStore(CompletionStore, Protocol):
         """Every outbox row (of ``job_key``), in order, with its state (``inspect``)."""
         ...
 
-    async def outbox_backlog(self) -> tuple[int, float | None]:
-        """Return how many messages are unsent and the oldest one's age in seconds (``None``)."""
+    async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
+        """Return how many messages are unsent and the oldest one's age in seconds (``None``).
+
+        Only the messages whose job key starts with ``prefix`` count (one
+        namespace's: ``ns:{``); ``""``: every message in the store.
+        """
         ...
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:

@@ -175,10 +175,10 @@ class MemoryStore:
         """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
         return self.outbox_rows.entries(job_key)
 
-    async def outbox_backlog(self) -> tuple[int, float | None]:
+    async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
         """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
         self._check_open(None)
-        return self.outbox_rows.backlog()
+        return self.outbox_rows.backlog(prefix)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete nothing: a ``memory://`` store lives as long as its test or process."""

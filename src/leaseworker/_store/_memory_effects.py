@@ -97,9 +97,11 @@ class MemoryOutbox:
         """Every row (of ``job_key``) with whether it was sent."""
         return [(entry.row, entry.sent) for entry in self.entries(job_key)]
 
-    def backlog(self) -> tuple[int, float | None]:
-        """Return the unsent rows' count and the oldest one's age in seconds."""
-        unsent = [e.committed_at for e in self._entries if not e.sent]
+    def backlog(self, prefix: str = "") -> tuple[int, float | None]:
+        """Return the unsent rows' count (job keys starting with ``prefix``), the oldest's age."""
+        unsent = [
+            e.committed_at for e in self._entries if not e.sent and e.row.job_key.startswith(prefix)
+        ]
         if not unsent:
             return 0, None
         return len(unsent), (datetime.now(UTC) - min(unsent)).total_seconds()

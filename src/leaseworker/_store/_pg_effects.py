@@ -140,6 +140,7 @@ _ENTRIES = (
 _BACKLOG = """
     SELECT count(*), extract(epoch FROM now() - min(o.committed_at))::float8
     FROM leaseworker_outbox_unsent u JOIN leaseworker_outbox o ON o.id = u.id
+    WHERE left(o.job_key, %s::int) = %s
 """
 # The oldest rounds (the primary key's order) holding the first ``limit`` sent
 # rows, of which those sent before the cutoff, with their rows: a bounded
@@ -392,11 +393,11 @@ async def entries(store: PostgresStore, job_key: str | None) -> list[OutboxEntry
     ]
 
 
-async def backlog(store: PostgresStore) -> tuple[int, float | None]:
-    """Return the unsent rows' count and the oldest one's age in seconds."""
+async def backlog(store: PostgresStore, prefix: str = "") -> tuple[int, float | None]:
+    """Return the unsent rows' count (of job keys starting with ``prefix``), the oldest's age."""
 
     async def run(conn: _Conn, attempt: _Attempt) -> tuple[int, float | None]:
-        row = await (await conn.execute(_BACKLOG)).fetchone()
+        row = await (await conn.execute(_BACKLOG, (len(prefix), prefix))).fetchone()
         assert row is not None  # an aggregate: always one row
         return int(row[0]), None if row[1] is None else max(0.0, float(row[1]))
 

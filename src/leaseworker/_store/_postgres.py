@@ -212,11 +212,11 @@ class PostgresStore:
 
         return await _pg_effects.entries(self, job_key)
 
-    async def outbox_backlog(self) -> tuple[int, float | None]:
+    async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
         """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
         from . import _pg_effects
 
-        return await _pg_effects.backlog(self)
+        return await _pg_effects.backlog(self, prefix)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages; see ``EffectStore.prune_outbox``."""

@@ -200,11 +200,11 @@ class SqliteStore:
 
         return await self._run(job_key, lambda c: entries(c, job_key), writes=False)
 
-    async def outbox_backlog(self) -> tuple[int, float | None]:
+    async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
         """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
         from ._sqlite_effects import backlog
 
-        return await self._run(None, backlog, writes=False)
+        return await self._run(None, lambda c: backlog(c, prefix), writes=False)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages; see ``EffectStore.prune_outbox``."""

@@ -247,10 +247,12 @@ def entries(conn: sqlite3.Connection, job_key: str | None) -> list[OutboxEntry]:
     ]
 
 
-def backlog(conn: sqlite3.Connection) -> tuple[int, float | None]:
-    """Return the unsent rows' count and the oldest one's age in seconds."""
+def backlog(conn: sqlite3.Connection, prefix: str = "") -> tuple[int, float | None]:
+    """Return the unsent rows' count (of job keys starting with ``prefix``), the oldest's age."""
     count, oldest = conn.execute(
-        "SELECT count(*), min(committed_at) FROM leaseworker_outbox WHERE sent_at IS NULL"
+        "SELECT count(*), min(committed_at) FROM leaseworker_outbox"
+        " WHERE sent_at IS NULL AND substr(job_key, 1, ?) = ?",
+        (len(prefix), prefix),
     ).fetchone()
     if not count:
         return 0, None

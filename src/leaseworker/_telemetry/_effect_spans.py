@@ -42,6 +42,9 @@ class EffectSpans:
         elif name in ("sent", "send_failed"):
             self._sent(event)
         elif name == "backlog":
+            labels = {} if event.namespace is None else {n.NAMESPACE: event.namespace}
+            for gauge in (self._metrics.outbox_depth, self._metrics.outbox_age):
+                gauge.attributes = labels
             self._metrics.outbox_depth.value = event.depth  # None: another pod reports it
             age = None if event.depth is None else event.oldest_age or 0.0
             self._metrics.outbox_age.value = age

@@ -98,17 +98,18 @@ class Deferred:
 
 @final
 class Latest:
-    """The last value a gauge was told (the outbox backlog a relay sampled), for readers."""
+    """The last value a gauge was told, with its labels (the outbox backlog a relay sampled)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("attributes", "value")
 
     def __init__(self) -> None:
         self.value: float | None = None
+        self.attributes: Mapping[str, str] = {}
 
     def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         """Report the last value, if there is one (the instrument's callback)."""
         value = self.value
-        return [] if value is None else [Observation(value)]
+        return [] if value is None else [Observation(value, self.attributes)]
 
 
 @dataclass(frozen=True, slots=True)

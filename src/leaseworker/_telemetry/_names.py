@@ -51,6 +51,7 @@ EFFECT_ID: Final = "leaseworker.effect.id"
 EFFECT_STATUS: Final = "leaseworker.effect.status"
 RECEIVER: Final = "leaseworker.receiver"
 RELAY: Final = "leaseworker.relay"
+NAMESPACE: Final = "leaseworker.namespace"
 
 # -- span names -------------------------------------------------------------------------
 

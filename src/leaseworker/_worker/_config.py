@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from .._effects._relay import CLAIM_HOLD, RETENTION
+from .._effects._relay import CLAIM_HOLD, RETENTION, SEND_TIMEOUT
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import KafkaSecurity
@@ -159,7 +159,8 @@ class PodConfig:
     """How long a relay's claim on unsent messages lasts, in seconds.
 
     A dead pod's claimed messages wait this long before another pod's relay
-    sends them; it must outlast one round's sends (a slow broker's).
+    sends them; it must exceed :attr:`outbox_send_bound`, or a claim lapses
+    while its round still sends and another relay sends the rows again.
     """
 
     # -- start-up, Kafka security and behaviour
@@ -253,6 +254,12 @@ class PodConfig:
                 value > 0 and math.isfinite(value),
                 f"{name} must be a finite number of seconds > 0, got {value}",
             )
+        _require(
+            self.outbox_claim_timeout > self.outbox_send_bound,
+            f"outbox_claim_timeout={self.outbox_claim_timeout}s must exceed the relay's send bound"
+            f" ({self.outbox_send_bound:.1f}s: producer start and one wave, {SEND_TIMEOUT:.0f}s"
+            f" each, plus store_timeout), or a claim lapses mid-send and its rows are sent again",
+        )
         heartbeat = self.heartbeat
         _require(
             heartbeat > 0 and math.isfinite(heartbeat),
@@ -274,6 +281,17 @@ class PodConfig:
             f"s must exceed the rebalance timeout ({self.rebalance_timeout:.1f}s): a JoinGroup "
             "request waits that long",
         )
+
+    @property
+    def outbox_send_bound(self) -> float:
+        """The longest a relay round's first wave takes, in seconds: its claim must outlast it.
+
+        The producer's start and the wave's sends (``SEND_TIMEOUT``, 10 s,
+        each), then the mark (``store_timeout``). A key's later rows go in
+        later waves, each as long again only while the broker is slow to
+        acknowledge: the claim's margin is theirs.
+        """
+        return 2 * SEND_TIMEOUT + self.store_timeout
 
     @property
     def heartbeat(self) -> float:

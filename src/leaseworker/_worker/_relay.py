@@ -4,7 +4,8 @@ Every pod runs one against its completion store (any store that keeps an
 outbox); its Kafka producer starts only once there is a message to send.
 On stop the round in progress finishes (each send bounded), or, if the pod's
 shutdown cancels it, releases its claims for the other pods' relays. Given
-the pod's leases, one pod at a time reports the backlog gauges (:mod:`._backlog`).
+the pod's leases, one pod of its namespace and store at a time reports the
+namespace's backlog gauges (:mod:`._backlog`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from collections.abc import AsyncIterator, Iterable
 import anyio
 
 from .._effects import Relay
+from .._effects._relay import SEND_TIMEOUT
 from .._events import Hook
 from .._kafka import KafkaSender
 from .._lease import LeaseStore
 from .._store import CompletionStore
 from .._store._effects import EffectStore
-from ._backlog import report_backlog
+from ._backlog import report_backlog, store_identity
 from ._config import PodConfig
 
 
@@ -35,8 +37,9 @@ async def outbox_relay(
 ) -> AsyncIterator[Relay | None]:
     """Run ``store``'s relay while the block runs (``None``: the store keeps no outbox).
 
-    ``hooks`` (the pod's) get the relay's ``EffectEvent`` s; the backlog's only
-    while this pod holds the reporter's lease on ``leases`` (none: never).
+    ``hooks`` (the pod's) get the relay's ``EffectEvent`` s; the namespace's
+    backlog only while this pod holds the store's reporter lease on ``leases``
+    (none: never).
     """
     hooks = tuple(hooks)
     if not isinstance(store, EffectStore):
@@ -46,6 +49,7 @@ async def outbox_relay(
         config.bootstrap_servers,
         security=config.kafka_security,
         client_id=f"leaseworker-relay-{config.pod}",
+        timeout=SEND_TIMEOUT,  # what PodConfig.outbox_send_bound counts with
     )
     # Unique per process: two pods of one name must not take each other's claims for their own.
     relay = Relay(
@@ -63,9 +67,13 @@ async def outbox_relay(
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.run, stop)
             if leases is not None:
-                tg.start_soon(
-                    functools.partial(report_backlog, relay=relay.name), store, leases, hooks, stop
+                gauges = functools.partial(
+                    report_backlog,
+                    relay=relay.name,
+                    namespace=config.namespace,
+                    store_id=store_identity(config.store_url, store),
                 )
+                tg.start_soon(gauges, store, leases, hooks, stop)
             try:
                 yield relay
             except Exception as exc:  # the pod's own error: raised as it is, once the relay stopped

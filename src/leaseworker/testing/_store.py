@@ -109,9 +109,9 @@ class FaultyStore:
         """Every outbox row with its state."""
         return await effect_store(self.inner).outbox_entries(job_key)
 
-    async def outbox_backlog(self) -> tuple[int, float | None]:
-        """Unsent messages and the oldest one's age."""
-        return await effect_store(self.inner).outbox_backlog()
+    async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
+        """Unsent messages (of job keys starting with ``prefix``) and the oldest one's age."""
+        return await effect_store(self.inner).outbox_backlog(prefix)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages."""
