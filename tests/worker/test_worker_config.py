@@ -18,7 +18,7 @@ from leaseworker import (
     RedisLeases,
     ReportJob,
 )
-from leaseworker._effects._relay import SEND_TIMEOUT
+from leaseworker._kafka import SEND_TIMEOUT
 from leaseworker._lease._timing import DeadlinePolicy
 from leaseworker._worker import _config
 

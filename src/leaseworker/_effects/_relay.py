@@ -45,9 +45,6 @@ RETENTION = 86_400.0
 CLAIM_HOLD = 30.0
 """Seconds a relay's claim lasts before another relay may take the rows over."""
 
-SEND_TIMEOUT = 10.0
-"""Seconds the pod's sender may take to start its producer, and again for one wave of sends."""
-
 
 class Sender(Protocol):
     """Send outbox rows at once and say, per row, where the broker acknowledged it or why not."""

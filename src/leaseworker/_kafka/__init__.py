@@ -24,6 +24,7 @@ from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
 from ._dead_letters import DEAD_LETTER_OMITTED as DEAD_LETTER_OMITTED
 from ._logs import describe as describe_kafka_error
+from ._outbox import SEND_TIMEOUT as SEND_TIMEOUT
 from ._outbox import KafkaSender as KafkaSender
 from ._producer import send_trigger as send_trigger
 from ._refusals import refused_error as refused_error
@@ -38,6 +39,7 @@ __all__ = [
     "DEAD_LETTER_HEADERS",
     "DEAD_LETTER_LOSS_HEADERS",
     "DEAD_LETTER_OMITTED",
+    "SEND_TIMEOUT",
     "KafkaError",
     "KafkaSecurity",
     "KafkaSender",

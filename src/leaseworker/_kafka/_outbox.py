@@ -23,6 +23,9 @@ from ._logins import Login
 from ._quiet import quiet
 from ._security import KafkaSecurity
 
+SEND_TIMEOUT = 10.0
+"""Seconds the sender may take to start its producer, and again for one wave of sends."""
+
 
 @final
 class KafkaSender:
@@ -34,7 +37,7 @@ class KafkaSender:
         *,
         security: KafkaSecurity | None = None,
         client_id: str = "leaseworker-relay",
-        timeout: float = 10.0,
+        timeout: float = SEND_TIMEOUT,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._security = security or KafkaSecurity()

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from .._effects._relay import CLAIM_HOLD, RETENTION, SEND_TIMEOUT
+from .._effects._relay import CLAIM_HOLD, RETENTION
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
-from .._kafka import KafkaSecurity
+from .._kafka import SEND_TIMEOUT, KafkaSecurity
 from .._lease import parse_redis_url
 from .._secrets import SecretFile
 from .._store import DEFAULT_URL, parse_store_url, redact

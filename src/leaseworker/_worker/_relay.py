@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Iterable
 import anyio
 
 from .._effects import Relay
-from .._effects._relay import SEND_TIMEOUT
 from .._events import Hook
 from .._kafka import KafkaSender
 from .._lease import LeaseStore
@@ -49,7 +48,6 @@ async def outbox_relay(
         config.bootstrap_servers,
         security=config.kafka_security,
         client_id=f"leaseworker-relay-{config.pod}",
-        timeout=SEND_TIMEOUT,  # what PodConfig.outbox_send_bound counts with
     )
     # Unique per process: two pods of one name must not take each other's claims for their own.
     relay = Relay(
