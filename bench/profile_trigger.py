@@ -47,7 +47,7 @@ from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
 from leaseworker._kafka._source import KafkaTriggerSource
-from leaseworker._lease._pipelining import OwnConnection
+from leaseworker._lease._trips import OwnConnection
 from leaseworker._store._batch import Batcher
 
 BOXES = (

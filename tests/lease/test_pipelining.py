@@ -25,8 +25,9 @@ from redis.backoff import NoBackoff
 from leaseworker import Lease, LeaseUnavailable, RedisLeases
 from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._deadlines import DeadlineWheel
-from leaseworker._lease._pipelining import Replied, ScriptPipeline
+from leaseworker._lease._pipelining import ScriptPipeline
 from leaseworker._lease._scripts import ACQUIRE, RENEW
+from leaseworker._lease._trips import Replied
 from leaseworker.testing import ChaosProxy
 
 from ..waiting import eventually

@@ -7,7 +7,7 @@ sends each call of a Redis Cluster to its slot's node; ``_model`` the
 renewal's answer (shared with ``MemoryLeases``); ``_renewals`` the held leases'
 clock (one shared renewal tick per loop); ``_releases`` batches the releases of
 blocks ending together; ``_pipelining`` groups concurrent
-calls into one round trip; ``_deadlines`` bounds each call; ``_timing`` the
+calls into one round trip, which ``_trips`` makes; ``_deadlines`` bounds each call; ``_timing`` the
 local-deadline formula and its checks; ``_hold`` the held-lease scope that
 cancels its body on loss (its events are ``leaseworker._events.LeaseEvent``).
 Imports nothing of leaseworker above ``_errors`` (an import contract checks it).

@@ -25,9 +25,10 @@ from .._errors import ConfigError, LeaseLost, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
 from ._model import Lease, LeaseInfo, _check_lease_duration, _checked, _describe, _duration, _ms
-from ._pipelining import Call, ReplicaWait, Replied, ScriptPipeline, run_script, run_scripts
+from ._pipelining import ScriptPipeline
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
+from ._trips import Call, ReplicaWait, Replied, run_script, run_scripts
 from ._verdict import judge_renewal
 from ._verdict import lost as _lost
 

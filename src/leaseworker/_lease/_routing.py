@@ -23,15 +23,8 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError,
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._deadlines import DeadlineWheel
-from ._pipelining import (
-    Call,
-    ReplicaWait,
-    Replied,
-    ScriptPipeline,
-    run_asking,
-    run_script,
-    run_scripts,
-)
+from ._pipelining import ScriptPipeline
+from ._trips import Call, ReplicaWait, Replied, run_asking, run_script, run_scripts
 
 _STALE_MAP = (ClusterDownError, TryAgainError, RedisConnectionError, OSError)
 """Failures after which the next call reads the slot map again."""
