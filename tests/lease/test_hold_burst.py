@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from leaseworker import (
     Event,
     HeldLease,
+    Lease,
     LeaseEvent,
     LeaseLost,
     LeaseUnavailable,
@@ -81,6 +82,42 @@ async def test_ten_thousand_holds_ending_at_once_all_release(redis: Redis, names
     finally:
         await leases.aclose()
     assert [h.outcome for h in held] == ["completed"] * BURST
+    assert [h.release_error for h in held if h.release_error is not None] == []
+    assert all(h.released is True for h in held)
+    assert await redis.keys(f"{namespace}:*:lease") == []
+
+
+async def test_releases_failed_in_a_trip_go_once_more(
+    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch trip fails (a busy loop read it late): its releases go again and each answers."""
+    leases = RedisLeases(redis, namespace=namespace)
+    trips: list[int] = []
+    release_many = leases.release_many
+
+    async def first_trip_late(batch: Sequence[Lease]) -> list[bool | LeaseUnavailable]:
+        trips.append(len(batch))
+        if len(trips) == 1:
+            return [LeaseUnavailable(lease.key, "timed out") for lease in batch]
+        return await release_many(batch)
+
+    monkeypatch.setattr(leases, "release_many", first_trip_late)
+    end = anyio.Event()
+    held: list[HeldLease] = []
+
+    async def holder(i: int, entered: anyio.Event) -> None:
+        async with hold(leases, f"late:{i}", lease_duration=30) as lease:
+            held.append(lease)
+            entered.set()
+            await end.wait()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await _start(tg, 50, holder, step=50)
+            end.set()
+    finally:
+        await leases.aclose()
+    assert trips == [50, 50]  # the batch, then its failed releases together
     assert [h.release_error for h in held if h.release_error is not None] == []
     assert all(h.released is True for h in held)
     assert await redis.keys(f"{namespace}:*:lease") == []
