@@ -176,6 +176,8 @@ class LocalSentinelGroup:
         out, and the failover requested again, ``attempts`` times in all before
         :class:`FailoverAborted`.
         """
+        if attempts < 1:
+            raise ValueError(f"failover() needs at least one attempt, not {attempts}")
         return await in_thread(lambda: self._failover(attempts))
 
     async def kill_master(self) -> RedisNode:
