@@ -2,8 +2,8 @@
 
 The topologies themselves live in ``leaseworker._dev._services``; these are the
 test's side: a direct client to one node (the test's view of what that node
-holds, bypassing any routing) and the check that a stopped topology left
-nothing behind.
+holds, bypassing any routing), Sentinel's events and a promotion it cannot
+complete, and the check that a stopped topology left nothing behind.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from leaseworker._dev._services._nodes import RedisNode
 
@@ -53,6 +55,67 @@ async def role(client: Redis) -> tuple[bytes, int | None]:
     """Return the node's ``ROLE`` and, for a replica, its master's port."""
     reply = await command(client, "ROLE")
     return (reply[0], reply[2] if reply[0] == b"slave" else None)
+
+
+PROMOTION = ("slaveof", "replicaof")
+"""The commands Sentinel promotes (``NO ONE``) and reconfigures replicas with."""
+
+
+async def allow_promotion(nodes: Iterable[RedisNode], *, allowed: bool) -> None:
+    """Let the default user, the one the sentinels connect as, run :data:`PROMOTION` on ``nodes``.
+
+    Refused, Sentinel's ``SLAVEOF NO ONE`` fails inside its ``MULTI``, the
+    replica stays one, and every failover Sentinel tries onto it aborts
+    (``-failover-abort-slave-timeout``) once ``failover-timeout`` is over.
+    """
+    rules = [("+" if allowed else "-") + name for name in PROMOTION]
+    for node in nodes:
+        async with direct(node) as client:
+            await command(client, "ACL", "SETUSER", "default", *rules)
+
+
+@contextlib.asynccontextmanager
+async def promotion_refused(nodes: list[RedisNode]) -> AsyncIterator[None]:
+    """Refuse :data:`PROMOTION` on ``nodes`` inside the block (see :func:`allow_promotion`)."""
+    await allow_promotion(nodes, allowed=False)
+    try:
+        yield
+    finally:
+        await allow_promotion(nodes, allowed=True)
+
+
+@contextlib.asynccontextmanager
+async def sentinel_events(sentinel: RedisNode, *events: str) -> AsyncIterator[PubSub]:
+    """Subscribe to ``events`` on ``sentinel``: it publishes each event on a channel of its name.
+
+    Returns once every subscription is confirmed, so no event after it is missed.
+    """
+    async with direct(sentinel) as client:
+        pubsub = client.pubsub()
+        await pubsub.subscribe(*events)
+        for _ in events:
+            confirmation = await next_message(pubsub, within=5)
+            assert confirmation["type"] == "subscribe"
+        try:
+            yield pubsub
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def next_event(pubsub: PubSub, *, within: float = 30) -> str:
+    """Return the channel (the event's name) of the next event on ``pubsub``."""
+    message = await next_message(pubsub, within=within)
+    assert message["type"] == "message"
+    return bytes(message["channel"]).decode()
+
+
+async def next_message(pubsub: PubSub, *, within: float) -> dict[str, Any]:
+    """Return the next message of any type; fail with TimeoutError after ``within`` seconds."""
+    with anyio.fail_after(within):
+        while True:
+            message = await pubsub.get_message(timeout=within)  # blocks on the socket
+            if message is not None:
+                return dict(message)
 
 
 def assert_gone(pids: Iterable[int], workdir: Path) -> None:

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import uuid
 
+import anyio
 import pytest
 
-from leaseworker._dev._services import LocalSentinelGroup
+from leaseworker._dev._services import FailoverAborted, LocalSentinelGroup
+from leaseworker._dev._services._nodes import RedisNode
 
-from ..topologies import assert_gone, direct, replicas_acknowledging, role
+from ..topologies import (
+    allow_promotion,
+    assert_gone,
+    direct,
+    next_event,
+    promotion_refused,
+    replicas_acknowledging,
+    role,
+    sentinel_events,
+)
 from ..waiting import eventually
+
+ABORTED = "-failover-abort-slave-timeout"
+"""The event of a failover Sentinel gave up: its promotion did not show in time."""
 
 
 @pytest.fixture
@@ -69,6 +83,60 @@ async def test_failover_promotes_a_replica_and_the_old_master_becomes_one(
 
     assert old.alive
     await eventually(old_replicates_new, within=30)  # Sentinel waits ~10 s before it acts
+
+
+@pytest.mark.timeout(120)
+async def test_a_failover_sentinel_aborts_is_requested_again(settled: LocalSentinelGroup) -> None:
+    """Sentinel accepts SENTINEL FAILOVER, then aborts it; failover() asks again and succeeds.
+
+    The replicas refuse the sentinels' SLAVEOF NO ONE (an ACL), so the first
+    attempt aborts (``-failover-abort-slave-timeout``) with the old master
+    still named. The test allows promotion again at that event: a later
+    attempt promotes a replica, and failover() returns it.
+    """
+    old = await settled.master()
+    replicas = [node for node in settled.servers if node is not old]
+    promoted: list[RedisNode] = []
+
+    async def fail_over() -> None:
+        promoted.append(await settled.failover())
+
+    async with (
+        sentinel_events(settled.sentinels[0], ABORTED) as events,
+        promotion_refused(replicas),
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(fail_over)
+        assert await next_event(events) == ABORTED
+        assert not promoted  # the abort did not end failover()
+        await allow_promotion(replicas, allowed=True)
+    [new] = promoted
+    assert new in replicas
+    assert await settled.master_address() == new.address
+    async with direct(new) as client:
+        assert await role(client) == (b"master", None)
+
+
+@pytest.mark.timeout(120)
+async def test_failover_gives_up_after_its_attempts_with_failover_aborted(
+    settled: LocalSentinelGroup,
+) -> None:
+    """Every attempt aborted: FailoverAborted after exactly ``attempts`` aborts, old master kept.
+
+    The group is left settled around the old master, each replica following it.
+    """
+    old = await settled.master()
+    replicas = [node for node in settled.servers if node is not old]
+    async with sentinel_events(settled.sentinels[0], ABORTED) as events:
+        async with promotion_refused(replicas):
+            with pytest.raises(FailoverAborted) as raised:
+                await settled.failover(attempts=2)
+        assert [await next_event(events), await next_event(events)] == [ABORTED, ABORTED]
+    assert (raised.value.master, raised.value.attempts) == (old.name, 2)
+    assert await settled.master() is old
+    for node in replicas:
+        async with direct(node) as client:
+            assert await role(client) == (b"slave", old.port)
 
 
 async def test_kill_master_promotes_a_replica_and_settle_brings_it_back(

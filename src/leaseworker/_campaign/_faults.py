@@ -20,6 +20,7 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
 )
 
 from .._dev._pods import PodProcess
+from .._dev._services import FailoverAborted
 from .._history import FaultWindow, Scalar
 from .._kafka._topics import _setting
 from ._outbox import lapse_claims
@@ -154,10 +155,16 @@ class Injector:
         self._record(planned, start)
 
     async def _sentinel_failover(self, planned: PlannedFault) -> None:
+        """``SENTINEL FAILOVER``; one Sentinel aborted on every attempt is a fault not played."""
         group = self.stack.sentinel
         assert group is not None
         start = time.monotonic()
-        new = await group.failover()
+        try:
+            new = await group.failover()
+        except FailoverAborted:
+            self.skipped.append(planned)  # the master never changed: nothing was injected
+            await group.settle()
+            return
         self._record(planned, start, master_port=new.port)
         await group.settle()
         await anyio.sleep(planned.duration)

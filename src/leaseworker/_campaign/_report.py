@@ -30,7 +30,8 @@ def render(result: Result) -> str:
         f"== leaseworker chaos {settings.job}: seed {settings.seed}, {settings.topology}, "
         f"{settings.pods} pods, store {result.store}",
         f"  faults played  {len(result.history.faults)} ({kinds}); {result.skipped} not played "
-        "(their target was down or idle: no job to stall, no effect to refuse, no claim to lapse)",
+        "(their target was down or idle: no job to stall, no effect to refuse, no claim to lapse; "
+        "or Sentinel aborted every failover asked of it)",
         f"  triggers       {len(result.records.produced)} sent, "
         f"{len(result.history.executions)} executions recorded",
         *([f"  exercised      {result.exercised.line()}"] if result.exercised else []),

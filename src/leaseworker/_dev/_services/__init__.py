@@ -20,9 +20,11 @@ from ._proc import cache_dir as cache_dir
 from ._proc import free_port as free_port
 from ._proc import wait_for_port as wait_for_port
 from ._redis import LocalRedis as LocalRedis
+from ._sentinel import FailoverAborted as FailoverAborted
 from ._sentinel import LocalSentinelGroup as LocalSentinelGroup
 
 __all__ = [
+    "FailoverAborted",
     "LocalJaeger",
     "LocalPostgres",
     "LocalProcess",

@@ -37,8 +37,29 @@ SENTINELS = 3
 QUORUM = 2
 """Sentinels that must agree the master is down: a majority of three, as in production."""
 
+FAILOVER_ATTEMPTS = 5
+"""Failovers :meth:`LocalSentinelGroup.failover` requests of a Sentinel that aborts them."""
+
+TILT_PERIOD = 30.0
+"""Seconds a sentinel stays in TILT once its timer runs on time again (Redis's own constant)."""
+
 Role = Literal["master", "replica", "sentinel", "paused", "down"]
 """A node's role as :meth:`LocalSentinelGroup.roles` observes it."""
+
+
+class FailoverAborted(RuntimeError):
+    """Raised by :meth:`LocalSentinelGroup.failover` when Sentinel aborted every failover.
+
+    Sentinel answers ``SENTINEL FAILOVER`` with OK and may still give up later
+    (``-failover-abort-slave-timeout`` and the like): the promotion did not
+    complete within ``failover-timeout``. ``master`` (its name) is still in
+    place after ``attempts`` such aborts, and the group is settled around it.
+    """
+
+    def __init__(self, master: str, attempts: int) -> None:
+        super().__init__(f"Sentinel aborted {attempts} failovers in a row; {master} is master")
+        self.master = master
+        self.attempts = attempts
 
 
 @final
@@ -146,12 +167,18 @@ class LocalSentinelGroup:
 
     # -- failures to replay
 
-    async def failover(self) -> RedisNode:
+    async def failover(self, *, attempts: int = FAILOVER_ATTEMPTS) -> RedisNode:
         """``SENTINEL FAILOVER``; return the new master once promoted and agreed on.
 
         The old master keeps running and, for a while, keeps acting as a master.
+        Sentinel may abort a failover it accepted (the promotion did not show in
+        time); then a replica that was promoted late is put back, TILT waited
+        out, and the failover requested again, ``attempts`` times in all before
+        :class:`FailoverAborted`.
         """
-        return await in_thread(self._failover)
+        if attempts < 1:
+            raise ValueError(f"failover() needs at least one attempt, not {attempts}")
+        return await in_thread(lambda: self._failover(attempts))
 
     async def kill_master(self) -> RedisNode:
         """SIGKILL the master; return the replica the sentinels promote in its place."""
@@ -336,8 +363,19 @@ class LocalSentinelGroup:
 
     # -- acting
 
-    def _failover(self) -> RedisNode:
+    def _failover(self, attempts: int) -> RedisNode:
         old = self._wait_agreed_master()
+        for _attempt in range(attempts):
+            self._wait_ready_to_fail_over()
+            self._request_failover()
+            new = self._wait_switched_or_aborted(old)
+            if new is not None:
+                return new
+            self._put_back(old)
+        raise FailoverAborted(old.name, attempts)
+
+    def _request_failover(self) -> None:
+        """Send ``SENTINEL FAILOVER`` to the first sentinel until it accepts it."""
 
         def requested() -> bool:
             try:
@@ -349,7 +387,63 @@ class LocalSentinelGroup:
             return True
 
         poll_until(requested, timeout=self.timeout, what="a sentinel to accept SENTINEL FAILOVER")
-        return self._wait_switched(old)
+
+    def _wait_ready_to_fail_over(self) -> None:
+        """Wait until no sentinel is in TILT and none holds a stale role for a replica.
+
+        A sentinel in TILT acts on nothing, a requested failover included, for
+        :data:`TILT_PERIOD`. One whose last ``INFO`` of a replica still says
+        ``master`` (a master demoted a moment ago; replicas' ``INFO`` is read every
+        ten seconds) turns it back into a replica the moment it is promoted, and
+        the failover aborts.
+        """
+        poll_until(
+            lambda: not any(_in_tilt(node) for node in self.sentinels),
+            timeout=TILT_PERIOD + self.timeout,
+            what="every sentinel to leave TILT",
+        )
+        poll_until(
+            lambda: all(self._roles_current(node) for node in self.sentinels),
+            timeout=self.timeout,
+            what="every sentinel to see each replica report the replica role",
+        )
+
+    def _roles_current(self, sentinel: RedisNode) -> bool:
+        known = sentinel.command("SENTINEL", "REPLICAS", self.service)
+        return all(pairs(r)["role-reported"] == "slave" for r in known)
+
+    def _wait_switched_or_aborted(self, old: RedisNode) -> RedisNode | None:
+        """Return the new master, or ``None`` once the first sentinel aborted the failover.
+
+        Aborted: its ``SENTINEL MASTER`` lost ``failover_in_progress`` and still
+        names ``old`` (on success the flag goes with the address change, in one step).
+        """
+        found: list[RedisNode | None] = []
+
+        def decided() -> bool:
+            state = pairs(self.sentinels[0].command("SENTINEL", "MASTER", self.service))
+            if "failover_in_progress" not in state["flags"] and int(state["port"]) == old.port:
+                found[:] = [None]
+                return True
+            master = self._switched_to(old)
+            found[:] = [] if master is None else [master]
+            return bool(found)
+
+        poll_until(decided, timeout=self.timeout, what=f"a new master in place of {old.name}")
+        return found[0]
+
+    def _put_back(self, master: RedisNode) -> None:
+        """After an aborted failover: demote a replica promoted late, wait until settled."""
+        self._demote_others(master)
+        poll_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
+
+    def _demote_others(self, master: RedisNode) -> None:
+        """Make every running server but ``master`` that acts as a master a replica of it."""
+        for node in self.servers:
+            if node is master or not node.alive or node.paused:
+                continue
+            if node.role()[0] == "master":
+                node.command("REPLICAOF", LOOPBACK, master.port)
 
     def _wait_switched(self, old: RedisNode) -> RedisNode:
         found: list[RedisNode] = []
@@ -368,12 +462,9 @@ class LocalSentinelGroup:
                 node.resume()
         master = self._wait_agreed_master()
         for node in self.servers:
-            if node is master:
-                continue
-            if not node.alive:
+            if node is not master and not node.alive:
                 node.restart(["--replicaof", LOOPBACK, str(master.port)])
-            elif node.role()[0] == "master":  # demoted, not yet reconfigured by Sentinel
-                node.command("REPLICAOF", LOOPBACK, master.port)
+        self._demote_others(master)  # demoted, not yet reconfigured by Sentinel
         poll_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
         return master
 
@@ -396,6 +487,11 @@ def _follows(replica: RedisNode, master: RedisNode) -> bool:
     """Whether ``replica`` replicates from ``master`` with its link up."""
     role = replica.role()
     return role[0] == "slave" and (role[2], role[3]) == (master.port, "connected")
+
+
+def _in_tilt(sentinel: RedisNode) -> bool:
+    """Whether ``sentinel`` is in TILT (its timer ran late; it acts again 30 s after)."""
+    return sentinel.info("sentinel")["sentinel_tilt"] == "1"
 
 
 def _role(node: RedisNode) -> Role:
