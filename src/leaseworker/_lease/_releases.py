@@ -12,9 +12,9 @@ batch as a whole gets :data:`BATCH_BOUND` times ``release_timeout``, for a
 store that does not. A release that does fail leaves the lease to expire
 with its TTL (the owner-checked scripts keep that safe) and is reported by
 its ``HeldLease``. A failed release is sent once more, in a batch of the
-failed ones, within the same bound: a trip that timed out because the loop
-was busy ending thousands of bodies (its reply read late) mostly succeeds on
-the next turn. Sending it again is safe: the script deletes only this
+failed ones with a bound of its own: a trip whose bound ran out while the
+loop was busy ending thousands of bodies (its reply not yet read) mostly
+succeeds on the next try. Sending it again is safe: the script deletes only this
 owner's lease, and a lease already gone answers ``False``.
 """
 
@@ -72,19 +72,13 @@ class Releases:
 
 async def _release_many(many: ReleaseMany, batch: _Pending, within: float) -> None:
     leases = [lease for lease, _ in batch]
-    answers: list[bool | BaseException] = [
-        TimeoutError(f"release did not finish within {within}s") for _ in batch
-    ]
     try:
-        async with asyncio.timeout(within):
-            answers = await _ask(many, leases)
-            failed = [i for i, answer in enumerate(answers) if isinstance(answer, BaseException)]
-            if failed:  # once more, for the failed ones, inside the same bound
-                again = await _ask(many, [leases[i] for i in failed])
-                for i, answer in zip(failed, again, strict=True):
-                    answers[i] = answer
-    except TimeoutError:
-        pass  # what was answered stands; the rest did not finish in time
+        answers = await _ask(many, leases, within)
+        failed = [i for i, answer in enumerate(answers) if isinstance(answer, BaseException)]
+        if failed:  # once more, the failed ones together, with a bound of their own
+            again = await _ask(many, [leases[i] for i in failed], within)
+            for i, answer in zip(failed, again, strict=True):
+                answers[i] = answer
     except asyncio.CancelledError:  # the loop is closing: nobody may wait for ever
         answers = [TimeoutError("the release was cancelled before it was answered") for _ in batch]
         _answer(batch, answers)
@@ -92,12 +86,13 @@ async def _release_many(many: ReleaseMany, batch: _Pending, within: float) -> No
     _answer(batch, answers)
 
 
-async def _ask(many: ReleaseMany, leases: list[Lease]) -> list[bool | BaseException]:
-    """One ``release_many`` trip; a custom store's bug is each release's error."""
+async def _ask(many: ReleaseMany, leases: list[Lease], within: float) -> list[bool | BaseException]:
+    """One ``release_many`` trip bounded by ``within``; a custom store's bug is each one's error."""
     try:
-        return list(await many(leases))
+        async with asyncio.timeout(within):
+            return list(await many(leases))
     except TimeoutError:
-        raise
+        return [TimeoutError(f"release did not finish within {within}s") for _ in leases]
     except Exception as exc:
         return [exc] * len(leases)
 
