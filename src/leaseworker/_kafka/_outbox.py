@@ -1,7 +1,10 @@
 """``KafkaSender``: the outbox relay's idempotent producer (``acks=all``).
 
-The relay (``leaseworker._effects``) hands it one outbox row at a time and
-waits for the broker's acknowledgement before marking the row sent; the
+The relay (``leaseworker._effects``) hands it a wave of outbox rows (of
+distinct job keys) and waits for the broker's acknowledgements before
+marking them sent. The rows go in as whole record batches, one or more per
+partition, built here (``_record_batches``): the records and partitions
+``producer.send`` would make, at a third of its cost per row. The
 producer is started on first use and kept, reconnecting by itself while a
 broker restarts. Every send is bounded by ``timeout``. After a running
 client's SASL login was refused (``_logins``) and the password file holds a
@@ -17,6 +20,7 @@ from typing import Any, final
 
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
 
 from .._store._effects import OutboxRow
 from ._logins import Login
@@ -56,7 +60,7 @@ class KafkaSender:
         return outcome
 
     async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
-        """Send ``rows`` together (the producer batches them); wait for every answer.
+        """Send ``rows`` together; wait for every answer (see :func:`_record_batches`).
 
         Each answer is (partition, offset) once every in-sync replica has the
         row, or why not; the whole wave is bounded by ``timeout``.
@@ -65,34 +69,23 @@ class KafkaSender:
             producer = await self._started()
         except Exception as exc:  # the brokers are down: every row fails alike
             return [exc] * len(rows)
-        outcomes: list[tuple[int, int] | Exception] = []
+        outcomes: list[tuple[int, int] | Exception | None] = [None] * len(rows)
         with anyio.move_on_after(self._timeout):
-            deliveries = []
-            for row in rows:  # no await that yields in here: the rows go in as one batch
-                message = row.message
-                try:
-                    deliveries.append(
-                        await producer.send(
-                            message.topic,
-                            value=message.value,
-                            key=message.key,
-                            headers=row.kafka_headers(),
-                        )
-                    )
-                except Exception as exc:  # e.g. a value too large for the topic
-                    deliveries.append(_failed(exc))
-            for delivery in deliveries:
+            for delivery, members in await _record_batches(producer, rows):
                 try:
                     meta = await delivery
-                except Exception as exc:
-                    outcomes.append(exc)
+                except Exception as exc:  # the batch's every row failed alike
+                    for index, _ in members:
+                        outcomes[index] = exc
                 else:
-                    outcomes.append((int(meta.partition), int(meta.offset)))
+                    partition, base = int(meta.partition), int(meta.offset)
+                    for index, relative in members:
+                        outcomes[index] = (partition, base + relative)
         timeout = TimeoutError(f"no acknowledgement within {self._timeout}s")
-        outcomes += [timeout] * (len(rows) - len(outcomes))
-        if any(isinstance(outcome, Exception) for outcome in outcomes):
+        answers = [timeout if outcome is None else outcome for outcome in outcomes]
+        if any(isinstance(answer, Exception) for answer in answers):
             await self._discard(producer)
-        return outcomes
+        return answers
 
     async def _discard(self, producer: Any) -> None:
         """Drop ``producer`` after a failed send: the next send starts a new one.
@@ -159,8 +152,98 @@ class KafkaSender:
             return self._producer
 
 
+_Members = list[tuple[int, int]]
+"""A record batch's rows: (index in the wave, offset within the batch)."""
+
+
+async def _record_batches(
+    producer: Any, rows: Sequence[OutboxRow]
+) -> list[tuple[asyncio.Future[Any], _Members]]:
+    """Queue ``rows`` as whole record batches, one or more per partition; return their deliveries.
+
+    The partition is the one ``producer.send`` would pick (the producer's
+    default partitioner, keyed by the message key), and the records are those
+    it would write, in the same order; but each batch is built here and queued
+    with ``producer.send_batch``: no future, partition look-up or size
+    estimate per row, and one answer per batch (a failed batch fails its
+    rows alike, as the broker does). The batches of a partition after its
+    first wait for the one before to be taken by the sender.
+    """
+    groups, deliveries = await _by_partition(producer, rows)
+    queue = [
+        (nth, topic, partition, batch, members)
+        for (topic, partition), indexes in groups.items()
+        for nth, (batch, members) in enumerate(_built(producer, rows, indexes))
+    ]
+    queue.sort(key=lambda queued: queued[0])  # every partition's first batch, then the seconds
+    for _, topic, partition, batch, members in queue:
+        try:
+            delivery = await producer.send_batch(batch, topic, partition=partition)
+        except Exception as exc:  # the producer is closed or failed
+            delivery = _failed(exc)
+        deliveries.append((delivery, members))
+    return deliveries
+
+
+async def _by_partition(
+    producer: Any, rows: Sequence[OutboxRow]
+) -> tuple[dict[tuple[str, int], list[int]], list[tuple[asyncio.Future[Any], _Members]]]:
+    """Return the rows' indexes by (topic, partition), and the rows whose topic failed."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    failed: list[tuple[asyncio.Future[Any], _Members]] = []
+    partitions: dict[str, tuple[list[int], list[int]] | Exception] = {}
+    for index, row in enumerate(rows):
+        topic = row.message.topic
+        known = partitions.get(topic)
+        if known is None:
+            try:  # no yield once the producer has the topic's metadata
+                every = list(await producer.partitions_for(topic))
+            except Exception as exc:  # e.g. no such topic: its rows fail
+                known = partitions[topic] = exc
+            else:
+                up = producer.client.cluster.available_partitions_for_topic(topic)
+                known = partitions[topic] = (every, list(up or ()))
+        if isinstance(known, Exception):
+            failed.append((_failed(known), [(index, 0)]))
+        else:
+            partition = _PARTITIONER(row.message.key, *known)
+            groups.setdefault((topic, partition), []).append(index)
+    return groups, failed
+
+
+def _built(
+    producer: Any, rows: Sequence[OutboxRow], indexes: list[int]
+) -> list[tuple[Any, _Members]]:
+    """Return the closed record batches holding ``rows[indexes]`` in order (a new one when full)."""
+    built: list[tuple[Any, _Members]] = []
+    batch, members = producer.create_batch(), _Members()
+    for index in indexes:
+        message = rows[index].message
+        headers = rows[index].kafka_headers()
+        record = batch.append(timestamp=None, key=message.key, value=message.value, headers=headers)
+        if record is None:  # full: this row starts the next batch (a first row always fits)
+            batch.close()
+            built.append((batch, members))
+            batch, members = producer.create_batch(), _Members()
+            record = batch.append(
+                timestamp=None, key=message.key, value=message.value, headers=headers
+            )
+        members.append((index, int(record.offset)))
+    batch.close()
+    built.append((batch, members))
+    return built
+
+
+_PARTITIONER = DefaultPartitioner()
+"""The producer's default partitioner (``KafkaSender`` sets no other)."""
+
+
 def _failed(exc: Exception) -> asyncio.Future[Any]:
-    """Return a future holding ``exc``: a row the producer refused before sending."""
+    """Return a future holding ``exc``: rows the producer refused before sending."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     future.set_exception(exc)
     return future
+
+
+_PARTITIONER = DefaultPartitioner()
+"""The producer's default partitioner (``KafkaSender`` sets no other)."""
