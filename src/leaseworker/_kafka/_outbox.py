@@ -243,7 +243,3 @@ def _failed(exc: Exception) -> asyncio.Future[Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     future.set_exception(exc)
     return future
-
-
-_PARTITIONER = DefaultPartitioner()
-"""The producer's default partitioner (``KafkaSender`` sets no other)."""
