@@ -280,3 +280,30 @@ async def test_repr_and_errors_never_show_the_password(
     async with open_store(pg_url) as store:
         assert postgres_server.password not in repr(store)
         assert "postgres:***@" in repr(store)
+
+
+def test_a_first_attempt_that_found_no_server_is_no_refusal_once_it_answers(
+    postgres_server: LocalPostgres,
+) -> None:
+    """The first connection found no server; by the ping it is up: wait (not exit 2).
+
+    As when a store outage heals while a pod starts: ``PQping`` answers OK after
+    the failure, and only a second attempt tells the outage from a refusal.
+    The same server refusing an unknown role stays permanent.
+    """
+    from leaseworker._store._refusal import refusal
+    from leaseworker._store._url import parse_store_url
+
+    database = f"t{uuid.uuid4().hex[:12]}"
+    url = postgres_server.create_database(database)
+    nobody = url.replace(f":{postgres_server.port}/", f":{free_port()}/")
+    with pytest.raises(psycopg.OperationalError) as failed:
+        psycopg.connect(nobody, connect_timeout=2).close()
+    assert refusal(parse_store_url(url), failed.value, timeout=2) is None
+
+    wrong = postgres_server.url_for(database, role="nosuchrole", password="not-it")
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(wrong, connect_timeout=2).close()
+    reason = refusal(parse_store_url(wrong), refused.value, timeout=2)
+    assert reason is not None
+    assert "refused the connection after the password" in str(reason)

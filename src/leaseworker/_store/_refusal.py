@@ -7,7 +7,11 @@ never parsed. Instead:
 - libpq's ``PQping`` on the same URL answers "OK" when the server took part in
   the attempt and sent an error other than "cannot connect now": it refused
   the role, the password, the database or the address (SQLSTATE 28P01, 28000,
-  3D000, 42501): permanent.
+  3D000, 42501): permanent, once a second connection attempt made after the
+  ping fails as well. The ping comes after the failure: a server that was
+  unreachable for a moment (a store outage healing as the pod starts) answers
+  it too, and the second attempt then connects, so that is waited for, not
+  refused.
 - The server asked for a password and the URL has none: permanent.
 - Otherwise the server did not answer, or the TLS handshake failed. When the
   URL asks for TLS, the handshake is tried again with Python's ``ssl`` (the
@@ -53,6 +57,8 @@ def refusal(url: StoreURL, exc: psycopg.OperationalError, *, timeout: float) -> 
     bounded = make_conninfo(url.target, connect_timeout=max(2, round(timeout)))
     answer = pq.PGconn.ping(bounded.encode())
     if answer == pq.Ping.OK:
+        if _connects(bounded):
+            return None  # the server was not there for the first attempt; it is now
         said = "after the password" if pgconn is not None and pgconn.used_password else "at once"
         return ConfigError(f"{where} refused the connection {said}: {_server_words(exc)}")
     if answer == pq.Ping.NO_ATTEMPT:
@@ -60,6 +66,15 @@ def refusal(url: StoreURL, exc: psycopg.OperationalError, *, timeout: float) -> 
     if answer == pq.Ping.NO_RESPONSE:
         return _tls_refusal(where, conninfo_to_dict(url.target), timeout=timeout)
     return None  # REJECT: starting up or shutting down
+
+
+def _connects(conninfo: str) -> bool:
+    """Whether one blocking libpq connection to ``conninfo`` succeeds (closed at once)."""
+    pgconn = pq.PGconn.connect(conninfo.encode())
+    try:
+        return pgconn.status == pq.ConnStatus.OK
+    finally:
+        pgconn.finish()
 
 
 def _server_words(exc: psycopg.OperationalError) -> str:
