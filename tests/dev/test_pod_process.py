@@ -129,3 +129,30 @@ async def test_readiness_is_what_readyz_answers(
     answer.update(code=200, body={"status": "ready", "kafka": {"assigned_partitions": 2}})
     assert pod.assigned() == 2
     assert await until_ready([pod], within=10, partitions=True) < 10
+
+
+async def test_last_words_are_the_latest_runs_error_line(
+    tmp_path: Path, pods: list[PodProcess]
+) -> None:
+    """An exit of its own names its reason: the latest run's error line, not an earlier run's.
+
+    The log is appended across restarts, and noise may follow the error line
+    (the campaign prints it when it restarts a pod that exited by itself).
+    """
+    pod = _pod(tmp_path, "print('leaseworker run: error: the first run'); raise SystemExit(2)")
+    pods.append(pod.start())
+    assert await pod.wait_exit(within=30) == 2
+    assert pod.last_words() == "leaseworker run: error: the first run"
+    pod.argv = [
+        sys.executable,
+        "-c",
+        "print('leaseworker run: error: the second run'); print('unclosed socket'); "
+        "raise SystemExit(2)",
+    ]
+    pod.start()
+    assert await pod.wait_exit(within=30) == 2
+    assert pod.last_words() == "leaseworker run: error: the second run"
+    pod.argv = [sys.executable, "-c", "print('no error here')"]
+    pod.start()
+    assert await pod.wait_exit(within=30) == 0
+    assert pod.last_words() == "no error here"

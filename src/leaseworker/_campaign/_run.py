@@ -385,7 +385,7 @@ async def _watch(pods: dict[str, PodProcess], out: Out) -> None:
         for pod in pods.values():
             code = pod.exited()
             if code is not None:
-                out(f"  {pod.name} exited by itself with {code}: restarted")
+                out(f"  {pod.name} exited by itself with {code}: restarted ({pod.last_words()})")
                 pod.start()
         await anyio.sleep(0.5)
 

@@ -55,6 +55,7 @@ class PodProcess:
     stopping: bool = False
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)  # running
     _last: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _logged_before: int = field(default=0, repr=False)  # the log's size when _last started
 
     @property
     def process(self) -> subprocess.Popen[bytes]:
@@ -67,6 +68,7 @@ class PodProcess:
         """Start (or restart) the process, appending to its log; return the pod."""
         self.stopping = False
         with self.log.open("ab") as out:
+            self._logged_before = out.tell()
             self._process = self._last = subprocess.Popen(
                 self.argv,
                 cwd=self.cwd,
@@ -89,6 +91,21 @@ class PodProcess:
     def log_text(self) -> str:
         """Return what the pod logged so far."""
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def last_words(self) -> str:
+        """Return why the latest process ended, as it said: its last error line, else its last line.
+
+        The log holds every start of the pod; only the latest one's lines are
+        read. ``leaseworker run`` names what made it exit 2 in one
+        ``...: error: ...`` line, which shutdown noise may follow.
+        """
+        if not self.log.exists():
+            return ""
+        with self.log.open("rb") as log:
+            log.seek(self._logged_before)
+            lines = [line for line in log.read().decode(errors="replace").splitlines() if line]
+        errors = [line for line in lines if ": error: " in line]
+        return (errors or lines or [""])[-1]
 
     def readiness(self) -> dict[str, Any] | None:
         """Return the pod's ``/readyz`` answer (``None`` while it does not answer)."""
