@@ -374,3 +374,34 @@ async def test_brokers_down_at_start_fail_a_round_of_many_keys_in_one_timeout(
         finally:
             await sender.aclose()
     assert not any(sent for _, sent in await memory.outbox())
+
+
+async def test_rounds_whose_marks_overlap_each_count_their_rows(
+    memory: EffectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two rounds' marks are awaited at once: ``relay.sent`` counts both (it once kept one)."""
+    await commit(memory, "k1", 1, b"one")
+    await commit(memory, "k2", 2, b"two")
+    pending: list[anyio.Event] = []
+    both = anyio.Event()
+    mark_sent = memory.mark_sent
+
+    async def held_mark(claimer: str, ids: Sequence[int]) -> int:
+        gate = anyio.Event()
+        pending.append(gate)
+        if len(pending) == 2:
+            both.set()
+        await gate.wait()
+        return await mark_sent(claimer, ids)
+
+    monkeypatch.setattr(memory, "mark_sent", held_mark)
+    relay = Relay(memory, FakeSender(), name="relay-a", batch=1, in_flight=2)
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.run, stop)
+        with anyio.fail_after(10):
+            await both.wait()  # each round holds one row and waits in its mark
+        for gate in pending:
+            gate.set()
+        stop.set()  # run returns once its rounds are done
+    assert relay.sent == 2

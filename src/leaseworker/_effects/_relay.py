@@ -187,7 +187,8 @@ class Relay:
     ) -> None:
         """One round of ``run``: send and settle ``rows``, then give the slot back."""
         try:
-            self._failed += await self._deliver(claimer, rows)
+            failed = await self._deliver(claimer, rows)  # awaited first: rounds overlap
+            self._failed += failed
         except Exception:  # the settle's store call failed: the claims expire after ``hold``
             logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
             self._failed += 1
@@ -233,7 +234,8 @@ class Relay:
         if self._pruned_at is not None and now - self._pruned_at < self._prune_every:
             return
         self._pruned_at = now
-        self.pruned += await self._store.prune_outbox(self._retention)
+        pruned = await self._store.prune_outbox(self._retention)
+        self.pruned += pruned
 
     async def _backlog(self) -> None:
         """Tell the hooks how many messages are unsent and how old the oldest is (at times)."""
@@ -279,7 +281,8 @@ class Relay:
     async def _settle(self, claimer: str, rows: Sequence[OutboxRow], acked: list[int]) -> None:
         """Mark the acknowledged rows sent; release the others (best effort: claims expire)."""
         if acked:
-            self.sent += await self._store.mark_sent(claimer, acked)
+            marked = await self._store.mark_sent(claimer, acked)  # awaited first: rounds overlap
+            self.sent += marked
         done = set(acked)
         unsent = [row.id for row in rows if row.id not in done]
         if unsent:
