@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self, cast, final
+from typing import Any, Self, cast, final
 
 import redis
 from redis.asyncio import Redis
@@ -31,6 +31,7 @@ from ._nodes import (
 )
 from ._proc import LOOPBACK, distinct_free_ports
 from ._redis import tls_query
+from ._sentinel_nodes import Role, follows, in_tilt, role_of
 from ._tls import ServiceTLS
 
 SENTINELS = 3
@@ -42,9 +43,6 @@ FAILOVER_ATTEMPTS = 5
 
 TILT_PERIOD = 30.0
 """Seconds a sentinel stays in TILT once its timer runs on time again (Redis's own constant)."""
-
-Role = Literal["master", "replica", "sentinel", "paused", "down"]
-"""A node's role as :meth:`LocalSentinelGroup.roles` observes it."""
 
 
 class FailoverAborted(RuntimeError):
@@ -163,7 +161,7 @@ class LocalSentinelGroup:
 
     async def roles(self) -> list[tuple[RedisNode, Role]]:
         """Return every node with the role it reports now (``paused``/``down`` if it cannot)."""
-        return await in_thread(lambda: [(node, _role(node)) for node in self._all_nodes])
+        return await in_thread(lambda: [(node, role_of(node)) for node in self._all_nodes])
 
     # -- failures to replay
 
@@ -344,7 +342,7 @@ class LocalSentinelGroup:
             return False
         replicas = {node.port for node in self.servers if node is not master}
         for node in self.servers:
-            if node is not master and not _follows(node, master):
+            if node is not master and not follows(node, master):
                 return False
         return all(self._sentinel_sees(sentinel, master, replicas) for sentinel in self.sentinels)
 
@@ -398,7 +396,7 @@ class LocalSentinelGroup:
         the failover aborts.
         """
         poll_until(
-            lambda: not any(_in_tilt(node) for node in self.sentinels),
+            lambda: not any(in_tilt(node) for node in self.sentinels),
             timeout=TILT_PERIOD + self.timeout,
             what="every sentinel to leave TILT",
         )
@@ -433,7 +431,7 @@ class LocalSentinelGroup:
         return found[0]
 
     def _put_back(self, master: RedisNode) -> None:
-        """After an aborted failover: demote a replica promoted late, wait until settled."""
+        """Demote any other server acting as a master (promoted late), wait until settled."""
         self._demote_others(master)
         poll_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
 
@@ -464,8 +462,7 @@ class LocalSentinelGroup:
         for node in self.servers:
             if node is not master and not node.alive:
                 node.restart(["--replicaof", LOOPBACK, str(master.port)])
-        self._demote_others(master)  # demoted, not yet reconfigured by Sentinel
-        poll_until(self._settled, timeout=self.timeout, what="the sentinel group to settle")
+        self._put_back(master)  # demoted, not yet reconfigured by Sentinel
         return master
 
 
@@ -481,31 +478,6 @@ def _server_config(port: int, directory: Path, tls: ServiceTLS | None) -> list[s
         "repl-diskless-sync yes",
         "repl-diskless-sync-delay 0",  # default 5 s: every (re)sync after a failover would wait
     ]
-
-
-def _follows(replica: RedisNode, master: RedisNode) -> bool:
-    """Whether ``replica`` replicates from ``master`` with its link up."""
-    role = replica.role()
-    return role[0] == "slave" and (role[2], role[3]) == (master.port, "connected")
-
-
-def _in_tilt(sentinel: RedisNode) -> bool:
-    """Whether ``sentinel`` is in TILT (its timer ran late; it acts again 30 s after)."""
-    return sentinel.info("sentinel")["sentinel_tilt"] == "1"
-
-
-def _role(node: RedisNode) -> Role:
-    if not node.alive:
-        return "down"
-    if node.paused:
-        return "paused"
-    try:
-        reported = node.role()[0]
-    except redis.RedisError:
-        return "down"
-    if reported == "master":
-        return "master"
-    return "replica" if reported == "slave" else "sentinel"
 
 
 def _binaries() -> tuple[str, str]:
