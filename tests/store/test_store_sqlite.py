@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Awaitable
@@ -12,7 +13,14 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from leaseworker import CompletionRequest, ConfigError, StoreUnavailable, open_store
+from leaseworker import (
+    ClaimResult,
+    CompletionRequest,
+    CompletionResult,
+    ConfigError,
+    StoreUnavailable,
+    open_store,
+)
 from leaseworker._store import DEFAULT_URL, SETTLED_BY_OFFSETS
 from leaseworker._store._effects import Message, OutboxRow
 from leaseworker._store._schema import MIGRATIONS
@@ -377,6 +385,70 @@ async def test_the_writes_of_one_loop_pass_share_one_commit(tmp_path: Path) -> N
     assert sorted(rows) == sorted(
         [(f"c{i}", 2) for i in range(10)] + [(f"d{i}", 1) for i in range(5)]
     )
+
+
+async def test_a_pass_runs_its_claims_and_completions_of_distinct_keys_in_few_statements(
+    tmp_path: Path,
+) -> None:
+    """One multi-row statement per kind and 16 keys; a key touched twice runs alone, in order.
+
+    Each answer is the one the call would get alone: claimed, duplicate,
+    stale, accepted; the claim and completion of one key in the pass keep
+    their order (the completion, at the claimed fence, is accepted).
+    """
+    path = tmp_path / "c.sqlite3"
+    async with open_store(f"sqlite:///{path}") as store:
+        assert isinstance(store, SqliteStore)
+        done = dataclasses.replace(_request("k0"), fence=5)
+        assert (await store.complete(done)).status == "accepted"
+        assert (await store.claim("k1", "v", 9)).status == "claimed"
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        claimed: dict[str, ClaimResult] = {}
+        completed: dict[str, CompletionResult] = {}
+
+        async def claim(key: str, fence: int, name: str) -> None:
+            claimed[name] = await _in_a_pods_trigger(store.claim(key, "v", fence))
+
+        async def complete(key: str, fence: int, name: str) -> None:
+            request = CompletionRequest(
+                job_key=key, input_version="v", fence=fence, result={}, execution_id="e", pod="p"
+            )
+            completed[name] = await _in_a_pods_trigger(store.complete(request))
+
+        async with anyio.create_task_group() as tg:  # the tasks start in one pass
+            for i in range(20):
+                tg.start_soon(claim, f"a{i}", 2, f"a{i}")
+            tg.start_soon(claim, "r", 4, "claim r")
+            tg.start_soon(claim, "k0", 6, "claim k0")
+            tg.start_soon(complete, "k1", 3, "k1")
+            for i in range(5):
+                tg.start_soon(complete, f"d{i}", 1, f"d{i}")
+            tg.start_soon(complete, "k0", 7, "complete k0")
+            tg.start_soon(complete, "r", 4, "complete r")
+        store._conn.set_trace_callback(None)
+    status: dict[str, str] = {name: answer.status for name, answer in claimed.items()}
+    status.update({name: answer.status for name, answer in completed.items()})
+    assert status == {
+        **{f"a{i}": "claimed" for i in range(20)},
+        **{f"d{i}": "accepted" for i in range(5)},
+        "claim r": "claimed",
+        "complete r": "accepted",
+        "claim k0": "duplicate",
+        "complete k0": "duplicate",
+        "k1": "stale",
+    }
+    assert completed["k1"].winning_fence == 9
+    standing = claimed["claim k0"].completion
+    assert standing is not None
+    assert standing.fence == 5
+    assert claimed["a3"].highest_fence == 2
+    assert statements.count("COMMIT") == 1
+    # Distinct texts (the values bound): a trigger's firing is traced with its statement's text.
+    claims = {sql for sql in statements if "claimed_fence = max(" in sql}
+    records = {sql for sql in statements if "INSERT INTO leaseworker_completions" in sql}
+    assert len(claims) == 2 + 2  # a0-a15, a16-a19; r and k0 alone
+    assert len(records) == 1 + 2  # k1 and d0-d4; k0 and r alone
 
 
 async def test_a_write_cancelled_before_its_pass_commits_is_not_written(tmp_path: Path) -> None:

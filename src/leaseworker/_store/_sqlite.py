@@ -37,8 +37,9 @@ from ._model import (
 )
 from ._protocol import SETTLED_BY_OFFSETS
 from ._schema import MIGRATIONS, Migration
+from ._sqlite_many import Claim, Record, find_many, run_all
 from ._sqlite_rules import _HEAD as _HEAD  # what _sqlite_effects uses, from here
-from ._sqlite_rules import _any_found, _claim, _refused, _state
+from ._sqlite_rules import _any_found, _refused, _state
 from ._sqlite_rules import _complete as _complete
 from ._sqlite_rules import _find as _find
 from ._sqlite_sync import WalSync, connect, immediate, locked, migrate
@@ -121,19 +122,13 @@ class SqliteStore:
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
         params = completion_params(request)
-        return await self._run(
-            request.job_key, lambda conn: _complete(conn, request, params), writes=True
-        )
+        return await self._run(request.job_key, Record(request, params), writes=True)
 
     async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
         """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``."""
         check_call(job_key, fence, input_version)
-        return await self._run(
-            job_key,
-            lambda conn: _claim(conn, job_key, input_version, fence),
-            writes=True,
-            lasting=_refused,
-        )
+        claim = Claim(job_key, input_version, fence)
+        return await self._run(job_key, claim, writes=True, lasting=_refused)
 
     async def lookup(self, job_key: str, input_version: str) -> Completion | None:
         """Return this identity's completion, or ``None``."""
@@ -142,17 +137,15 @@ class SqliteStore:
     async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
         """Return each identity's completion, or ``None``; see ``CompletionStore.lookup_many``.
 
-        One call of the batch, outside its write transaction; the answer waits
-        for the fsync only if it found a completion (a duplicate must last).
+        One call of the batch, outside its write transaction, one statement
+        for up to 16; the answer waits for the fsync only if it found a
+        completion (a duplicate must last).
         """
         for job_key, input_version in identities:
             check_call(job_key, 0, input_version)
-
-        def find_all(conn: sqlite3.Connection) -> list[Completion | None]:
-            return [_find(conn, key, version) for key, version in identities]
-
         first = identities[0][0] if identities else None
-        return await self._run(first, find_all, writes=False, lasting=_any_found)
+        find = functools.partial(find_many, identities=identities)
+        return await self._run(first, find, writes=False, lasting=_any_found)
 
     async def state(self, job_key: str) -> Completion | None:
         """Return the job key's winning completion, or ``None``."""
@@ -248,7 +241,7 @@ class SqliteStore:
                 else:
                     outcome = self._at_once(op, deadline)
             except _Busy:  # queued: a batch runs, or another connection holds the lock
-                call: Call[_T] = Call(functools.partial(op, self._conn), writes, deadline)
+                call: Call[_T] = Call(op, writes, deadline)
                 outcome = await self._batcher.submit(call)
             durable = (writes or bool(outcome)) if lasting is None else lasting(outcome)
             if durable and self._sync is not None and not SETTLED_BY_OFFSETS.get():
@@ -282,7 +275,7 @@ class SqliteStore:
         made at the start of the next pass (:meth:`_commit_turn`). Raises
         :class:`_Busy`, having run nothing, when they must queue instead.
         """
-        call: Call[_T] = Call(functools.partial(op, self._conn), True, deadline)
+        call: Call[_T] = Call(op, True, deadline)
         loop = asyncio.get_running_loop()
         if not self._turn:
             loop.call_soon(self._commit_turn)
@@ -376,7 +369,7 @@ class SqliteStore:
         for call in live:
             if not call.writes:
                 try:
-                    call.succeed(call.op())
+                    call.succeed(call.op(self._conn))
                 except sqlite3.Error as exc:
                     if patient or not locked(exc):
                         call.fail(exc)
@@ -404,7 +397,7 @@ class SqliteStore:
             return True
         try:
             with immediate(self._conn):
-                outcomes = [call.op() for call in writes]
+                outcomes = run_all(self._conn, [call.op for call in writes])
                 self._conn.execute("COMMIT")
         except sqlite3.Error as exc:  # rolled back: none of them happened
             if not patient and locked(exc):

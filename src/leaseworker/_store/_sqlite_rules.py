@@ -86,7 +86,11 @@ def _complete(
             completed_at=_EPOCH + timedelta(microseconds=now),
         )
         return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
-    # Nothing was written: the identity completed already, or a higher fence stands.
+    return _not_recorded(conn, request)
+
+
+def _not_recorded(conn: sqlite3.Connection, request: CompletionRequest) -> CompletionResult:
+    """Answer a completion that wrote nothing: its identity completed, or a higher fence stands."""
     head_fence, head_version, claimed = conn.execute(_HEAD, (request.job_key,)).fetchone()
     status: Status = "duplicate"
     winner = _find(conn, request.job_key, request.input_version)
