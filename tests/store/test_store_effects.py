@@ -245,6 +245,28 @@ async def test_released_messages_are_claimed_again_at_once(any_store: EffectStor
     assert [row.message.value for row in again] == [b"one", b"two"]
 
 
+async def test_a_prune_deletes_at_most_its_limit(sql_store: tuple[EffectStore, str]) -> None:
+    """Two relay rounds of three sent rows, a limit of four: never six in one call.
+
+    A round of sent rows goes whole on PostgreSQL (it records a round as one
+    row); a round bigger than the limit goes alone, so pruning never stalls.
+    """
+    any_store, _ = sql_store
+    for version in ("v1", "v2"):
+        async with any_store.transaction(KEY, version, 1) as tx:
+            await tx.commit(request(1, version), [Message.build("t", b"m")] * 3)
+        held = await any_store.claim_outbox("relay", limit=10, hold=300)
+        assert await any_store.mark_sent("relay", [row.id for row in held]) == 3
+    assert await any_store.prune_outbox(0, limit=4) in (3, 4)  # rows one by one: up to 4
+    assert await any_store.prune_outbox(0, limit=4) in (2, 3)
+    assert await any_store.outbox() == []
+    async with any_store.transaction(KEY, "v3", 1) as tx:
+        await tx.commit(request(1, "v3"), [Message.build("t", b"m")] * 3)
+    held = await any_store.claim_outbox("relay", limit=10, hold=300)
+    assert await any_store.mark_sent("relay", [row.id for row in held]) == 3
+    assert await any_store.prune_outbox(0, limit=2) in (2, 3)  # a round alone may exceed it
+
+
 async def test_transactions_and_batches_of_two_pods_on_the_same_keys_never_deadlock(
     store_url_for: Callable[[str], str],
 ) -> None:

@@ -315,7 +315,8 @@ class EffectStore(CompletionStore, Protocol):
 
         Never an unsent row. Looks at the ``limit`` oldest sent rows only (a
         bounded scan): rows leave roughly in commit order, so those are the
-        old ones; a later call takes the next.
+        old ones; a later call takes the next. PostgreSQL deletes a relay's
+        round of sent rows whole: the oldest one even if it alone is bigger.
         """
         ...
 

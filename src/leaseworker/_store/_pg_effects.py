@@ -142,17 +142,17 @@ _BACKLOG = """
     FROM leaseworker_outbox_unsent u JOIN leaseworker_outbox o ON o.id = u.id
     WHERE left(o.job_key, %s::int) = %s
 """
-# The oldest rounds (the primary key's order) holding the first ``limit`` sent
-# rows, of which those sent before the cutoff, with their rows: a bounded
-# scan; whole rounds, so the last may take the count past ``limit``.
+# The oldest rounds (the primary key's order) whose rows add up to ``limit`` at
+# most, of which those sent before the cutoff, with their rows: a bounded
+# scan of whole rounds; the oldest goes even if bigger (else it would stay).
 PRUNE = """
     WITH rounds AS (
         DELETE FROM leaseworker_outbox_sent
         WHERE id IN (
             SELECT id FROM (
-                SELECT id, sum(cardinality(ids)) OVER (ORDER BY id) - cardinality(ids) AS before
+                SELECT id, cardinality(ids) AS n, sum(cardinality(ids)) OVER (ORDER BY id) AS upto
                 FROM leaseworker_outbox_sent ORDER BY id LIMIT %(limit)s
-            ) oldest WHERE before < %(limit)s)
+            ) oldest WHERE upto <= %(limit)s OR upto = n)
           AND sent_at < now() - make_interval(secs => %(older_than)s)
         RETURNING ids
     )
