@@ -73,14 +73,19 @@ class MemoryStore:
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        completion_params(request)
+        params = completion_params(request)
         self._check_open(request.job_key)
         await self._unlocked(request.job_key)
-        return self.record(request)
+        return self.record(request, params)
 
-    def record(self, request: CompletionRequest) -> CompletionResult:
-        """Apply ``decide``; record an accepted completion at once (the caller holds the key)."""
-        params = completion_params(request)
+    def record(
+        self, request: CompletionRequest, params: dict[str, object] | None = None
+    ) -> CompletionResult:
+        """Apply ``decide``; record an accepted completion at once (the caller holds the key).
+
+        ``params``: the request's :func:`completion_params`, if the caller checked it already.
+        """
+        params = completion_params(request) if params is None else params
         key, version = request.job_key, request.input_version
         self._check_open(key)
         standing = self._find(key, version)
