@@ -3,8 +3,10 @@
 A loop pass's writes commit in one transaction (``_sqlite``); this module
 runs their claims, and their completions, as one multi-row statement of each
 kind instead of one statement per call: the statement's setup, binding and
-the SQLite call are paid once (measured: a claim 10 µs instead of 18, a
-completion 9 instead of 15, commits included). Only calls of job keys that no
+the SQLite call are paid once (measured, keys of neighbouring pages: a claim
+10 µs instead of 18, a completion 9 instead of 15, commits included; keys
+scattered over a big table gain less, the b-tree's page work dominating).
+Only calls of job keys that no
 other write of the transaction touches are grouped, so the order of the
 groups cannot change an answer; the rest run one by one, in the order asked.
 The fencing rule is the one of :mod:`._sqlite_rules`, row by row.
