@@ -81,7 +81,7 @@ class Relay:
         sender: Sender,
         *,
         name: str,
-        batch: int = 500,
+        batch: int = 1000,
         hold: float = CLAIM_HOLD,
         idle: float = 0.05,
         idle_max: float = 1.0,
