@@ -399,8 +399,9 @@ async def test_a_pass_runs_its_claims_and_completions_of_distinct_keys_in_few_st
     path = tmp_path / "c.sqlite3"
     async with open_store(f"sqlite:///{path}") as store:
         assert isinstance(store, SqliteStore)
-        done = dataclasses.replace(_request("k0"), fence=5)
-        assert (await store.complete(done)).status == "accepted"
+        for key in ("k0", "k2"):
+            done = dataclasses.replace(_request(key), fence=5)
+            assert (await store.complete(done)).status == "accepted"
         assert (await store.claim("k1", "v", 9)).status == "claimed"
         statements: list[str] = []
         store._conn.set_trace_callback(statements.append)
@@ -421,6 +422,7 @@ async def test_a_pass_runs_its_claims_and_completions_of_distinct_keys_in_few_st
                 tg.start_soon(claim, f"a{i}", 2, f"a{i}")
             tg.start_soon(claim, "r", 4, "claim r")
             tg.start_soon(claim, "k0", 6, "claim k0")
+            tg.start_soon(claim, "k2", 6, "claim k2")  # with the a-keys: a grouped duplicate
             tg.start_soon(complete, "k1", 3, "k1")
             for i in range(5):
                 tg.start_soon(complete, f"d{i}", 1, f"d{i}")
@@ -435,19 +437,22 @@ async def test_a_pass_runs_its_claims_and_completions_of_distinct_keys_in_few_st
         "claim r": "claimed",
         "complete r": "accepted",
         "claim k0": "duplicate",
+        "claim k2": "duplicate",
         "complete k0": "duplicate",
         "k1": "stale",
     }
     assert completed["k1"].winning_fence == 9
-    standing = claimed["claim k0"].completion
-    assert standing is not None
-    assert standing.fence == 5
+    for name in ("claim k0", "claim k2"):
+        standing = claimed[name].completion
+        assert standing is not None
+        assert (standing.job_key, standing.fence, standing.result) == (name[-2:], 5, {})
+        assert claimed[name].highest_fence == 6
     assert claimed["a3"].highest_fence == 2
     assert statements.count("COMMIT") == 1
     # Distinct texts (the values bound): a trigger's firing is traced with its statement's text.
     claims = {sql for sql in statements if "claimed_fence = max(" in sql}
     records = {sql for sql in statements if "INSERT INTO leaseworker_completions" in sql}
-    assert len(claims) == 2 + 2  # a0-a15, a16-a19; r and k0 alone
+    assert len(claims) == 2 + 2  # a0-a15, a16-a19 and k2; r and k0 alone
     assert len(records) == 1 + 2  # k1 and d0-d4; k0 and r alone
 
 

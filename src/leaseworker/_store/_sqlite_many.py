@@ -35,7 +35,7 @@ from ._model import (
     answer_to,
     claim_answer,
 )
-from ._sqlite_rules import _EPOCH, _claim, _complete, _completion, _find, _not_recorded
+from ._sqlite_rules import _EPOCH, _claim, _complete, _completion, _not_recorded
 
 CHUNK = 16
 """Rows per multi-row statement: bigger groups run as several (few distinct statements to cache)."""
@@ -111,16 +111,15 @@ def claim_many(conn: sqlite3.Connection, claims: Sequence[Claim]) -> list[ClaimR
         for claim in part:
             params += (claim.job_key, now, claim.fence)
         heads = {row[0]: row[1:] for row in conn.execute(_claims_sql(len(part)), params)}
-        done = _found(conn, [(claim.job_key, claim.input_version) for claim in part])
-        for claim in part:
+        standing = find_many(conn, [(claim.job_key, claim.input_version) for claim in part])
+        for claim, completion in zip(part, standing, strict=True):
             head_fence, head_version, claimed = heads[claim.job_key]
-            found = (claim.job_key, claim.input_version) in done
             answers.append(
                 claim_answer(
                     claim.job_key,
                     claim.input_version,
                     claim.fence,
-                    standing=_find(conn, claim.job_key, claim.input_version) if found else None,
+                    standing=completion,
                     head=None if head_fence == NO_FENCE else Head(head_fence, head_version),
                     claimed=claimed,
                 )
@@ -174,12 +173,6 @@ def find_many(
     return [found.get(identity) for identity in identities]
 
 
-def _found(conn: sqlite3.Connection, identities: list[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Which of ``identities`` completed (one statement)."""
-    params = [text for identity in identities for text in identity]
-    return {(key, version) for key, version in conn.execute(_done_sql(len(identities)), params)}
-
-
 # The statements, built once per row count. A claim-only head row holds fence
 # -1 and input version '' (no completion); RETURNING gives the head as it
 # stands after the claim, as _sqlite_rules._CLAIM does (its rows come in no
@@ -222,15 +215,6 @@ def _finds_sql(rows: int) -> str:
         f"WITH w (k, v) AS (VALUES {_places(rows, '(?, ?)')})"
         " SELECT c.job_key, c.input_version, c.fence, c.result, c.execution_id, c.pod,"
         " c.completed_at FROM w JOIN leaseworker_completions AS c"
-        " ON c.job_key = w.k AND c.input_version = w.v"
-    )
-
-
-@functools.cache
-def _done_sql(rows: int) -> str:
-    return (
-        f"WITH w (k, v) AS (VALUES {_places(rows, '(?, ?)')})"
-        " SELECT c.job_key, c.input_version FROM w JOIN leaseworker_completions AS c"
         " ON c.job_key = w.k AND c.input_version = w.v"
     )
 
