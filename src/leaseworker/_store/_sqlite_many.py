@@ -16,13 +16,11 @@ See docs/design.md#the-sqlite-store.
 from __future__ import annotations
 
 import functools
-import json
 import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, final
 
 from ._model import (
@@ -32,10 +30,9 @@ from ._model import (
     CompletionRequest,
     CompletionResult,
     Head,
-    answer_to,
     claim_answer,
 )
-from ._sqlite_rules import _EPOCH, _claim, _complete, _completion, _not_recorded
+from ._sqlite_rules import _accepted, _claim, _complete, _completion, _not_recorded
 
 CHUNK = 16
 """Rows per multi-row statement: bigger groups run as several (few distinct statements to cache)."""
@@ -131,7 +128,6 @@ def record_many(conn: sqlite3.Connection, records: Sequence[Record]) -> list[Com
     """Record completions of distinct job keys where the fence allows; see ``_complete``."""
     results: list[CompletionResult] = []
     now = time.time_ns() // 1000
-    completed_at = _EPOCH + timedelta(microseconds=now)
     for start in range(0, len(records), CHUNK):
         part = records[start : start + CHUNK]
         params: list[object] = []
@@ -144,19 +140,8 @@ def record_many(conn: sqlite3.Connection, records: Sequence[Record]) -> list[Com
             request = record.request
             if request.job_key not in accepted:
                 results.append(_not_recorded(conn, request))
-                continue
-            recorded = Completion(
-                job_key=request.job_key,
-                input_version=request.input_version,
-                fence=request.fence,
-                result=json.loads(record.params["result"]),
-                execution_id=request.execution_id,
-                pod=request.pod,
-                completed_at=completed_at,
-            )
-            results.append(
-                answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
-            )
+            else:
+                results.append(_accepted(request, record.params, now))
     return results
 
 

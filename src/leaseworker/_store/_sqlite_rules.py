@@ -76,17 +76,22 @@ def _complete(
     """Record the completion if the fence allows; run inside the batch's write transaction."""
     params["now"] = now = time.time_ns() // 1000
     if conn.execute(_RECORD_IF_CURRENT, params).rowcount == 1:  # the trigger moved the head
-        recorded = Completion(
-            job_key=request.job_key,
-            input_version=request.input_version,
-            fence=request.fence,
-            result=json.loads(params["result"]),
-            execution_id=request.execution_id,
-            pod=request.pod,
-            completed_at=_EPOCH + timedelta(microseconds=now),
-        )
-        return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
+        return _accepted(request, params, now)
     return _not_recorded(conn, request)
+
+
+def _accepted(request: CompletionRequest, params: dict[str, Any], now: int) -> CompletionResult:
+    """Answer a completion recorded at ``now`` (µs since the epoch), result as the row holds it."""
+    recorded = Completion(
+        job_key=request.job_key,
+        input_version=request.input_version,
+        fence=request.fence,
+        result=json.loads(params["result"]),
+        execution_id=request.execution_id,
+        pod=request.pod,
+        completed_at=_EPOCH + timedelta(microseconds=now),
+    )
+    return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
 
 
 def _not_recorded(conn: sqlite3.Connection, request: CompletionRequest) -> CompletionResult:
