@@ -10,13 +10,16 @@ no table of the job's own run on all three backends (``any_store``).
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import anyio
 import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 from leaseworker import CompletionRequest, CompletionResult, open_store
+from leaseworker._store import _pg_effects
 from leaseworker._store._effects import EffectStore, Message, effect_store
 from leaseworker._store._postgres import PostgresStore
 from leaseworker._store._schema import MIGRATIONS
@@ -346,6 +349,44 @@ async def test_postgres_outbox_pages_keep_room_for_a_claims_row_version(
             url, "SELECT reloptions FROM pg_class WHERE relname = 'leaseworker_outbox'"
         )
     assert options == [(["fillfactor=50"],)]
+
+
+async def test_a_postgres_claim_of_most_of_the_queue_reads_its_rows_by_id(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """1,000 of 1,500 unsent rows: the claim fetches them through the primary key.
+
+    The planner guesses that few candidates are ready; joined with them, it
+    once scanned the whole outbox per ready row (half a million rows compared,
+    22 ms instead of 4).
+    """
+    url = store_url_for("postgresql")
+    async with open_store(url):
+        await raw(
+            url,
+            "WITH added AS (INSERT INTO leaseworker_outbox (job_key, input_version, seq, fence,"
+            " topic, value, headers, trace, queued) SELECT 'k' || n, 'v1', 0, 1, 't', 'x', '[]',"
+            " '[]', true FROM generate_series(1, 1500) n RETURNING id, job_key)"
+            " INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added",
+        )
+        claim = pgsql.SQL(_pg_effects._CLAIM).format(limit=pgsql.Literal(1000))
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            cursor = await conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + claim)
+            row = await cursor.fetchone()
+            await conn.rollback()
+    assert row is not None
+    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    assert nodes[0]["Actual Rows"] == 1000
+    outbox = [node for node in nodes if node.get("Relation Name") == "leaseworker_outbox"]
+    assert [node["Node Type"] for node in outbox] in (["Index Scan"], ["Bitmap Heap Scan"])
+    assert sum(node.get("Rows Removed by Join Filter", 0) for node in nodes) == 0
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``node`` of an EXPLAIN (FORMAT JSON) plan and every node under it."""
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
 
 
 async def test_a_schema_8_outbox_migrates_to_the_queue_and_sent_rounds(

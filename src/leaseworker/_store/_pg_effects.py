@@ -94,7 +94,10 @@ _COLUMNS = (
 # the later one sees it. The check is a scalar subquery, so it runs per
 # candidate on the (job_key, id) index whatever the table's statistics say (a
 # fresh table's once made the planner compare every candidate with every
-# unsent row).
+# unsent row). The rows are fetched by id from the array of ready ids, an
+# index scan on the primary key: a join with ``ready`` let the planner, which
+# guesses a few ready rows, scan the whole outbox once per ready row (1,000
+# rows of 1,500: 22 ms instead of 4).
 _CLAIM = f"""
     WITH candidates AS (
         SELECT id, job_key FROM leaseworker_outbox_unsent
@@ -109,7 +112,7 @@ _CLAIM = f"""
             LIMIT 1
         ) IS NULL
     )
-    SELECT {_COLUMNS} FROM leaseworker_outbox o JOIN ready ON o.id = ready.id
+    SELECT {_COLUMNS} FROM leaseworker_outbox o WHERE o.id = ANY (ARRAY(SELECT id FROM ready))
 """
 _BEGIN = (
     "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {hold};"
