@@ -389,6 +389,21 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
+async def test_postgres_outbox_rounds_store_their_arrays_uncompressed(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """Migration 10: a round's id and attempt arrays are not compressed at each mark."""
+    url = store_url_for("postgresql")
+    async with open_store(url):
+        storage = await raw(
+            url,
+            "SELECT attname, attstorage FROM pg_attribute WHERE attrelid ="
+            " 'leaseworker_outbox_sent'::regclass AND attname IN ('ids', 'attempts')"
+            " ORDER BY attname",
+        )
+    assert storage == [("attempts", "e"), ("ids", "e")]
+
+
 async def test_a_schema_8_outbox_migrates_to_the_queue_and_sent_rounds(
     store_url_for: Callable[[str], str],
 ) -> None:
