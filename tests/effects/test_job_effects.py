@@ -15,8 +15,8 @@ import json
 from typing import Any, ClassVar
 
 from leaseworker import JobContext, ReportJob
-from leaseworker._store._effects import decode_headers, encode_headers
-from leaseworker.effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER, effect_id
+from leaseworker._store._effects import Message, decode_headers, encode_headers, outbox_row
+from leaseworker.effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER, OutboxRow, effect_id
 from leaseworker.testing import JobEnvironment, StoreOutage, Superseded, make_trigger
 
 INSERT = "INSERT INTO report (tenant, total) VALUES (%s, %s)"
@@ -192,3 +192,17 @@ def test_effect_ids_and_stored_headers_keep_their_format() -> None:
     assert decode_headers(json.dumps([["x", base64.b64encode(b"\xff").decode()]])) == (
         ("x", b"\xff"),
     )
+
+
+def test_an_outbox_row_read_from_its_columns_equals_the_constructed_one() -> None:
+    """``outbox_row`` fills the frozen objects slot by slot: every field, as ``__init__`` would."""
+    headers = (("raw", b"\x00\xff"),)
+    trace = (("traceparent", TRACEPARENT),)
+    for key, head, traced in ((b"k", headers, trace), (None, (), ())):
+        columns = (7, "job", "v1", 2, 5, "t", key, b"value", encode_headers(head))
+        row = outbox_row((*columns, encode_headers(traced)))
+        message = Message(topic="t", value=b"value", key=key, headers=head, trace=traced)
+        built = OutboxRow(id=7, job_key="job", input_version="v1", seq=2, fence=5, message=message)
+        assert row == built
+        assert repr(row) == repr(built)
+        assert hash(row) == hash(built)

@@ -221,22 +221,33 @@ def outbox_params(request: CompletionRequest, messages: Sequence[Message]) -> li
 
 
 def outbox_row(row: Sequence[Any]) -> OutboxRow:
-    """Build an :class:`OutboxRow` from an outbox table's columns (both SQL stores)."""
+    """Build an :class:`OutboxRow` from an outbox table's columns (both SQL stores).
+
+    The two frozen objects are filled slot by slot, as their ``__init__``
+    would, without its keyword parsing: a claim builds 1,000 at a time, and
+    the constructors took 2.6 of the 2.9 µs a row (bench/README.md, relay).
+    Every field is set; a test compares the result with the constructors'.
+    """
     row_id, job_key, version, seq, fence, topic, key, value, headers, trace = row
-    return OutboxRow(
-        id=row_id,
-        job_key=job_key,
-        input_version=version,
-        seq=seq,
-        fence=fence,
-        message=Message(
-            topic=topic,
-            value=bytes(value),
-            key=None if key is None else bytes(key),
-            headers=decode_headers(headers),
-            trace=decode_headers(trace),
-        ),
-    )
+    message = _new(Message)
+    _set(message, "topic", topic)
+    _set(message, "value", bytes(value))
+    _set(message, "key", None if key is None else bytes(key))
+    _set(message, "headers", decode_headers(headers))
+    _set(message, "trace", decode_headers(trace))
+    built = _new(OutboxRow)
+    _set(built, "id", row_id)
+    _set(built, "job_key", job_key)
+    _set(built, "input_version", version)
+    _set(built, "seq", seq)
+    _set(built, "fence", fence)
+    _set(built, "message", message)
+    return built
+
+
+_new = object.__new__
+_set = object.__setattr__
+"""What a frozen dataclass's ``__init__`` calls (``outbox_row``)."""
 
 
 class StoreTransaction(Protocol):
