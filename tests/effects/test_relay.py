@@ -405,3 +405,41 @@ async def test_rounds_whose_marks_overlap_each_count_their_rows(
             gate.set()
         stop.set()  # run returns once its rounds are done
     assert relay.sent == 2
+
+
+async def test_the_next_claim_goes_out_while_a_rounds_mark_is_still_on_its_way(
+    memory: EffectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One round in flight: its mark no longer holds the slot, so the next round claims and sends.
+
+    Both marks wait at once (with the slot held until the mark, the second
+    round never started); the rows of either are marked once each.
+    """
+    await commit(memory, "k1", 1, b"one")
+    await commit(memory, "k2", 2, b"two")
+    waiting: list[Sequence[int]] = []
+    both, release = anyio.Event(), anyio.Event()
+    mark_sent = memory.mark_sent
+
+    async def held_mark(claimer: str, ids: Sequence[int]) -> int:
+        waiting.append(ids)
+        if len(waiting) == 2:
+            both.set()
+        await release.wait()
+        return await mark_sent(claimer, ids)
+
+    monkeypatch.setattr(memory, "mark_sent", held_mark)
+    sender = FakeSender()
+    relay = Relay(memory, sender, name="relay-a", batch=1, in_flight=1)
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.run, stop)
+        try:
+            with anyio.fail_after(10):
+                await both.wait()
+            assert sorted(sender.sent) == [("k1", b"one"), ("k2", b"two")]
+        finally:  # the marks are shielded: let them end whatever happened
+            release.set()
+            stop.set()
+    assert relay.sent == 2
+    assert all(sent for _, sent in await memory.outbox())

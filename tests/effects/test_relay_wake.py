@@ -16,7 +16,7 @@ import pytest
 
 from leaseworker import JobContext, ReportJob, open_store
 from leaseworker._store._bell import outbox_bell
-from leaseworker._store._effects import EffectStore, OutboxRow, effect_store
+from leaseworker._store._effects import PRUNE_LIMIT, EffectStore, OutboxRow, effect_store
 from leaseworker.effects import Relay
 from leaseworker.testing import JobEnvironment, make_trigger
 
@@ -24,11 +24,22 @@ from .test_relay import Counting, FakeSender, commit
 
 
 class Idle:
-    """Forwards to ``inner``; ``idle`` is set once a claim found nothing (the relay goes idle)."""
+    """Forwards to ``inner``; ``idle`` is set once a claim found nothing (the relay goes idle).
+
+    ``pruned`` is set once a prune deleted rows.
+    """
 
     def __init__(self, inner: EffectStore) -> None:
         self.inner = inner
         self.idle = anyio.Event()
+        self.pruned = anyio.Event()
+
+    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        """Prune on the inner store; note a prune that deleted rows."""
+        deleted = await self.inner.prune_outbox(older_than, limit=limit)
+        if deleted:
+            self.pruned.set()
+        return deleted
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
         """Claim on the inner store; note an empty answer."""
@@ -114,7 +125,8 @@ async def test_the_relay_prunes_what_it_sent_after_the_retention(store_url: str)
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.run, stop)
             with anyio.fail_after(5):
-                await idle.idle.wait()  # its round pruned, then found nothing to send
+                await idle.idle.wait()  # its round found nothing to send
+                await idle.pruned.wait()  # and pruned after its claim
             stop.set()
         assert relay.pruned == 2
         assert await store.outbox() == []

@@ -8,10 +8,11 @@ and marks sent only what was acknowledged. A failed send stops its key's
 chain for this round; the rest of the claim is sent again later (at least
 once: receivers drop duplicates). A relay that dies leaves its claims to
 expire, and another takes them over. ``run`` keeps ``in_flight`` rounds
-going at once (each under a claim name of its own, so a round never takes
-another's rows and a key's order holds across them), wakes at this process's
-commits (:mod:`.._store._bell`) and prunes sent rows older than
-``retention``. Its hooks get an ``EffectEvent`` per send (``sent``,
+claiming or sending at once, and lets the next claim start while a round's
+mark goes on (each round under a claim name of its own, so a round never
+takes another's rows and a key's order holds across them); it wakes at this
+process's commits (:mod:`.._store._bell`) and, after a claim, prunes sent
+rows older than ``retention``. Its hooks get an ``EffectEvent`` per send (``sent``,
 ``send_failed``, in the relay's task, after the broker's answer) and, every
 ``backlog_every`` seconds, the store's ``backlog``.
 See docs/effects.md#what-is-at-least-once-the-relay.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol, final
 
 import anyio
@@ -66,9 +67,10 @@ class Relay:
     ``hold`` seconds a claim lasts before another relay may take it over
     (longer than a round's sends); after a round that found nothing to send
     it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes,
-    or until this process commits messages. ``in_flight`` rounds at most at
-    once; after a round of less than ``batch`` rows the next claim waits
-    ``linger`` seconds, so that under load rounds are fuller; every
+    or until this process commits messages. ``in_flight`` rounds at most
+    claim or send at once (a round's mark no longer counts: the next claim
+    runs beside it); after a round of less than ``batch`` rows the next claim
+    waits ``linger`` seconds, so that under load rounds are fuller; every
     ``prune_every`` seconds sent rows older than ``retention`` seconds are
     deleted (never an unsent one). ``hooks`` receive its
     :class:`~leaseworker.effects.EffectEvent` s; only with hooks does it ask
@@ -106,7 +108,10 @@ class Relay:
         self._prune_every = prune_every
         self._pruned_at: float | None = None
         self._bell = outbox_bell(store)
-        self._claimers = [f"{name}/{n}" for n in range(max(1, in_flight))]
+        self._in_flight = max(1, in_flight)
+        # A round sends under a slot (``in_flight``) and settles under its claim name only:
+        # the next claim starts while the last one's mark goes on.
+        self._claimers = [f"{name}/{n}" for n in range(2 * self._in_flight)]
         self._failed = 0  # sends failed in rounds of ``run`` since it last looked
         self.sent = 0  # messages acknowledged and marked sent by this relay
         self.pruned = 0  # sent rows this relay deleted after ``retention``
@@ -120,13 +125,14 @@ class Relay:
         for claimer in self._claimers:
             free_send.send_nowait(claimer)
         with free_send, free:
-            await self._rounds(stop, free_send, free)
+            await self._rounds(stop, free_send, free, anyio.Semaphore(self._in_flight))
 
     async def _rounds(
         self,
         stop: anyio.Event,
         free_send: MemoryObjectSendStream[str],
         free: MemoryObjectReceiveStream[str],
+        sending: anyio.Semaphore,
     ) -> None:
         """Claim into a free slot and start the round; back off after failures, wait when idle."""
         retries = Retries(self._retry)
@@ -134,13 +140,16 @@ class Relay:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_ring_when_set, stop, self._bell)
             while not stop.is_set():
-                claimer = await free.receive()  # a round's slot: at most ``in_flight`` at once
+                await sending.acquire()  # at most ``in_flight`` rounds claiming or sending
+                claimer = await free.receive()  # a claim name no round holds
                 seen = self._bell.rings
                 rows, failed = await self._claim_logged(claimer)
                 if rows:
-                    tg.start_soon(self._round, claimer, rows, free_send)
+                    tg.start_soon(self._round, claimer, rows, free_send, sending)
                 else:
                     free_send.send_nowait(claimer)
+                    sending.release()
+                failed += await self._prune_logged()  # beside the round's sends
                 failed, self._failed = failed + self._failed, 0
                 if failed:
                     for _ in self._claimers:  # the rounds in flight finish before the backoff
@@ -169,33 +178,50 @@ class Relay:
         return len(rows), await self._deliver(claimer, rows)
 
     async def _claim_logged(self, claimer: str) -> tuple[list[OutboxRow], int]:
-        """Prune if due, then claim a batch; a failure is logged and counted, not raised."""
+        """Claim a batch (the backlog reported first, if due); a failure is logged and counted."""
+        try:
+            await self._backlog()
+            return await self._store.claim_outbox(claimer, limit=self._batch, hold=self._hold), 0
+        except Exception as exc:  # a bug must not stop the pod: logged, retried with backoff
+            return [], _logged(exc)
+
+    async def _prune_logged(self) -> int:
+        """Prune if due (after a claim, not before its sends); 1 if that failed (logged), else 0."""
         try:
             await self._prune()
-            await self._backlog()
-            rows = await self._store.claim_outbox(claimer, limit=self._batch, hold=self._hold)
-        except StoreUnavailable as exc:
-            logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
-            return [], 1
-        except Exception:  # a bug must not stop the pod: logged, retried with backoff
-            logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
-            return [], 1
-        return rows, 0
+        except Exception as exc:
+            return _logged(exc)
+        return 0
 
     async def _round(
-        self, claimer: str, rows: Sequence[OutboxRow], free: MemoryObjectSendStream[str]
+        self,
+        claimer: str,
+        rows: Sequence[OutboxRow],
+        free: MemoryObjectSendStream[str],
+        sending: anyio.Semaphore,
     ) -> None:
-        """One round of ``run``: send and settle ``rows``, then give the slot back."""
+        """One round of ``run``: send (its slot then freed) and settle ``rows``; free its name."""
+        released = False
+
+        def sent() -> None:  # once: after the sends, or when the round ends otherwise
+            nonlocal released
+            if not released:
+                released = True
+                sending.release()
+
         try:
-            failed = await self._deliver(claimer, rows)  # awaited first: rounds overlap
+            failed = await self._deliver(claimer, rows, sent)  # awaited first: rounds overlap
             self._failed += failed
         except Exception:  # the settle's store call failed: the claims expire after ``hold``
             logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
             self._failed += 1
         finally:
+            sent()
             free.send_nowait(claimer)
 
-    async def _deliver(self, claimer: str, rows: Sequence[OutboxRow]) -> int:
+    async def _deliver(
+        self, claimer: str, rows: Sequence[OutboxRow], sent: Callable[[], None] = lambda: None
+    ) -> int:
         """Send the keys' chains in waves, mark or release; return failed sends.
 
         A wave sends the next row of every chain still going, together (one
@@ -223,6 +249,7 @@ class Relay:
                     if rest:
                         going.append(rest.pop())
                 wave = going
+            sent()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._settle(claimer, rows, acked)
@@ -288,6 +315,15 @@ class Relay:
         if unsent:
             with contextlib.suppress(StoreUnavailable):  # else the claims expire after ``hold``
                 await self._store.release_outbox(claimer, unsent)
+
+
+def _logged(exc: Exception) -> int:
+    """Log a failed store call of a round (in its ``except``: a bug with its traceback); 1."""
+    if isinstance(exc, StoreUnavailable):
+        logger.warning("outbox relay: %s", exc, extra={"event": "relay_store_unavailable"})
+    else:
+        logger.exception("outbox relay: round failed", extra={"event": "relay_failed"})
+    return 1
 
 
 def _first_of_each_key(
