@@ -443,3 +443,33 @@ async def test_the_next_claim_goes_out_while_a_rounds_mark_is_still_on_its_way(
             stop.set()
     assert relay.sent == 2
     assert all(sent for _, sent in await memory.outbox())
+
+
+async def test_a_stop_while_the_relay_waits_for_a_slot_ends_its_run_at_once(
+    memory: EffectStore,
+) -> None:
+    """Stopped while its one round sends, the relay claims once more, finds nothing, and returns.
+
+    It once read the bell's count only after the slot came free, missed the
+    stop's ring and slept its whole idle interval (60 s here) before returning.
+    """
+    await commit(memory, "k1", 1, b"one")
+    sending, go_on = anyio.Event(), anyio.Event()
+
+    class Held(FakeSender):
+        async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+            sending.set()
+            await go_on.wait()
+            return await super().send_batch(rows)
+
+    relay = Relay(memory, Held(), name="relay-a", in_flight=1, idle=60, idle_max=60, linger=0)
+    stop = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay.run, stop)
+            await sending.wait()
+            await anyio.wait_all_tasks_blocked()  # the loop waits for the round's slot
+            stop.set()
+            await anyio.wait_all_tasks_blocked()  # the stop's ring is rung
+            go_on.set()
+    assert relay.sent == 1

@@ -140,9 +140,9 @@ class Relay:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_ring_when_set, stop, self._bell)
             while not stop.is_set():
+                seen = self._bell.rings  # before any wait: a stop rung meanwhile is seen
                 await sending.acquire()  # at most ``in_flight`` rounds claiming or sending
                 claimer = await free.receive()  # a claim name no round holds
-                seen = self._bell.rings
                 rows, failed = await self._claim_logged(claimer)
                 if rows:
                     tg.start_soon(self._round, claimer, rows, free_send, sending)
