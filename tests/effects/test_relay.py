@@ -376,34 +376,45 @@ async def test_brokers_down_at_start_fail_a_round_of_many_keys_in_one_timeout(
     assert not any(sent for _, sent in await memory.outbox())
 
 
+class HeldMarks:
+    """Holds the store's marks until ``release`` is set; ``both`` is set once two wait at once."""
+
+    def __init__(self, store: EffectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.mark_sent = store.mark_sent
+        self.waiting = 0
+        self.both, self.release = anyio.Event(), anyio.Event()
+        monkeypatch.setattr(store, "mark_sent", self.held)
+
+    async def held(self, claimer: str, ids: Sequence[int]) -> int:
+        """Wait for ``release``, then mark."""
+        self.waiting += 1
+        if self.waiting == 2:
+            self.both.set()
+        await self.release.wait()
+        return await self.mark_sent(claimer, ids)
+
+    async def run(self, relay: Relay) -> None:
+        """Run ``relay`` until two marks wait at once, then release them and stop it."""
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay.run, stop)
+            try:
+                with anyio.fail_after(10):
+                    await self.both.wait()
+            finally:  # the marks are shielded: let them end whatever happened
+                self.release.set()
+                stop.set()  # run returns once its rounds are done
+
+
 async def test_rounds_whose_marks_overlap_each_count_their_rows(
     memory: EffectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two rounds' marks are awaited at once: ``relay.sent`` counts both (it once kept one)."""
     await commit(memory, "k1", 1, b"one")
     await commit(memory, "k2", 2, b"two")
-    pending: list[anyio.Event] = []
-    both = anyio.Event()
-    mark_sent = memory.mark_sent
-
-    async def held_mark(claimer: str, ids: Sequence[int]) -> int:
-        gate = anyio.Event()
-        pending.append(gate)
-        if len(pending) == 2:
-            both.set()
-        await gate.wait()
-        return await mark_sent(claimer, ids)
-
-    monkeypatch.setattr(memory, "mark_sent", held_mark)
+    marks = HeldMarks(memory, monkeypatch)
     relay = Relay(memory, FakeSender(), name="relay-a", batch=1, in_flight=2)
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(relay.run, stop)
-        with anyio.fail_after(10):
-            await both.wait()  # each round holds one row and waits in its mark
-        for gate in pending:
-            gate.set()
-        stop.set()  # run returns once its rounds are done
+    await marks.run(relay)  # each round holds one row and waits in its mark
     assert relay.sent == 2
 
 
@@ -417,30 +428,11 @@ async def test_the_next_claim_goes_out_while_a_rounds_mark_is_still_on_its_way(
     """
     await commit(memory, "k1", 1, b"one")
     await commit(memory, "k2", 2, b"two")
-    waiting: list[Sequence[int]] = []
-    both, release = anyio.Event(), anyio.Event()
-    mark_sent = memory.mark_sent
-
-    async def held_mark(claimer: str, ids: Sequence[int]) -> int:
-        waiting.append(ids)
-        if len(waiting) == 2:
-            both.set()
-        await release.wait()
-        return await mark_sent(claimer, ids)
-
-    monkeypatch.setattr(memory, "mark_sent", held_mark)
+    marks = HeldMarks(memory, monkeypatch)
     sender = FakeSender()
     relay = Relay(memory, sender, name="relay-a", batch=1, in_flight=1)
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(relay.run, stop)
-        try:
-            with anyio.fail_after(10):
-                await both.wait()
-            assert sorted(sender.sent) == [("k1", b"one"), ("k2", b"two")]
-        finally:  # the marks are shielded: let them end whatever happened
-            release.set()
-            stop.set()
+    await marks.run(relay)
+    assert sorted(sender.sent) == [("k1", b"one"), ("k2", b"two")]
     assert relay.sent == 2
     assert all(sent for _, sent in await memory.outbox())
 
