@@ -68,7 +68,7 @@ class Relay:
     (longer than a round's sends); after a round that found nothing to send
     it waits ``idle`` seconds, doubling up to ``idle_max`` while nothing comes,
     or until this process commits messages. ``in_flight`` rounds at most
-    claim or send at once (a round's mark no longer counts: the next claim
+    claim or send at once (a round's mark does not count: the next claim
     runs beside it); after a round of less than ``batch`` rows the next claim
     waits ``linger`` seconds, so that under load rounds are fuller; every
     ``prune_every`` seconds sent rows older than ``retention`` seconds are
