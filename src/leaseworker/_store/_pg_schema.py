@@ -21,7 +21,8 @@ from psycopg.rows import TupleRow
 from .._errors import ConfigError, StoreUnavailable
 from .._secrets import SecretFile
 from ._grants import MIGRATE_HINT, check_privileges
-from ._schema import ADVISORY_LOCK_KEY, VERSION_TABLE, Migration, pending
+from ._migration import Migration
+from ._schema import ADVISORY_LOCK_KEY, VERSION_TABLE, pending
 from ._url import StoreURL, parse_store_url
 
 logger = logging.getLogger("leaseworker.store")

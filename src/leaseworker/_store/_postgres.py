@@ -34,6 +34,7 @@ from .._errors import StoreUnavailable
 from .._secrets import SecretFile
 from ._batch import Batcher, Call
 from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
+from ._migration import Migration
 from ._model import (
     ClaimResult,
     Completion,
@@ -44,7 +45,7 @@ from ._model import (
     completion_params,
 )
 from ._pg_schema import first_connection, migrate, reread_url
-from ._schema import MIGRATIONS, Migration
+from ._schema import MIGRATIONS
 from ._url import StoreURL
 
 logger = logging.getLogger("leaseworker.store")

@@ -1,5 +1,8 @@
 """The store's schema as an ordered list of versioned migrations, one per dialect.
 
+The job keys' heads and completions are here; the outbox's migrations are in
+:mod:`._outbox_schema`; :data:`MIGRATIONS` puts both in version order.
+
 Each adapter applies :data:`MIGRATIONS` at start under a lock only one starter
 can hold, so pods starting at once migrate once; migrations stay additive for
 rolling upgrades. Tables and locking: see docs/design.md#schema-and-migrations.
@@ -8,22 +11,14 @@ rolling upgrades. Tables and locking: see docs/design.md#schema-and-migrations.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from ._migration import Migration
+from ._outbox_schema import OUTBOX_MIGRATIONS
 
 VERSION_TABLE = "leaseworker_schema_version"
 
 ADVISORY_LOCK_KEY = 0x6C77_5F73_6368_656D  # "lw_schem": serialises migrations on PostgreSQL
 """Key of the ``pg_advisory_xact_lock`` taken while migrating (per database)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Migration:
-    """One schema step: its version, a description, and its DDL per dialect."""
-
-    version: int
-    description: str
-    postgresql: tuple[str, ...]
-    sqlite: tuple[str, ...]
 
 
 _COMPLETE_HEAD = """
@@ -73,7 +68,7 @@ def _without_rowid(table: str, columns: str, names: str) -> tuple[str, ...]:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (
+_JOBS: tuple[Migration, ...] = (
     Migration(
         version=1,
         description="completions per identity, highest accepted fence per job key",
@@ -283,83 +278,6 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=(),  # SQLite batches its calls in the store (group commit)
     ),
     Migration(
-        version=5,
-        description="leaseworker_outbox: messages committed with completions, for the relay",
-        postgresql=(
-            # id orders one job key's rows in commit order: they are inserted
-            # under the key's head row lock. claimed_by/claimed_until: a relay's
-            # claim, taken over once expired; sent_at: the broker acknowledged.
-            """
-            CREATE TABLE leaseworker_outbox (
-                id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                job_key       text NOT NULL,
-                input_version text NOT NULL,
-                seq           integer NOT NULL,
-                fence         bigint NOT NULL,
-                topic         text NOT NULL,
-                msg_key       bytea,
-                value         bytea NOT NULL,
-                headers       text NOT NULL,
-                trace         text NOT NULL,
-                committed_at  timestamptz NOT NULL DEFAULT now(),
-                claimed_by    text,
-                claimed_until timestamptz,
-                sent_at       timestamptz,
-                UNIQUE (job_key, input_version, seq)
-            )
-            """,
-            "CREATE INDEX leaseworker_outbox_unsent ON leaseworker_outbox (id)"
-            " WHERE sent_at IS NULL",
-            "CREATE INDEX leaseworker_outbox_key ON leaseworker_outbox (job_key, id)"
-            " WHERE sent_at IS NULL",
-        ),
-        sqlite=(
-            """
-            CREATE TABLE leaseworker_outbox (
-                id            INTEGER PRIMARY KEY AUTOINCREMENT,
-                job_key       TEXT NOT NULL,
-                input_version TEXT NOT NULL,
-                seq           INTEGER NOT NULL,
-                fence         INTEGER NOT NULL,
-                topic         TEXT NOT NULL,
-                msg_key       BLOB,
-                value         BLOB NOT NULL,
-                headers       TEXT NOT NULL,
-                trace         TEXT NOT NULL,
-                committed_at  INTEGER NOT NULL,
-                claimed_by    TEXT,
-                claimed_until INTEGER,
-                sent_at       INTEGER,
-                UNIQUE (job_key, input_version, seq)
-            )
-            """,
-            "CREATE INDEX leaseworker_outbox_unsent ON leaseworker_outbox (id)"
-            " WHERE sent_at IS NULL",
-        ),
-    ),
-    Migration(
-        version=6,
-        description="leaseworker_outbox.attempts: how many times relays claimed a message",
-        postgresql=(
-            "ALTER TABLE leaseworker_outbox ADD COLUMN attempts integer NOT NULL DEFAULT 0",
-        ),
-        sqlite=("ALTER TABLE leaseworker_outbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",),
-    ),
-    Migration(
-        version=7,
-        description="leaseworker_outbox fillfactor 50: a relay's claim updates its rows in place",
-        postgresql=(
-            # Half of each page is left free, so a claim's new row version fits
-            # on its page and is a HOT update (its columns are in no index): no
-            # index entries written (``attempts``, which claims also bump, is in
-            # none either); the relay drained a backlog 1.4x faster.
-            # Applies to pages written from now on: no rewrite, and the ALTER's
-            # SHARE UPDATE EXCLUSIVE lock lets commits and claims go on.
-            "ALTER TABLE leaseworker_outbox SET (fillfactor = 50)",
-        ),
-        sqlite=(),  # SQLite has no fillfactor; its claims rewrite the row in its b-tree page
-    ),
-    Migration(
         version=8,
         description="SQLite: head and completion rows in their key's b-tree; a trigger moves heads",
         postgresql=(),  # PostgreSQL's leaseworker_complete moves the head itself
@@ -397,104 +315,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
-    Migration(
-        version=9,
-        description="PostgreSQL outbox: a queue of unsent ids, rounds of sent ones; no row marked",
-        postgresql=(
-            # What is unsent is a row of the queue (its id, key and attempts),
-            # added in the inserting statement, whoever inserts;
-            # a relay's claim locks queue rows, its mark deletes them (a
-            # delete only stamps the tuple: no new version, no index entry)
-            # and records the round: one row of sent ids, their relay, time
-            # and attempts. The outbox row itself is written once, at commit;
-            # the partial indexes on its sent_at go (the queue's replace them).
-            "DROP INDEX leaseworker_outbox_unsent",
-            "DROP INDEX leaseworker_outbox_key",
-            """
-            CREATE TABLE leaseworker_outbox_unsent (
-                id       bigint PRIMARY KEY,
-                job_key  text NOT NULL,
-                attempts integer NOT NULL DEFAULT 0
-            )
-            """,
-            "CREATE INDEX leaseworker_outbox_unsent_key ON leaseworker_outbox_unsent (job_key, id)",
-            """
-            CREATE TABLE leaseworker_outbox_sent (
-                id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                relay    text,
-                sent_at  timestamptz NOT NULL,
-                ids      bigint[] NOT NULL,
-                attempts integer[] NOT NULL
-            )
-            """,
-            # ids ascending: a row's round is found by the span of its ids.
-            "CREATE INDEX leaseworker_outbox_sent_span ON leaseworker_outbox_sent"
-            " USING gist (int8range(ids[1], ids[array_upper(ids, 1)], '[]'))",
-            # This version's insert queues its rows itself (``queued``: one
-            # statement, no trigger call); a row-level trigger queues the rows
-            # of code that does not (an earlier version's pod mid-upgrade).
-            "ALTER TABLE leaseworker_outbox ADD COLUMN queued boolean NOT NULL DEFAULT false",
-            """
-            CREATE FUNCTION leaseworker_outbox_queue() RETURNS trigger LANGUAGE plpgsql AS $fn$
-            BEGIN
-                INSERT INTO leaseworker_outbox_unsent (id, job_key) VALUES (NEW.id, NEW.job_key);
-                RETURN NULL;
-            END
-            $fn$
-            """,
-            # Created before the copy below: its lock waits out inserts in flight.
-            """
-            CREATE TRIGGER leaseworker_outbox_queue AFTER INSERT ON leaseworker_outbox
-            FOR EACH ROW WHEN (NOT NEW.queued) EXECUTE FUNCTION leaseworker_outbox_queue()
-            """,
-            "INSERT INTO leaseworker_outbox_unsent (id, job_key, attempts)"
-            " SELECT id, job_key, attempts FROM leaseworker_outbox WHERE sent_at IS NULL",
-            # Rows sent before: one round per mark (a mark stamped its rows alike).
-            """
-            INSERT INTO leaseworker_outbox_sent (relay, sent_at, ids, attempts)
-            SELECT claimed_by, sent_at, array_agg(id ORDER BY id), array_agg(attempts ORDER BY id)
-            FROM leaseworker_outbox WHERE sent_at IS NOT NULL
-            GROUP BY claimed_by, sent_at ORDER BY min(id)
-            """,
-            # Relays of earlier code claim rows whose claimed_until is NULL or
-            # past: rows committed from now on are never theirs (they would
-            # send again what this version's relays sent, whose sent_at stays NULL).
-            "ALTER TABLE leaseworker_outbox ALTER COLUMN claimed_until SET DEFAULT 'infinity'",
-            # A row's state as the store reads it: unsent while queued, else
-            # sent in its round (relay, time, attempts).
-            """
-            CREATE VIEW leaseworker_outbox_state AS
-            SELECT o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key,
-                   o.value, o.headers, o.trace, o.committed_at, o.claimed_by, o.claimed_until,
-                   s.relay AS sent_by, s.sent_at,
-                   coalesce(u.attempts, s.attempts[array_position(s.ids, o.id)], 0) AS attempts
-            FROM leaseworker_outbox o
-            LEFT JOIN leaseworker_outbox_unsent u ON u.id = o.id
-            LEFT JOIN LATERAL (
-                SELECT r.relay, r.sent_at, r.ids, r.attempts FROM leaseworker_outbox_sent r
-                WHERE u.id IS NULL AND o.id = ANY (r.ids)
-                  AND int8range(r.ids[1], r.ids[array_upper(r.ids, 1)], '[]') @> o.id
-                ORDER BY r.id LIMIT 1
-            ) s ON true
-            """,
-        ),
-        sqlite=(),  # SQLite marks its rows in the batches' write transaction (docs/effects.md)
-    ),
-    Migration(
-        version=10,
-        description="PostgreSQL outbox rounds: their id and attempt arrays stored uncompressed",
-        postgresql=(
-            # A round's arrays (12 bytes a message) were compressed at every
-            # mark: pglz on 12 KB took 2.4 of a 1,000-row mark's 4.5 ms in the
-            # backend (bench/README.md, relay). Kept for ``retention`` only, so
-            # the bytes saved were few. Rows written from now on; a catalog-only
-            # change under a brief lock.
-            "ALTER TABLE leaseworker_outbox_sent ALTER COLUMN ids SET STORAGE EXTERNAL,"
-            " ALTER COLUMN attempts SET STORAGE EXTERNAL",
-        ),
-        sqlite=(),
-    ),
 )
+"""Migrations of the heads, the completions and ``leaseworker_complete``."""
+
+MIGRATIONS: tuple[Migration, ...] = tuple(
+    sorted((*_JOBS, *OUTBOX_MIGRATIONS), key=lambda migration: migration.version)
+)
+"""Every migration, in version order (:func:`pending` checks there is no gap)."""
 
 
 def pending(applied: int, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:

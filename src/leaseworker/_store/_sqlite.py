@@ -27,6 +27,7 @@ import anyio
 from .._errors import StoreUnavailable
 from ._batch import Batcher, Call
 from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
+from ._migration import Migration
 from ._model import (
     ClaimResult,
     Completion,
@@ -36,7 +37,7 @@ from ._model import (
     completion_params,
 )
 from ._protocol import SETTLED_BY_OFFSETS
-from ._schema import MIGRATIONS, Migration
+from ._schema import MIGRATIONS
 from ._sqlite_many import Claim, Record, find_many, run_all
 from ._sqlite_rules import _HEAD as _HEAD  # what _sqlite_effects uses, from here
 from ._sqlite_rules import _any_found, _refused, _state

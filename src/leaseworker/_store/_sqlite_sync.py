@@ -26,7 +26,8 @@ from typing import final
 import anyio
 
 from .._errors import ConfigError
-from ._schema import Migration, pending
+from ._migration import Migration
+from ._schema import pending
 
 logger = logging.getLogger("leaseworker.store")
 
