@@ -110,6 +110,39 @@ async def test_prune_deletes_old_sent_rows_and_never_an_unsent_one(store_url: st
         assert [(row.message.value, sent) for row, sent in left] == [(b"two", False)]
 
 
+async def test_a_backlog_is_sent_before_the_relay_prunes(
+    memory: EffectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune that has not answered yet does not hold back the first round's sends.
+
+    The relay once pruned before its first claim: a slow prune delayed the
+    whole backlog behind it.
+    """
+    await commit(memory, "k1", 1, b"one")
+    pruning, answer = anyio.Event(), anyio.Event()
+    prune_outbox = memory.prune_outbox
+
+    async def slow_prune(older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
+        pruning.set()
+        await answer.wait()
+        return await prune_outbox(older_than, limit=limit)
+
+    monkeypatch.setattr(memory, "prune_outbox", slow_prune)
+    sender = Counting(FakeSender(), 1)
+    relay = Relay(memory, sender, name="relay-a")
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.run, stop)
+        try:
+            with anyio.fail_after(10):
+                await sender.reached.wait()  # sent while the prune still waits
+            assert pruning.is_set()
+        finally:
+            answer.set()
+            stop.set()
+    assert relay.sent == 1
+
+
 async def test_the_relay_prunes_what_it_sent_after_the_retention(store_url: str) -> None:
     """With a zero retention, checked every round, sent rows leave the table."""
     async with open_store(store_url) as opened:
