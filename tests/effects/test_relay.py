@@ -437,6 +437,42 @@ async def test_the_next_claim_goes_out_while_a_rounds_mark_is_still_on_its_way(
     assert all(sent for _, sent in await memory.outbox())
 
 
+async def test_the_next_claim_is_asked_for_before_the_round_just_claimed_sends(
+    memory: EffectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a slot free, the relay claims again before the round it started builds its wave.
+
+    The build is CPU without a yield: a claim asked for after it left the
+    store idle meanwhile (anyio's ``acquire`` yields even on a free slot,
+    and the round ran first: claim, send, claim, send).
+    """
+    for n in range(3):
+        await commit(memory, f"k{n}", n + 1, b"m")
+    calls: list[str] = []
+    claim_outbox = memory.claim_outbox
+
+    async def claim(relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
+        calls.append("claim")
+        return await claim_outbox(relay, limit=limit, hold=hold)
+
+    class Logged(FakeSender):
+        async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
+            calls.append("send")
+            return await super().send_batch(rows)
+
+    monkeypatch.setattr(memory, "claim_outbox", claim)
+    sender = Logged()
+    counting = Counting(sender, 3)
+    relay = Relay(memory, counting, name="relay-a", batch=1, in_flight=2, linger=0)
+    stop = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay.run, stop)
+            await counting.reached.wait()
+            stop.set()
+    assert calls[:3] == ["claim", "claim", "send"]
+
+
 async def test_a_stop_while_the_relay_waits_for_a_slot_ends_its_run_at_once(
     memory: EffectStore,
 ) -> None:

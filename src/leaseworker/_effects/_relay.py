@@ -141,8 +141,7 @@ class Relay:
             tg.start_soon(_ring_when_set, stop, self._bell)
             while not stop.is_set():
                 seen = self._bell.rings  # before any wait: a stop rung meanwhile is seen
-                await sending.acquire()  # at most ``in_flight`` rounds claiming or sending
-                claimer = await free.receive()  # a claim name no round holds
+                claimer = await _slot(sending, free)  # at most ``in_flight`` rounds claim or send
                 rows, failed = await self._claim_logged(claimer)
                 if rows:
                     tg.start_soon(self._round, claimer, rows, free_send, sending)
@@ -346,6 +345,24 @@ def _first_of_each_key(
     for chain in later.values():
         chain.reverse()
     return first, later
+
+
+async def _slot(sending: anyio.Semaphore, free: MemoryObjectReceiveStream[str]) -> str:
+    """Take a sending slot and a claim name no round holds, without yielding while both are free.
+
+    anyio's ``acquire`` and ``receive`` yield even then, and the round just
+    started would build its wave (milliseconds of CPU) before the next claim
+    reached the store: the store idled through every build, and claims and
+    sends took turns instead of overlapping (bench/README.md, relay).
+    """
+    try:
+        sending.acquire_nowait()
+    except anyio.WouldBlock:
+        await sending.acquire()
+    try:
+        return free.receive_nowait()
+    except anyio.WouldBlock:
+        return await free.receive()
 
 
 async def _ring_when_set(stop: anyio.Event, bell: OutboxBell) -> None:
