@@ -8,11 +8,15 @@ row's partition the one the producer's default partitioner picks for its key.
 from __future__ import annotations
 
 import anyio
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
-from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
+from aiokafka.partitioner import DefaultPartitioner, murmur2  # type: ignore[import-untyped]
+from hypothesis import given
+from hypothesis import strategies as st
 
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
+from leaseworker._kafka._outbox import _partition
 from leaseworker._store._effects import Message, OutboxRow
 
 from ..kafka_util import KafkaNames
@@ -68,3 +72,33 @@ async def test_a_wave_of_many_batches_answers_each_rows_partition_and_offset(
         assert found[answer] == row.effect_id.encode()
         assert row.message.key is not None
         assert answer[0] == (murmur2(row.message.key) & 0x7FFFFFFF) % PARTITIONS
+
+
+# Kafka's own murmur2 results (its UtilsTest), as the signed ints Java returns.
+KAFKA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize("key", list(KAFKA_MURMUR2))
+def test_a_keyed_row_goes_where_the_java_client_puts_it(key: bytes) -> None:
+    """Java's partition for a key: its murmur2, made positive, modulo the partition count."""
+    every = list(range(7))
+    assert _partition(key, every, every) == (KAFKA_MURMUR2[key] & 0x7FFFFFFF) % 7
+
+
+@given(
+    key=st.binary(max_size=80),
+    count=st.integers(min_value=1, max_value=64),
+    up=st.integers(min_value=0, max_value=64),
+)
+def test_a_keyed_row_goes_where_aiokafka_puts_it(key: bytes, count: int, up: int) -> None:
+    """The compiled murmur2 picks the partition aiokafka's pure-Python one picks, for any key."""
+    every = list(range(count))
+    available = every[: min(up, count)]
+    assert _partition(key, every, available) == DefaultPartitioner()(key, every, available)

@@ -21,6 +21,7 @@ from typing import Any, final
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
+from murmurhash2 import murmurhash2
 
 from .._store._effects import OutboxRow
 from ._logins import Login
@@ -215,7 +216,7 @@ async def _by_partition(
         if isinstance(known, Exception):
             failed.append((_failed(known), [(index, 0)]))
         else:
-            partition = _PARTITIONER(row.message.key, *known)
+            partition = _partition(row.message.key, *known)
             groups.setdefault((topic, partition), []).append(index)
     return groups, failed
 
@@ -245,6 +246,23 @@ def _built(
 
 _PARTITIONER = DefaultPartitioner()
 """The producer's default partitioner (``KafkaSender`` sets no other)."""
+
+_MURMUR2_SEED = 0x9747B28C
+"""The seed of Kafka's murmur2 (``Utils.murmur2``): every client's default partitioner's hash."""
+
+
+def _partition(key: bytes | None, every: list[int], up: list[int]) -> int:
+    """Return the partition ``_PARTITIONER`` picks for ``key``; for a key at an eighth of the cost.
+
+    aiokafka's murmur2 is pure Python (2.4 µs for a 10-byte key, the relay's
+    largest cost per row after decoding it); the ``murmurhash2`` package's
+    compiled one gives the same hash in 0.3 µs (tests/effects/test_sender.py
+    compares them). A message without a key goes where aiokafka sends it: a
+    random partition, one that is up if any is.
+    """
+    if key is None:
+        return int(_PARTITIONER(None, every, up))
+    return every[(murmurhash2(key, _MURMUR2_SEED) & 0x7FFFFFFF) % len(every)]
 
 
 def _failed(exc: Exception) -> asyncio.Future[Any]:
