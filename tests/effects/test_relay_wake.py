@@ -113,12 +113,14 @@ async def test_prune_deletes_old_sent_rows_and_never_an_unsent_one(store_url: st
 async def test_a_backlog_is_sent_before_the_relay_prunes(
     memory: EffectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A prune that has not answered yet does not hold back the first round's sends.
+    """A prune that has not answered yet holds back neither the first round nor the next claim.
 
-    The relay once pruned before its first claim: a slow prune delayed the
-    whole backlog behind it.
+    The relay once pruned before its first claim, then between its first
+    claim and the next: a slow prune delayed the backlog behind it (here,
+    one row per round, the second round never came).
     """
     await commit(memory, "k1", 1, b"one")
+    await commit(memory, "k2", 2, b"two")
     pruning, answer = anyio.Event(), anyio.Event()
     prune_outbox = memory.prune_outbox
 
@@ -128,19 +130,19 @@ async def test_a_backlog_is_sent_before_the_relay_prunes(
         return await prune_outbox(older_than, limit=limit)
 
     monkeypatch.setattr(memory, "prune_outbox", slow_prune)
-    sender = Counting(FakeSender(), 1)
-    relay = Relay(memory, sender, name="relay-a")
+    sender = Counting(FakeSender(), 2)
+    relay = Relay(memory, sender, name="relay-a", batch=1)
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay.run, stop)
         try:
             with anyio.fail_after(10):
-                await sender.reached.wait()  # sent while the prune still waits
+                await sender.reached.wait()  # both sent while the prune still waits
             assert pruning.is_set()
         finally:
             answer.set()
             stop.set()
-    assert relay.sent == 1
+    assert relay.sent == 2
 
 
 async def test_the_relay_prunes_what_it_sent_after_the_retention(store_url: str) -> None:

@@ -12,9 +12,10 @@ claiming or sending at once, and lets the next claim start while a round's
 mark goes on (each round under a claim name of its own, so a round never
 takes another's rows and a key's order holds across them); it wakes at this
 process's commits (:mod:`.._store._bell`) and, after a claim, prunes sent
-rows older than ``retention``. Its hooks get an ``EffectEvent`` per send (``sent``,
-``send_failed``, in the relay's task, after the broker's answer) and, every
-``backlog_every`` seconds, the store's ``backlog``.
+rows older than ``retention`` beside the rounds. Its hooks get an
+``EffectEvent`` per send (``sent``, ``send_failed``, in the relay's task,
+after the broker's answer) and, every ``backlog_every`` seconds, the
+store's ``backlog``.
 See docs/effects.md#what-is-at-least-once-the-relay.
 """
 
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol, final
 
 import anyio
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._backoff import Backoff
@@ -107,12 +109,13 @@ class Relay:
         self._retention = retention
         self._prune_every = prune_every
         self._pruned_at: float | None = None
+        self._pruning = False  # a prune runs beside the rounds
         self._bell = outbox_bell(store)
         self._in_flight = max(1, in_flight)
         # A round sends under a slot (``in_flight``) and settles under its claim name only:
         # the next claim starts while the last one's mark goes on.
         self._claimers = [f"{name}/{n}" for n in range(2 * self._in_flight)]
-        self._failed = 0  # sends failed in rounds of ``run`` since it last looked
+        self._failed = 0  # sends (and prunes) failed in ``run`` since it last looked
         self.sent = 0  # messages acknowledged and marked sent by this relay
         self.pruned = 0  # sent rows this relay deleted after ``retention``
         self._hooks = hooks_for(hooks, EffectEvent)
@@ -148,7 +151,7 @@ class Relay:
                 else:
                     free_send.send_nowait(claimer)
                     sending.release()
-                failed += await self._prune_logged()  # beside the round's sends
+                self._prune_soon(tg)  # beside the rounds: the next claim does not wait for it
                 failed, self._failed = failed + self._failed, 0
                 if failed:
                     for _ in self._claimers:  # the rounds in flight finish before the backoff
@@ -184,13 +187,13 @@ class Relay:
         except Exception as exc:  # a bug must not stop the pod: logged, retried with backoff
             return [], _logged(exc)
 
-    async def _prune_logged(self) -> int:
-        """Prune if due (after a claim, not before its sends); 1 if that failed (logged), else 0."""
-        try:
-            await self._prune()
-        except Exception as exc:
-            return _logged(exc)
-        return 0
+    def _prune_soon(self, tg: TaskGroup) -> None:
+        """Start a prune in ``tg`` if one is due and none runs (after a claim: not before sends)."""
+        now = anyio.current_time()
+        due = self._pruned_at is None or now - self._pruned_at >= self._prune_every
+        if due and not self._pruning:
+            self._pruned_at, self._pruning = now, True
+            tg.start_soon(self._prune)
 
     async def _round(
         self,
@@ -255,13 +258,13 @@ class Relay:
         return failures
 
     async def _prune(self) -> None:
-        """Delete sent rows older than ``retention``, once every ``prune_every`` seconds."""
-        now = anyio.current_time()
-        if self._pruned_at is not None and now - self._pruned_at < self._prune_every:
-            return
-        self._pruned_at = now
-        pruned = await self._store.prune_outbox(self._retention)
-        self.pruned += pruned
+        """Delete sent rows older than ``retention``; a failure is logged, the rounds back off."""
+        try:
+            self.pruned += await self._store.prune_outbox(self._retention)
+        except Exception as exc:
+            self._failed += _logged(exc)
+        finally:
+            self._pruning = False
 
     async def _backlog(self) -> None:
         """Tell the hooks how many messages are unsent and how old the oldest is (at times)."""
