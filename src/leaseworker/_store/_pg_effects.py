@@ -88,29 +88,28 @@ _COLUMNS = (
 # Candidates: the oldest queued (unsent) rows nobody else holds, locked (others
 # skip them; the locks are the claim, held until the round's mark or release
 # ends its transaction). A candidate is claimed only if no earlier queued row
-# of its job key is left out (held by another relay, locked, or past the
-# limit): that keeps each key's order across relays. An earlier row of a key
-# committed before a later one (the head row lock), so a snapshot that sees
-# the later one sees it. The check is a scalar subquery, so it runs per
-# candidate on the (job_key, id) index whatever the table's statistics say (a
-# fresh table's once made the planner compare every candidate with every
-# unsent row). The rows are fetched by id from the array of ready ids, an
-# index scan on the primary key: a join with ``ready`` let the planner, which
-# guesses a few ready rows, scan the whole outbox once per ready row (1,000
-# rows of 1,500: 22 ms instead of 4).
+# of its job key is left out: such a row lies below the last candidate (the
+# candidates are the lowest ids not locked), so the rows left out are the
+# queue's prefix up to it minus the candidates (``skipped``: held by another
+# relay or locked), one range scan and a hash anti-join, not an index probe per
+# candidate (2.8 ms instead of 4.2 for 1,000 rows). That keeps each key's order
+# across relays. An earlier row of a key committed before a later one (the head
+# row lock), so a snapshot that sees the later one sees it. The rows are fetched
+# by id from the array of ready ids, an index scan on the primary key: a join
+# with ``ready`` let the planner, which guesses a few ready rows, scan the whole
+# outbox once per ready row (1,000 rows of 1,500: 22 ms instead of 4).
 _CLAIM = f"""
     WITH candidates AS (
         SELECT id, job_key FROM leaseworker_outbox_unsent
         ORDER BY id LIMIT {{limit}}
         FOR UPDATE SKIP LOCKED
+    ), skipped AS (
+        SELECT u.id, u.job_key FROM leaseworker_outbox_unsent u
+        WHERE u.id < (SELECT max(id) FROM candidates)
+          AND NOT EXISTS (SELECT FROM candidates c WHERE c.id = u.id)
     ), ready AS (
         SELECT c.id FROM candidates c
-        WHERE (
-            SELECT e.id FROM leaseworker_outbox_unsent e
-            WHERE e.job_key = c.job_key AND e.id < c.id
-              AND e.id <> ALL (ARRAY(SELECT id FROM candidates))
-            LIMIT 1
-        ) IS NULL
+        WHERE NOT EXISTS (SELECT FROM skipped s WHERE s.job_key = c.job_key AND s.id < c.id)
     )
     SELECT {_COLUMNS} FROM leaseworker_outbox o WHERE o.id = ANY (ARRAY(SELECT id FROM ready))
 """
