@@ -81,13 +81,14 @@ async def test_the_outbox_is_read_a_lapsed_claim_taken_over_and_a_reclaim_caught
     )
     assert abs(row.committed - time.time()) < 60
     assert await outbox_rows(store_url, "another-campaign") == ()
-    effects = effect_store(store)
-    [claimed] = await effects.claim_outbox("pod-1:a", limit=10, hold=30.0)
-    assert await effects.claim_outbox("pod-2:b", limit=10, hold=30.0) == []  # held by pod-1
-    assert await lapse_claims(store_url, 0.01) == 1
-    [taken] = await effects.claim_outbox("pod-2:b", limit=10, hold=30.0)
-    assert taken.effect_id == claimed.effect_id == row.effect_id
-    assert await effects.mark_sent("pod-2:b", [taken.id]) == 1
+    [claimed] = await effect_store(store).claim_outbox("pod-1:a", limit=10, hold=30.0)
+    async with open_store(store_url) as other:  # pod 2's process, its own store
+        pod_2 = effect_store(other)
+        assert await pod_2.claim_outbox("pod-2:b", limit=10, hold=30.0) == []  # held by pod 1
+        assert await lapse_claims(store_url, 0.01) == 1
+        [taken] = await pod_2.claim_outbox("pod-2:b", limit=10, hold=30.0)
+        assert taken.effect_id == claimed.effect_id == row.effect_id
+        assert await pod_2.mark_sent("pod-2:b", [taken.id]) == 1
     [sent] = await outbox_rows(store_url, NAMESPACE)
     assert sent.sent is not None
     assert sent.sent >= row.committed

@@ -401,15 +401,10 @@ async def test_a_postgres_claim_of_most_of_the_queue_reads_its_rows_by_id(
     removed by a join filter).
     """
     url = store_url_for("postgresql")
-    async with open_store(url):
-        await raw(
-            url,
-            "WITH added AS (INSERT INTO leaseworker_outbox (job_key, input_version, seq, fence,"
-            " topic, value, headers, trace, queued) SELECT 'k' || n, 'v1', 0, 1, 't', 'x', '[]',"
-            " '[]', true FROM generate_series(1, 1500) n RETURNING id, job_key)"
-            " INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added",
-        )
-        claim = pgsql.SQL(_pg_effects._CLAIM).format(limit=pgsql.Literal(1000))
+    async with open_store(url) as opened:
+        assert isinstance(opened, PostgresStore)
+        await _queue_rows(url, 1500)
+        claim = _pg_effects.claim_query(opened, 1000)
         async with (
             await psycopg.AsyncConnection.connect(url) as other,
             await psycopg.AsyncConnection.connect(url) as conn,
@@ -427,6 +422,50 @@ async def test_a_postgres_claim_of_most_of_the_queue_reads_its_rows_by_id(
     outbox = [node for node in nodes if node.get("Relation Name") == "leaseworker_outbox"]
     assert [node["Node Type"] for node in outbox] in (["Index Scan"], ["Bitmap Heap Scan"])
     assert sum(node.get("Rows Removed by Join Filter", 0) for node in nodes) == 0
+
+
+async def test_a_postgres_claim_passes_the_rows_this_process_holds_before_trying_locks(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """Two rounds of 1,000 held by this process: the next claim's scan filters them out first.
+
+    ``SKIP LOCKED`` passes them as well, but only after trying each one's lock
+    (2,000 tries, a third of the claim's time in PostgreSQL). The claim takes
+    the next 1,000 rows either way.
+    """
+    url = store_url_for("postgresql")
+    async with open_store(url) as opened:
+        assert isinstance(opened, PostgresStore)
+        store = effect_store(opened)
+        await _queue_rows(url, 3000)
+        held = [await store.claim_outbox(f"r/{n}", limit=1000, hold=30.0) for n in range(2)]
+        claim = _pg_effects.claim_query(opened, 1000)
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            cursor = await conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + claim)
+            row = await cursor.fetchone()
+            await conn.rollback()
+        third = await store.claim_outbox("r/2", limit=1000, hold=30.0)
+        for n, rows in enumerate([*held, third]):
+            await store.release_outbox(f"r/{n}", [r.id for r in rows])
+    assert row is not None
+    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    (locks,) = [node for node in nodes if node["Node Type"] == "LockRows"]
+    (below,) = locks["Plans"]  # what the lock is tried on: the rows the scan let through
+    assert (below["Actual Rows"], locks["Actual Rows"]) == (1000, 1000)
+    ids = sorted(r.id for rows in [*held, third] for r in rows)
+    assert len(set(ids)) == 3000
+    assert [r.id for r in third] == ids[2000:]
+
+
+async def _queue_rows(url: str, count: int) -> None:
+    """Commit ``count`` unsent outbox rows of distinct job keys, as the relay finds them."""
+    await raw(
+        url,
+        "WITH added AS (INSERT INTO leaseworker_outbox (job_key, input_version, seq, fence,"
+        " topic, value, headers, trace, queued) SELECT 'k' || n, 'v1', 0, 1, 't', 'x', '[]',"
+        f" '[]', true FROM generate_series(1, {int(count)}) n RETURNING id, job_key)"
+        " INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added",
+    )
 
 
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
