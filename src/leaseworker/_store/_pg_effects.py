@@ -303,6 +303,7 @@ async def claim_outbox(
     conn = await _connection(store) if open_claim is None else open_claim.conn
     try:
         with anyio.fail_after(store._timeout):
+            until = time.monotonic() + hold  # the server's idle timeout starts after this
             cursor = await conn.execute(query)
             while cursor.description is None and cursor.nextset():  # BEGIN, SET, SET, rows
                 pass
@@ -316,7 +317,7 @@ async def claim_outbox(
         await _end(store, conn)
         return []
     rows = sorted((outbox_row(row) for row in found), key=lambda row: row.id)
-    held[relay] = _Held(conn, [row.id for row in rows], time.monotonic() + hold)
+    held[relay] = _Held(conn, [row.id for row in rows], until)
     return rows
 
 
