@@ -21,6 +21,7 @@ from leaseworker import (
     hold,
 )
 from leaseworker._dev._services import LocalRedis
+from leaseworker._lease._releases import releases
 
 from ..chaos import proxied_leases
 
@@ -136,6 +137,58 @@ async def test_releases_failed_in_a_trip_go_once_more(
     assert [h.release_error for h in held if h.release_error is not None] == []
     assert all(h.released is True for h in held)
     assert await redis.keys(f"{namespace}:*:lease") == []
+
+
+async def test_a_release_whose_first_trip_deleted_unanswered_still_answers_true(
+    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first trip deletes the keys but its answers are lost: the retry finds them gone."""
+    leases = RedisLeases(redis, namespace=namespace)
+    trips: list[list[bool | LeaseUnavailable]] = []
+    release_many = leases.release_many
+
+    async def first_answers_lost(batch: Sequence[Lease]) -> list[bool | LeaseUnavailable]:
+        answers = await release_many(batch)
+        trips.append(answers)
+        if len(trips) == 1:  # ran in Redis; its reply read too late
+            return [LeaseUnavailable(lease.key, "timed out") for lease in batch]
+        return answers
+
+    monkeypatch.setattr(leases, "release_many", first_answers_lost)
+    end = anyio.Event()
+    held: list[HeldLease] = []
+
+    async def holder(i: int, entered: anyio.Event) -> None:
+        async with hold(leases, f"lost:{i}", lease_duration=30) as lease:
+            held.append(lease)
+            entered.set()
+            await end.wait()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await _start(tg, 20, holder, step=20)
+            end.set()
+    finally:
+        await leases.aclose()
+    assert trips == [[True] * 20, [False] * 20]  # the retry found every key already gone
+    assert [h.release_error for h in held if h.release_error is not None] == []
+    assert [h.released for h in held] == [True] * 20
+    assert await redis.keys(f"{namespace}:*:lease") == []
+
+
+async def test_a_retried_release_past_its_deadline_answers_what_redis_said() -> None:
+    """Past its local deadline a lease may have expired: the retry's ``False`` stands."""
+    late = Lease(key="k", owner="o", fence=1, lease_duration=1, sent_at=0, local_deadline=0)
+    trips = 0
+
+    async def many(batch: Sequence[Lease]) -> list[bool | BaseException]:
+        nonlocal trips
+        trips += 1
+        return [TimeoutError("timed out") if trips == 1 else False for _ in batch]
+
+    answer = releases().release(many, late, 1.0)
+    assert await answer is False
+    assert trips == 2
 
 
 async def test_a_rejected_renewal_in_a_shared_trip_stops_only_its_own_body(

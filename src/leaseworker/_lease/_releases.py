@@ -15,7 +15,11 @@ its ``HeldLease``. A failed release is sent once more, in a batch of the
 failed ones with a bound of its own: a trip whose bound ran out while the
 loop was busy ending thousands of bodies (its reply not yet read) mostly
 succeeds on the next try. Sending it again is safe: the script deletes only this
-owner's lease, and a lease already gone answers ``False``.
+owner's lease. The first trip may have deleted it, though, with its answer
+unread; the second then finds the key gone and answers ``False``. A lease
+still inside its local deadline cannot have expired or passed to another
+owner, so a ``False`` from the second trip sent inside that deadline counts
+as the first trip's delete: ``True``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ._model import Lease
 from ._per_loop import PerLoop
+from ._timing import now
 
 BATCH = 1000
 """The most releases in one batch: a trip short enough to stay well inside its timeout."""
@@ -76,8 +81,11 @@ async def _release_many(many: ReleaseMany, batch: _Pending, within: float) -> No
         answers = await _ask(many, leases, within)
         failed = [i for i, answer in enumerate(answers) if isinstance(answer, BaseException)]
         if failed:  # once more, the failed ones together, with a bound of their own
+            sent = now()
             again = await _ask(many, [leases[i] for i in failed], within)
             for i, answer in zip(failed, again, strict=True):
+                if answer is False and sent < leases[i].local_deadline:
+                    answer = True  # gone inside its deadline: the first trip deleted it
                 answers[i] = answer
     except asyncio.CancelledError:  # the loop is closing: nobody may wait for ever
         answers = [TimeoutError("the release was cancelled before it was answered") for _ in batch]
