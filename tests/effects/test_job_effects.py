@@ -198,11 +198,22 @@ def test_an_outbox_row_read_from_its_columns_equals_the_constructed_one() -> Non
     """``outbox_row`` fills the frozen objects slot by slot: every field, as ``__init__`` would."""
     headers = (("raw", b"\x00\xff"),)
     trace = (("traceparent", TRACEPARENT),)
-    for key, head, traced in ((b"k", headers, trace), (None, (), ())):
+    stored = effect_id("job", "v1", 2)
+    for key, head, traced, effect in ((b"k", headers, trace, stored), (None, (), (), None)):
         columns = (7, "job", "v1", 2, 5, "t", key, b"value", encode_headers(head))
-        row = outbox_row((*columns, encode_headers(traced)))
+        row = outbox_row((*columns, encode_headers(traced), effect))
         message = Message(topic="t", value=b"value", key=key, headers=head, trace=traced)
-        built = OutboxRow(id=7, job_key="job", input_version="v1", seq=2, fence=5, message=message)
+        built = OutboxRow(
+            id=7,
+            job_key="job",
+            input_version="v1",
+            seq=2,
+            fence=5,
+            message=message,
+            stored_effect_id=effect,
+        )
         assert row == built
         assert repr(row) == repr(built)
         assert hash(row) == hash(built)
+        assert row.stored_effect_id == built.stored_effect_id == effect
+        assert row.effect_id == built.effect_id == stored  # stored or computed: the same

@@ -20,7 +20,7 @@ from psycopg import sql as pgsql
 
 from leaseworker import CompletionRequest, CompletionResult, open_store
 from leaseworker._store import _pg_effects
-from leaseworker._store._effects import EffectStore, Message, effect_store
+from leaseworker._store._effects import EffectStore, Message, effect_id, effect_store
 from leaseworker._store._postgres import PostgresStore
 from leaseworker._store._schema import MIGRATIONS
 from leaseworker._store._url import parse_store_url
@@ -284,6 +284,36 @@ async def test_released_messages_are_claimed_again_at_once(any_store: EffectStor
     await any_store.release_outbox("relay-a", [row.id for row in held])
     again = await any_store.claim_outbox("relay-b", limit=10, hold=300)
     assert [row.message.value for row in again] == [b"one", b"two"]
+
+
+async def test_claimed_rows_carry_the_effect_id_written_at_commit(
+    sql_store: tuple[EffectStore, str],
+) -> None:
+    """Written at commit, read by claims and entries; a row of earlier code (NULL) computes it."""
+    store, url = sql_store
+    await write(store, 3, messages=2)
+    value, committed_at = ("x'78'", "0") if url.startswith("sqlite") else ("'x'", "now()")
+    await raw(  # as a pod before schema 11 inserts: no effect_id
+        url,
+        "INSERT INTO leaseworker_outbox (job_key, input_version, seq, fence, topic, value,"
+        f" headers, trace, committed_at) VALUES ('old', 'v1', 0, 1, 't', {value}, '[]', '[]',"
+        f" {committed_at})",
+    )
+    claimed = await store.claim_outbox("relay", limit=10, hold=30.0)
+    assert [(row.job_key, row.stored_effect_id) for row in claimed] == [
+        (KEY, effect_id(KEY, "v1", 0)),
+        (KEY, effect_id(KEY, "v1", 1)),
+        ("old", None),
+    ]
+    assert [row.effect_id for row in claimed] == [
+        effect_id(KEY, "v1", 0),
+        effect_id(KEY, "v1", 1),
+        effect_id("old", "v1", 0),
+    ]
+    entries = await store.outbox_entries()
+    assert [entry.row.stored_effect_id for entry in entries] == [
+        row.stored_effect_id for row in claimed
+    ]
 
 
 async def test_a_prune_deletes_at_most_its_limit(sql_store: tuple[EffectStore, str]) -> None:

@@ -118,7 +118,10 @@ class OutboxRow:
     """One committed message as the relay claims it: its row id and where it came from.
 
     ``id`` orders the rows of one job key in commit order (the head row's
-    lock serialises their transactions).
+    lock serialises their transactions). ``stored_effect_id`` is the effect
+    id the SQL stores wrote at commit (``None`` for a row committed by code
+    before schema 11, and in ``memory://``): the relay reads it instead of
+    hashing the identity again for every row it sends.
     """
 
     id: int
@@ -127,10 +130,14 @@ class OutboxRow:
     seq: int
     fence: int
     message: Message
+    stored_effect_id: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def effect_id(self) -> str:
         """The message's effect id (see :func:`effect_id`)."""
+        stored = self.stored_effect_id
+        if stored is not None:
+            return stored
         return effect_id(self.job_key, self.input_version, self.seq)
 
     def kafka_headers(self) -> list[tuple[str, bytes]]:
@@ -215,6 +222,7 @@ def outbox_params(request: CompletionRequest, messages: Sequence[Message]) -> li
             "value": message.value,
             "headers": encode_headers(message.headers),
             "trace": encode_headers(message.trace),
+            "effect_id": effect_id(request.job_key, request.input_version, seq),
         }
         for seq, message in enumerate(messages)
     ]
@@ -228,7 +236,7 @@ def outbox_row(row: Sequence[Any]) -> OutboxRow:
     the constructors took 2.6 of the 2.9 µs a row (bench/README.md, relay).
     Every field is set; a test compares the result with the constructors'.
     """
-    row_id, job_key, version, seq, fence, topic, key, value, headers, trace = row
+    row_id, job_key, version, seq, fence, topic, key, value, headers, trace, effect = row
     message = _new(Message)
     _set(message, "topic", topic)
     _set(message, "value", bytes(value))
@@ -242,6 +250,7 @@ def outbox_row(row: Sequence[Any]) -> OutboxRow:
     _set(built, "seq", seq)
     _set(built, "fence", fence)
     _set(built, "message", message)
+    _set(built, "stored_effect_id", effect)
     return built
 
 

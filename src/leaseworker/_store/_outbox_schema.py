@@ -1,12 +1,31 @@
 """The outbox's migrations: messages committed with completions, and the relays' claims and rounds.
 
-Part of :data:`._schema.MIGRATIONS` (versions 5, 6, 7, 9 and 10); see
+Part of :data:`._schema.MIGRATIONS` (versions 5, 6, 7, 9, 10 and 11); see
 docs/effects.md for what the tables hold.
 """
 
 from __future__ import annotations
 
 from ._migration import Migration
+
+# What ``leaseworker_outbox_state`` reads (migrations 9 and 11): each row's
+# state, unsent while queued, else sent in its round (relay, time, attempts).
+_STATE_COLUMNS = """
+    SELECT o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key,
+           o.value, o.headers, o.trace, o.committed_at, o.claimed_by, o.claimed_until,
+           s.relay AS sent_by, s.sent_at,
+           coalesce(u.attempts, s.attempts[array_position(s.ids, o.id)], 0) AS attempts
+"""
+_STATE_JOINS = """
+    FROM leaseworker_outbox o
+    LEFT JOIN leaseworker_outbox_unsent u ON u.id = o.id
+    LEFT JOIN LATERAL (
+        SELECT r.relay, r.sent_at, r.ids, r.attempts FROM leaseworker_outbox_sent r
+        WHERE u.id IS NULL AND o.id = ANY (r.ids)
+          AND int8range(r.ids[1], r.ids[array_upper(r.ids, 1)], '[]') @> o.id
+        ORDER BY r.id LIMIT 1
+    ) s ON true
+"""
 
 OUTBOX_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -149,23 +168,8 @@ OUTBOX_MIGRATIONS: tuple[Migration, ...] = (
             # past: rows committed from now on are never theirs (they would
             # send again what this version's relays sent, whose sent_at stays NULL).
             "ALTER TABLE leaseworker_outbox ALTER COLUMN claimed_until SET DEFAULT 'infinity'",
-            # A row's state as the store reads it: unsent while queued, else
-            # sent in its round (relay, time, attempts).
-            """
-            CREATE VIEW leaseworker_outbox_state AS
-            SELECT o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key,
-                   o.value, o.headers, o.trace, o.committed_at, o.claimed_by, o.claimed_until,
-                   s.relay AS sent_by, s.sent_at,
-                   coalesce(u.attempts, s.attempts[array_position(s.ids, o.id)], 0) AS attempts
-            FROM leaseworker_outbox o
-            LEFT JOIN leaseworker_outbox_unsent u ON u.id = o.id
-            LEFT JOIN LATERAL (
-                SELECT r.relay, r.sent_at, r.ids, r.attempts FROM leaseworker_outbox_sent r
-                WHERE u.id IS NULL AND o.id = ANY (r.ids)
-                  AND int8range(r.ids[1], r.ids[array_upper(r.ids, 1)], '[]') @> o.id
-                ORDER BY r.id LIMIT 1
-            ) s ON true
-            """,
+            # A row's state as the store reads it.
+            f"CREATE VIEW leaseworker_outbox_state AS {_STATE_COLUMNS} {_STATE_JOINS}",
         ),
         sqlite=(),  # SQLite marks its rows in the batches' write transaction (docs/effects.md)
     ),
@@ -182,6 +186,20 @@ OUTBOX_MIGRATIONS: tuple[Migration, ...] = (
             " ALTER COLUMN attempts SET STORAGE EXTERNAL",
         ),
         sqlite=(),
+    ),
+    Migration(
+        version=11,
+        description="leaseworker_outbox.effect_id: each message's effect id, written at commit",
+        postgresql=(
+            # The relay sent a sha256 it computed per row at every send (13 % of
+            # its own time); the committing pod computes it anyway. Rows of
+            # earlier code keep NULL: the relay computes theirs. A catalog-only
+            # change (no default); the view gets the column at its end.
+            "ALTER TABLE leaseworker_outbox ADD COLUMN effect_id text",
+            "CREATE OR REPLACE VIEW leaseworker_outbox_state AS"
+            f" {_STATE_COLUMNS}, o.effect_id {_STATE_JOINS}",
+        ),
+        sqlite=("ALTER TABLE leaseworker_outbox ADD COLUMN effect_id TEXT",),
     ),
 )
 """The outbox's migrations, in version order."""

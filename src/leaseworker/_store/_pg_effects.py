@@ -75,16 +75,17 @@ _COMPLETE = """
 _INSERT = """
     WITH added AS (
         INSERT INTO leaseworker_outbox
-            (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, queued)
+            (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace,
+             effect_id, queued)
         VALUES (%(job_key)s, %(input_version)s, %(seq)s, %(fence)s, %(topic)s, %(msg_key)s,
-                %(value)s, %(headers)s, %(trace)s, true)
+                %(value)s, %(headers)s, %(trace)s, %(effect_id)s, true)
         RETURNING id, job_key
     )
     INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added
 """
 _COLUMNS = (
     "o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key, o.value,"
-    " o.headers, o.trace"
+    " o.headers, o.trace, o.effect_id"
 )
 # Candidates: the oldest queued (unsent) rows nobody else holds, locked (others
 # skip them; the locks are the claim, held until the round's mark or release

@@ -47,15 +47,18 @@ _T = TypeVar("_T")
 
 _INSERT = """
     INSERT INTO leaseworker_outbox
-        (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, committed_at)
+        (job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, effect_id,
+         committed_at)
     VALUES (:job_key, :input_version, :seq, :fence, :topic, :msg_key, :value, :headers, :trace,
-            :now)
+            :effect_id, :now)
 """
 _UNSENT = """
     SELECT id, job_key, claimed_by, coalesce(claimed_until, 0) FROM leaseworker_outbox
     WHERE sent_at IS NULL ORDER BY id LIMIT ?
 """
-_COLUMNS = "id, job_key, input_version, seq, fence, topic, msg_key, value, headers, trace"
+_COLUMNS = (
+    "id, job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, effect_id"
+)
 SCAN = 8
 """Unsent rows looked at per row claimed: the rule reads a prefix in commit order."""
 
