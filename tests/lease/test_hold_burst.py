@@ -62,6 +62,26 @@ async def _start(
             await entered.wait()
 
 
+async def _end_together(leases: RedisLeases, prefix: str, count: int) -> list[HeldLease]:
+    """Hold ``count`` leases, end every body in one loop turn, close ``leases``; the holds."""
+    end = anyio.Event()
+    held: list[HeldLease] = []
+
+    async def holder(i: int, entered: anyio.Event) -> None:
+        async with hold(leases, f"{prefix}:{i}", lease_duration=30) as lease:
+            held.append(lease)
+            entered.set()
+            await end.wait()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await _start(tg, count, holder, step=count)
+            end.set()
+    finally:
+        await leases.aclose()
+    return held
+
+
 @pytest.mark.timeout(120)
 async def test_ten_thousand_holds_ending_at_once_all_release(redis: Redis, namespace: str) -> None:
     """Every body ends in one loop turn: each release answers, none fails, no key is left."""
@@ -118,21 +138,7 @@ async def test_releases_failed_in_a_trip_go_once_more(
         return await release_many(batch)
 
     monkeypatch.setattr(leases, "release_many", first_trip_late)
-    end = anyio.Event()
-    held: list[HeldLease] = []
-
-    async def holder(i: int, entered: anyio.Event) -> None:
-        async with hold(leases, f"late:{i}", lease_duration=30) as lease:
-            held.append(lease)
-            entered.set()
-            await end.wait()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            await _start(tg, 50, holder, step=50)
-            end.set()
-    finally:
-        await leases.aclose()
+    held = await _end_together(leases, "late", 50)
     assert trips == [50, 50]  # the batch, then its failed releases together
     assert [h.release_error for h in held if h.release_error is not None] == []
     assert all(h.released is True for h in held)
@@ -155,21 +161,7 @@ async def test_a_release_whose_first_trip_deleted_unanswered_still_answers_true(
         return answers
 
     monkeypatch.setattr(leases, "release_many", first_answers_lost)
-    end = anyio.Event()
-    held: list[HeldLease] = []
-
-    async def holder(i: int, entered: anyio.Event) -> None:
-        async with hold(leases, f"lost:{i}", lease_duration=30) as lease:
-            held.append(lease)
-            entered.set()
-            await end.wait()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            await _start(tg, 20, holder, step=20)
-            end.set()
-    finally:
-        await leases.aclose()
+    held = await _end_together(leases, "lost", 20)
     assert trips == [[True] * 20, [False] * 20]  # the retry found every key already gone
     assert [h.release_error for h in held if h.release_error is not None] == []
     assert [h.released for h in held] == [True] * 20
