@@ -67,7 +67,7 @@ from leaseworker import CompletionRequest, JobContext, Pod, PodConfig, ReportJob
 from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._dev._services._stack import LocalStack
 from leaseworker._kafka import KafkaSender
-from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_store
+from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_id, effect_store
 from leaseworker.effects import Relay
 
 COMMITTED: dict[str, float] = {}
@@ -120,21 +120,45 @@ async def _create_rows_table(url: str) -> None:
 # --- relay vs bare producer ---------------------------------------------------------------
 
 
-async def fill_outbox(store: EffectStore, topic: str, count: int, tag: str) -> None:
-    """Commit ``count`` executions of distinct job keys with one message each (16 at a time)."""
+async def fill_outbox(store: EffectStore, topic: str, count: int, tag: str) -> list[OutboxRow]:
+    """Commit ``count`` executions of distinct job keys with one message each (16 at a time).
+
+    Return the rows as a claim would give them (ids aside), checked against
+    the store's for the first key: reading the whole outbox back took longer
+    than the store's timeout once it held 100,000 rows.
+    """
     limiter = anyio.Semaphore(16)
+    rows: list[OutboxRow] = []
 
     async def one(n: int) -> None:
         key = f"{tag}:{n}"
+        message = Message.build(topic, b'{"n": 1}', key=key)
         async with limiter, store.transaction(key, "v1", 1) as tx:
             request = CompletionRequest(
                 job_key=key, input_version="v1", fence=1, result=None, execution_id=key, pod="b"
             )
-            await tx.commit(request, [Message.build(topic, b'{"n": 1}', key=key)])
+            await tx.commit(request, [message])
+        stored = effect_id(key, "v1", 0)
+        rows.append(
+            OutboxRow(
+                id=n,
+                job_key=key,
+                input_version="v1",
+                seq=0,
+                fence=1,
+                message=message,
+                stored_effect_id=stored,
+            )
+        )
 
     async with anyio.create_task_group() as tg:
         for n in range(count):
             tg.start_soon(one, n)
+    rows.sort(key=lambda row: row.id)
+    [(first, _)] = await store.outbox(rows[0].job_key)
+    if first.kafka_headers() != rows[0].kafka_headers() or first.message != rows[0].message:
+        raise AssertionError(f"the bench's rows differ from the store's: {first} {rows[0]}")
+    return rows
 
 
 class Marked:
@@ -240,24 +264,30 @@ async def relay_part(kafka: LocalKafka, urls: dict[str, str], args: argparse.Nam
                 rates: dict[str, list[float]] = {"relay": [], "bare": []}
                 cpu: dict[str, list[float]] = {"relay": [], "bare": []}  # ms per 1,000 rows
                 own: dict[str, list[float]] = {"relay": [], "bare": []}  # this process's share
-                for round_no in range(args.rounds):
-                    await fill_outbox(store, topic, args.messages, f"r{round_no}")
-                    rows = [row for row, sent in await store.outbox() if not sent]
+                for round_no in range(-args.warmup, args.rounds):
+                    rows = await fill_outbox(store, topic, args.messages, f"r{round_no}")
                     sides: dict[str, Callable[[], Awaitable[float]]] = {
                         "relay": functools.partial(relay_drain, store, sender, args.messages),
                         "bare": functools.partial(bare_send, producer, rows),
                     }
                     order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
+                    measured: dict[str, tuple[float, float, float]] = {}
                     for name in order:
-                        seconds, mine, services = await timed_cpu(sides[name])
+                        measured[name] = await timed_cpu(sides[name])
+                    for name, (seconds, mine, services) in measured.items():
                         rates[name].append(args.messages / seconds)
                         cpu[name].append((mine + services) / args.messages * 1e6)
                         own[name].append(mine / args.messages * 1e6)
                     print(
-                        f"  {kind} round {round_no + 1}: relay {rates['relay'][-1]:7.0f}/s"
+                        f"  {kind} {f'round {round_no + 1}' if round_no >= 0 else 'warm-up'}:"
+                        f" relay {rates['relay'][-1]:7.0f}/s"
                         f" ({cpu['relay'][-1]:.0f} ms CPU per 1,000)  bare"
                         f" {rates['bare'][-1]:7.0f}/s ({cpu['bare'][-1]:.0f} ms)"
                     )
+                    if round_no < 0:  # a warm-up round (the table, the plans, the producers)
+                        for kept in (rates, cpu, own):  # printed, not counted
+                            for values in kept.values():
+                                values.pop()
                 print(f"{kind}: relay {ratio_line(rates['relay'], rates['bare'])} of bare")
                 print(
                     f"{kind}: CPU per 1,000 rows, all processes: relay {spread(cpu['relay'])} ms"
@@ -520,6 +550,7 @@ def main() -> None:
     parser.add_argument("--idle-triggers", type=int, default=40)
     parser.add_argument("--idle-gap", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="full-size rounds not counted")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--stores", default="postgresql")
     args = parser.parse_args()
