@@ -138,7 +138,7 @@ async def fill_outbox(store: EffectStore, topic: str, count: int, tag: str) -> l
                 job_key=key, input_version="v1", fence=1, result=None, execution_id=key, pod="b"
             )
             await tx.commit(request, [message])
-        stored = effect_id(key, "v1", 0)
+        stored = effect_id(key, "v1", 0)  # as a claim reads it: not hashed in the bare side's time
         rows.append(
             OutboxRow(
                 id=n,
@@ -271,10 +271,8 @@ async def relay_part(kafka: LocalKafka, urls: dict[str, str], args: argparse.Nam
                         "bare": functools.partial(bare_send, producer, rows),
                     }
                     order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
-                    measured: dict[str, tuple[float, float, float]] = {}
                     for name in order:
-                        measured[name] = await timed_cpu(sides[name])
-                    for name, (seconds, mine, services) in measured.items():
+                        seconds, mine, services = await timed_cpu(sides[name])
                         rates[name].append(args.messages / seconds)
                         cpu[name].append((mine + services) / args.messages * 1e6)
                         own[name].append(mine / args.messages * 1e6)
