@@ -455,14 +455,16 @@ async def test_a_postgres_claim_of_most_of_the_queue_reads_its_rows_by_id(
 
 
 async def test_a_postgres_claim_passes_the_rows_this_process_holds_before_trying_locks(
-    store_url_for: Callable[[str], str],
+    store_url_for: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two rounds of 1,000 held by this process: the next claim's scan filters them out first.
 
     ``SKIP LOCKED`` passes them as well, but only after trying each one's lock
     (2,000 tries, a third of the claim's time in PostgreSQL). The claim takes
-    the next 1,000 rows either way.
+    the next 1,000 rows either way. The floor is off (it would start the scan
+    past both rounds): what is shown is the filter of a claim from the start.
     """
+    monkeypatch.setattr(_pg_effects, "FLOOR_FOR", 0.0)
     url = store_url_for("postgresql")
     async with open_store(url) as opened:
         assert isinstance(opened, PostgresStore)
@@ -485,6 +487,68 @@ async def test_a_postgres_claim_passes_the_rows_this_process_holds_before_trying
     ids = sorted(r.id for rows in [*held, third] for r in rows)
     assert len(set(ids)) == 3000
     assert [r.id for r in third] == ids[2000:]
+
+
+async def _commit_one(store: EffectStore, key: str, fence: int) -> None:
+    """Commit one execution of ``key`` at ``fence`` with one message."""
+    async with store.transaction(key, f"v{fence}", fence) as tx:
+        await tx.commit(request(fence, f"v{fence}", key), [Message.build("t", fence)])
+
+
+async def test_a_postgres_claim_behind_a_full_one_starts_past_it_and_keeps_each_keys_order(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """After a full claim, the next looks for candidates past it, and for left-out rows below.
+
+    Pod B holds k1's first row; pod A's full claim takes k2's; B gives k1's
+    back. A's next claim starts past its own rows, where only k1's second row
+    is, and takes nothing: k1's first row, below, is found from the queue's
+    start. That claim was short, so the one after it starts at the start and
+    takes both of k1's rows, in order.
+    """
+    url = store_url_for("postgresql")
+    async with open_store(url) as opened_a, open_store(url) as opened_b:
+        pod_a, pod_b = effect_store(opened_a), effect_store(opened_b)
+        await _commit_one(pod_a, "k1", 1)
+        await _commit_one(pod_a, "k2", 2)
+        held = await pod_b.claim_outbox("b", limit=1, hold=30.0)
+        full = await pod_a.claim_outbox("a/0", limit=1, hold=30.0)
+        assert ([r.job_key for r in held], [r.job_key for r in full]) == (["k1"], ["k2"])
+        await _commit_one(pod_a, "k1", 3)
+        await pod_b.release_outbox("b", [row.id for row in held])
+        assert await pod_a.claim_outbox("a/1", limit=10, hold=30.0) == []
+        again = await pod_a.claim_outbox("a/2", limit=10, hold=30.0)
+        assert [(row.job_key, row.fence) for row in again] == [("k1", 1), ("k1", 3)]
+        for name, rows in (("a/0", full), ("a/2", again)):
+            await pod_a.release_outbox(name, [row.id for row in rows])
+
+
+async def test_a_postgres_claims_floor_lapses_so_rows_left_below_it_are_claimed(
+    store_url_for: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row given back below the floor by another pod waits for ``FLOOR_FOR``, no longer.
+
+    Pod A's full claims start past each other; pod B's row, given back below
+    them, is passed over until the floor lapses; then A's claim starts at the
+    queue's start and takes it first.
+    """
+    clock = [1000.0]
+    monkeypatch.setattr(_pg_effects, "_now", lambda: clock[0])
+    url = store_url_for("postgresql")
+    async with open_store(url) as opened_a, open_store(url) as opened_b:
+        pod_a, pod_b = effect_store(opened_a), effect_store(opened_b)
+        for n in range(1, 5):
+            await _commit_one(pod_a, f"k{n}", n)
+        held = await pod_b.claim_outbox("b", limit=1, hold=30.0)
+        claims = [await pod_a.claim_outbox("a/0", limit=1, hold=30.0)]
+        await pod_b.release_outbox("b", [row.id for row in held])
+        claims.append(await pod_a.claim_outbox("a/1", limit=1, hold=30.0))
+        clock[0] += _pg_effects.FLOOR_FOR
+        claims.append(await pod_a.claim_outbox("a/2", limit=1, hold=30.0))
+        assert [row.job_key for row in held] == ["k1"]
+        assert [[row.job_key for row in rows] for rows in claims] == [["k2"], ["k3"], ["k1"]]
+        for n, rows in enumerate(claims):
+            await pod_a.release_outbox(f"a/{n}", [row.id for row in rows])
 
 
 async def _queue_rows(url: str, count: int) -> None:
