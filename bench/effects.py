@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import os
 import statistics
 import tempfile
@@ -238,7 +239,15 @@ def tree_cpu() -> tuple[float, float]:
 
 
 async def timed_cpu(side: Callable[[], Awaitable[float]]) -> tuple[float, float, float]:
-    """Run ``side``; return its seconds and the CPU seconds this process and the services spent."""
+    """Run ``side``; return its seconds and the CPU seconds this process and the services spent.
+
+    A full collection first: the garbage of the round's set-up (20,000
+    commits) is collected outside either side's time. Without it, the first
+    collection of the older generation after the fill fell into whichever
+    side ran first, the relay's rounds swung by 30 % with the order
+    (bench/README.md, relay); each side still pays for its own garbage.
+    """
+    gc.collect()
     own, services = tree_cpu()
     seconds = await side()
     own_after, services_after = tree_cpu()
