@@ -139,6 +139,12 @@ _MARK = """
 _ATTEMPTED = (
     "UPDATE leaseworker_outbox_unsent SET attempts = attempts + 1 WHERE id = ANY({ids}::bigint[]);"
 )
+# The mark and the release touch the claim's rows only, by primary key. The
+# planner, costing each index probe as a read from disk, scanned the whole
+# queue instead from a few thousand queued rows on: a mark's cost grew with
+# the backlog (16.6 ms for 1,000 rows at 200,000 queued, 1.5-2.6 ms by key at
+# any size). Those rows were locked by this transaction: they are in memory.
+_BY_KEY = "SET LOCAL enable_seqscan = off;"
 MARK = "mark"
 RELEASE = "release"
 _ENTRIES = (
@@ -374,15 +380,12 @@ async def update(store: PostgresStore, what: str, relay: str, ids: Sequence[int]
     unsent = [row_id for row_id in claim.ids if row_id not in sent]
     if unsent:  # rows given back, below the floor: the next claim scans from the start
         claims.floor = 0
-    parts: list[sql.Composable] = []
-    if sent:
-        parts.append(sql.SQL(_MARK).format(relay=sql.Literal(relay), ids=_ids(sorted(sent))))
-    if unsent:
-        parts.append(sql.SQL(_ATTEMPTED).format(ids=_ids(unsent)))
-    parts.append(sql.SQL("COMMIT"))
+    parts = [*settle_statements(relay, sorted(sent), unsent), sql.SQL("COMMIT")]
     try:
         with anyio.fail_after(store._timeout):
             cursor = await claim.conn.execute(sql.SQL(" ").join(parts))
+            while cursor.description is None and cursor.nextset():  # SET, then the mark's rows
+                pass
             marked = await cursor.fetchone() if sent else None  # RETURNING: a round, or none
             return int(marked[0]) if marked else 0
     except _LOST as exc:  # the session is gone, its transaction with it
@@ -398,6 +401,22 @@ async def update(store: PostgresStore, what: str, relay: str, ids: Sequence[int]
         raise StoreUnavailable(None, _describe(store, exc)) from exc
     finally:
         await _end(store, claim.conn)
+
+
+def settle_statements(
+    relay: str, sent: Sequence[int], unsent: Sequence[int]
+) -> list[sql.SQL | sql.Composed]:
+    """Return what ends ``relay``'s claim before it commits: plans by key, mark, attempts.
+
+    ``sent`` (ascending) are deleted from the queue and recorded as one round;
+    ``unsent`` stay queued with an attempt counted.
+    """
+    statements: list[sql.SQL | sql.Composed] = [sql.SQL(_BY_KEY)]
+    if sent:
+        statements.append(sql.SQL(_MARK).format(relay=sql.Literal(relay), ids=_ids(sent)))
+    if unsent:
+        statements.append(sql.SQL(_ATTEMPTED).format(ids=_ids(unsent)))
+    return statements
 
 
 def claim_query(store: PostgresStore, limit: int) -> sql.Composed:
