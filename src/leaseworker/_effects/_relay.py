@@ -90,7 +90,7 @@ class Relay:
         idle: float = 0.05,
         idle_max: float = 1.0,
         retry: Backoff = RELAY_RETRY,
-        in_flight: int = 2,
+        in_flight: int = 3,
         linger: float = 0.01,
         retention: float = RETENTION,
         prune_every: float = 60.0,
