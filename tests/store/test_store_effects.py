@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from leaseworker import CompletionRequest, CompletionResult, open_store
-from leaseworker._store import _pg_effects
+from leaseworker._store import _pg_claims
 from leaseworker._store._effects import EffectStore, Message, effect_id, effect_store
 from leaseworker._store._postgres import PostgresStore
 from leaseworker._store._schema import MIGRATIONS
@@ -434,7 +434,7 @@ async def test_a_postgres_claim_of_most_of_the_queue_reads_its_rows_by_id(
     async with open_store(url) as opened:
         assert isinstance(opened, PostgresStore)
         await _queue_rows(url, 1500)
-        claim = _pg_effects.claim_query(opened, 1000)
+        claim = _pg_claims.claim_query(opened, 1000)
         async with (
             await psycopg.AsyncConnection.connect(url) as other,
             await psycopg.AsyncConnection.connect(url) as conn,
@@ -464,14 +464,14 @@ async def test_a_postgres_claim_passes_the_rows_this_process_holds_before_trying
     the next 1,000 rows either way. The floor is off (it would start the scan
     past both rounds): what is shown is the filter of a claim from the start.
     """
-    monkeypatch.setattr(_pg_effects, "FLOOR_FOR", 0.0)
+    monkeypatch.setattr(_pg_claims, "FLOOR_FOR", 0.0)
     url = store_url_for("postgresql")
     async with open_store(url) as opened:
         assert isinstance(opened, PostgresStore)
         store = effect_store(opened)
         await _queue_rows(url, 3000)
         held = [await store.claim_outbox(f"r/{n}", limit=1000, hold=30.0) for n in range(2)]
-        claim = _pg_effects.claim_query(opened, 1000)
+        claim = _pg_claims.claim_query(opened, 1000)
         async with await psycopg.AsyncConnection.connect(url) as conn:
             cursor = await conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + claim)
             row = await cursor.fetchone()
@@ -507,7 +507,7 @@ async def test_a_postgres_mark_reads_its_rows_by_key_however_long_the_queue(
                 "SELECT id FROM leaseworker_outbox_unsent ORDER BY id LIMIT 1000 FOR UPDATE"
             )
             ids = [row_id for (row_id,) in await locked.fetchall()]
-            setting, mark = _pg_effects.settle_statements("r/0", ids, [])
+            setting, mark = _pg_claims.settle_statements("r/0", ids, [])
             await conn.execute(setting)
             cursor = await conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + mark)
             row = await cursor.fetchone()
@@ -566,7 +566,7 @@ async def test_a_postgres_claims_floor_lapses_so_rows_left_below_it_are_claimed(
     queue's start and takes it first.
     """
     clock = [1000.0]
-    monkeypatch.setattr(_pg_effects, "_now", lambda: clock[0])
+    monkeypatch.setattr(_pg_claims, "_now", lambda: clock[0])
     url = store_url_for("postgresql")
     async with open_store(url) as opened_a, open_store(url) as opened_b:
         pod_a, pod_b = effect_store(opened_a), effect_store(opened_b)
@@ -576,7 +576,7 @@ async def test_a_postgres_claims_floor_lapses_so_rows_left_below_it_are_claimed(
         claims = [await pod_a.claim_outbox("a/0", limit=1, hold=30.0)]
         await pod_b.release_outbox("b", [row.id for row in held])
         claims.append(await pod_a.claim_outbox("a/1", limit=1, hold=30.0))
-        clock[0] += _pg_effects.FLOOR_FOR
+        clock[0] += _pg_claims.FLOOR_FOR
         claims.append(await pod_a.claim_outbox("a/2", limit=1, hold=30.0))
         assert [row.job_key for row in held] == ["k1"]
         assert [[row.job_key for row in rows] for rows in claims] == [["k2"], ["k3"], ["k1"]]

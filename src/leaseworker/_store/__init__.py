@@ -7,8 +7,9 @@ the versioned migrations, ``_postgres`` and ``_sqlite`` the two adapters
 ``_batch`` the group commit both durable stores use, ``_memory`` the in-process store,
 ``_open`` the URL-selected factory, ``_guard`` the fence-guard SQL helper for
 effects written outside the store. ``_effects`` the jobs' transactions and
-outbox rows (``EffectStore``), ``_pg_effects``, ``_sqlite_effects`` and
-``_memory_effects`` each backend's transaction, outbox and relay claims.
+outbox rows (``EffectStore``), ``_pg_effects`` (with ``_pg_claims``, its relays'
+claims), ``_sqlite_effects`` and ``_memory_effects`` each backend's transaction,
+outbox and relay claims.
 ``_postgres`` (psycopg) is imported only when a ``postgresql://`` URL is opened.
 """
 

@@ -187,21 +187,21 @@ class PostgresStore:
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
         """Claim unsent messages; see ``EffectStore.claim_outbox``."""
-        from . import _pg_effects
+        from . import _pg_claims
 
-        return await _pg_effects.claim_outbox(self, relay, limit, hold)
+        return await _pg_claims.claim_outbox(self, relay, limit, hold)
 
     async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
         """Mark claimed messages sent; see ``EffectStore.mark_sent``."""
-        from . import _pg_effects
+        from . import _pg_claims
 
-        return await _pg_effects.update(self, _pg_effects.MARK, relay, ids)
+        return await _pg_claims.update(self, _pg_claims.MARK, relay, ids)
 
     async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
         """Give up claims; see ``EffectStore.release_outbox``."""
-        from . import _pg_effects
+        from . import _pg_claims
 
-        await _pg_effects.update(self, _pg_effects.RELEASE, relay, ids)
+        await _pg_claims.update(self, _pg_claims.RELEASE, relay, ids)
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
