@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import anyio
 import psycopg
-from psycopg import sql
+from psycopg import AsyncCursor, sql
+from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from .._errors import StoreUnavailable
@@ -168,9 +169,7 @@ async def claim_outbox(
     try:
         with anyio.fail_after(store._timeout):
             until = _now() + hold  # the server's idle timeout starts after this
-            cursor = await conn.execute(query)
-            while cursor.description is None and cursor.nextset():  # BEGIN, SET, SET, rows
-                pass
+            cursor = _to_rows(await conn.execute(query))  # BEGIN, SET, SET, then the rows
             found = await cursor.fetchall()
     except BaseException as exc:
         await _end(store, conn)
@@ -207,9 +206,7 @@ async def update(store: PostgresStore, what: str, relay: str, ids: Sequence[int]
     parts = [*settle_statements(relay, sorted(sent), unsent), sql.SQL("COMMIT")]
     try:
         with anyio.fail_after(store._timeout):
-            cursor = await claim.conn.execute(sql.SQL(" ").join(parts))
-            while cursor.description is None and cursor.nextset():  # SET, then the mark's rows
-                pass
+            cursor = _to_rows(await claim.conn.execute(sql.SQL(" ").join(parts)))  # SET, mark
             marked = await cursor.fetchone() if sent else None  # RETURNING: a round, or none
             return int(marked[0]) if marked else 0
     except _LOST as exc:  # the session is gone, its transaction with it
@@ -283,6 +280,13 @@ def claim_query(store: PostgresStore, limit: int) -> sql.Composed:
         where.append(sql.SQL("id <> ALL ({ids}::bigint[])").format(ids=_ids(ids)))
     clause = sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL("")
     return sql.SQL(_CLAIM).format(limit=sql.Literal(int(limit)), where=clause)
+
+
+def _to_rows(cursor: AsyncCursor[TupleRow]) -> AsyncCursor[TupleRow]:
+    """Move ``cursor`` of several statements to the first result with rows (if any); return it."""
+    while cursor.description is None and cursor.nextset():
+        pass
+    return cursor
 
 
 def _ids(ids: Sequence[int]) -> sql.Literal:
