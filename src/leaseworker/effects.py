@@ -20,7 +20,7 @@ from ._effects import Sender as Sender
 from ._effects import SqliteInbox as SqliteInbox
 from ._errors import TransactionRefused as TransactionRefused
 from ._events import EffectEvent as EffectEvent
-from ._execution._effects import Transaction as Transaction
+from ._execution import Transaction as Transaction
 from ._store._effects import EFFECT_ID_HEADER as EFFECT_ID_HEADER
 from ._store._effects import FENCE_HEADER as FENCE_HEADER
 from ._store._effects import JOB_KEY_HEADER as JOB_KEY_HEADER

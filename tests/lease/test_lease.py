@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import ConfigError, RedisLeases
-from leaseworker._lease._model import _ms
+from leaseworker._lease import ttl_ms
 
 from ..waiting import eventually
 
@@ -169,4 +169,4 @@ def test_px_is_never_shorter_than_the_ttl_pure_unit(seconds: float, px: str) -> 
     Pure unit test of the conversion (no Redis). 1.0004 s used to be sent as
     1000 ms: with drift and margin 0, the key could expire before the local deadline.
     """
-    assert _ms(seconds) == px
+    assert ttl_ms(seconds) == px

@@ -16,6 +16,7 @@ from .._events import ExecutionEvent as ExecutionEvent
 from ._checks import check_job_class as check_job_class
 from ._completion import completion_key as completion_key
 from ._completion import job_key_of as job_key_of
+from ._effects import Transaction as Transaction
 from ._events import ExecutionObserver as ExecutionObserver
 from ._events import LoggingObserver as LoggingObserver
 from ._events import ObserverHook as ObserverHook
@@ -42,6 +43,7 @@ __all__ = [
     "ObserverHook",
     "Prepared",
     "ReportJob",
+    "Transaction",
     "Trigger",
     "check_job_class",
     "check_job_key",

@@ -27,10 +27,17 @@ from ._hold import hold as hold
 from ._model import Lease as Lease
 from ._model import LeaseInfo as LeaseInfo
 from ._model import LeaseStore as LeaseStore
+from ._model import check_lease_duration as check_lease_duration
+from ._model import checked_key as checked_key
+from ._model import describe_failure as describe_failure
+from ._model import duration_from_ttl as duration_from_ttl
+from ._model import ttl_ms as ttl_ms
 from ._scripts import RELEASE as RELEASE
 from ._timing import DeadlinePolicy as DeadlinePolicy
 from ._timing import LeaseTiming as LeaseTiming
 from ._timing import now as now
+from ._verdict import judge_renewal as judge_renewal
+from ._verdict import lease_lost as lease_lost
 
 if TYPE_CHECKING:
     from ._clients import RedisTarget as RedisTarget
@@ -68,14 +75,21 @@ __all__ = [
     "Outcome",
     "RedisLeases",
     "RedisTarget",
+    "check_lease_duration",
     "check_redis",
+    "checked_key",
+    "describe_failure",
+    "duration_from_ttl",
     "hold",
+    "judge_renewal",
+    "lease_lost",
     "now",
     "parse_redis_url",
     "ping_redis",
     "redis_from_url",
     "redis_refusal",
     "start_refusal",
+    "ttl_ms",
     "with_tls_files",
 ]
 

@@ -24,13 +24,20 @@ from redis.exceptions import RedisClusterException, RedisError
 from .._errors import ConfigError, LeaseLost, LeaseUnavailable
 from . import _scripts
 from ._deadlines import DeadlineWheel
-from ._model import Lease, LeaseInfo, _check_lease_duration, _checked, _describe, _duration, _ms
+from ._model import (
+    Lease,
+    LeaseInfo,
+    check_lease_duration,
+    checked_key,
+    describe_failure,
+    duration_from_ttl,
+    ttl_ms,
+)
 from ._pipelining import ScriptPipeline
 from ._routing import ClusterRouter
 from ._timing import DeadlinePolicy, now
 from ._trips import Call, ReplicaWait, Replied, run_script, run_scripts
-from ._verdict import judge_renewal
-from ._verdict import lost as _lost
+from ._verdict import judge_renewal, lease_lost
 
 
 @final
@@ -127,14 +134,14 @@ class RedisLeases:
 
     def lease_key(self, key: str) -> str:
         """Return the Redis key holding ``key``'s owner token."""
-        return f"{self._namespace}:{{{_checked(key)}}}:lease"
+        return f"{self._namespace}:{{{checked_key(key)}}}:lease"
 
     def fence_key(self, key: str) -> str:
         """Return the Redis key holding ``key``'s last fence and its acquisition's note.
 
         Its value is ``"<fence> <note>"``, or ``"<fence>"`` without a note (see ``_scripts``).
         """
-        return f"{self._namespace}:{{{_checked(key)}}}:fence"
+        return f"{self._namespace}:{{{checked_key(key)}}}:fence"
 
     async def acquire(
         self,
@@ -156,16 +163,16 @@ class RedisLeases:
         deprecated spelling of ``lease_duration``.
         """
         if lease_duration is None:
-            lease_duration = _duration("RedisLeases.acquire()", ttl)
-        _check_lease_duration(lease_duration)
+            lease_duration = duration_from_ttl("RedisLeases.acquire()", ttl)
+        check_lease_duration(lease_duration)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         keys = [self.lease_key(key), self.fence_key(key)]
         sent_at = now()
         try:
-            reply = await self._call(_scripts.ACQUIRE, keys, [owner, _ms(lease_duration), note])
+            reply = await self._call(_scripts.ACQUIRE, keys, [owner, ttl_ms(lease_duration), note])
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             await self._forget(key, owner)
-            raise LeaseUnavailable(key, _describe(exc)) from exc
+            raise LeaseUnavailable(key, describe_failure(exc)) from exc
         except anyio.get_cancelled_exc_class():
             await self._forget(key, owner)
             raise
@@ -200,7 +207,7 @@ class RedisLeases:
             renewed = await self._call(
                 _scripts.RENEW,
                 [self.lease_key(lease.key)],
-                [lease.owner, _ms(lease.lease_duration)],
+                [lease.owner, ttl_ms(lease.lease_duration)],
                 linger=self._linger,
             )
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
@@ -214,7 +221,7 @@ class RedisLeases:
         """
         sent_at = now()
         calls: list[Call] = [
-            ([self.lease_key(lease.key)], [lease.owner, _ms(lease.lease_duration)])
+            ([self.lease_key(lease.key)], [lease.owner, ttl_ms(lease.lease_duration)])
             for lease in leases
         ]
         try:
@@ -232,9 +239,9 @@ class RedisLeases:
     def _renewal(self, lease: Lease, sent_at: float, reply: Replied) -> Lease:
         """Judge a renewal's reply (an error as its value): the renewed lease, or LeaseLost."""
         if isinstance(reply.value, TimeoutError):
-            raise _lost(lease, "timeout", "no answer within command_timeout") from reply.value
+            raise lease_lost(lease, "timeout", "no answer within command_timeout") from reply.value
         if isinstance(reply.value, _CLIENT_ERRORS):
-            raise _lost(lease, "error", _describe(reply.value)) from reply.value
+            raise lease_lost(lease, "error", describe_failure(reply.value)) from reply.value
         unreplicated = None if self._replicated(reply) else self._unreplicated(reply)
         return judge_renewal(
             lease,
@@ -255,7 +262,7 @@ class RedisLeases:
                 _scripts.RELEASE, [self.lease_key(lease.key)], [lease.owner], replicated=False
             )
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
-            raise LeaseUnavailable(lease.key, _describe(exc)) from exc
+            raise LeaseUnavailable(lease.key, describe_failure(exc)) from exc
         return bool(int(deleted.value))
 
     async def release_many(self, leases: Sequence[Lease]) -> list[bool | LeaseUnavailable]:
@@ -269,7 +276,7 @@ class RedisLeases:
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
             replies = [Replied(exc, None)] * len(calls)
         return [
-            LeaseUnavailable(lease.key, _describe(reply.value))
+            LeaseUnavailable(lease.key, describe_failure(reply.value))
             if isinstance(reply.value, Exception)
             else bool(int(reply.value))
             for lease, reply in zip(leases, replies, strict=True)
@@ -286,7 +293,7 @@ class RedisLeases:
                 pipe.get(self.fence_key(key))
                 owner, pttl, fence = await self._deadlines.run(pipe.execute())
         except (TimeoutError, *_CLIENT_ERRORS) as exc:
-            raise LeaseUnavailable(key, _describe(exc)) from exc
+            raise LeaseUnavailable(key, describe_failure(exc)) from exc
         return LeaseInfo(
             key=key,
             owner=_text(owner),

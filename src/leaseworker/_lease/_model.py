@@ -115,7 +115,7 @@ class LeaseStore(Protocol):
         ...
 
 
-def _checked(key: str) -> str:
+def checked_key(key: str) -> str:
     # The key is the Redis Cluster hash tag ``{<key>}``, which ends at its first
     # ``}``. An empty tag (an empty key, or one starting with ``}``) makes Redis
     # hash the whole key: the lease and fence keys would land on different slots
@@ -127,7 +127,7 @@ def _checked(key: str) -> str:
     return key
 
 
-def _duration(where: str, ttl: float | None) -> float:
+def duration_from_ttl(where: str, ttl: float | None) -> float:
     """Return the lease duration given as the deprecated ``ttl=`` (a ``TypeError`` if none)."""
     value = keyword(where, "ttl", ttl, "lease_duration", None, stacklevel=5)
     if value is None:
@@ -135,12 +135,12 @@ def _duration(where: str, ttl: float | None) -> float:
     return value
 
 
-def _check_lease_duration(lease_duration: float) -> None:
+def check_lease_duration(lease_duration: float) -> None:
     if lease_duration <= 0.001:
         raise ConfigError(f"lease_duration must be more than 1 ms, got {lease_duration}s")
 
 
-def _ms(seconds: float) -> str:
+def ttl_ms(seconds: float) -> str:
     """Return the TTL in whole milliseconds for ``PX``, never shorter than ``seconds``.
 
     Rounded up: the local deadline is computed from ``seconds`` itself, so a
@@ -152,7 +152,7 @@ def _ms(seconds: float) -> str:
     return str(max(1, math.ceil(round(seconds * 1000, 6))))
 
 
-def _describe(exc: BaseException) -> str:
+def describe_failure(exc: BaseException) -> str:
     """One line for a failed call: our own timeout, or the client's error by type.
 
     A redis-py error (module ``redis.*``) is named even when it is a timeout,

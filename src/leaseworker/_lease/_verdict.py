@@ -36,17 +36,19 @@ def judge_renewal(
     why the extension does not count (too few replicas have it), ``None`` when it does.
     """
     if not extended:
-        raise lost(lease, "rejected", "the lease key is gone or has another owner")
+        raise lease_lost(lease, "rejected", "the lease key is gone or has another owner")
     if unreplicated is not None:
-        raise lost(lease, "unreplicated", unreplicated)
+        raise lease_lost(lease, "unreplicated", unreplicated)
     late_by = now() - lease.local_deadline
     if late_by > 0:
-        raise lost(lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline")
+        raise lease_lost(
+            lease, "late", f"answer arrived {late_by * 1000:.1f} ms after the deadline"
+        )
     return replace(
         lease, sent_at=sent_at, local_deadline=policy.local_deadline(sent_at, lease.lease_duration)
     )
 
 
-def lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:
+def lease_lost(lease: Lease, reason: LeaseLostReason, detail: str) -> LeaseLost:
     """Return the :class:`LeaseLost` of ``lease``, for ``reason``."""
     return LeaseLost(lease.key, fence=lease.fence, reason=reason, detail=detail)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from .._effects._relay import CLAIM_HOLD, RETENTION
+from .._effects import CLAIM_HOLD, RETENTION
 from .._errors import ConfigError
 from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import SEND_TIMEOUT, KafkaSecurity

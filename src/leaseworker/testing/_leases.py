@@ -21,10 +21,19 @@ from typing import Literal, TypeVar, final
 import anyio
 
 from .._errors import LeaseUnavailable
-from .._lease import DeadlinePolicy, Lease, LeaseInfo, now
-from .._lease._model import _check_lease_duration, _checked, _describe, _duration, _ms
-from .._lease._verdict import judge_renewal
-from .._lease._verdict import lost as _lost
+from .._lease import (
+    DeadlinePolicy,
+    Lease,
+    LeaseInfo,
+    check_lease_duration,
+    checked_key,
+    describe_failure,
+    duration_from_ttl,
+    judge_renewal,
+    lease_lost,
+    now,
+    ttl_ms,
+)
 from .._outcome import LeaseLostReason
 from ._clock import stall
 
@@ -113,18 +122,18 @@ class MemoryLeases:
         released again, as ``RedisLeases`` does).
         """
         if lease_duration is None:
-            lease_duration = _duration("MemoryLeases.acquire()", ttl)
-        _check_lease_duration(lease_duration)
-        _checked(key)
+            lease_duration = duration_from_ttl("MemoryLeases.acquire()", ttl)
+        check_lease_duration(lease_duration)
+        checked_key(key)
         owner = f"{self._owner_prefix}:{secrets.token_hex(12)}"
         sent_at = now()
         try:
             taken = await self._round_trip(lambda: self._take(key, owner, lease_duration, note))
         except TimeoutError as exc:
             self._forget(key, owner)
-            raise LeaseUnavailable(key, _describe(exc)) from exc
+            raise LeaseUnavailable(key, describe_failure(exc)) from exc
         except OSError as exc:
-            raise LeaseUnavailable(key, _describe(exc)) from exc
+            raise LeaseUnavailable(key, describe_failure(exc)) from exc
         except anyio.get_cancelled_exc_class():
             self._forget(key, owner)
             raise
@@ -152,9 +161,9 @@ class MemoryLeases:
         try:
             renewed = await self._renewal_trip(lease, fault)
         except TimeoutError as exc:
-            raise _lost(lease, "timeout", _describe(exc)) from exc
+            raise lease_lost(lease, "timeout", describe_failure(exc)) from exc
         except OSError as exc:
-            raise _lost(lease, "error", _describe(exc)) from exc
+            raise lease_lost(lease, "error", describe_failure(exc)) from exc
         if renewed and fault == "late":
             stall(max(0.0, lease.local_deadline - now()) + 0.001)  # the loop was blocked
         return judge_renewal(lease, sent_at=sent_at, policy=self._policy, extended=renewed)
@@ -164,14 +173,14 @@ class MemoryLeases:
         try:
             return await self._round_trip(lambda: self._delete_own(lease.key, lease.owner))
         except OSError as exc:  # TimeoutError included
-            raise LeaseUnavailable(lease.key, _describe(exc)) from exc
+            raise LeaseUnavailable(lease.key, describe_failure(exc)) from exc
 
     async def inspect(self, key: str) -> LeaseInfo:
         """Read the owner, remaining TTL and last fence of ``key``."""
         try:
             return await self._round_trip(lambda: self._info(key))
         except OSError as exc:  # TimeoutError included
-            raise LeaseUnavailable(key, _describe(exc)) from exc
+            raise LeaseUnavailable(key, describe_failure(exc)) from exc
 
     async def checkpoint(self, lease: Lease) -> LeaseLostReason | None:
         """Asked by a held lease at each ``checkpoint()``: what :meth:`at_checkpoints` armed."""
@@ -221,7 +230,7 @@ class MemoryLeases:
         (``ttl=`` is the deprecated spelling of ``lease_duration``.)
         """
         if lease_duration is None:
-            lease_duration = _duration("MemoryLeases.take()", ttl)
+            lease_duration = duration_from_ttl("MemoryLeases.take()", ttl)
         self.delete(key)
         token = f"{owner}:{secrets.token_hex(12)}"
         taken = self._take(key, token, lease_duration, "")
@@ -292,7 +301,7 @@ class MemoryLeases:
             return None
         fence = max(self._fences.get(key, 0), self._fence_floor) + 1
         self._fences[key] = fence
-        self._keys[key] = _Key(owner, now() + int(_ms(lease_duration)) / 1000)
+        self._keys[key] = _Key(owner, now() + int(ttl_ms(lease_duration)) / 1000)
         previous = self._notes.pop(key, None)
         if note:
             self._notes[key] = note
@@ -302,7 +311,7 @@ class MemoryLeases:
         held = self._live(lease.key)
         if held is None or held.owner != lease.owner:
             return False
-        self._keys[lease.key] = _Key(lease.owner, now() + int(_ms(lease.lease_duration)) / 1000)
+        self._keys[lease.key] = _Key(lease.owner, now() + int(ttl_ms(lease.lease_duration)) / 1000)
         return True
 
     def _delete_own(self, key: str, owner: str) -> bool:
