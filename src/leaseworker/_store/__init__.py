@@ -1,8 +1,8 @@
 """The fenced, durable completion store (the destination side of fencing).
 
-One protocol, one subpackage per backend, shared helpers beside them; a
-backend imports the helpers, never the other way round, and no backend
-imports another.
+One protocol, one subpackage per backend, shared helpers beside them. The
+backends import the helpers; of those only ``_open`` and ``_migrate`` import
+a backend (picked by URL); no backend imports another.
 
 - ``_protocol``: the ``CompletionStore`` protocol (with ``durable()``, the
   pod's offset barrier, and ``settled_by_offsets()``, the view a pod's

@@ -63,8 +63,8 @@ async def open_store(
         raise ConfigError(f"max_connections must be at least 1, got {max_connections}")
     store: CompletionStore
     if parsed.backend == "postgresql":
-        # The one lazy import of a backend: psycopg is an optional dependency, loaded
-        # only when a postgresql:// URL is opened (tests/test_lazy_imports.py).
+        # Lazy: psycopg is an optional dependency, loaded only when a postgresql://
+        # URL is opened (or migrated: _migrate); tests/test_lazy_imports.py checks it.
         from ._postgres import PostgresStore
 
         store = await PostgresStore.open(
