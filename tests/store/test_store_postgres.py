@@ -292,7 +292,7 @@ def test_a_first_attempt_that_found_no_server_is_no_refusal_once_it_answers(
     The same server refusing an unknown role stays permanent.
     """
     from leaseworker._store import parse_store_url
-    from leaseworker._store._postgres._pg_refusal import refusal
+    from leaseworker._store._postgres import refusal
 
     database = f"t{uuid.uuid4().hex[:12]}"
     url = postgres_server.create_database(database)

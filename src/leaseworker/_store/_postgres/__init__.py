@@ -17,6 +17,7 @@ and :func:`~leaseworker._store.migrate_store` do so only for a
 """
 
 from ._pg_grants import grant_runtime_at as grant_runtime_at
+from ._pg_refusal import refusal as refusal
 from ._pg_store import PostgresStore as PostgresStore
 
-__all__ = ["PostgresStore", "grant_runtime_at"]
+__all__ = ["PostgresStore", "grant_runtime_at", "refusal"]
