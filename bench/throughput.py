@@ -115,6 +115,13 @@ class NullStore:
             highest_fence=fence,
         )
 
+    def settled_by_offsets(self) -> NullStore:
+        """Return this store: there is nothing to make durable."""
+        return self
+
+    async def durable(self) -> None:
+        """Nothing to wait for."""
+
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Accept every completion without recording it."""
         done = Completion(

@@ -82,6 +82,26 @@ def test_import_leaseworker_loads_no_opentelemetry_sdk_and_no_redis() -> None:
     assert "redis" in loaded("from leaseworker import redis_from_url", "redis")
 
 
+def test_the_store_loads_psycopg_only_for_a_postgresql_url() -> None:
+    """The PostgreSQL store loads psycopg (the ``postgres`` extra); nothing before it does.
+
+    Neither ``import leaseworker`` nor opening a SQLite or ``memory://`` store
+    imports it: a pod without the extra runs on them.
+    """
+    code = """
+        import anyio, leaseworker
+
+        async def main() -> None:
+            for url in ("memory://", "sqlite:///:memory:"):
+                async with leaseworker.open_store(url):
+                    pass
+
+        anyio.run(main)
+    """
+    assert loaded(code, "psycopg", "leaseworker._store._postgres") == []
+    assert "psycopg" in loaded("import leaseworker._store._postgres", "psycopg")
+
+
 @pytest.mark.parametrize(
     ("argv", "command", "tooling"),
     [

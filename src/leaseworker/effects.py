@@ -21,11 +21,11 @@ from ._effects import SqliteInbox as SqliteInbox
 from ._errors import TransactionRefused as TransactionRefused
 from ._events import EffectEvent as EffectEvent
 from ._execution import Transaction as Transaction
-from ._store._effects import EFFECT_ID_HEADER as EFFECT_ID_HEADER
-from ._store._effects import FENCE_HEADER as FENCE_HEADER
-from ._store._effects import JOB_KEY_HEADER as JOB_KEY_HEADER
-from ._store._effects import OutboxRow as OutboxRow
-from ._store._effects import effect_id as effect_id
+from ._store import EFFECT_ID_HEADER as EFFECT_ID_HEADER
+from ._store import FENCE_HEADER as FENCE_HEADER
+from ._store import JOB_KEY_HEADER as JOB_KEY_HEADER
+from ._store import OutboxRow as OutboxRow
+from ._store import effect_id as effect_id
 
 __all__ = [
     "EFFECT_ID_HEADER",

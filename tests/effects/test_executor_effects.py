@@ -23,7 +23,7 @@ from leaseworker import (
     open_store,
 )
 from leaseworker._execution import Executor, Trigger, completion_key
-from leaseworker._store._effects import effect_store
+from leaseworker._store import effect_store
 from leaseworker.testing import make_trigger
 
 from ..store.test_store import raw

@@ -15,7 +15,7 @@ import json
 from typing import Any, ClassVar
 
 from leaseworker import JobContext, ReportJob
-from leaseworker._store._effects import Message, decode_headers, encode_headers, outbox_row
+from leaseworker._store import Message, decode_headers, encode_headers, outbox_row
 from leaseworker.effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER, OutboxRow, effect_id
 from leaseworker.testing import JobEnvironment, StoreOutage, Superseded, make_trigger
 

@@ -15,8 +15,7 @@ import anyio
 import pytest
 
 from leaseworker import JobContext, ReportJob, open_store
-from leaseworker._store._bell import outbox_bell
-from leaseworker._store._effects import PRUNE_LIMIT, EffectStore, OutboxRow, effect_store
+from leaseworker._store import PRUNE_LIMIT, EffectStore, OutboxRow, effect_store
 from leaseworker.effects import Relay
 from leaseworker.testing import JobEnvironment, make_trigger
 
@@ -70,7 +69,7 @@ async def test_a_ring_wakes_an_idle_relay_before_its_poll_interval(memory: Effec
         with anyio.fail_after(5):
             await store.idle.wait()  # its first round found nothing: it waits now
             await commit(memory, "k1", 1, b"one")
-            outbox_bell(store).ring()
+            store.outbox_bell.ring()
             await sender.reached.wait()
             stop.set()  # the bell also wakes it for the stop: run returns at once
     assert relay.sent == 1
@@ -87,7 +86,7 @@ async def test_a_jobs_committed_messages_ring_the_bell_and_a_refused_run_does_no
             return None
 
     env = JobEnvironment(Publishes())
-    bell = outbox_bell(env._faulty)  # the store the executor completes on
+    bell = env._faulty.outbox_bell  # the store the executor completes on
     trigger = make_trigger({"jobId": "report:acme"})
     assert (await env.run(trigger)).outcome == "completed"
     assert bell.rings == 1

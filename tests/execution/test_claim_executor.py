@@ -25,7 +25,7 @@ from leaseworker import (
     StoreUnavailable,
 )
 from leaseworker._execution import Executor, Trigger, completion_key
-from leaseworker._store._memory import MemoryStore
+from leaseworker._store import MemoryStore
 
 KEY = "report:acme:2026-11"
 
@@ -97,6 +97,13 @@ class SteeredStore:
     async def state(self, job_key: str) -> Completion | None:
         """The inner store's state."""
         return await self.inner.state(job_key)
+
+    def settled_by_offsets(self) -> SteeredStore:
+        """Return this store: its answers are the inner store's."""
+        return self
+
+    async def durable(self) -> None:
+        """Nothing to wait for (``memory://``)."""
 
     async def aclose(self) -> None:
         """Close the inner store."""

@@ -39,7 +39,7 @@ from leaseworker._dev._services import (
 )
 from leaseworker._dev._services._nodes import RedisNode
 from leaseworker._dev._services._tls import ServiceTLS, TestCA
-from leaseworker._store._grants import migrate_store
+from leaseworker._store import migrate_store
 
 from .collector import Collector, https_collector
 from .secured_kafka import SecuredKafka, start_secured_kafka

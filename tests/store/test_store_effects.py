@@ -19,11 +19,15 @@ import pytest
 from psycopg import sql as pgsql
 
 from leaseworker import CompletionRequest, CompletionResult, open_store
-from leaseworker._store import _pg_claims
-from leaseworker._store._effects import EffectStore, Message, effect_id, effect_store
-from leaseworker._store._postgres import PostgresStore
-from leaseworker._store._schema import MIGRATIONS
-from leaseworker._store._url import parse_store_url
+from leaseworker._store import (
+    MIGRATIONS,
+    EffectStore,
+    Message,
+    effect_id,
+    effect_store,
+    parse_store_url,
+)
+from leaseworker._store._postgres import PostgresStore, _pg_claims
 
 from ..waiting import eventually
 from .test_store import now_fence, raw
@@ -434,7 +438,7 @@ async def test_a_postgres_claim_of_most_of_the_queue_reads_its_rows_by_id(
     async with open_store(url) as opened:
         assert isinstance(opened, PostgresStore)
         await _queue_rows(url, 1500)
-        claim = _pg_claims.claim_query(opened, 1000)
+        claim = opened._claims.query(1000)
         async with (
             await psycopg.AsyncConnection.connect(url) as other,
             await psycopg.AsyncConnection.connect(url) as conn,
@@ -471,7 +475,7 @@ async def test_a_postgres_claim_passes_the_rows_this_process_holds_before_trying
         store = effect_store(opened)
         await _queue_rows(url, 3000)
         held = [await store.claim_outbox(f"r/{n}", limit=1000, hold=30.0) for n in range(2)]
-        claim = _pg_claims.claim_query(opened, 1000)
+        claim = opened._claims.query(1000)
         async with await psycopg.AsyncConnection.connect(url) as conn:
             cursor = await conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + claim)
             row = await cursor.fetchone()

@@ -291,8 +291,8 @@ def test_a_first_attempt_that_found_no_server_is_no_refusal_once_it_answers(
     the failure, and only a second attempt tells the outage from a refusal.
     The same server refusing an unknown role stays permanent.
     """
-    from leaseworker._store._refusal import refusal
-    from leaseworker._store._url import parse_store_url
+    from leaseworker._store import parse_store_url
+    from leaseworker._store._postgres import refusal
 
     database = f"t{uuid.uuid4().hex[:12]}"
     url = postgres_server.create_database(database)

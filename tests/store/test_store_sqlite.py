@@ -6,9 +6,7 @@ import contextlib
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
 import pytest
@@ -21,13 +19,12 @@ from leaseworker import (
     StoreUnavailable,
     open_store,
 )
-from leaseworker._store import DEFAULT_URL, SETTLED_BY_OFFSETS
+from leaseworker._store import DEFAULT_URL
 from leaseworker._store._effects import Message, OutboxRow
 from leaseworker._store._schema import MIGRATIONS
 from leaseworker._store._sqlite import SqliteStore
 from leaseworker._store._url import parse_store_url
 
-_T = TypeVar("_T")
 TIMEOUT = 0.5
 SLACK = 0.3
 
@@ -143,7 +140,7 @@ async def test_a_statement_still_running_at_the_deadline_is_cut_off(
         assert isinstance(store, SqliteStore)
         started = time.monotonic()
         with pytest.raises(StoreUnavailable) as failed:
-            await store._run("k", lambda conn: conn.execute(_RUNAWAY).fetchone(), writes=False)
+            await store._db.run("k", lambda conn: conn.execute(_RUNAWAY).fetchone(), writes=False)
         assert TIMEOUT <= time.monotonic() - started < TIMEOUT + SLACK
         assert failed.value.key == "k"
         outcome = await store.complete(
@@ -163,7 +160,7 @@ async def test_concurrent_completions_share_fsyncs_on_a_file(tmp_path: Path) -> 
     path = tmp_path / "c.sqlite3"
     async with open_store(f"sqlite:///{path}") as store:
         assert isinstance(store, SqliteStore)
-        assert store._sync is not None
+        assert store._db._sync is not None
         answers = {}
 
         async def complete(i: int) -> None:
@@ -176,7 +173,7 @@ async def test_concurrent_completions_share_fsyncs_on_a_file(tmp_path: Path) -> 
         async with anyio.create_task_group() as tg:
             for i in range(40):
                 tg.start_soon(complete, i)
-        syncs = store._sync.syncs
+        syncs = store._db._sync.syncs
     assert {a.status for a in answers.values()} == {"accepted"}
     assert 1 <= syncs < 40
     async with open_store(f"sqlite:///{path}") as other:
@@ -243,18 +240,18 @@ async def test_answers_wait_for_the_fsync_that_covers_them(tmp_path: Path) -> No
     path = tmp_path / "c.sqlite3"
     async with open_store(f"sqlite:///{path}") as store:
         assert isinstance(store, SqliteStore)
-        assert store._sync is not None
-        synchronous = store._conn.execute("PRAGMA synchronous").fetchone()[0]
+        assert store._db._sync is not None
+        synchronous = store._db.conn.execute("PRAGMA synchronous").fetchone()[0]
         assert synchronous == 1  # NORMAL
-        before = store._sync.syncs
+        before = store._db._sync.syncs
         assert await store.lookup("k", "v") is None
         assert (await store.claim("k", "v", 1)).status == "claimed"
-        assert store._sync.syncs == before  # neither waited for the disk
+        assert store._db._sync.syncs == before  # neither waited for the disk
         assert (await store.complete(_request("k"))).status == "accepted"
-        assert store._sync.syncs == before + 1
+        assert store._db._sync.syncs == before + 1
         assert (await store.claim("k", "v", 1)).status == "duplicate"  # read: must last
-        assert store._sync.syncs == before + 2
-        helper = store._sync._helper
+        assert store._db._sync.syncs == before + 2
+        helper = store._db._sync._helper
     assert helper.returncode is not None  # closing the store ended its helper
 
 
@@ -290,25 +287,16 @@ class _HeldSync:
     """A store's fsync helper held at every fsync until ``release()`` (counts the asks)."""
 
     def __init__(self, store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
-        assert store._sync is not None
+        assert store._db._sync is not None
         self.asked = 0
         self.released = anyio.Event()
-        self._real = store._sync._sync
-        monkeypatch.setattr(store._sync, "_sync", self._held)
+        self._real = store._db._sync._sync
+        monkeypatch.setattr(store._db._sync, "_sync", self._held)
 
     async def _held(self) -> None:
         self.asked += 1
         await self.released.wait()
         await self._real()
-
-
-async def _in_a_pods_trigger(answer: Awaitable[_T]) -> _T:
-    """Await ``answer`` as a pod's execution does: its offset commit waits for the disk."""
-    token = SETTLED_BY_OFFSETS.set(True)
-    try:
-        return await answer
-    finally:
-        SETTLED_BY_OFFSETS.reset(token)
 
 
 async def test_in_a_pods_trigger_answers_do_not_wait_and_the_barrier_does(
@@ -325,11 +313,13 @@ async def test_in_a_pods_trigger_answers_do_not_wait_and_the_barrier_does(
         assert isinstance(first, SqliteStore)
         assert isinstance(second, SqliteStore)
         held = _HeldSync(first, monkeypatch)
+        # As a pod's executions use them: their offset commits wait for the disk.
+        first_pod, second_pod = first.settled_by_offsets(), second.settled_by_offsets()
         with anyio.fail_after(5):
-            claimed = await _in_a_pods_trigger(first.claim("k", "v", 1))
-            accepted = await _in_a_pods_trigger(first.complete(_request("k")))
-            found = await _in_a_pods_trigger(second.lookup_many([("k", "v")]))
-            again = await _in_a_pods_trigger(second.claim("k", "v", 2))
+            claimed = await first_pod.claim("k", "v", 1)
+            accepted = await first_pod.complete(_request("k"))
+            found = await second_pod.lookup_many([("k", "v")])
+            again = await second_pod.claim("k", "v", 2)
         assert (claimed.status, accepted.status, again.status) == (
             "claimed",
             "accepted",
@@ -337,10 +327,10 @@ async def test_in_a_pods_trigger_answers_do_not_wait_and_the_barrier_does(
         )
         assert found[0] is not None
         assert held.asked == 0  # nothing waited for the disk
-        assert second._sync is not None
-        before = second._sync.syncs
+        assert second._db._sync is not None
+        before = second._db._sync.syncs
         await second.durable()  # the second pod's offset barrier
-        assert second._sync.syncs == before + 1
+        assert second._db._sync.syncs == before + 1
         async with anyio.create_task_group() as tg:
             tg.start_soon(first.durable)
             await anyio.wait_all_tasks_blocked()
@@ -359,22 +349,22 @@ async def test_the_writes_of_one_loop_pass_share_one_commit(tmp_path: Path) -> N
     async with open_store(f"sqlite:///{path}") as store:
         assert isinstance(store, SqliteStore)
         statements: list[str] = []
-        store._conn.set_trace_callback(statements.append)
+        store._db.conn.set_trace_callback(statements.append)
         claims: dict[int, str] = {}
         completions: dict[int, str] = {}
 
         async def claim(i: int) -> None:
-            claims[i] = (await _in_a_pods_trigger(store.claim(f"c{i}", "v", 2))).status
+            claims[i] = (await store.settled_by_offsets().claim(f"c{i}", "v", 2)).status
 
         async def complete(i: int) -> None:
-            completions[i] = (await _in_a_pods_trigger(store.complete(_request(f"d{i}")))).status
+            completions[i] = (await store.settled_by_offsets().complete(_request(f"d{i}"))).status
 
         async with anyio.create_task_group() as tg:  # the tasks start in one pass
             for i in range(10):
                 tg.start_soon(claim, i)
             for i in range(5):
                 tg.start_soon(complete, i)
-        store._conn.set_trace_callback(None)
+        store._db.conn.set_trace_callback(None)
     assert list(claims.values()) == ["claimed"] * 10
     assert list(completions.values()) == ["accepted"] * 5
     assert statements.count("COMMIT") == 1
@@ -404,18 +394,18 @@ async def test_a_pass_runs_its_claims_and_completions_of_distinct_keys_in_few_st
             assert (await store.complete(done)).status == "accepted"
         assert (await store.claim("k1", "v", 9)).status == "claimed"
         statements: list[str] = []
-        store._conn.set_trace_callback(statements.append)
+        store._db.conn.set_trace_callback(statements.append)
         claimed: dict[str, ClaimResult] = {}
         completed: dict[str, CompletionResult] = {}
 
         async def claim(key: str, fence: int, name: str) -> None:
-            claimed[name] = await _in_a_pods_trigger(store.claim(key, "v", fence))
+            claimed[name] = await store.settled_by_offsets().claim(key, "v", fence)
 
         async def complete(key: str, fence: int, name: str) -> None:
             request = CompletionRequest(
                 job_key=key, input_version="v", fence=fence, result={}, execution_id="e", pod="p"
             )
-            completed[name] = await _in_a_pods_trigger(store.complete(request))
+            completed[name] = await store.settled_by_offsets().complete(request)
 
         async with anyio.create_task_group() as tg:  # the tasks start in one pass
             for i in range(20):
@@ -428,7 +418,7 @@ async def test_a_pass_runs_its_claims_and_completions_of_distinct_keys_in_few_st
                 tg.start_soon(complete, f"d{i}", 1, f"d{i}")
             tg.start_soon(complete, "k0", 7, "complete k0")
             tg.start_soon(complete, "r", 4, "complete r")
-        store._conn.set_trace_callback(None)
+        store._db.conn.set_trace_callback(None)
     status: dict[str, str] = {name: answer.status for name, answer in claimed.items()}
     status.update({name: answer.status for name, answer in completed.items()})
     assert status == {
@@ -466,12 +456,12 @@ async def test_a_write_cancelled_before_its_pass_commits_is_not_written(tmp_path
 
         async def cancelled() -> None:
             with scope:
-                await _in_a_pods_trigger(store.claim("gone", "v", 3))
+                await store.settled_by_offsets().claim("gone", "v", 3)
             answers.append(str(scope.cancelled_caught))
 
         async def cancel_and_claim() -> None:  # in the same pass, after the first has queued
             scope.cancel()
-            answers.append((await _in_a_pods_trigger(store.claim("kept", "v", 3))).status)
+            answers.append((await store.settled_by_offsets().claim("kept", "v", 3)).status)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(cancelled)
@@ -495,11 +485,11 @@ async def test_the_relay_gets_no_message_before_its_transaction_is_on_disk(
         held = _HeldSync(store, monkeypatch)
 
         async def commit() -> None:
-            async with store.transaction("k", "v", 1) as tx:
+            async with store.settled_by_offsets().transaction("k", "v", 1) as tx:
                 await tx.commit(_request("k"), [Message(topic="t", value=b"x")])
 
         with anyio.fail_after(5):
-            await _in_a_pods_trigger(commit())
+            await commit()
         assert held.asked == 0
         claims: list[list[OutboxRow]] = []
 

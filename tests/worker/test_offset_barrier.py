@@ -19,8 +19,7 @@ import pytest
 from leaseworker import open_store
 from leaseworker._dev._services import LocalRedis
 from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._store._sqlite import SqliteStore
-from leaseworker._store._sqlite_sync import WalSync
+from leaseworker._store import SqliteStore, WalSync
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
@@ -52,7 +51,7 @@ async def sqlite_file(path: Path) -> AsyncIterator[SqliteStore]:
     """A SQLite file store (WAL, helper fsync), closed after the block."""
     async with open_store(f"sqlite:///{path}", call_timeout=5.0) as store:
         assert isinstance(store, SqliteStore)
-        assert store._sync is not None
+        assert store._db._sync is not None
         yield store
 
 
@@ -79,8 +78,8 @@ async def test_the_offset_waits_for_the_fsync_the_execution_did_not(
     await produce(bootstrap, topic, [(key.encode(), payload(period="2026-12")) for key in keys])
     path = tmp_path / "c.sqlite3"
     async with sqlite_file(path) as store:
-        assert store._sync is not None
-        held = HeldSync(store._sync, monkeypatch)
+        assert store._db._sync is not None
+        held = HeldSync(store._db._sync, monkeypatch)
         config = pod_config(kafka_server, redis_server, kafka_names, namespace)
         async with running(make_worker(job, config, store=store)):
             await recorder.until(lambda: all(recorder.done(key) == 1 for key in keys))

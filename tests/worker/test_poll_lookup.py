@@ -49,13 +49,14 @@ async def test_a_polls_triggers_share_one_lookup_and_duplicates_take_no_lease(
     )
     assert done.status == "accepted"
     calls: list[int] = []
-    inner = store.lookup_many
+    answers = store.settled_by_offsets()  # the store as the pod's executions ask it
+    inner = answers.lookup_many
 
     async def counted(identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
         calls.append(len(identities))
         return await inner(identities)
 
-    monkeypatch.setattr(store, "lookup_many", counted)
+    monkeypatch.setattr(answers, "lookup_many", counted)
     records = [
         (b"done", payload(inputVersion="v1")),
         (b"k1", payload(inputVersion="v1")),

@@ -19,7 +19,7 @@ from leaseworker._campaign._checker import one_completion
 from leaseworker._events import Attempt, ExecutionEvent, LeaseEvent
 from leaseworker._execution import Executor, decode_trigger
 from leaseworker._history import History
-from leaseworker._store._memory import MemoryStore
+from leaseworker._store import MemoryStore
 from leaseworker._worker import HistoryRecorder
 
 

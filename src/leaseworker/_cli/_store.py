@@ -57,7 +57,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from .._store._grants import migrate_store
+    from .._store import migrate_store
 
     url = STORE_URL.value(args)
     if url is None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, final
 
 from .._events import EffectEvent, Hook, Hooks, emit, hooks_for
-from .._store._effects import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER
+from .._store import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER
 
 EffectStatus = Literal["new", "duplicate", "stale"]
 """What the inbox says of an effect: process it (``new``) or drop it."""

@@ -11,7 +11,7 @@ expire, and another takes them over. ``run`` keeps ``in_flight`` rounds
 claiming or sending at once, and lets the next claim start while a round's
 mark goes on (each round under a claim name of its own, so a round never
 takes another's rows and a key's order holds across them); it wakes at this
-process's commits (:mod:`.._store._bell`) and, after a claim, prunes sent
+process's commits (the store's ``outbox_bell``) and, after a claim, prunes sent
 rows older than ``retention`` beside the rounds. Its hooks get an
 ``EffectEvent`` per send (``sent``, ``send_failed``, in the relay's task,
 after the broker's answer) and, every ``backlog_every`` seconds, the
@@ -34,8 +34,7 @@ from .._backoff import Backoff
 from .._errors import StoreUnavailable
 from .._events import EffectEvent, Hook, emit, hooks_for
 from .._retry import Retries
-from .._store._bell import OutboxBell, outbox_bell
-from .._store._effects import EffectStore, OutboxRow
+from .._store import EffectStore, OutboxBell, OutboxRow
 
 logger = logging.getLogger("leaseworker.relay")
 
@@ -110,7 +109,7 @@ class Relay:
         self._prune_every = prune_every
         self._pruned_at: float | None = None
         self._pruning = False  # a prune runs beside the rounds
-        self._bell = outbox_bell(store)
+        self._bell = store.outbox_bell
         self._in_flight = max(1, in_flight)
         # A round sends under a slot (``in_flight``) and settles under its claim name only:
         # the next claim starts while the last one's mark goes on.

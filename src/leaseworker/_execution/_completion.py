@@ -23,8 +23,7 @@ from .._errors import StoreUnavailable
 from .._events import Attempt, EffectEvent, Hooks, emit
 from .._lease import HeldLease, now
 from .._retry import STORE, Retries
-from .._store import CompletionRequest, CompletionResult, CompletionStore
-from .._store._effects import Message, effect_id
+from .._store import CompletionRequest, CompletionResult, CompletionStore, Message, effect_id
 from . import _effects
 from ._result import DEFAULT_MAX_RESULT_BYTES, check_result
 from ._trigger import Trigger

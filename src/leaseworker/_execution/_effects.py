@@ -21,10 +21,16 @@ import anyio
 from .._errors import StoreUnavailable, TransactionRefused
 from .._lease import now
 from .._retry import Retries
-from .._store import CompletionResult, Status
-from .._store._bell import outbox_bell
-from .._store._effects import EffectStore, Params, StoreTransaction, effect_store
-from .._store._model import ClaimResult, answer_to
+from .._store import (
+    ClaimResult,
+    CompletionResult,
+    EffectStore,
+    Params,
+    Status,
+    StoreTransaction,
+    answer_to,
+    effect_store,
+)
 from ._result import check_result
 
 if TYPE_CHECKING:
@@ -111,7 +117,7 @@ async def transaction(completer: Completer) -> AsyncIterator[Transaction]:
             store_tx = await _open(completer, store, stack)
             tx = Transaction(store_tx, completer)
             yield tx
-            tx.answer = await _commit(completer, store_tx, _named(tx, completer))
+            tx.answer = await _commit(completer, store, store_tx, _named(tx, completer))
     except BaseException:
         if completer.result is None:  # nothing was decided: as if it never began
             completer.undo(mark)
@@ -130,7 +136,7 @@ async def complete_with_messages(completer: Completer, result: object) -> Comple
         try:
             async with contextlib.AsyncExitStack() as stack:
                 store_tx = await _open(completer, store, stack)
-                return await _commit(completer, store_tx, result)
+                return await _commit(completer, store, store_tx, result)
         except TransactionRefused:
             assert completer.result is not None
             return completer.result
@@ -165,7 +171,7 @@ async def _open(
 
 
 async def _commit(
-    completer: Completer, store_tx: StoreTransaction, result: object
+    completer: Completer, store: EffectStore, store_tx: StoreTransaction, result: object
 ) -> CompletionResult:
     """Commit the completion and the messages; the store's answer decides (shielded)."""
     request = completer.request(result)
@@ -174,7 +180,7 @@ async def _commit(
         committed = await store_tx.commit(request, tuple(completer.messages))
     answer = completer.answered(committed, begun)
     if answer.status == "accepted" and completer.messages:
-        outbox_bell(completer.store).ring()  # this pod's relay sends them now, not at its next poll
+        store.outbox_bell.ring()  # this pod's relay sends them now, not at its next poll
     return answer
 
 

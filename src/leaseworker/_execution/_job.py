@@ -19,8 +19,7 @@ from .._deprecated import renamed
 from .._errors import ConfigError
 from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
 from .._retry import BUSY
-from .._store import CompletionResult
-from .._store._effects import trace_of
+from .._store import CompletionResult, trace_of
 from ._completion import Completer, default_input_version
 from ._effects import Headers, Transaction
 from ._result import DEFAULT_MAX_RESULT_BYTES

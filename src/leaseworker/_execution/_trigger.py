@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from .._errors import MalformedTrigger
 from .._events import Trigger as Trigger
-from .._store._effects import EFFECT_ID_HEADER
+from .._store import EFFECT_ID_HEADER
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 """Payloads larger than this (1 MiB) are malformed: a trigger asks for a job, it is not the data."""

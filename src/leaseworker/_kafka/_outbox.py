@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped]
 from murmurhash2 import murmurhash2
 
-from .._store._effects import OutboxRow
+from .._store import OutboxRow
 from ._logins import Login
 from ._quiet import quiet
 from ._security import KafkaSecurity

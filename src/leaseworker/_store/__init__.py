@@ -1,30 +1,67 @@
 """The fenced, durable completion store (the destination side of fencing).
 
-``_model`` holds the values and the fencing rule, ``_protocol`` the
-``CompletionStore`` protocol, ``_url`` URL parsing and redaction, ``_schema``
-the versioned migrations, ``_postgres`` and ``_sqlite`` the two adapters
-(``_sqlite_rules`` its statements, ``_sqlite_sync`` its file and fsyncs),
-``_batch`` the group commit both durable stores use, ``_memory`` the in-process store,
-``_open`` the URL-selected factory, ``_guard`` the fence-guard SQL helper for
-effects written outside the store. ``_effects`` the jobs' transactions and
-outbox rows (``EffectStore``), ``_pg_effects`` (with ``_pg_claims``, its relays'
-claims), ``_sqlite_effects`` and ``_memory_effects`` each backend's transaction,
-outbox and relay claims.
-``_postgres`` (psycopg) is imported only when a ``postgresql://`` URL is opened.
+One protocol, one subpackage per backend, shared helpers beside them. The
+backends import the helpers; of those only ``_open`` and ``_migrate`` import
+a backend (picked by URL); no backend imports another.
+
+- ``_protocol``: the ``CompletionStore`` protocol (with ``durable()``, the
+  pod's offset barrier, and ``settled_by_offsets()``, the view a pod's
+  triggers use); ``_effects``: the values a job's effects travel in and the
+  ``EffectStore`` protocol (transactions, the outbox, its ``outbox_bell``);
+- ``_model``: the values and the fencing rule; ``_url``: URL parsing and
+  redaction; ``_guard``: the fence-guard SQL helper for effects written
+  outside the store; ``_batch``: the group commit both durable stores use;
+  ``_bell``: the outbox bell that wakes a store's relay;
+- ``_migration``, ``_schema`` and ``_outbox_schema``: the versioned
+  migrations and their order; ``_migrate``: ``store migrate`` by URL;
+- ``_open``: ``open_store(url)``, the URL-selected factory;
+- the backends: ``_postgres`` (psycopg; imported only when a
+  ``postgresql://`` URL is opened or migrated), ``_sqlite`` (the default)
+  and ``_memory`` (``memory://``), each a subpackage whose face names its store.
 """
 
+from ._batch import Batcher as Batcher
+from ._batch import Call as Call
+from ._bell import OutboxBell as OutboxBell
+from ._effects import EFFECT_ID_HEADER as EFFECT_ID_HEADER
+from ._effects import FENCE_HEADER as FENCE_HEADER
+from ._effects import JOB_KEY_HEADER as JOB_KEY_HEADER
+from ._effects import PRUNE_LIMIT as PRUNE_LIMIT
+from ._effects import EffectStore as EffectStore
+from ._effects import Message as Message
+from ._effects import OutboxEntry as OutboxEntry
+from ._effects import OutboxRow as OutboxRow
+from ._effects import Params as Params
+from ._effects import StoreTransaction as StoreTransaction
+from ._effects import decode_headers as decode_headers
+from ._effects import effect_id as effect_id
+from ._effects import effect_store as effect_store
+from ._effects import encode_headers as encode_headers
+from ._effects import outbox_row as outbox_row
+from ._effects import trace_of as trace_of
 from ._guard import fenced_upsert as fenced_upsert
+from ._memory import MemoryStore as MemoryStore
+from ._migrate import migrate_store as migrate_store
+from ._migration import Migration as Migration
+from ._model import MAX_FENCE as MAX_FENCE
+from ._model import NO_FENCE as NO_FENCE
 from ._model import ClaimResult as ClaimResult
 from ._model import Completion as Completion
 from ._model import CompletionRequest as CompletionRequest
 from ._model import CompletionResult as CompletionResult
+from ._model import Head as Head
 from ._model import Status as Status
+from ._model import answer_to as answer_to
 from ._model import check_text as check_text
+from ._model import decide as decide
+from ._model import decide_claim as decide_claim
 from ._open import open_store as open_store
-from ._protocol import SETTLED_BY_OFFSETS as SETTLED_BY_OFFSETS
 from ._protocol import Barrier as Barrier
 from ._protocol import CompletionStore as CompletionStore
-from ._protocol import barrier_of as barrier_of
+from ._schema import MIGRATIONS as MIGRATIONS
+from ._schema import pending as pending
+from ._sqlite import SqliteStore as SqliteStore
+from ._sqlite import WalSync as WalSync
 from ._url import DEFAULT_URL as DEFAULT_URL
 from ._url import StoreURL as StoreURL
 from ._url import parse_store_url as parse_store_url
@@ -32,19 +69,49 @@ from ._url import redact as redact
 
 __all__ = [
     "DEFAULT_URL",
-    "SETTLED_BY_OFFSETS",
+    "EFFECT_ID_HEADER",
+    "FENCE_HEADER",
+    "JOB_KEY_HEADER",
+    "MAX_FENCE",
+    "MIGRATIONS",
+    "NO_FENCE",
+    "PRUNE_LIMIT",
     "Barrier",
+    "Batcher",
+    "Call",
     "ClaimResult",
     "Completion",
     "CompletionRequest",
     "CompletionResult",
     "CompletionStore",
+    "EffectStore",
+    "Head",
+    "MemoryStore",
+    "Message",
+    "Migration",
+    "OutboxBell",
+    "OutboxEntry",
+    "OutboxRow",
+    "Params",
+    "SqliteStore",
     "Status",
+    "StoreTransaction",
     "StoreURL",
-    "barrier_of",
+    "WalSync",
+    "answer_to",
     "check_text",
+    "decide",
+    "decide_claim",
+    "decode_headers",
+    "effect_id",
+    "effect_store",
+    "encode_headers",
     "fenced_upsert",
+    "migrate_store",
     "open_store",
+    "outbox_row",
     "parse_store_url",
+    "pending",
     "redact",
+    "trace_of",
 ]

@@ -4,18 +4,15 @@ The executor rings it after a job's transaction committed outbox rows; the
 relay of the same store waits on it between rounds instead of sleeping out
 its poll interval, so a message leaves within a round trip or two of its
 commit. Rows committed by other processes are still found by polling (and
-a dead pod's claims by their expiry). One bell per store object, kept as
-long as the store.
+a dead pod's claims by their expiry). Every store that keeps an outbox has
+one, ``store.outbox_bell`` (see ``EffectStore``), shared by its views.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import final
 
 import anyio
-
-_BELLS: weakref.WeakKeyDictionary[object, OutboxBell] = weakref.WeakKeyDictionary()
 
 
 @final
@@ -42,11 +39,3 @@ class OutboxBell:
         waiting = self._waiting
         with anyio.move_on_after(within):
             await waiting.wait()
-
-
-def outbox_bell(store: object) -> OutboxBell:
-    """Return ``store``'s bell (made on first use)."""
-    bell = _BELLS.get(store)
-    if bell is None:
-        bell = _BELLS[store] = OutboxBell()
-    return bell

@@ -21,6 +21,7 @@ from datetime import datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol, runtime_checkable
 
+from ._bell import OutboxBell
 from ._model import (
     ClaimResult,
     CompletionRequest,
@@ -290,6 +291,11 @@ class StoreTransaction(Protocol):
 @runtime_checkable
 class EffectStore(CompletionStore, Protocol):
     """A completion store that runs jobs' transactions and keeps their outbox."""
+
+    @property
+    def outbox_bell(self) -> OutboxBell:
+        """Rung after this process committed messages; the store's relay waits on it."""
+        ...
 
     def transaction(
         self, job_key: str, input_version: str, fence: int

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from .._errors import ConfigError
 from .._secrets import SecretFile
+from ._memory import MemoryStore
 from ._protocol import CompletionStore
+from ._sqlite import SqliteStore
 from ._url import parse_store_url
 
 logger = logging.getLogger("leaseworker.store")
@@ -61,14 +63,14 @@ async def open_store(
         raise ConfigError(f"max_connections must be at least 1, got {max_connections}")
     store: CompletionStore
     if parsed.backend == "postgresql":
-        from ._postgres import PostgresStore  # psycopg is optional: import on demand
+        # Lazy: psycopg is an optional dependency, loaded only when a postgresql://
+        # URL is opened (or migrated: _migrate); tests/test_lazy_imports.py checks it.
+        from ._postgres import PostgresStore
 
         store = await PostgresStore.open(
             parsed, call_timeout=call_timeout, max_connections=max_connections, source=source
         )
     elif parsed.backend == "memory":
-        from ._memory import MemoryStore
-
         logger.warning(
             "completion store memory:// keeps completions in this process only: "
             "they are lost at exit and not seen by other pods",
@@ -76,8 +78,6 @@ async def open_store(
         )
         store = MemoryStore()
     else:
-        from ._sqlite import SqliteStore
-
         store = await SqliteStore.open(parsed, call_timeout=call_timeout)
     try:
         yield store

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from typing import Protocol
 
 from ._model import ClaimResult, Completion, CompletionRequest, CompletionResult
@@ -14,8 +13,9 @@ class CompletionStore(Protocol):
 
     Open one with :func:`open_store`. Every method is bounded by the store's
     ``timeout`` and raises :class:`StoreUnavailable` (carrying the job key) when
-    the database fails or does not answer in time. A store may also have an
-    optional ``async def durable()`` (see :data:`SETTLED_BY_OFFSETS`).
+    the database fails or does not answer in time. A pod uses the store
+    through :meth:`settled_by_offsets` and awaits :meth:`durable` before each
+    offset commit.
     """
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
@@ -74,6 +74,26 @@ class CompletionStore(Protocol):
         """
         ...
 
+    def settled_by_offsets(self) -> CompletionStore:
+        """Return the store as a pod's triggers use it: what makes their answers last is the offset.
+
+        Its answers may come before they are on disk (SQLite: before the
+        fsync), because the pod commits a trigger's offset only after
+        :meth:`durable`: a crash before that loses the answer and the offset
+        together, and the trigger runs again. The same store underneath
+        (connections, bell); a store whose answers are durable when given
+        returns itself.
+        """
+        ...
+
+    async def durable(self) -> None:
+        """Return once every answer the store gave so far is on disk (the pod's offset barrier).
+
+        Returns at once where answers are durable when given (PostgreSQL,
+        ``memory://``); raises :class:`StoreUnavailable` if the disk failed or was late.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release connections; further calls fail. Safe to call twice."""
         ...
@@ -81,17 +101,3 @@ class CompletionStore(Protocol):
 
 Barrier = Callable[[], Awaitable[None]]
 """``store.durable``: returns once every answer the store gave so far is on disk."""
-
-SETTLED_BY_OFFSETS: ContextVar[bool] = ContextVar("leaseworker_settled_by_offsets", default=False)
-"""True while a pod runs a trigger whose offset it commits only after ``store.durable()``.
-
-A store with ``durable()`` then answers before its answer is on disk (SQLite:
-before the fsync): what makes a trigger's end final is its offset commit,
-and that waits for the barrier. A store without one answers durably.
-"""
-
-
-def barrier_of(store: object) -> Barrier | None:
-    """Return ``store.durable``, or ``None`` when the store's answers last as given."""
-    durable: Barrier | None = getattr(store, "durable", None)
-    return durable

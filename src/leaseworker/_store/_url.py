@@ -70,7 +70,7 @@ def parse_store_url(url: str | None) -> StoreURL:
 
 def _check_postgres(url: str, shown: str) -> None:
     """Let libpq's own parser judge the URL, so errors surface at start, not at connect."""
-    try:
+    try:  # psycopg is optional: only a postgresql:// URL needs it, so only it imports it
         from psycopg import ProgrammingError
         from psycopg.conninfo import conninfo_to_dict
     except ImportError:  # pragma: no cover - depends on the installation

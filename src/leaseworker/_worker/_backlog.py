@@ -34,8 +34,7 @@ from .._errors import LeaseBusy, LeaseError, StoreUnavailable
 from .._events import EffectEvent, Hook, emit, hooks_for
 from .._execution import completion_key
 from .._lease import LeaseStore, hold
-from .._store import parse_store_url
-from .._store._effects import EffectStore
+from .._store import EffectStore, parse_store_url
 
 logger = logging.getLogger("leaseworker.relay")
 

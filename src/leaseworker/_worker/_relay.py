@@ -21,8 +21,7 @@ from .._effects import Relay
 from .._events import Hook
 from .._kafka import KafkaSender
 from .._lease import LeaseStore
-from .._store import CompletionStore
-from .._store._effects import EffectStore
+from .._store import CompletionStore, EffectStore
 from ._backlog import report_backlog, store_identity
 from ._config import PodConfig
 

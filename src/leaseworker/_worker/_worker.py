@@ -46,7 +46,7 @@ from .._lease import (
     start_refusal,
 )
 from .._retry import Retries, startup
-from .._store import SETTLED_BY_OFFSETS, Barrier, CompletionStore, barrier_of, open_store
+from .._store import Barrier, CompletionStore, open_store
 from .._telemetry import Telemetry
 from ._config import PodConfig
 from ._recorder import HistoryRecorder
@@ -205,14 +205,17 @@ class Pod:
         )
 
     def _make_executor(self, store: CompletionStore | None) -> Executor:
-        self._durable = barrier_of(store)
+        # Every offset commit awaits the store's barrier first (_barrier), so the
+        # executions take the store's answers as they come (settled_by_offsets).
+        self._durable = None if store is None else store.durable
+        answers = None if store is None else store.settled_by_offsets()
         return Executor(
             self._job,
             self._leases,
             pod=self._config.pod,
             hooks=self._hooks,
             lease_note=None if self._pod is None else self._pod.lease_note,
-            store=store,
+            store=answers,
             store_namespace=self._config.namespace,
             loss_budget=self._config.loss_budget,
             max_result_bytes=self._config.max_result_bytes,
@@ -280,8 +283,6 @@ class Pod:
         # Lined up by _prepare. fast_acquire: an uncontended key does not yield
         # to the loop (the executor's first await does).
         lock, _ = self._keys[job_key]
-        if self._durable is not None:  # in this trigger's task: the offset waits for the disk
-            SETTLED_BY_OFFSETS.set(True)
         try:
             async with lock:
                 return await self._executor.run(trigger, job_key, prepared)

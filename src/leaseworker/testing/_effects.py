@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._store._memory import MemoryStore
+from .._store import MemoryStore
 from ._result import JobResult
 
 Mark = tuple[int, int]

@@ -23,8 +23,7 @@ from .._execution import (
     resolve_job_key,
 )
 from .._lease import now
-from .._store import Completion
-from .._store._memory import MemoryStore
+from .._store import Completion, MemoryStore
 from ._clock import run_in_virtual_time
 from ._effects import effects_mark, with_effects
 from ._faults import Fault

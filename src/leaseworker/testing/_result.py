@@ -14,7 +14,7 @@ from typing import Any, cast
 from .._events import Ending, ExecutionEvent, Reason
 from .._history import Scalar, Step
 from .._outcome import Outcome
-from .._store._effects import OutboxRow
+from .._store import OutboxRow
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

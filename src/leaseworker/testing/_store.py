@@ -13,8 +13,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Literal, final
 
 from .._errors import StoreUnavailable
-from .._store import ClaimResult, Completion, CompletionRequest, CompletionResult, CompletionStore
-from .._store._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction, effect_store
+from .._store import (
+    PRUNE_LIMIT,
+    ClaimResult,
+    Completion,
+    CompletionRequest,
+    CompletionResult,
+    CompletionStore,
+    OutboxBell,
+    OutboxEntry,
+    OutboxRow,
+    StoreTransaction,
+    effect_store,
+)
 
 StoreCall = Literal["complete", "lookup", "claim"]
 """A store call an outage can hit (:class:`~leaseworker.testing.StoreOutage`)."""
@@ -41,6 +52,18 @@ class FaultyStore:
         self.inner = inner
         self._outages: dict[StoreCall, int] = {}
         self._before_complete: BeforeComplete | None = None
+
+    @property
+    def outbox_bell(self) -> OutboxBell:
+        """The inner store's bell (its relay's): rung by commits made through this store."""
+        return effect_store(self.inner).outbox_bell
+
+    def settled_by_offsets(self) -> FaultyStore:
+        """Return this store: it forwards to ``inner`` as it is, answers durable when given."""
+        return self
+
+    async def durable(self) -> None:
+        """Return at once: the inner store's answers reach this one durable already."""
 
     def outage(self, during: StoreCall, calls: int) -> None:
         """Make the next ``calls`` calls of kind ``during`` raise :class:`StoreUnavailable`."""

@@ -15,14 +15,14 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar, final
+from typing import Any, final
 
 import anyio
 
-from .._errors import StoreUnavailable
-from ._effects import (
+from ..._errors import StoreUnavailable
+from .._effects import (
     Message,
     OutboxEntry,
     OutboxRow,
@@ -31,7 +31,7 @@ from ._effects import (
     outbox_row,
     pick_claims,
 )
-from ._model import (
+from .._model import (
     NO_FENCE,
     ClaimResult,
     CompletionRequest,
@@ -41,9 +41,8 @@ from ._model import (
     claim_answer,
     completion_params,
 )
-from ._sqlite import _HEAD, SqliteStore, _complete, _find, _first_line
-
-_T = TypeVar("_T")
+from ._sqlite_connection import SqliteConnection
+from ._sqlite_rules import _HEAD, _complete, _find
 
 _INSERT = """
     INSERT INTO leaseworker_outbox
@@ -63,42 +62,23 @@ SCAN = 8
 """Unsent rows looked at per row claimed: the rule reads a prefix in commit order."""
 
 
-async def step(
-    store: SqliteStore, key: str, op: Callable[[sqlite3.Connection], _T], *, theirs: bool = False
-) -> _T:
-    """Run ``op(conn)`` under the store's timeout, off the loop; translate SQLite's errors.
-
-    ``theirs``: the job's own statement, whose errors other than operational
-    ones (locks, deadlines, I/O) are the job's and pass through unchanged.
-    """
-
-    def run() -> _T:
-        store._deadline = time.monotonic() + store._timeout
-        if not store._inline:
-            store._bound_lock_waits(max(1, int(store._timeout * 1000)))
-        return op(store._conn)
-
-    try:
-        return run() if store._inline else await anyio.to_thread.run_sync(run)
-    except sqlite3.Error as exc:
-        if theirs and not isinstance(exc, sqlite3.OperationalError):
-            raise
-        raise StoreUnavailable(key, _first_line(exc)) from exc
-
-
 @contextlib.asynccontextmanager
 async def transaction(
-    store: SqliteStore, job_key: str, input_version: str, fence: int
+    db: SqliteConnection, job_key: str, input_version: str, fence: int, *, settled: bool
 ) -> AsyncIterator[SqliteTransaction]:
-    """Hold the connection and the write lock; see ``EffectStore.transaction``."""
+    """Hold the connection and the write lock; see ``EffectStore.transaction``.
+
+    ``settled``: the commit's answer need not wait for the fsync (a pod's
+    offset commit does; see ``SqliteConnection.run``).
+    """
     check_call(job_key, fence, input_version)
-    async with store._batcher.exclusive():
+    async with db.exclusive():
         try:
-            opened = await step(store, job_key, lambda c: _begin(c, job_key, input_version, fence))
-            yield SqliteTransaction(store, opened)
+            opened = await db.step(job_key, lambda c: _begin(c, job_key, input_version, fence))
+            yield SqliteTransaction(db, opened, settled=settled)
         finally:  # a failed rollback must not hide the block's own outcome
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnavailable):
-                await step(store, job_key, _rollback)
+                await db.step(job_key, _rollback)
 
 
 def _begin(conn: sqlite3.Connection, job_key: str, input_version: str, fence: int) -> ClaimResult:
@@ -121,8 +101,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
 class SqliteTransaction:
     """A job's transaction on the SQLite store; see ``StoreTransaction``."""
 
-    def __init__(self, store: SqliteStore, opened: ClaimResult) -> None:
-        self._store = store
+    def __init__(self, db: SqliteConnection, opened: ClaimResult, *, settled: bool) -> None:
+        self._db = db
+        self._settled = settled
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
         self._done = False
@@ -130,14 +111,13 @@ class SqliteTransaction:
     @property
     def connection(self) -> sqlite3.Connection:
         """The store's ``sqlite3`` connection (blocking: prefer :meth:`execute`)."""
-        return self._store._conn
+        return self._db.conn
 
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
         """Run one statement of the job's in the transaction; return its rows."""
         self._check()
         self.statements.append((sql, params))
-        return await step(
-            self._store,
+        return await self._db.step(
             self.opened.job_key,
             lambda conn: conn.execute(sql, params or ()).fetchall(),
             theirs=True,
@@ -151,11 +131,10 @@ class SqliteTransaction:
         self._done = True
         params = completion_params(request)
         rows = outbox_params(request, messages)
-        answer = await step(
-            self._store, request.job_key, lambda c: _commit(c, request, params, rows)
-        )
-        deadline = time.monotonic() + self._store._timeout
-        await self._store.settle(request.job_key, deadline)  # on disk, or the offset waits
+        answer = await self._db.step(request.job_key, lambda c: _commit(c, request, params, rows))
+        deadline = time.monotonic() + self._db.timeout
+        # on disk, or the offset waits
+        await self._db.settle(request.job_key, deadline, settled=self._settled)
         return answer
 
     def _check(self) -> None:

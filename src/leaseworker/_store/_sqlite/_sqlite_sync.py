@@ -25,9 +25,9 @@ from typing import final
 
 import anyio
 
-from .._errors import ConfigError
-from ._migration import Migration
-from ._schema import pending
+from ..._errors import ConfigError
+from .._migration import Migration
+from .._schema import pending
 
 logger = logging.getLogger("leaseworker.store")
 

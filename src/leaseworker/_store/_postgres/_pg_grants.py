@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from psycopg import AsyncConnection, sql
 from psycopg.rows import TupleRow
 
-from .._errors import ConfigError
-from ._schema import VERSION_TABLE
+from ..._errors import ConfigError
+from .._schema import VERSION_TABLE
 
 WRITE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 """What a pod's role needs on every store table (``leaseworker_*``) but the version table."""
 
 VERSION_PRIVILEGES = ("SELECT",)
-"""What it needs on :data:`~._schema.VERSION_TABLE` and the views: reading them."""
+"""What it needs on the version table (``_schema.VERSION_TABLE``) and the views: reading them."""
 
 DELETE_TABLES = frozenset(
     {"leaseworker_outbox", "leaseworker_outbox_unsent", "leaseworker_outbox_sent"}
@@ -88,24 +88,7 @@ async def grant_runtime(conn: AsyncConnection[TupleRow], roles: Sequence[str]) -
                 await conn.execute(statement)
 
 
-async def migrate_store(
-    url: str, *, grant_to: Sequence[str] = (), call_timeout: float = 5.0
-) -> int:
-    """Create or migrate the schema at ``url``, grant ``grant_to`` its use; return the version.
-
-    ``leaseworker store migrate`` calls this with the owner role's URL. A
-    malformed URL, a refusal or ``grant_to`` on a store that has no roles
-    raise :class:`ConfigError`; a database that is not up, StoreUnavailable.
-    """
-    from ._open import open_store
-    from ._url import parse_store_url
-
-    parsed = parse_store_url(url)
-    if grant_to and parsed.backend != "postgresql":
-        raise ConfigError(f"--grant-to needs a PostgreSQL store, not {parsed.redacted}")
-    async with open_store(url, call_timeout=call_timeout, max_connections=1) as store:
-        version = int(getattr(store, "schema_version", 0))
-    if grant_to:
-        async with await AsyncConnection.connect(parsed.target, autocommit=True) as conn:
-            await grant_runtime(conn, grant_to)
-    return version
+async def grant_runtime_at(target: str, roles: Sequence[str]) -> None:
+    """Connect to ``target`` (a libpq URL) and :func:`grant_runtime` ``roles``."""
+    async with await AsyncConnection.connect(target, autocommit=True) as conn:
+        await grant_runtime(conn, roles)

@@ -21,11 +21,10 @@ from typing import Any, final
 import anyio
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg_pool import PoolClosed, PoolTimeout
 
-from .._errors import StoreUnavailable
-from ._effects import Message, OutboxEntry, Params, outbox_params, outbox_row
-from ._model import (
+from ..._errors import StoreUnavailable
+from .._effects import Message, OutboxEntry, Params, outbox_params, outbox_row
+from .._model import (
     NO_FENCE,
     ClaimResult,
     CompletionRequest,
@@ -36,7 +35,7 @@ from ._model import (
     claim_answer,
     completion_params,
 )
-from ._postgres import PostgresStore, _Attempt, _completion, _Conn, _maybe_completion
+from ._pg_pool import Attempt, Conn, PgPool, completion_of, maybe_completion_of, rollback
 
 _LOCK_HEAD = """
     INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
@@ -64,12 +63,12 @@ _INSERT = """
     )
     INSERT INTO leaseworker_outbox_unsent (id, job_key) SELECT id, job_key FROM added
 """
-_COLUMNS = (
+COLUMNS = (
     "o.id, o.job_key, o.input_version, o.seq, o.fence, o.topic, o.msg_key, o.value,"
     " o.headers, o.trace, o.effect_id"
 )
 _ENTRIES = (
-    f"SELECT {_COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox_state o"
+    f"SELECT {COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox_state o"
 )
 _BACKLOG = """
     SELECT count(*), extract(epoch FROM now() - min(o.committed_at))::float8
@@ -96,56 +95,47 @@ PRUNE = """
 
 @contextlib.asynccontextmanager
 async def transaction(
-    store: PostgresStore, job_key: str, input_version: str, fence: int
+    pool: PgPool, job_key: str, input_version: str, fence: int
 ) -> AsyncIterator[PgTransaction]:
     """Begin on a connection of its own and lock the head row; see ``EffectStore.transaction``."""
     check_call(job_key, fence, input_version)
     async with contextlib.AsyncExitStack() as stack:
         try:
-            with anyio.fail_after(store._timeout):
-                conn = await stack.enter_async_context(
-                    store._pool.connection(timeout=store._timeout)
-                )
+            with anyio.fail_after(pool.timeout):
+                conn = await stack.enter_async_context(pool.pool.connection(timeout=pool.timeout))
                 await conn.execute("BEGIN")
-                stack.push_async_callback(_rollback, conn)
+                stack.push_async_callback(rollback, conn)
                 opened = await _open(conn, job_key, input_version, fence)
         except (psycopg.Error, TimeoutError) as exc:
-            raise StoreUnavailable(job_key, _describe(store, exc)) from exc
-        yield PgTransaction(store, conn, opened)
+            raise StoreUnavailable(job_key, pool.detail(exc)) from exc
+        yield PgTransaction(pool, conn, opened)
 
 
-async def _open(conn: _Conn, job_key: str, input_version: str, fence: int) -> ClaimResult:
+async def _open(conn: Conn, job_key: str, input_version: str, fence: int) -> ClaimResult:
     row = await (await conn.execute(_LOCK_HEAD, (job_key,))).fetchone()
     assert row is not None  # INSERT ... ON CONFLICT DO UPDATE ... RETURNING: always one row
     head_fence, head_version, claimed = row
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
     found = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
-    standing = None if found is None else _completion(job_key, found)
+    standing = None if found is None else completion_of(job_key, found)
     return claim_answer(
         job_key, input_version, fence, standing=standing, head=head, claimed=claimed
     )
-
-
-async def _rollback(conn: _Conn) -> None:
-    """Roll back whatever was not committed (shielded; a broken connection is the pool's)."""
-    with anyio.CancelScope(shield=True), contextlib.suppress(psycopg.Error):
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            await conn.execute("ROLLBACK")
 
 
 @final
 class PgTransaction:
     """A job's transaction on PostgreSQL; see ``StoreTransaction``."""
 
-    def __init__(self, store: PostgresStore, conn: _Conn, opened: ClaimResult) -> None:
-        self._store = store
+    def __init__(self, pool: PgPool, conn: Conn, opened: ClaimResult) -> None:
+        self._pool = pool
         self._conn = conn
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
         self._done = False
 
     @property
-    def connection(self) -> _Conn:
+    def connection(self) -> Conn:
         """The psycopg connection, inside the transaction (its own blocks become savepoints)."""
         return self._conn
 
@@ -157,7 +147,7 @@ class PgTransaction:
             cursor = await self._conn.execute(sql, params)
             return list(await cursor.fetchall()) if cursor.description else []
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(self.opened.job_key, _describe(self._store, exc)) from exc
+            raise StoreUnavailable(self.opened.job_key, self._pool.detail(exc)) from exc
 
     async def commit(
         self, request: CompletionRequest, messages: Sequence[Message]
@@ -168,7 +158,7 @@ class PgTransaction:
         params = completion_params(request)
         rows = outbox_params(request, messages)
         try:
-            with anyio.fail_after(self._store._timeout):
+            with anyio.fail_after(self._pool.timeout):
                 found = await (await self._conn.execute(_COMPLETE, params)).fetchone()
                 assert found is not None  # leaseworker_complete() returns one row on every path
                 status, seen, *standing = found
@@ -176,7 +166,7 @@ class PgTransaction:
                     request,
                     status,
                     winning_fence=seen,
-                    completion=_maybe_completion(request.job_key, tuple(standing)),
+                    completion=maybe_completion_of(request.job_key, tuple(standing)),
                 )
                 if status != "accepted":
                     await self._conn.execute("ROLLBACK")
@@ -188,7 +178,7 @@ class PgTransaction:
                         await cursor.executemany(_INSERT, rows)
                 await self._conn.execute("COMMIT")
         except (psycopg.Error, TimeoutError) as exc:
-            raise StoreUnavailable(request.job_key, _describe(self._store, exc)) from exc
+            raise StoreUnavailable(request.job_key, self._pool.detail(exc)) from exc
         return answer
 
     def _check(self) -> None:
@@ -196,45 +186,37 @@ class PgTransaction:
             raise StoreUnavailable(self.opened.job_key, "the transaction is not open")
 
 
-async def prune(store: PostgresStore, older_than: float, limit: int) -> int:
+async def prune(pool: PgPool, older_than: float, limit: int) -> int:
     """Delete old sent rows as ``EffectStore.prune_outbox`` says (one autocommit statement)."""
     params = {"older_than": older_than, "limit": limit}
 
-    async def run(conn: _Conn, attempt: _Attempt) -> int:
+    async def run(conn: Conn, attempt: Attempt) -> int:
         return (await conn.execute(PRUNE, params)).rowcount
 
-    return await store._run(None, run)
+    return await pool.run(None, run)
 
 
-async def entries(store: PostgresStore, job_key: str | None) -> list[OutboxEntry]:
+async def entries(pool: PgPool, job_key: str | None) -> list[OutboxEntry]:
     """Every outbox row (of ``job_key``) with its state."""
     where, args = (" WHERE o.job_key = %s", (job_key,)) if job_key is not None else ("", ())
 
-    async def run(conn: _Conn, attempt: _Attempt) -> list[TupleRow]:
+    async def run(conn: Conn, attempt: Attempt) -> list[TupleRow]:
         return await (await conn.execute(_ENTRIES + where + " ORDER BY o.id", args)).fetchall()
 
     return [
         OutboxEntry(
             row=outbox_row(row[:-3]), committed_at=row[-3], sent_at=row[-2], attempts=row[-1]
         )
-        for row in await store._run(job_key, run)
+        for row in await pool.run(job_key, run)
     ]
 
 
-async def backlog(store: PostgresStore, prefix: str = "") -> tuple[int, float | None]:
+async def backlog(pool: PgPool, prefix: str = "") -> tuple[int, float | None]:
     """Return the unsent rows' count (of job keys starting with ``prefix``), the oldest's age."""
 
-    async def run(conn: _Conn, attempt: _Attempt) -> tuple[int, float | None]:
+    async def run(conn: Conn, attempt: Attempt) -> tuple[int, float | None]:
         row = await (await conn.execute(_BACKLOG, (len(prefix), prefix))).fetchone()
         assert row is not None  # an aggregate: always one row
         return int(row[0]), None if row[1] is None else max(0.0, float(row[1]))
 
-    return await store._run(None, run)
-
-
-def _describe(store: PostgresStore, exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {store._timeout}s"
-    if isinstance(exc, PoolTimeout | PoolClosed | psycopg.Error):
-        return store._describe(exc, _Attempt())
-    return type(exc).__name__
+    return await pool.run(None, run)

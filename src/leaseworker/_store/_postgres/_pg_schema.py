@@ -1,10 +1,10 @@
 """Opening the PostgreSQL store: the first connection, the schema's version, the migrations.
 
 The first connection tells a refusal (exit 2) from a server that is not up
-(wait), see :mod:`._refusal`. A schema that is current is only read, so a
+(wait), see :mod:`._pg_refusal`. A schema that is current is only read, so a
 runtime role without DDL rights can open the store; one that is behind is
 migrated under an advisory lock when the role may, and otherwise the error
-says how (``leaseworker store migrate``, :mod:`._grants`).
+says how (``leaseworker store migrate``, :mod:`._pg_grants`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ from collections.abc import Sequence
 
 import anyio
 import psycopg
-from psycopg.rows import TupleRow
 
-from .._errors import ConfigError, StoreUnavailable
-from .._secrets import SecretFile
-from ._grants import MIGRATE_HINT, check_privileges
-from ._migration import Migration
-from ._schema import ADVISORY_LOCK_KEY, VERSION_TABLE, pending
-from ._url import StoreURL, parse_store_url
+from ..._errors import ConfigError, StoreUnavailable
+from ..._secrets import SecretFile
+from .._migration import Migration
+from .._schema import ADVISORY_LOCK_KEY, VERSION_TABLE, pending
+from .._url import StoreURL, parse_store_url
+from ._pg_grants import MIGRATE_HINT, check_privileges
+from ._pg_pool import Conn
+from ._pg_refusal import refusal
 
 logger = logging.getLogger("leaseworker.store")
-
-_Conn = psycopg.AsyncConnection[TupleRow]
 
 _VERSION_TABLE = """
     CREATE TABLE IF NOT EXISTS leaseworker_schema_version (
@@ -56,15 +55,13 @@ async def first_connection(url: StoreURL, call_timeout: float) -> None:
     """Connect once before the pool does, to tell a refusal from a server not up yet.
 
     The pool retries failed connections in the background and reports only a
-    timeout; this attempt's error says what happened (:mod:`._refusal`).
+    timeout; this attempt's error says what happened (:mod:`._pg_refusal`).
     """
     try:
         conn = await psycopg.AsyncConnection.connect(
             url.target, autocommit=True, connect_timeout=max(2, math.ceil(call_timeout))
         )
     except psycopg.OperationalError as exc:
-        from ._refusal import refusal
-
         refused = await anyio.to_thread.run_sync(
             functools.partial(refusal, url, exc, timeout=call_timeout)
         )
@@ -76,7 +73,7 @@ async def first_connection(url: StoreURL, call_timeout: float) -> None:
     await conn.close()
 
 
-async def _applied_version(conn: _Conn, where: str) -> int:
+async def _applied_version(conn: Conn, where: str) -> int:
     """Return the schema version the database records (0: no schema), without any DDL."""
     exists = await (
         await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (VERSION_TABLE,))
@@ -94,7 +91,7 @@ async def _applied_version(conn: _Conn, where: str) -> int:
     return int(row[0]) if row is not None else 0
 
 
-async def migrate(conn: _Conn, migrations: Sequence[Migration], where: str) -> int:
+async def migrate(conn: Conn, migrations: Sequence[Migration], where: str) -> int:
     """Bring the schema to the latest version if it is behind; return the version.
 
     A current schema is only read (a runtime role without DDL rights starts),
@@ -115,7 +112,7 @@ async def migrate(conn: _Conn, migrations: Sequence[Migration], where: str) -> i
     return max(applied, latest)
 
 
-async def _apply(conn: _Conn, migrations: Sequence[Migration]) -> int:
+async def _apply(conn: Conn, migrations: Sequence[Migration]) -> int:
     """Apply missing migrations under a transaction-scoped advisory lock; return the version."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))

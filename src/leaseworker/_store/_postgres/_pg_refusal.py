@@ -35,8 +35,8 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .._errors import ConfigError
-from ._url import StoreURL
+from ..._errors import ConfigError
+from .._url import StoreURL
 
 _SSL_REQUEST = struct.pack("!ii", 8, 80877103)
 """The message asking a PostgreSQL server to switch to TLS (protocol 3, "SSLRequest")."""

@@ -1,6 +1,6 @@
 """The SQLite store's claims, completions and look-ups of many job keys in one statement each.
 
-A loop pass's writes commit in one transaction (``_sqlite``); this module
+A loop pass's writes commit in one transaction (``_sqlite_connection``); this module
 runs their claims, and their completions, as one multi-row statement of each
 kind instead of one statement per call: the statement's setup, binding and
 the SQLite call are paid once (measured, keys of neighbouring pages: a claim
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from ._model import (
+from .._model import (
     NO_FENCE,
     ClaimResult,
     Completion,

@@ -13,14 +13,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, Protocol, final
 
-from .._errors import StoreUnavailable
-from ._effects import Message, OutboxEntry, OutboxRow, Params, pick_claims
-from ._model import ClaimResult, CompletionRequest, CompletionResult
-
-if TYPE_CHECKING:
-    from ._memory import MemoryStore
+from ..._errors import StoreUnavailable
+from .._effects import Message, OutboxEntry, OutboxRow, Params, pick_claims
+from .._model import ClaimResult, CompletionRequest, CompletionResult
 
 
 @dataclass(slots=True)
@@ -114,11 +111,24 @@ class MemoryOutbox:
         return [self._entries[i - 1] for i in ids if 0 < i <= len(self._entries)]
 
 
+class Ledger(Protocol):
+    """What a transaction commits into (the ``memory://`` store): completions, rows, statements."""
+
+    outbox_rows: MemoryOutbox
+    statements: list[tuple[str, Params]]
+
+    def record(
+        self, request: CompletionRequest, params: dict[str, object] | None = None
+    ) -> CompletionResult:
+        """Apply the fencing rule to ``request``; record it if accepted (the key is held)."""
+        ...
+
+
 @final
 class MemoryTransaction:
     """A ``memory://`` transaction: statements recorded, completion and messages at commit."""
 
-    def __init__(self, store: MemoryStore, opened: ClaimResult) -> None:
+    def __init__(self, store: Ledger, opened: ClaimResult) -> None:
         self._store = store
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []

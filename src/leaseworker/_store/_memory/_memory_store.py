@@ -16,10 +16,10 @@ from typing import final
 
 import anyio
 
-from .._errors import StoreUnavailable
-from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, Params
-from ._memory_effects import MemoryOutbox, MemoryTransaction
-from ._model import (
+from ..._errors import StoreUnavailable
+from .._bell import OutboxBell
+from .._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, Params
+from .._model import (
     NO_FENCE,
     ClaimResult,
     Completion,
@@ -34,6 +34,7 @@ from ._model import (
     decide_claim,
     highest,
 )
+from ._memory_effects import MemoryOutbox, MemoryTransaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,15 @@ class MemoryStore:
         self._locks: dict[str, anyio.Event] = {}  # job keys a transaction holds, set on its end
         self.outbox_rows = MemoryOutbox()
         self.statements: list[tuple[str, Params]] = []  # of committed transactions, in order
+        self.outbox_bell = OutboxBell()
         self._closed = False
+
+    def settled_by_offsets(self) -> MemoryStore:
+        """Return this store: its answers are as final as they get when given."""
+        return self
+
+    async def durable(self) -> None:
+        """Return at once: there is no disk to wait for (and nothing outlives the process)."""
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""

@@ -3,39 +3,35 @@
 Each completion is a call of the ``leaseworker_complete()`` server function,
 and each claim one of ``leaseworker_claim()``: both lock the job key's head
 row, then read and write. Lookups, claims and completions that wait together
-go as one batch (:mod:`._batch`): one call of ``leaseworker_calls()``, one
+go as one batch (:mod:`.._batch`): one call of ``leaseworker_calls()``, one
 round trip and one transaction for all of them. Every call has one deadline.
 Why that is race-free, and the bounds: see docs/design.md#the-postgresql-store.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import json
-import logging
 import math
-import os
-import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import UTC
-from typing import Literal, TypeVar, cast, final
+from typing import Literal, cast, final
 
 import anyio
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
-from .._errors import StoreUnavailable
-from .._secrets import SecretFile
-from ._batch import Batcher, Call
-from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
-from ._migration import Migration
-from ._model import (
+from ..._errors import StoreUnavailable
+from ..._secrets import SecretFile
+from .._batch import Batcher, Call
+from .._bell import OutboxBell
+from .._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
+from .._migration import Migration
+from .._model import (
     ClaimResult,
     Completion,
     CompletionRequest,
@@ -44,14 +40,12 @@ from ._model import (
     check_call,
     completion_params,
 )
+from .._schema import MIGRATIONS
+from .._url import StoreURL
+from . import _pg_effects
+from ._pg_claims import MARK, RELEASE, OutboxClaims
+from ._pg_pool import Attempt, Conn, PgPool, SessionSetup, completion_of, maybe_completion_of
 from ._pg_schema import first_connection, migrate, reread_url
-from ._schema import MIGRATIONS
-from ._url import StoreURL
-
-logger = logging.getLogger("leaseworker.store")
-
-_T = TypeVar("_T")
-_Conn = psycopg.AsyncConnection[TupleRow]
 
 _CALLS = "SELECT * FROM leaseworker_calls(%s::jsonb)"
 MAX_BATCH = 64
@@ -83,15 +77,13 @@ class PostgresStore:
     the start-up migration.
     """
 
-    def __init__(
-        self, pool: AsyncConnectionPool[_Conn], *, shown_url: str, call_timeout: float
-    ) -> None:
+    def __init__(self, pool: PgPool) -> None:
         self._pool = pool
-        self._shown_url = shown_url
-        self._timeout = call_timeout
         self._batcher = Batcher(
             self._run_batch, max_batch=MAX_BATCH, max_in_flight=BATCHES_IN_FLIGHT
         )
+        self._claims = OutboxClaims(pool)  # this process's claims of the outbox
+        self.outbox_bell = OutboxBell()
         self.schema_version = 0
 
     @classmethod
@@ -108,7 +100,7 @@ class PostgresStore:
 
         ``source``: the file ``url`` came from, read again for every new connection.
         """
-        pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url.target if source is None else functools.partial(reread_url, source, url),
             open=False,
             min_size=1,
@@ -116,9 +108,9 @@ class PostgresStore:
             name="leaseworker-completions",
             timeout=call_timeout,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(call_timeout))},
-            configure=_SessionSetup(call_timeout),
+            configure=SessionSetup(call_timeout),
         )
-        store = cls(pool, shown_url=url.redacted, call_timeout=call_timeout)
+        store = cls(PgPool(pool, shown_url=url.redacted, call_timeout=call_timeout))
         try:
             await first_connection(url, call_timeout)
             try:
@@ -128,7 +120,7 @@ class PostgresStore:
                     None, f"cannot connect to {url.redacted} within {call_timeout}s"
                 ) from exc
             where = f"completion store at {url.redacted}"
-            store.schema_version = await store._run(
+            store.schema_version = await store._pool.run(
                 None, lambda conn, attempt: migrate(conn, migrations, where)
             )
         except BaseException:
@@ -136,6 +128,13 @@ class PostgresStore:
                 await pool.close(timeout=call_timeout)
             raise
         return store
+
+    def settled_by_offsets(self) -> PostgresStore:
+        """Return this store: every answer is durable when given (committed, synchronous)."""
+        return self
+
+    async def durable(self) -> None:
+        """Return at once: what the store answered was committed before the answer."""
 
     async def complete(self, request: CompletionRequest) -> CompletionResult:
         """Record a completion if the fence allows; see ``CompletionStore.complete``."""
@@ -171,37 +170,29 @@ class PostgresStore:
         """Return the job key's winning completion, or ``None``."""
         check_call(job_key, 0)
 
-        async def read(conn: _Conn, attempt: _Attempt) -> Completion | None:
+        async def read(conn: Conn, attempt: Attempt) -> Completion | None:
             row = await (await conn.execute(_STATE, (job_key,))).fetchone()
-            return None if row is None else _completion(job_key, row)
+            return None if row is None else completion_of(job_key, row)
 
-        return await self._run(job_key, read)
+        return await self._pool.run(job_key, read)
 
     def transaction(
         self, job_key: str, input_version: str, fence: int
     ) -> AbstractAsyncContextManager[StoreTransaction]:
         """Begin a job's transaction; see ``EffectStore.transaction`` and ``_pg_effects``."""
-        from . import _pg_effects
-
-        return _pg_effects.transaction(self, job_key, input_version, fence)
+        return _pg_effects.transaction(self._pool, job_key, input_version, fence)
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
-        """Claim unsent messages; see ``EffectStore.claim_outbox``."""
-        from . import _pg_claims
-
-        return await _pg_claims.claim_outbox(self, relay, limit, hold)
+        """Claim unsent messages; see ``EffectStore.claim_outbox`` and ``_pg_claims``."""
+        return await self._claims.claim(relay, limit, hold)
 
     async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
         """Mark claimed messages sent; see ``EffectStore.mark_sent``."""
-        from . import _pg_claims
-
-        return await _pg_claims.update(self, _pg_claims.MARK, relay, ids)
+        return await self._claims.update(MARK, relay, ids)
 
     async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
         """Give up claims; see ``EffectStore.release_outbox``."""
-        from . import _pg_claims
-
-        await _pg_claims.update(self, _pg_claims.RELEASE, relay, ids)
+        await self._claims.update(RELEASE, relay, ids)
 
     async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
         """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
@@ -209,32 +200,27 @@ class PostgresStore:
 
     async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
         """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
-        from . import _pg_effects
-
-        return await _pg_effects.entries(self, job_key)
+        return await _pg_effects.entries(self._pool, job_key)
 
     async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
         """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
-        from . import _pg_effects
-
-        return await _pg_effects.backlog(self, prefix)
+        return await _pg_effects.backlog(self._pool, prefix)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
         """Delete old sent messages; see ``EffectStore.prune_outbox``."""
-        from . import _pg_effects
-
-        return await _pg_effects.prune(self, older_than, limit)
+        return await _pg_effects.prune(self._pool, older_than, limit)
 
     async def aclose(self) -> None:
         """Close the pool once no batch runs (waiting up to ``call_timeout`` for connections)."""
-        await self._batcher.close(functools.partial(self._pool.close, timeout=self._timeout))
+        pool = self._pool
+        await self._batcher.close(functools.partial(pool.pool.close, timeout=pool.timeout))
 
     def __repr__(self) -> str:
-        return f"PostgresStore(url={self._shown_url!r}, call_timeout={self._timeout})"
+        return f"PostgresStore(url={self._pool.shown_url!r}, call_timeout={self._pool.timeout})"
 
     async def _submit(self, ops: tuple[_Op, ...], *, writes: bool) -> list[object]:
         """Queue ``ops`` as one call of the next batch and return their answers, in order."""
-        call: Call[list[object]] = Call(ops, writes, time.monotonic() + self._timeout)
+        call: Call[list[object]] = Call(ops, writes, time.monotonic() + self._pool.timeout)
         return await self._batcher.submit(call)
 
     async def _run_batch(self, batch: list[Call[object]]) -> None:
@@ -248,7 +234,7 @@ class PostgresStore:
         for call in batch:
             if call.deadline <= started:
                 call.fail(
-                    StoreUnavailable(call.op[0].job_key, f"no answer within {self._timeout}s")
+                    StoreUnavailable(call.op[0].job_key, f"no answer within {self._pool.timeout}s")
                 )
             else:
                 live.append(call)
@@ -257,12 +243,12 @@ class PostgresStore:
         ops: list[_Op] = [op for call in live for op in call.op]
         params = _batch_params(ops)
 
-        async def attempt_once(conn: _Conn, attempt: _Attempt) -> tuple[list[TupleRow], bool]:
+        async def attempt_once(conn: Conn, attempt: Attempt) -> tuple[list[TupleRow], bool]:
             rows = await (await conn.execute(_CALLS, params, prepare=True)).fetchall()
             return rows, attempt.retry
 
         try:
-            rows, retried = await self._run(
+            rows, retried = await self._pool.run(
                 None, attempt_once, within=min(call.deadline for call in live) - started
             )
         except StoreUnavailable as exc:
@@ -279,61 +265,6 @@ class PostgresStore:
                 answers.append(op.answer(found.get(number), retried=retried))
                 number += 1
             call.succeed(answers)
-
-    async def _run(
-        self,
-        key: str | None,
-        op: Callable[[_Conn, _Attempt], Awaitable[_T]],
-        *,
-        within: float | None = None,
-    ) -> _T:
-        """Run ``op`` on a pooled connection under one deadline; translate failures.
-
-        The deadline is ``within`` seconds from now (default: the store's bound).
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self._timeout if within is None else within)
-        retry = False
-        while True:
-            attempt = _Attempt(retry=retry)
-            try:
-                async with self._pool.connection(
-                    timeout=max(deadline - loop.time(), 0.001)
-                ) as conn:
-                    timer = loop.call_at(deadline, attempt.sever, conn)
-                    try:
-                        return await op(conn, attempt)
-                    except psycopg.OperationalError:
-                        attempt.dead = conn.broken or conn.closed
-                        raise
-                    finally:
-                        timer.cancel()
-            except (PoolTimeout, PoolClosed) as exc:
-                raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
-            except psycopg.OperationalError as exc:
-                if attempt.expired or not attempt.dead:  # a live connection's error stands
-                    raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
-                if loop.time() >= deadline:
-                    raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
-                logger.info(
-                    "completion store: pooled connection was dead (%s); retrying on another",
-                    type(exc).__name__,
-                )
-                retry = True
-            except psycopg.Error as exc:
-                raise StoreUnavailable(key, self._describe(exc, attempt)) from exc
-
-    def _describe(self, exc: psycopg.Error, attempt: _Attempt) -> str:
-        if attempt.expired:
-            return f"no answer within {self._timeout}s"
-        if isinstance(exc, PoolTimeout):
-            return f"no connection to {self._shown_url} within {self._timeout}s"
-        if isinstance(exc, PoolClosed):
-            return "the store is closed"
-        # First line only: later lines (DETAIL, CONTEXT) may quote row values.
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        state = f" [{exc.sqlstate}]" if exc.sqlstate else ""
-        return f"{type(exc).__name__}{state}: {first}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,10 +284,10 @@ class _Op:
         ``retried``: an earlier try of the batch failed on a dead connection.
         """
         if self.kind == "lookup":
-            return None if row is None else _completion(self.job_key, row[2:])
+            return None if row is None else completion_of(self.job_key, row[2:])
         assert row is not None  # claims and completions return one row on every path
         status, seen, *standing = row
-        completion = _maybe_completion(self.job_key, tuple(standing))
+        completion = maybe_completion_of(self.job_key, tuple(standing))
         if self.kind == "claim":
             return ClaimResult(
                 status=status,
@@ -395,56 +326,6 @@ _string = json.encoder.encode_basestring_ascii
 """A JSON string literal of a str, as ``json.dumps`` writes it (the C encoder's, no list)."""
 
 
-@dataclass(slots=True)
-class _Attempt:
-    """What one try of a call got to: decides whether retrying is safe."""
-
-    retry: bool = False  # an earlier try of the same call failed on a dead connection
-    dead: bool = False  # the pooled connection turned out to be broken
-    expired: bool = False
-
-    def sever(self, conn: _Conn) -> None:
-        """Deadline passed: shut the socket down so the pending read fails at once.
-
-        ``shutdown`` on a duplicate descriptor affects the shared socket but
-        leaves psycopg's own descriptor open, so its number cannot be reused
-        under it before psycopg notices and closes the connection.
-        """
-        self.expired = True
-        try:
-            fd = conn.pgconn.socket
-            with socket.socket(fileno=os.dup(fd)) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):
-            pass  # already closed: the pending call fails anyway
-
-
-@final
-class _SessionSetup:
-    """Pool ``configure`` hook, once per new connection.
-
-    READ COMMITTED is set explicitly because the race-freedom argument above
-    relies on a fresh snapshot per statement (a server, database or URL
-    default of REPEATABLE READ would turn lock waits into serialisation
-    failures). Set twice: psycopg's setting for the transactions it begins
-    (``conn.transaction()``), and the session's default for the single
-    statements an autocommit connection runs, which psycopg's setting does not
-    reach. The server-side timeouts equal the store's bound.
-    """
-
-    def __init__(self, call_timeout: float) -> None:
-        self._ms = f"{max(1, math.ceil(call_timeout * 1000))}ms"
-
-    async def __call__(self, conn: _Conn) -> None:
-        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
-        await conn.execute(
-            "SELECT set_config('default_transaction_isolation', 'read committed', false),"
-            " set_config('statement_timeout', %s, false),"
-            " set_config('idle_in_transaction_session_timeout', %s, false)",
-            (self._ms, self._ms),
-        )
-
-
 def _own_landed(answer: CompletionResult, execution_id: str) -> bool:
     """Whether ``answer`` (to a retry) shows the earlier, lost attempt of this call committed."""
     return (
@@ -452,22 +333,4 @@ def _own_landed(answer: CompletionResult, execution_id: str) -> bool:
         and answer.completion is not None
         and answer.completion.execution_id == execution_id
         and answer.completion.fence == answer.fence
-    )
-
-
-def _maybe_completion(job_key: str, row: TupleRow) -> Completion | None:
-    """Return the completion in ``row``, or ``None`` where an outer join found none."""
-    return None if row[-1] is None else _completion(job_key, row)
-
-
-def _completion(job_key: str, row: TupleRow) -> Completion:
-    input_version, fence, result, execution_id, pod, completed_at = row
-    return Completion(
-        job_key=job_key,
-        input_version=input_version,
-        fence=fence,
-        result=result,
-        execution_id=execution_id,
-        pod=pod,
-        completed_at=completed_at.astimezone(UTC),  # the session's TimeZone may be anything
     )

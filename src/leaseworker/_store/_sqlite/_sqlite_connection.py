@@ -1,14 +1,15 @@
-"""The embedded completion store: SQLite through the standard library's ``sqlite3``.
+"""The SQLite store's one connection: its calls batched, each under a deadline, made durable.
 
-The default when no database URL is given: one file in WAL mode, one
-connection, group commit through :mod:`._batch`, and ``BEGIN IMMEDIATE`` so
-the fencing rule is race-free. Batches run on the event loop while the file's
-write lock is free (their commits do not fsync; the writes of one loop pass
-commit together at the next) and on a worker thread when they must wait for
-it; :mod:`._sqlite_sync` fsyncs. In a pod's trigger
-(``SETTLED_BY_OFFSETS``) an answer comes at its commit and the offset commit
-awaits :meth:`SqliteStore.durable`; elsewhere an answer waits for the fsync.
-See docs/design.md#the-sqlite-store.
+:class:`SqliteConnection` is what the store's parts share (the calls of
+:mod:`._sqlite_store`, the jobs' transactions of :mod:`._sqlite_effects`): a
+file in WAL mode, one connection, group commit through :mod:`.._batch`, and
+``BEGIN IMMEDIATE`` so the fencing rule is race-free. Batches run on the
+event loop while the file's write lock is free (their commits do not fsync;
+the writes of one loop pass commit together at the next) and on a worker
+thread when they must wait for it; :mod:`._sqlite_sync` fsyncs. An answer
+waits for the fsync unless its caller says its offset commit will
+(``settled``: a pod's trigger); :meth:`SqliteConnection.durable` is that
+offset's barrier. See docs/design.md#the-sqlite-store.
 """
 
 from __future__ import annotations
@@ -24,27 +25,13 @@ from typing import TypeVar, final
 
 import anyio
 
-from .._errors import StoreUnavailable
-from ._batch import Batcher, Call
-from ._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
-from ._migration import Migration
-from ._model import (
-    ClaimResult,
-    Completion,
-    CompletionRequest,
-    CompletionResult,
-    check_call,
-    completion_params,
-)
-from ._protocol import SETTLED_BY_OFFSETS
-from ._schema import MIGRATIONS
-from ._sqlite_many import Claim, Record, find_many, run_all
-from ._sqlite_rules import _HEAD as _HEAD  # what _sqlite_effects uses, from here
-from ._sqlite_rules import _any_found, _refused, _state
-from ._sqlite_rules import _complete as _complete
-from ._sqlite_rules import _find as _find
+from ..._errors import StoreUnavailable
+from .._batch import Batcher, Call
+from .._migration import Migration
+from .._schema import MIGRATIONS
+from .._url import StoreURL
+from ._sqlite_many import run_all
 from ._sqlite_sync import WalSync, connect, immediate, locked, migrate
-from ._url import StoreURL
 
 logger = logging.getLogger("leaseworker.store")
 
@@ -54,8 +41,8 @@ MAX_BATCH = 64  # calls per trip to the database
 
 
 @final
-class SqliteStore:
-    """Completions in a SQLite file; open it with ``open_store("sqlite:///path")``.
+class SqliteConnection:
+    """A SQLite store's connection; :meth:`open` it, :meth:`run` its calls, :meth:`close` it.
 
     ``call_timeout`` bounds every call, including its wait in the queue while
     an earlier batch uses the connection. ``schema_version`` is the
@@ -71,11 +58,11 @@ class SqliteStore:
         inline: bool = False,
         sync: WalSync | None = None,
     ) -> None:
-        self._conn = conn
+        self.conn = conn
         self._inline = inline  # a :memory: database: nothing to block on
         self._sync = sync  # a WAL file committed without fsync: answers wait for it
-        self._shown_url = shown_url
-        self._timeout = call_timeout
+        self.shown_url = shown_url
+        self.timeout = call_timeout
         self._batcher = Batcher(self._run_batch_anywhere, max_batch=MAX_BATCH, inline=inline)
         self._deadline = 0.0  # of the batch running now (time.monotonic())
         self._busy_ms = -1  # the connection's busy_timeout as last set (-1: not yet)
@@ -88,7 +75,7 @@ class SqliteStore:
     @classmethod
     async def open(
         cls, url: StoreURL, *, call_timeout: float, migrations: Sequence[Migration] = MIGRATIONS
-    ) -> SqliteStore:
+    ) -> SqliteConnection:
         """Open the file (WAL mode), then create or migrate the schema.
 
         A directory that does not exist is a setting no retry can fix:
@@ -97,13 +84,13 @@ class SqliteStore:
         try:
             conn, wal = await anyio.to_thread.run_sync(connect, url.target, call_timeout)
         except sqlite3.Error as exc:
-            raise StoreUnavailable(None, f"cannot open {url.redacted}: {_first_line(exc)}") from exc
+            raise StoreUnavailable(None, f"cannot open {url.redacted}: {first_line(exc)}") from exc
         try:
             sync = await anyio.to_thread.run_sync(WalSync.start, url.target) if wal else None
         except OSError as exc:  # no process for the fsyncs
             conn.close()
-            raise StoreUnavailable(None, f"cannot open {url.redacted}: {_first_line(exc)}") from exc
-        store = cls(
+            raise StoreUnavailable(None, f"cannot open {url.redacted}: {first_line(exc)}") from exc
+        db = cls(
             conn,
             shown_url=url.redacted,
             call_timeout=call_timeout,
@@ -111,130 +98,46 @@ class SqliteStore:
             sync=sync,
         )
         try:
-            store.schema_version = await store._run(
+            db.schema_version = await db.run(
                 None, lambda conn: migrate(conn, migrations), writes=False
             )
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await store.aclose()
+                await db.close()
             raise
-        return store
+        return db
 
-    async def complete(self, request: CompletionRequest) -> CompletionResult:
-        """Record a completion if the fence allows; see ``CompletionStore.complete``."""
-        params = completion_params(request)
-        return await self._run(request.job_key, Record(request, params), writes=True)
+    def exclusive(self) -> AbstractAsyncContextManager[None]:
+        """Hold the connection alone: no batch runs until the block ends (a job's transaction)."""
+        return self._batcher.exclusive()
 
-    async def claim(self, job_key: str, input_version: str, fence: int) -> ClaimResult:
-        """Raise the job key's claimed fence to ``fence``; see ``CompletionStore.claim``."""
-        check_call(job_key, fence, input_version)
-        claim = Claim(job_key, input_version, fence)
-        return await self._run(job_key, claim, writes=True, lasting=_refused)
-
-    async def lookup(self, job_key: str, input_version: str) -> Completion | None:
-        """Return this identity's completion, or ``None``."""
-        return (await self.lookup_many([(job_key, input_version)]))[0]
-
-    async def lookup_many(self, identities: Sequence[tuple[str, str]]) -> list[Completion | None]:
-        """Return each identity's completion, or ``None``; see ``CompletionStore.lookup_many``.
-
-        One call of the batch, outside its write transaction, one statement
-        for up to 16; the answer waits for the fsync only if it found a
-        completion (a duplicate must last).
-        """
-        for job_key, input_version in identities:
-            check_call(job_key, 0, input_version)
-        first = identities[0][0] if identities else None
-        find = functools.partial(find_many, identities=identities)
-        return await self._run(first, find, writes=False, lasting=_any_found)
-
-    async def state(self, job_key: str) -> Completion | None:
-        """Return the job key's winning completion, or ``None``."""
-        check_call(job_key, 0)
-
-        return await self._run(job_key, lambda conn: _state(conn, job_key), writes=False)
-
-    def transaction(
-        self, job_key: str, input_version: str, fence: int
-    ) -> AbstractAsyncContextManager[StoreTransaction]:
-        """Begin a job's transaction; see ``EffectStore.transaction`` and ``_sqlite_effects``."""
-        from . import _sqlite_effects
-
-        return _sqlite_effects.transaction(self, job_key, input_version, fence)
-
-    async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
-        """Claim unsent messages; see ``EffectStore.claim_outbox``."""
-        from ._sqlite_effects import claim_outbox, claimable
-
-        # A read first: a relay with nothing to send never takes the write lock.
-        if not await self._run(None, lambda c: claimable(c, relay, limit), writes=False):
-            return []
-        return await self._run(None, lambda c: claim_outbox(c, relay, limit, hold), writes=True)
-
-    async def mark_sent(self, relay: str, ids: Sequence[int]) -> int:
-        """Mark claimed messages sent; see ``EffectStore.mark_sent``."""
-        from ._sqlite_effects import mark_sent
-
-        return await self._run(None, lambda c: mark_sent(c, relay, ids), writes=True) if ids else 0
-
-    async def release_outbox(self, relay: str, ids: Sequence[int]) -> None:
-        """Give up claims; see ``EffectStore.release_outbox``."""
-        from ._sqlite_effects import release
-
-        if ids:
-            await self._run(None, lambda c: release(c, relay, ids), writes=True)
-
-    async def outbox(self, job_key: str | None = None) -> list[tuple[OutboxRow, bool]]:
-        """Every outbox row with whether it was sent; see ``EffectStore.outbox``."""
-        return [(entry.row, entry.sent) for entry in await self.outbox_entries(job_key)]
-
-    async def outbox_entries(self, job_key: str | None = None) -> list[OutboxEntry]:
-        """Every outbox row with its state; see ``EffectStore.outbox_entries``."""
-        from ._sqlite_effects import entries
-
-        return await self._run(job_key, lambda c: entries(c, job_key), writes=False)
-
-    async def outbox_backlog(self, prefix: str = "") -> tuple[int, float | None]:
-        """Unsent messages and the oldest one's age; see ``EffectStore.outbox_backlog``."""
-        from ._sqlite_effects import backlog
-
-        return await self._run(None, lambda c: backlog(c, prefix), writes=False)
-
-    async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
-        """Delete old sent messages; see ``EffectStore.prune_outbox``."""
-        from ._sqlite_effects import prune
-
-        return await self._run(None, lambda c: prune(c, older_than, limit), writes=True)
-
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Close the connection once the call using it (if any) has finished."""
         await self._batcher.close(functools.partial(anyio.to_thread.run_sync, self._close))
 
     def _close(self) -> None:
         if self._sync is not None:
             self._sync.close()
-        self._conn.close()
+        self.conn.close()
 
-    def __repr__(self) -> str:
-        return f"SqliteStore(url={self._shown_url!r}, call_timeout={self._timeout})"
-
-    async def _run(
+    async def run(
         self,
         key: str | None,
         op: Callable[[sqlite3.Connection], _T],
         *,
         writes: bool,
         lasting: Callable[[_T], bool] | None = None,
+        settled: bool = False,
     ) -> _T:
         """Queue ``op(conn)`` for the next batch and return its outcome.
 
         ``writes``: run it in the batch's write transaction (``op`` must not
         manage transactions); otherwise on its own, in autocommit mode. The
         outcome is returned once it is on disk if ``lasting(outcome)`` (by
-        default, when it wrote or found something), unless a pod's offset
-        commit waits for the disk instead (``SETTLED_BY_OFFSETS``).
+        default, when it wrote or found something), unless ``settled``: the
+        caller's offset commit waits for the disk instead (:meth:`durable`).
         """
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self.timeout
         try:
             try:
                 if writes and self._sync is not None:
@@ -245,11 +148,11 @@ class SqliteStore:
                 call: Call[_T] = Call(op, writes, deadline)
                 outcome = await self._batcher.submit(call)
             durable = (writes or bool(outcome)) if lasting is None else lasting(outcome)
-            if durable and self._sync is not None and not SETTLED_BY_OFFSETS.get():
+            if durable and self._sync is not None and not settled:
                 await self._sync.wait(self._sync.mark(), deadline)
         except (sqlite3.Error, OSError) as exc:  # TimeoutError is an OSError
             expired = time.monotonic() >= deadline
-            detail = f"no answer within {self._timeout}s" if expired else _first_line(exc)
+            detail = f"no answer within {self.timeout}s" if expired else first_line(exc)
             raise StoreUnavailable(key, detail) from exc
         return outcome
 
@@ -258,15 +161,41 @@ class SqliteStore:
 
         The pod's offset barrier; :class:`StoreUnavailable` if the fsync failed or was late.
         """
-        await self.settle(None, time.monotonic() + self._timeout, barrier=True)
+        await self.settle(None, time.monotonic() + self.timeout, barrier=True)
 
-    async def settle(self, key: str | None, deadline: float, *, barrier: bool = False) -> None:
-        """Return once the commits so far are on disk, unless a pod's offset waits for them."""
-        if self._sync is not None and (barrier or not SETTLED_BY_OFFSETS.get()):
+    async def settle(
+        self, key: str | None, deadline: float, *, barrier: bool = False, settled: bool = False
+    ) -> None:
+        """Return once the commits so far are on disk, unless ``settled`` (see :meth:`run`)."""
+        if self._sync is not None and (barrier or not settled):
             try:
                 await self._sync.wait(self._sync.mark(), deadline)
             except OSError as exc:
-                raise StoreUnavailable(key, _first_line(exc)) from exc
+                raise StoreUnavailable(key, first_line(exc)) from exc
+
+    async def step(
+        self, key: str, op: Callable[[sqlite3.Connection], _T], *, theirs: bool = False
+    ) -> _T:
+        """Run ``op(conn)`` of a job's transaction under the store's timeout, off the loop.
+
+        SQLite's errors become :class:`StoreUnavailable`, but with ``theirs``
+        (the job's own statement) those other than operational ones (locks,
+        deadlines, I/O) are the job's and pass through unchanged. The caller
+        holds the connection (:meth:`exclusive`).
+        """
+
+        def run() -> _T:
+            self._deadline = time.monotonic() + self.timeout
+            if not self._inline:
+                self._bound_lock_waits(max(1, int(self.timeout * 1000)))
+            return op(self.conn)
+
+        try:
+            return run() if self._inline else await anyio.to_thread.run_sync(run)
+        except sqlite3.Error as exc:
+            if theirs and not isinstance(exc, sqlite3.OperationalError):
+                raise
+            raise StoreUnavailable(key, first_line(exc)) from exc
 
     async def _in_turn(self, op: Callable[[sqlite3.Connection], _T], deadline: float) -> _T:
         """Run the write ``op`` in the transaction that commits the writes of this loop pass.
@@ -329,7 +258,7 @@ class SqliteStore:
         self._deadline = deadline
         self._bound_lock_waits(0)
         try:
-            return op(self._conn)
+            return op(self.conn)
         except sqlite3.Error as exc:
             if locked(exc):
                 raise _Busy from exc
@@ -370,7 +299,7 @@ class SqliteStore:
         for call in live:
             if not call.writes:
                 try:
-                    call.succeed(call.op(self._conn))
+                    call.succeed(call.op(self.conn))
                 except sqlite3.Error as exc:
                     if patient or not locked(exc):
                         call.fail(exc)
@@ -385,7 +314,7 @@ class SqliteStore:
         half of it: one statement less in most batches.
         """
         if not remaining_ms // 2 <= self._busy_ms <= remaining_ms:
-            self._conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
+            self.conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
             self._busy_ms = remaining_ms
 
     def _run_writes(self, writes: list[Call[object]], *, patient: bool = True) -> bool:
@@ -397,9 +326,9 @@ class SqliteStore:
         if not writes:
             return True
         try:
-            with immediate(self._conn):
-                outcomes = run_all(self._conn, [call.op for call in writes])
-                self._conn.execute("COMMIT")
+            with immediate(self.conn):
+                outcomes = run_all(self.conn, [call.op for call in writes])
+                self.conn.execute("COMMIT")
         except sqlite3.Error as exc:  # rolled back: none of them happened
             if not patient and locked(exc):
                 return False
@@ -430,6 +359,6 @@ def _started_in_time(batch: list[Call[object]], started: float) -> list[Call[obj
     return live
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"

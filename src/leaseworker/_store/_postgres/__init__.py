@@ -1,0 +1,23 @@
+"""The PostgreSQL completion store (psycopg 3): ``open_store("postgresql://...")`` opens it.
+
+Importing this package imports psycopg: :func:`~leaseworker._store.open_store`
+and :func:`~leaseworker._store.migrate_store` do so only for a
+``postgresql://`` URL. Its modules, each named after the backend:
+
+- ``_pg_store``: :class:`PostgresStore`, the ``CompletionStore``; lookups,
+  claims and completions batched into one ``leaseworker_calls()`` each trip;
+- ``_pg_pool``: :class:`PgPool`, what every part goes through (the pool,
+  one deadline per call, psycopg's errors as ``StoreUnavailable``);
+- ``_pg_effects``: the jobs' transactions and the outbox's reads and prune;
+- ``_pg_claims``: the relays' claims of the outbox queue (row locks);
+- ``_pg_schema``: the first connection and the schema's migrations at open;
+- ``_pg_grants``: the runtime role's privileges (checked at open, granted by
+  ``store migrate``); ``_pg_refusal``: a refused connection told from a
+  server that is not up.
+"""
+
+from ._pg_grants import grant_runtime_at as grant_runtime_at
+from ._pg_refusal import refusal as refusal
+from ._pg_store import PostgresStore as PostgresStore
+
+__all__ = ["PostgresStore", "grant_runtime_at", "refusal"]
