@@ -68,14 +68,14 @@ COUNTS: Counter[str] = Counter()
 
 
 def count_polls_and_batches() -> None:
-    """Wrap the source's dispatch, the batcher's runs and the lease trips, to count them."""
-    dispatch, run_answered = KafkaTriggerSource._dispatch, Batcher._run_answered
+    """Wrap the source's polls, the batcher's runs and the lease trips, to count them."""
+    take, run_answered = KafkaTriggerSource._take, Batcher._run_answered
     trip = OwnConnection.trip
 
-    def counted_dispatch(self: KafkaTriggerSource, tg: Any, batch: Any, free: int) -> None:
+    def counted_take(self: KafkaTriggerSource, batch: Any, free: int) -> Any:
         COUNTS["polls"] += 1
         COUNTS["records"] += sum(len(records) for records in batch.values())
-        dispatch(self, tg, batch, free)
+        return take(self, batch, free)
 
     async def counted_run(self: Batcher, batch: list[Any]) -> None:
         COUNTS["batches"] += 1
@@ -87,7 +87,7 @@ def count_polls_and_batches() -> None:
         COUNTS["commands"] += len(commands)
         return await trip(self, commands, wait)
 
-    KafkaTriggerSource._dispatch = counted_dispatch  # type: ignore[method-assign]
+    KafkaTriggerSource._take = counted_take  # type: ignore[method-assign]
     Batcher._run_answered = counted_run  # type: ignore[method-assign]
     OwnConnection.trip = counted_trip  # type: ignore[method-assign]
 

@@ -1,6 +1,6 @@
-"""The Kafka side: the consumer-group member that turns records into executions.
+"""The Kafka side: the consumer-group member whose records become executions.
 
-``_source`` the ``KafkaTriggerSource`` (the poll loop and dispatch);
+``_source`` the ``KafkaTriggerSource`` (the poll loop and its operations);
 ``_state`` what its parts share (partitions, ``SourceStats``, the hooks);
 ``_commits`` committing the finished prefix; ``_offsets`` that prefix per
 partition; ``_rebalance`` revoke and assign; ``_dead_letters`` malformed and
@@ -31,6 +31,8 @@ from ._refusals import refused_error as refused_error
 from ._security import KafkaSecurity as KafkaSecurity
 from ._settings import SourceSettings as SourceSettings
 from ._source import KafkaTriggerSource as KafkaTriggerSource
+from ._source import Taken as Taken
+from ._state import Partition as Partition
 from ._state import SourceStats as SourceStats
 from ._topic_admin import create_topics as create_topics
 
@@ -44,7 +46,9 @@ __all__ = [
     "KafkaSecurity",
     "KafkaSender",
     "KafkaTriggerSource",
+    "Partition",
     "SourceStats",
+    "Taken",
     "create_topics",
     "describe_kafka_error",
     "refused_error",

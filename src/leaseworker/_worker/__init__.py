@@ -1,6 +1,7 @@
 """The pod: the composition root that wires source, executor, leases and store.
 
-``_config`` ``PodConfig``; ``_worker`` the ``Pod`` and ``serve``;
+``_config`` ``PodConfig``; ``_worker`` the ``Pod`` and ``serve``; ``_way``
+the trigger's way, from the Kafka source's poll to the offset commit;
 ``_health`` the ``/healthz``, ``/readyz`` and ``/metrics`` server;
 ``_looplag`` the event-loop lag monitor; ``_recorder`` the execution
 recorder (``--record-history``); ``_relay`` the pod's outbox relay.

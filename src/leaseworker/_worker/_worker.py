@@ -2,8 +2,8 @@
 
 The :class:`Pod` joins the pieces: it waits for Redis and opens the
 completion store (retrying with a log line, never crash-looping silently),
-builds the :class:`Executor` and the Kafka source, and serialises executions
-of one job key inside the pod (across pods the lease does it). :func:`serve`
+builds the :class:`Executor` and the Kafka source, and runs the trigger's way
+between them (``_way``: poll to commit). :func:`serve`
 adds signal handling: the first SIGTERM/SIGINT stops fetching and drains, a
 second one exits at once.
 """
@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import final
 
 import anyio
@@ -26,14 +26,11 @@ from redis.exceptions import RedisError
 from .._errors import StoreUnavailable
 from .._events import Hook
 from .._execution import (
-    Ending,
     ExecutionObserver,
     Executor,
     LoggingObserver,
     ObserverHook,
-    Prepared,
     ReportJob,
-    Trigger,
 )
 from .._kafka import KafkaTriggerSource, SourceStats
 from .._lease import (
@@ -51,6 +48,7 @@ from .._telemetry import Telemetry
 from ._config import PodConfig
 from ._recorder import HistoryRecorder
 from ._relay import outbox_relay
+from ._way import TriggerWay
 
 logger = logging.getLogger("leaseworker.pod")
 
@@ -126,11 +124,9 @@ class Pod:
             config,
             topic=job.topic,
             resolve_key=job.job_key,
-            prepare=self._prepare,
             hooks=self._hooks,
             barrier=self._barrier,
         )
-        self._keys: dict[str, tuple[anyio.Lock, int]] = {}
 
     @property
     def stats(self) -> SourceStats:
@@ -172,7 +168,7 @@ class Pod:
                 return
             if self._store is not None:
                 async with outbox_relay(self._store, self._config, self._hooks, self._leases):
-                    await self._source.run(task_status=task_status)
+                    await self._way().run(task_status=task_status)
                 return
             async with self._open_store() as store:
                 if store is None:
@@ -180,7 +176,7 @@ class Pod:
                     return
                 self._executor = self._make_executor(store)
                 async with outbox_relay(store, self._config, self._hooks, self._leases):
-                    await self._source.run(task_status=task_status)
+                    await self._way().run(task_status=task_status)
         finally:
             if self._redis is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
@@ -253,45 +249,9 @@ class Pod:
             )
             yield store
 
-    def _prepare(
-        self, items: Sequence[tuple[Trigger, str]]
-    ) -> list[Callable[[], Awaitable[Ending]]]:
-        """Line a poll's triggers up on their job keys; look the first in line up together.
-
-        One execution of a job key at a time in this pod, in arrival order; the
-        lock lives while the key has users. A trigger first in line for its key
-        shares the poll's one store lookup: no execution of its key can run in
-        this pod before its own. One behind another waits for the lock and looks
-        up alone then, after the one before it may have completed the identity.
-        """
-        first: list[int] = []
-        for i, (_, job_key) in enumerate(items):
-            lock, users = self._keys.get(job_key) or (anyio.Lock(fast_acquire=True), 0)
-            self._keys[job_key] = (lock, users + 1)
-            if not users:
-                first.append(i)
-        shared = self._executor.prepare([items[i] for i in first])
-        prepared: list[Prepared | None] = [None] * len(items)
-        for i, one in zip(first, shared, strict=True):
-            prepared[i] = one
-        return [
-            functools.partial(self._handle, trigger, job_key, one)
-            for (trigger, job_key), one in zip(items, prepared, strict=True)
-        ]
-
-    async def _handle(self, trigger: Trigger, job_key: str, prepared: Prepared | None) -> Ending:
-        # Lined up by _prepare. fast_acquire: an uncontended key does not yield
-        # to the loop (the executor's first await does).
-        lock, _ = self._keys[job_key]
-        try:
-            async with lock:
-                return await self._executor.run(trigger, job_key, prepared)
-        finally:
-            lock, users = self._keys[job_key]
-            if users == 1:
-                del self._keys[job_key]
-            else:
-                self._keys[job_key] = (lock, users - 1)
+    def _way(self) -> TriggerWay:
+        """Return the trigger's way from the source to the executor (of the store now open)."""
+        return TriggerWay(self._source, self._executor)
 
     async def _barrier(self) -> None:
         """Before an offset commit: what the store answered so far is on disk."""
