@@ -8,8 +8,9 @@ public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
 ``_producer`` the ``send`` side; ``_setup`` OTEL_*/flag configuration for the
 CLI (the only place the SDK is imported, lazily); ``_otlp_json`` the OTLP/JSON
 span exporter ``_setup`` uses (SDK imports); ``_lean`` the lean tracer
-provider it builds; ``_span_context`` reads a span context's fields cheaply
-for both.
+provider it builds; ``_batch`` its batch processor; ``_records`` the spans
+made as tuples; ``_export_seam`` the one module using OpenTelemetry's private
+names (the version check the set-up stands down on).
 Only the OpenTelemetry API is imported at package import.
 """
 
