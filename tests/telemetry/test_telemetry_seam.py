@@ -10,6 +10,7 @@ spans still reach the collector. A local HTTP server stands for the collector.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Sequence
@@ -107,8 +108,15 @@ async def test_the_tested_opentelemetry_takes_the_fast_path_without_a_warning(
     assert _warnings(caplog) == []
     check, *posts = _Collector.received
     assert check[2] == b"{}"  # the start-up check: an empty JSON export request
-    assert posts
     assert {headers["content-type"] for _, headers, _ in posts} == {"application/json"}
+    names = [
+        span["name"]
+        for _, _, body in posts
+        for resource in json.loads(body)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    assert sorted(names) == sorted(TRIGGER_SPANS)
 
 
 @pytest.mark.parametrize("away", ["release", "private name"])
