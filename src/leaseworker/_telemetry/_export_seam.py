@@ -118,7 +118,7 @@ def fast_path_fits() -> bool:
         logger.warning(
             "%s: not the OpenTelemetry %d.%d leaseworker's span export was read from; "
             "exporting through the SDK's batch processor and OTLP/protobuf exporter "
-            "(more CPU per span, no collector check at start)",
+            "(every span a span object, no collector check at start)",
             said,
             *TESTED_RELEASES[0],
         )
