@@ -39,7 +39,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from leaseworker._telemetry import _span_context
+from leaseworker._telemetry import _export_seam
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._otlp_json import encode_spans
 
@@ -147,8 +147,8 @@ def test_lean_spans_encode_exactly_as_the_sdk_spans_in_protobuf_and_json(
     import) and the properties (any other layout).
     """
     if read_span_contexts == "by_property":
-        monkeypatch.setattr(_span_context, "fields", _span_context.by_property)
-    assert _span_context.fields(REMOTE) == _span_context.by_property(REMOTE)
+        monkeypatch.setattr(_export_seam, "fields", _export_seam.by_property)
+    assert _export_seam.fields(REMOTE) == _export_seam.by_property(REMOTE)
     sdk, lean = _spans(_sdk), _spans(_lean)
     assert encode_protobuf(lean) == encode_protobuf(sdk)
     assert encode_spans(lean) == encode_spans(sdk)

@@ -8,11 +8,20 @@ public :class:`Telemetry` (injected providers); ``_logs`` the JSON formatter;
 ``_producer`` the ``send`` side; ``_setup`` OTEL_*/flag configuration for the
 CLI (the only place the SDK is imported, lazily); ``_otlp_json`` the OTLP/JSON
 span exporter ``_setup`` uses (SDK imports); ``_lean`` the lean tracer
-provider it builds; ``_span_context`` reads a span context's fields cheaply
-for both.
+provider it builds; ``_batch`` its batch processor; ``_records`` the spans
+made as tuples; ``_export_seam`` the one module using OpenTelemetry's private
+names (the version check the set-up stands down on).
 Only the OpenTelemetry API is imported at package import.
+
+The names other boxes use: the ones below; :data:`names` (span, attribute and
+metric names, for the timeline and the dev services); ``ERROR_OUTCOMES``
+(outcomes that make a span an error) and ``RENEWAL_LOSSES`` (loss reasons that
+are a renewal's answer).
 """
 
+from . import _names as names
+from ._lease_spans import ERROR_OUTCOMES as ERROR_OUTCOMES
+from ._lease_spans import RENEWAL_LOSSES as RENEWAL_LOSSES
 from ._logs import JsonFormatter as JsonFormatter
 from ._logs import TextFormatter as TextFormatter
 from ._pod import PodTelemetry as PodTelemetry
@@ -25,6 +34,8 @@ from ._setup import configure as configure
 from ._telemetry import Telemetry as Telemetry
 
 __all__ = [
+    "ERROR_OUTCOMES",
+    "RENEWAL_LOSSES",
     "ConfiguredTelemetry",
     "JsonFormatter",
     "OutgoingTrigger",
@@ -34,5 +45,6 @@ __all__ = [
     "configure",
     "extract",
     "inject",
+    "names",
     "traced_send",
 ]

@@ -6,7 +6,8 @@ at less cost to the event loop, which ends seven spans per trigger: no
 ``on_start`` call, no ``getpid`` system call and no self-metrics per span,
 only a deque append and a length check. Its defaults batch more (fewer,
 larger posts) and queue more (a GIL-starved export thread drops no span).
-See docs/design.md#otlpjson-export.
+It exports with instrumentation suppressed, through ``_export_seam`` (a
+private API name). See docs/design.md#otlpjson-export.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import os
 import threading
 from typing import TYPE_CHECKING, final
 
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.context import attach, detach
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import TraceFlags
+
+from ._export_seam import suppressing_instrumentation
 
 if TYPE_CHECKING:
     from ._records import Record
@@ -133,7 +136,7 @@ class LeanBatchProcessor(SpanProcessor):
                 count = min(left, len(queue), self.max_export_batch_size)
                 left -= count
                 batch = [queue.popleft() for _ in range(count)]
-                token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+                token = attach(suppressing_instrumentation())  # as the SDK's processors
                 try:
                     self.exporter.export(batch)  # type: ignore[arg-type]  # records: takes_records
                 except Exception:

@@ -19,6 +19,7 @@ import urllib.parse
 from typing import Any
 
 from .._errors import ConfigError
+from ._export_seam import client_settings
 
 REFUSING_STATUSES = (401, 403)
 """HTTP answers that say the collector will never take these credentials."""
@@ -37,19 +38,17 @@ def check_collector(exporter: Any) -> None:
     """Raise ConfigError if the collector behind ``exporter`` refuses the pod (see module doc).
 
     ``exporter``: an SDK ``OTLPSpanExporter`` or leaseworker's JSON one, both
-    holding the SDK's OTLP HTTP client as ``_client``; without one (another
-    SDK version) nothing is checked.
+    posting through the SDK's OTLP HTTP client (read by ``_export_seam``);
+    without one (another SDK version) nothing is checked.
     """
-    client = getattr(exporter, "_client", None)
-    transport = getattr(client, "_transport", None)
-    endpoint = getattr(client, "_endpoint", None)
-    if transport is None or not isinstance(endpoint, str):
+    settings = client_settings(exporter)
+    if settings is None:
         return
-    headers: dict[str, str] = dict(getattr(client, "_headers", {}))
+    endpoint, headers = settings.endpoint, settings.headers
     json = any("json" in value for key, value in headers.items() if key.lower() == "content-type")
-    timeout = min(float(getattr(client, "_timeout", CHECK_BOUND)), CHECK_BOUND)
+    timeout = CHECK_BOUND if settings.timeout is None else min(settings.timeout, CHECK_BOUND)
     try:
-        result = transport.request(
+        result = settings.transport.request(
             "POST", endpoint, headers=headers, data=b"{}" if json else b"", timeout=timeout
         )
     except Exception:  # a transport that fails oddly is the exporter's to report

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
@@ -36,7 +36,10 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from . import _span_context
+from . import _export_seam
+
+if TYPE_CHECKING:
+    from ._records import RecordTaker
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -80,6 +83,7 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self._processors: tuple[SpanProcessor, ...] = ()
         self._starters: tuple[SpanProcessor, ...] = ()  # those whose on_start does something
         self.takes_records = False  # every processor takes span records (see ``_records``)
+        self.record_takers: tuple[RecordTaker, ...] = ()  # they, when they all do
         # ParentBased with ALWAYS_ON for a sampled local parent (the SDK default, and
         # parentbased_traceidratio): a child of a sampled span in this process is
         # recorded and sampled with its parent's trace state, no call needed.
@@ -99,6 +103,9 @@ class LeanTracerProvider(trace_api.TracerProvider):
 
         self.takes_records = fit(self.limits) and all(
             getattr(each, "takes_records", False) for each in self._processors
+        )
+        self.record_takers = (
+            cast("tuple[RecordTaker, ...]", self._processors) if self.takes_records else ()
         )
 
     def get_tracer(
@@ -172,7 +179,7 @@ class LeanTracer(trace_api.Tracer):
                 if len(self._parents) >= MAX_REMEMBERED_PARENTS:
                     self._parents.clear()
                 self._parents[id(context)] = (context, parent_context)
-        trace_id, _, remote, flags, trace_state, valid = _span_context.fields(parent_context)
+        trace_id, _, remote, flags, trace_state, valid = _export_seam.fields(parent_context)
         parent = parent_context if valid else None
         if (
             provider.children_follow and flags & TraceFlags.SAMPLED and not remote and valid
@@ -280,7 +287,6 @@ class LeanSpan(trace_api.Span):
 
     __slots__ = (
         "_attributes",
-        "_provider",
         "_record_exception",
         "_set_status_on_exception",
         "attributes",
@@ -295,6 +301,7 @@ class LeanSpan(trace_api.Span):
         "links",
         "name",
         "parent",
+        "provider",
         "resource",
         "start_time",
         "status",
@@ -323,7 +330,7 @@ class LeanSpan(trace_api.Span):
         self.end_time: int | None = None
         self.status = _UNSET
         self.instrumentation_scope = scope
-        self._provider = provider
+        self.provider = provider  # the one that made it: its limits and processors
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
         self.resource: Resource = provider.resource
@@ -361,7 +368,7 @@ class LeanSpan(trace_api.Span):
             logger.debug("setting attributes on an ended span %r", self.name)
             return
         merged = {**self._attributes, **attributes}
-        limits = self._provider.limits
+        limits = self.provider.limits
         self._attributes, dropped = _checked(
             merged, limits.max_span_attributes, limits.max_span_attribute_length
         )
@@ -378,7 +385,7 @@ class LeanSpan(trace_api.Span):
         """Add an event (beyond the event limit the oldest is dropped and counted)."""
         if self.end_time is not None:
             return
-        limits = self._provider.limits
+        limits = self.provider.limits
         kept = self.events
         if limits.max_events is not None and len(kept) >= limits.max_events:
             self.dropped_events += 1  # the SDK keeps the newest: the oldest goes
@@ -397,7 +404,7 @@ class LeanSpan(trace_api.Span):
         """Add a link after the start (beyond the link limit the oldest is dropped and counted)."""
         if self.end_time is not None or not context.is_valid:
             return
-        limits = self._provider.limits
+        limits = self.provider.limits
         links = (*self.links, Link(context, attributes))
         if limits.max_links is not None and len(links) > limits.max_links:
             self.dropped_links += len(links) - limits.max_links  # the oldest go, as in the SDK
@@ -448,7 +455,7 @@ class LeanSpan(trace_api.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time if end_time is not None else time.time_ns()
-        for processor in self._provider._processors:
+        for processor in self.provider._processors:
             processor.on_end(self)  # type: ignore[arg-type]  # the ReadableSpan view
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from . import _span_context
+from . import _export_seam
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -105,12 +105,12 @@ class JsonSpanEncoder:
         """Return a span's JSON: ids in hex, times as decimal strings, kind and status as ints."""
         context = span.context
         assert context is not None  # the SDK's spans always have one
-        trace_id, span_id, _, trace_flags, trace_state, _ = _span_context.fields(context)
+        trace_id, span_id, _, trace_flags, trace_state, _ = _export_seam.fields(context)
         parent = span.parent
         flags = int(trace_flags) | _HAS_IS_REMOTE
         extra = ""
         if parent is not None:
-            _, parent_id, parent_remote, _, _, _ = _span_context.fields(parent)
+            _, parent_id, parent_remote, _, _, _ = _export_seam.fields(parent)
             extra = f',"parentSpanId":"{parent_id:016x}"'
             if parent_remote:
                 flags |= _IS_REMOTE
@@ -286,7 +286,8 @@ class OtlpJsonSpanExporter(SpanExporter):
     ``endpoint`` as in the SDK's ``OTLPSpanExporter`` (the full ``/v1/traces``
     URL; ``None``: from the ``OTEL_EXPORTER_OTLP_*`` variables). Raises
     ``TypeError`` when the installed SDK exporter has no client to send through
-    (another version): the caller then falls back to the standard exporter.
+    (another version; see ``_export_seam``): the caller then falls back to the
+    standard exporter.
     """
 
     def __init__(self, endpoint: str | None = None) -> None:
@@ -296,8 +297,8 @@ class OtlpJsonSpanExporter(SpanExporter):
         self._transport = OTLPSpanExporter(
             endpoint=endpoint, headers={"content-type": CONTENT_TYPE}
         )
-        self._client: Any = getattr(self._transport, "_client", None)  # its HTTP client
-        if not callable(getattr(self._client, "export", None)):
+        self._client: Any = _export_seam.otlp_http_client(self._transport)
+        if self._client is None:
             self._transport.shutdown()  # type: ignore[no-untyped-call]
             raise TypeError("this opentelemetry-exporter-otlp-proto-http has no OTLP HTTP client")
         self._encoder = JsonSpanEncoder()  # the batch processor calls export from one thread

@@ -346,7 +346,7 @@ class PodTelemetry:
             )
             trace.parent = set_span_in_context(trace.span)
             trace.recording = trace.span.is_recording()
-            trace.span_context = recorded_parent(trace.span)
+            trace.recorded_parent = recorded_parent(trace.span)
             self._metrics.received.add(1, {n.MESSAGING_DESTINATION: record.topic})
         except Exception:
             logger.exception("telemetry could not open the trace of a record")

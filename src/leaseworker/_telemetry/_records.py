@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, TraceFlags, Tracer
+from opentelemetry.trace import Link, SpanKind, Status, TraceFlags, Tracer
 
+from . import _export_seam
+from ._export_seam import Fields
 from ._trace import Attributes, TriggerTrace
 
 if TYPE_CHECKING:  # the SDK is optional: only a lean provider (which needs it) makes records
@@ -49,6 +51,13 @@ _ENOUGH = 64
 _SAMPLED = int(TraceFlags.SAMPLED)
 
 
+class RecordTaker(Protocol):
+    """A span processor that takes records (``takes_records``): the lean batch processor."""
+
+    def take(self, span: Record) -> None:
+        """Queue a span record for export."""
+
+
 def fit(limits: SpanLimits) -> bool:
     """Whether ``limits`` leave a record as it is: nothing to truncate or drop."""
     counts = (
@@ -62,8 +71,8 @@ def fit(limits: SpanLimits) -> bool:
     )
 
 
-def recorded_parent(span: Any) -> SpanContext | None:
-    """Return ``span``'s context if its children may be records (see the module docstring).
+def recorded_parent(span: Any) -> Fields | None:
+    """Return ``span``'s context's fields if its children may be records (see the module docstring).
 
     A sampled lean span from a provider whose sampler lets a sampled local
     parent decide (the SDK's default, ``parentbased_*``): its children are
@@ -72,10 +81,11 @@ def recorded_parent(span: Any) -> SpanContext | None:
     lean = sys.modules.get(_LEAN)  # not imported: no lean span exists
     if lean is None or type(span) is not lean.LeanSpan:
         return None
-    context: SpanContext = span.context
-    if not context.trace_flags & _SAMPLED or not span._provider.children_follow:
+    fields = _export_seam.fields(span.context)
+    _, _, _, flags, _, _ = fields
+    if not flags & _SAMPLED or not span.provider.children_follow:
         return None
-    return context
+    return fields
 
 
 def end_child(
@@ -98,19 +108,20 @@ def end_child(
     ``attributes`` (the caller hands it over; it must not repeat a shared key).
     """
     common = trace.shared() if shared else None
-    parent = trace.span_context
+    parent = trace.recorded_parent
     if parent is not None:  # the process span is a lean span: ``tracer`` made it
         tracer = cast("LeanTracer", tracer)
         provider = tracer.provider
         if provider.takes_records:
+            trace_id, parent_id, _, flags, state, _ = parent
             record = (
                 tracer.origin,
                 name,
-                parent[0],
+                trace_id,
                 provider.id_generator.generate_span_id(),
-                parent[1],
-                parent[3],
-                parent[4],
+                parent_id,
+                flags,
+                state,
                 kind,
                 start,
                 end,
@@ -120,8 +131,8 @@ def end_child(
                 tuple(links),
                 common,
             )
-            for processor in provider._processors:
-                processor.take(record)  # type: ignore[attr-defined]  # takes_records says so
+            for taker in provider.record_takers:
+                taker.take(record)
             return
     if common is not None:
         attributes = {**common, **attributes}

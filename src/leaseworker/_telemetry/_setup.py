@@ -20,6 +20,7 @@ import anyio
 
 from .._errors import ConfigError
 from ._collector import check_collector
+from ._export_seam import fast_path_fits
 from ._telemetry import Telemetry
 
 logger = logging.getLogger("leaseworker.telemetry")
@@ -225,23 +226,32 @@ def _tracer_provider(
 
     ``endpoint``: the ``--otlp-endpoint`` flag; empty, the exporter reads OTEL_*.
     ``check``: ask the collector first (``_collector``; ConfigError if it refuses).
+    With an OpenTelemetry the export's fast path was not read from
+    (``_export_seam.fast_path_fits``, one WARNING), the SDK's batch processor and
+    protobuf exporter export the spans, and the collector is not asked.
     """
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from ._batch import LeanBatchProcessor
     from ._lean import LeanTracerProvider
 
+    fast = fast_path_fits()
     # The SDK provider reads OTEL_TRACES_SAMPLER(_ARG): the sampler is its decision.
     sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider = LeanTracerProvider(resource, sdk.sampler, id_generator=sdk.id_generator)
-    exporter = _span_exporter(f"{endpoint}/v1/traces" if endpoint else None, protocol)
-    if check:
+    url = f"{endpoint}/v1/traces" if endpoint else None
+    exporter = _span_exporter(url, protocol if fast else "http/protobuf")
+    if check and fast:
         try:
             check_collector(exporter)
         except ConfigError:
             exporter.shutdown()
             raise
-    provider.add_span_processor(LeanBatchProcessor(exporter))
+    processor: SpanProcessor = (
+        LeanBatchProcessor(exporter) if fast else BatchSpanProcessor(exporter)
+    )
+    provider.add_span_processor(processor)
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     return provider
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanContext, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .._lease import now as monotonic_now
 from . import _names as n
+from ._export_seam import Fields
 
 Attributes = dict[str, AttributeValue]
 
@@ -37,7 +38,7 @@ class TriggerTrace:
     pod: str
     parent: Context
     span: Span | None = None
-    span_context: SpanContext | None = None  # the span's, if its children may be records
+    recorded_parent: Fields | None = None  # the span's context, if its children may be records
     recording: bool = True  # False: the process span was sampled out, and with it its children
     started_ns: int = field(default_factory=time.time_ns)
     job_key: str | None = None
