@@ -12,10 +12,12 @@ from ._inbox import EffectStatus as EffectStatus
 from ._inbox import MemoryInbox as MemoryInbox
 from ._inbox import PostgresInbox as PostgresInbox
 from ._inbox import SqliteInbox as SqliteInbox
+from ._relay import CLAIM_HOLD as CLAIM_HOLD
 from ._relay import Relay as Relay
 from ._relay import Sender as Sender
 
 __all__ = [
+    "CLAIM_HOLD",
     "Effect",
     "EffectStatus",
     "MemoryInbox",

@@ -19,6 +19,7 @@ development services in ``_dev`` use it too).
 
 from aiokafka.errors import KafkaError as KafkaError  # type: ignore[import-untyped]
 
+from ._admin import started_admin as started_admin
 from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
@@ -33,6 +34,7 @@ from ._settings import SourceSettings as SourceSettings
 from ._source import KafkaTriggerSource as KafkaTriggerSource
 from ._state import SourceStats as SourceStats
 from ._topic_admin import create_topics as create_topics
+from ._topics import _setting as config_setting
 
 __all__ = [
     "DEAD_LETTER_FAILURE_HEADERS",
@@ -45,8 +47,10 @@ __all__ = [
     "KafkaSender",
     "KafkaTriggerSource",
     "SourceStats",
+    "config_setting",
     "create_topics",
     "describe_kafka_error",
     "refused_error",
     "send_trigger",
+    "started_admin",
 ]

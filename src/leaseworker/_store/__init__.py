@@ -13,6 +13,9 @@ outbox and relay claims.
 ``_postgres`` (psycopg) is imported only when a ``postgresql://`` URL is opened.
 """
 
+from ._effects import EffectStore as EffectStore
+from ._effects import effect_id as effect_id
+from ._effects import effect_store as effect_store
 from ._guard import fenced_upsert as fenced_upsert
 from ._model import ClaimResult as ClaimResult
 from ._model import Completion as Completion
@@ -39,10 +42,13 @@ __all__ = [
     "CompletionRequest",
     "CompletionResult",
     "CompletionStore",
+    "EffectStore",
     "Status",
     "StoreURL",
     "barrier_of",
     "check_text",
+    "effect_id",
+    "effect_store",
     "fenced_upsert",
     "open_store",
     "parse_store_url",

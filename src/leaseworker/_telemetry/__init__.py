@@ -15,6 +15,7 @@ Only the OpenTelemetry API is imported at package import.
 
 from ._logs import JsonFormatter as JsonFormatter
 from ._logs import TextFormatter as TextFormatter
+from ._names import SPAN_LOST as SPAN_LOST
 from ._pod import PodTelemetry as PodTelemetry
 from ._producer import OutgoingTrigger as OutgoingTrigger
 from ._producer import traced_send as traced_send
@@ -25,6 +26,7 @@ from ._setup import configure as configure
 from ._telemetry import Telemetry as Telemetry
 
 __all__ = [
+    "SPAN_LOST",
     "ConfiguredTelemetry",
     "JsonFormatter",
     "OutgoingTrigger",
