@@ -24,7 +24,7 @@ from leaseworker.toolkit import JaegerQuery, JaegerSpan, http_get, https_context
 from ._proc import LOOPBACK, LocalProcess, cache_dir, distinct_free_ports, wait_for_port
 from ._shipped import ToolMissingError, shipped
 
-JAEGER_VERSION = "v1.76.0"
+JAEGER_VERSION = "v1.75.0"
 """The Jaeger release pinned in ``deploy/local/jaeger/go.mod``."""
 
 JAEGER_PACKAGE = "github.com/jaegertracing/jaeger/cmd/jaeger"
