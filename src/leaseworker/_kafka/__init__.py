@@ -14,7 +14,7 @@ outages; ``_outbox`` the relay's idempotent producer (``KafkaSender``);
 creates topics (``leaseworker topics create``) and ``_topics`` checks them at
 start, both with an admin client from ``_admin``. The only part of
 the library that imports aiokafka (an import contract checks it; the
-development services in ``_dev`` use it too).
+tools' local services use it too).
 """
 
 from aiokafka.errors import KafkaError as KafkaError  # type: ignore[import-untyped]

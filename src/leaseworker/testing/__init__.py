@@ -8,10 +8,10 @@ outages; ``_effects`` the statements and messages a run committed;
 ``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's
 rules (the lease conformance suite runs on both); ``_clock``
 ``VirtualTimeLoop``, asyncio on virtual time; ``_triggers`` triggers built by
-the pod's decoder; ``ChaosProxy`` (from ``leaseworker._chaos``, below the dev
+the pod's decoder; ``ChaosProxy`` (from ``leaseworker._chaos``, below the tools'
 services that use it too) sits between a client and a real server and can
 black-hole, delay or cut the traffic. The pytest plugin (fixtures for real
-services) is ``leaseworker_dev.pytest_plugin``.
+services) is leaseworker-dev's, ``leaseworker_dev.pytest_plugin``.
 """
 
 from .._chaos import ChaosProxy as ChaosProxy
