@@ -2,7 +2,8 @@
 
 ``_records`` the campaign's own witnesses (triggers sent, offsets committed,
 dead letters, stored completions, pod exits); ``_checker`` the invariants
-judged over the pods' recorded history and those records; ``_report`` the
+judged over the pods' recorded history and those records (``_effect_checks``
+the effects'; ``_invariant_verdict`` what each returns); ``_report`` the
 printed, JSON and HTML report; ``_run`` the campaign itself. Sits between
 the tools' CLI and the local services (an import contract): it starts
 services and pods through ``_services``.
@@ -10,6 +11,7 @@ services and pods through ``_services``.
 
 from ._checker import RULES as RULES
 from ._checker import check as check
+from ._invariant_verdict import Verdict as Verdict
 from ._payloads import load_generator as load_generator
 from ._records import DeadLetter as DeadLetter
 from ._records import PodExit as PodExit
@@ -22,7 +24,6 @@ from ._report import to_json as to_json
 from ._run import Interrupted as Interrupted
 from ._run import Settings as Settings
 from ._run import run_campaign as run_campaign
-from ._verdict import Verdict as Verdict
 
 __all__ = [
     "RULES",

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from leaseworker.toolkit import History, Scalar
 
+from ._invariant_verdict import Verdict, verdict
 from ._records import Delivery, Outboxed, Records
-from ._verdict import Verdict, verdict
 
 ACROSS = (
     "pod_kill",

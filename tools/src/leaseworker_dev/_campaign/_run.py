@@ -44,13 +44,13 @@ from .._services import PodProcess, until_ready
 from ._checker import check
 from ._exercise import Exercise, exercise
 from ._faults import Injector
+from ._invariant_verdict import Verdict
 from ._outbox import install_audit, outbox_rows, reclaims, topics_of
 from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
 from ._records import PodExit, Produced, Records
 from ._stack import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
-from ._verdict import Verdict
 from ._witness import committed, completions, dead_letters, pods_history
 
 Out = Callable[[str], None]
