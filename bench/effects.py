@@ -69,7 +69,7 @@ from leaseworker._kafka import KafkaSender
 from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_id, effect_store
 from leaseworker.effects import Relay
 from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._stack import LocalStack
+from leaseworker_dev._services._local_stack import LocalStack
 
 COMMITTED: dict[str, float] = {}
 """Effect id -> when its transaction's block ended (``perf_counter``), filled by the job."""

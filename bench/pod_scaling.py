@@ -32,7 +32,7 @@ from throughput import PARTITIONS, NoopReport, produce
 
 from leaseworker import ExecutionEvent, Pod, PodConfig
 from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._stack import LocalStack
+from leaseworker_dev._services._local_stack import LocalStack
 
 
 class Counter:

@@ -48,7 +48,7 @@ from leaseworker._lease._trips import OwnConnection
 from leaseworker._store._batch import Batcher
 from leaseworker_dev._services import LocalRedis
 from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._stack import LocalStack
+from leaseworker_dev._services._local_stack import LocalStack
 
 BOXES = (
     ("store", ("/leaseworker/_store/", "/psycopg/", "/psycopg_pool/", "sqlite3")),

@@ -75,7 +75,7 @@ from leaseworker._telemetry._setup import ConfiguredTelemetry, _span_exporter, c
 from leaseworker_dev._services import LocalRedis
 from leaseworker_dev._services._jaeger import LocalJaeger
 from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._stack import LocalStack
+from leaseworker_dev._services._local_stack import LocalStack
 
 
 class Counted(ReportJob):

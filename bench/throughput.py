@@ -74,7 +74,7 @@ from leaseworker import (
 from leaseworker._lease._scripts import RELEASE
 from leaseworker_dev._services import LocalRedis
 from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._stack import LocalStack
+from leaseworker_dev._services._local_stack import LocalStack
 
 PARTITIONS = 4
 

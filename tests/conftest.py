@@ -20,8 +20,8 @@ from leaseworker_dev._services import (
     LocalSentinelGroup,
 )
 from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_stack import LocalStack
 from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._stack import LocalStack
 
 from .health_util import spawn
 from .kafka_util import KafkaNames

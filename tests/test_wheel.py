@@ -190,7 +190,7 @@ def test_the_installed_demo_finds_its_files_in_the_package(
         from leaseworker_dev._services._jaeger import deploy_dir
         from leaseworker_dev._services._kafka import ensure_installed, kafka_version
         from leaseworker_dev._services._shipped import shipped
-        from leaseworker_dev._demos._stack import EXAMPLE
+        from leaseworker_dev._demos._stack_demo import EXAMPLE
         print(leaseworker_dev.__file__)
         print(shipped("deploy/local/kafka/pom.xml"))
         print(deploy_dir())

@@ -14,9 +14,9 @@ import pytest
 
 from leaseworker_dev._campaign._faults import Injector
 from leaseworker_dev._campaign._plan import PlannedFault
-from leaseworker_dev._campaign._stack import Services
+from leaseworker_dev._campaign._testbed import Services
 from leaseworker_dev._services import LocalSentinelGroup
-from leaseworker_dev._services._stack import LocalStack
+from leaseworker_dev._services._local_stack import LocalStack
 
 from ..topologies import direct, promotion_refused, role
 

@@ -17,7 +17,7 @@ import pytest
 from leaseworker import CompletionRequest, open_store
 from leaseworker._store._effects import Message, effect_store
 from leaseworker_dev._demos._notifications import Notifications, tally
-from leaseworker_dev._demos._stack import Summary
+from leaseworker_dev._demos._stack_demo import Summary
 
 pytestmark = pytest.mark.fake
 

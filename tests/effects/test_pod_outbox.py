@@ -27,8 +27,8 @@ from leaseworker._store._effects import effect_store
 from leaseworker._worker._backlog import EVERY
 from leaseworker._worker._relay import outbox_relay
 from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_postgres import LocalPostgres
 from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._postgres import LocalPostgres
 from leaseworker_dev._services._proc import free_port
 
 from ..waiting import eventually

@@ -25,8 +25,8 @@ from .._services import FailoverAborted, PodProcess
 from ._outbox import lapse_claims
 from ._plan import PlannedFault
 from ._receiver import Receiver
-from ._stack import Services
 from ._stall import stall_request
+from ._testbed import Services
 
 _MAX_BYTES = "max.message.bytes"
 

@@ -50,7 +50,7 @@ from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
 from ._records import PodExit, Produced, Records
-from ._stack import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
+from ._testbed import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
 from ._witness import committed, completions, dead_letters, pods_history
 
 Out = Callable[[str], None]

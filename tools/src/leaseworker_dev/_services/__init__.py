@@ -9,7 +9,7 @@ stopped by PID. Downloads and builds are cached under
 ``_proc`` starts, waits for and stops a process; ``_redis`` one
 ``redis-server``; ``_nodes`` one node of a replicated Redis topology;
 ``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_kafka``,
-``_postgres`` and ``_jaeger`` the other services; ``_stack`` the one stack
+``_local_postgres`` and ``_jaeger`` the other services; ``_local_stack`` the one stack
 builder over them; ``_pods`` the one pod process (``leaseworker run`` with
 ``/readyz`` and a recorded history); ``_shipped`` finds the build files they
 read, in a clone or in the wheel.
@@ -18,12 +18,14 @@ read, in a clone or in the wheel.
 from ._cluster import LocalRedisCluster as LocalRedisCluster
 from ._jaeger import LocalJaeger as LocalJaeger
 from ._kafka import LocalKafka as LocalKafka
+from ._local_postgres import LocalPostgres as LocalPostgres
+from ._local_stack import LocalStack as LocalStack
+from ._local_stack import Service as Service
 from ._pods import PodProcess as PodProcess
 from ._pods import committed_total as committed_total
 from ._pods import histories as histories
 from ._pods import pod_process as pod_process
 from ._pods import until_ready as until_ready
-from ._postgres import LocalPostgres as LocalPostgres
 from ._proc import LocalProcess as LocalProcess
 from ._proc import cache_dir as cache_dir
 from ._proc import free_port as free_port
@@ -33,8 +35,6 @@ from ._sentinel import FailoverAborted as FailoverAborted
 from ._sentinel import LocalSentinelGroup as LocalSentinelGroup
 from ._shipped import ToolMissingError as ToolMissingError
 from ._shipped import shipped as shipped
-from ._stack import LocalStack as LocalStack
-from ._stack import Service as Service
 
 __all__ = [
     "FailoverAborted",

@@ -21,7 +21,7 @@ from typing import Any, Literal, Self, TypeVar, cast, final
 from ._cluster import LocalRedisCluster
 from ._jaeger import LocalJaeger
 from ._kafka import LocalKafka
-from ._postgres import LocalPostgres
+from ._local_postgres import LocalPostgres
 from ._redis import LocalRedis
 from ._sentinel import LocalSentinelGroup
 

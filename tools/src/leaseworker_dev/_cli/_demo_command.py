@@ -2,7 +2,7 @@
 
 ``stack`` (the default, and the README's main command) runs worker pods on a
 local Redis and Kafka and proves, under a Redis stall, that no report ever
-ran twice at once (:mod:`leaseworker_dev._demos._stack`). ``incident`` replays the
+ran twice at once (:mod:`leaseworker_dev._demos._stack_demo`). ``incident`` replays the
 original lease-expiry incident with a naive lock and with ``hold()`` against
 a private Redis (:mod:`leaseworker_dev._demos._incident`). ``failover`` replays a
 Sentinel failover that loses the lease, without and with replica
