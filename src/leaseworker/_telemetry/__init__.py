@@ -13,6 +13,7 @@ for both.
 Only the OpenTelemetry API is imported at package import.
 """
 
+from . import _names as names
 from ._logs import JsonFormatter as JsonFormatter
 from ._logs import TextFormatter as TextFormatter
 from ._names import SPAN_LOST as SPAN_LOST
@@ -36,5 +37,6 @@ __all__ = [
     "configure",
     "extract",
     "inject",
+    "names",
     "traced_send",
 ]
