@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.deploy.pod
 
 from tests.deploy.podman import BASE_IMAGE, IMAGE_NAME, Podman, build_image, ensure_base, podman
 
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._proc import free_port
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._proc import free_port
 
 READY_WITHIN = 120.0
 

@@ -65,11 +65,11 @@ from throughput import (
 )
 
 from leaseworker import CompletionRequest, JobContext, Pod, PodConfig, ReportJob, open_store
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._stack import LocalStack
 from leaseworker._kafka import KafkaSender
 from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_id, effect_store
 from leaseworker.effects import Relay
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_stack import LocalStack
 
 COMMITTED: dict[str, float] = {}
 """Effect id -> when its transaction's block ended (``perf_counter``), filled by the job."""

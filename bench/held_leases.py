@@ -44,7 +44,7 @@ from redis.asyncio.connection import Connection
 
 from leaseworker import HeldLease, LeaseLost, LeaseUnavailable, RedisLeases, hold
 from leaseworker._cli._run import tune_garbage_collector
-from leaseworker._dev._services import LocalRedis
+from leaseworker_dev._services import LocalRedis
 
 LAG_PROBE = 0.005
 """How often the loop-lag probe wakes during the end burst, in seconds."""

@@ -35,8 +35,8 @@ from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 
 from leaseworker import RedisLeases, redis_from_url
-from leaseworker._dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
 from leaseworker._lease._scripts import RELEASE
+from leaseworker_dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
 
 Cycle = Callable[[str, list[float]], Awaitable[None]]
 """One acquire+release of a key; appends each call's seconds to the list."""

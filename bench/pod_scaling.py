@@ -31,8 +31,8 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from throughput import PARTITIONS, NoopReport, produce
 
 from leaseworker import ExecutionEvent, Pod, PodConfig
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._stack import LocalStack
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_stack import LocalStack
 
 
 class Counter:

@@ -71,10 +71,10 @@ from leaseworker import (
     PodConfig,
     ReportJob,
 )
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._stack import LocalStack
 from leaseworker._lease._scripts import RELEASE
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_stack import LocalStack
 
 PARTITIONS = 4
 

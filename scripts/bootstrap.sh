@@ -2,7 +2,8 @@
 # Install everything leaseworker's demo and tests need; safe to run again.
 #  - Debian packages: redis-server, postgresql, chromium, podman, runc, debootstrap
 #    (only when missing; needs root or sudo)
-#  - a virtualenv in .venv with leaseworker installed editable plus dev tools
+#  - a virtualenv in .venv with leaseworker and its tools (leaseworker-dev, tools/)
+#    installed editable, plus dev tools
 #  - Kafka jars (Maven) and the Jaeger binary (Go) into ~/.cache/leaseworker
 #    (override with LEASEWORKER_CACHE), outside the clone; skipped when cached.
 set -euo pipefail
@@ -42,12 +43,13 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.leaseworker-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
-    echo "bootstrap: installing leaseworker and dev tools into .venv (versions: constraints.txt)"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ tools/pyproject.toml -nt "$stamp" ] \
+    || [ constraints.txt -nt "$stamp" ]; then
+    echo "bootstrap: installing leaseworker, leaseworker-dev and dev tools into .venv (versions: constraints.txt)"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev]'
+    .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev]' -e ./tools
     touch "$stamp"
 fi
 
 # Service binaries: fetched/built once, then reused from the cache.
-.venv/bin/python -m leaseworker._dev._services.prepare
+.venv/bin/python -m leaseworker_dev._services.prepare

@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-echo "== ruff"; .venv/bin/ruff check src tests bench
-.venv/bin/ruff format --check src tests bench
+echo "== ruff"; .venv/bin/ruff check src tools/src tests bench
+.venv/bin/ruff format --check src tools/src tests bench
 echo "== mypy --strict"; .venv/bin/mypy
 echo "== import contracts"; .venv/bin/lint-imports --no-cache
 echo "== pytest"; .venv/bin/pytest --cov --cov-report=term-missing:skip-covered "$@"

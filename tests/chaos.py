@@ -11,9 +11,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from leaseworker import RedisLeases
-from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._scripts import ACQUIRE, RELEASE, RENEW
 from leaseworker.testing import ChaosProxy
+from leaseworker_dev._services import LocalRedis
 
 
 @contextlib.asynccontextmanager

@@ -13,22 +13,22 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, RedisLeases, open_store
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services import (
+from leaseworker_dev._services import (
     LocalPostgres,
     LocalRedis,
     LocalRedisCluster,
     LocalSentinelGroup,
 )
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._stack import LocalStack
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_stack import LocalStack
+from leaseworker_dev._services._pods import PodProcess
 
 from .health_util import spawn
 from .kafka_util import KafkaNames
 
 # The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
 # loaded from there it would import leaseworker before coverage starts measuring it).
-pytest_plugins = ["leaseworker.testing.pytest_plugin", "pytester"]
+pytest_plugins = ["leaseworker_dev.pytest_plugin", "pytester"]
 
 
 @pytest.fixture(scope="session")

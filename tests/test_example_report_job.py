@@ -30,7 +30,7 @@ from leaseworker.testing import (
     Superseded,
     make_trigger,
 )
-from leaseworker.testing.pytest_plugin import PodFactory
+from leaseworker_dev.pytest_plugin import PodFactory
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "report_job"
 

@@ -15,9 +15,16 @@ from typing import Any
 
 import pytest
 
-from leaseworker._cli._main import COMMANDS
+from leaseworker._cli._main import COMMANDS, command_module
 
-TOOLING = ("leaseworker._dev", "leaseworker._campaign", "leaseworker._timeline", "leaseworker._cli")
+TOOLING = (
+    "leaseworker_dev._services",
+    "leaseworker_dev._demos",
+    "leaseworker_dev._campaign",
+    "leaseworker_dev._cli",
+    "leaseworker._timeline",
+    "leaseworker._cli",
+)
 
 
 def run(code: str) -> Any:
@@ -54,12 +61,12 @@ def test_the_pytest_plugin_loads_no_tooling_and_no_aiokafka() -> None:
 
     Its fixtures import the dev services when a test asks for one.
     """
-    assert loaded("import leaseworker.testing.pytest_plugin", *TOOLING, "aiokafka") == []
+    assert loaded("import leaseworker_dev.pytest_plugin", *TOOLING, "aiokafka") == []
 
 
 def test_the_plugin_still_offers_the_embedded_pod_by_name() -> None:
     """``PodFactory`` (what tests annotate ``leaseworker_pod`` with) loads on first use."""
-    code = "from leaseworker.testing.pytest_plugin import PodFactory, EmbeddedPod"
+    code = "from leaseworker_dev.pytest_plugin import PodFactory, EmbeddedPod"
     assert "leaseworker._worker" in loaded(code, "leaseworker._worker")
 
 
@@ -76,7 +83,7 @@ def test_import_leaseworker_loads_no_opentelemetry_sdk_and_no_redis() -> None:
     via ``redis.maint_notifications``), so the Redis-bound names load on first use;
     the SDK is installed here and nothing blocks it, so this reads what really loads.
     """
-    for code in ("import leaseworker", "import leaseworker.testing.pytest_plugin"):
+    for code in ("import leaseworker", "import leaseworker_dev.pytest_plugin"):
         assert loaded(code, "opentelemetry.sdk", "redis") == [], code
     assert "redis" in loaded("from leaseworker import RedisLeases", "redis")
     assert "redis" in loaded("from leaseworker import redis_from_url", "redis")
@@ -127,8 +134,7 @@ def test_the_cli_imports_only_the_subcommand_it_runs(
             pass
     """
     found = set(loaded(code, *TOOLING))
-    subcommands = {f"leaseworker._cli.{module}" for module, _ in COMMANDS.values()}
-    assert found & subcommands == (
-        {f"leaseworker._cli.{COMMANDS[command][0]}"} if command else set()
-    )
-    assert {m for m in found if m.count(".") == 1} - {"leaseworker._cli"} == tooling
+    subcommands = {command_module(name) for name in COMMANDS}
+    assert found & subcommands == ({command_module(command)} if command else set())
+    clis = {"leaseworker._cli", "leaseworker_dev._cli"}
+    assert {m for m in found if m.count(".") == 1} - clis == tooling

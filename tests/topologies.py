@@ -1,6 +1,6 @@
 """Helpers for tests on the replicated local topologies (Sentinel group, cluster).
 
-The topologies themselves live in ``leaseworker._dev._services``; these are the
+The topologies themselves live in ``leaseworker_dev._services``; these are the
 test's side: a direct client to one node (the test's view of what that node
 holds, bypassing any routing), Sentinel's events and a promotion it cannot
 complete, and the check that a stopped topology left nothing behind.
@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from leaseworker._dev._services._nodes import RedisNode
+from leaseworker_dev._services._nodes import RedisNode
 
 
 @contextlib.asynccontextmanager

@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 
 from leaseworker import Event, Pod, PodConfig, ReportJob
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
 
 from .kafka_util import KafkaNames
 

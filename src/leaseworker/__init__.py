@@ -10,18 +10,18 @@ API re-exported here:
 ``_worker``: the pod, wiring source, executor, leases and store;
 ``_timeline``: a job key's history drawn as text or a page (``leaseworker timeline``);
 ``_cli``: the ``leaseworker`` command, one module per subcommand;
-``_campaign``: the seeded fault campaign and its checker (``leaseworker chaos``);
-``_dev``: local services and demos, not the library;
-``testing``: the kit for testing jobs (``JobEnvironment``, ``MemoryLeases``, the pytest plugin);
+``testing``: the kit for testing jobs (``JobEnvironment``, ``MemoryLeases``, ``ChaosProxy``);
+``toolkit``: the names the tools (leaseworker-dev, in ``tools/``: local services, demos,
+the fault campaign, the pytest plugin) may use, their one way into the library;
 ``_events``: the event family and the one ``Hook`` protocol every box reports through;
 ``_errors``, ``_backoff``, ``_retry``, ``_history``, ``_outcome``, ``_version``: shared
 bottom modules (exceptions, backoff policies, the retry loop, the history model,
 outcomes and reason codes); ``_chaos`` the fault-injecting TCP proxy
-(``leaseworker.testing.ChaosProxy``), below the dev services and the testing kit that use it.
+(``leaseworker.testing.ChaosProxy``), below the testing kit and the tools that use it.
 
 The Kafka-bound names (``Pod``, ``PodConfig``, ``serve``, ``KafkaSecurity``) and the
 Redis-bound ones (``RedisLeases``, ``redis_from_url``) load on first use, so ``import
-leaseworker`` (and the pytest plugin inside it) loads no aiokafka, no redis-py and so no
+leaseworker`` (and the tools' pytest plugin) loads no aiokafka, no redis-py and so no
 OpenTelemetry SDK (redis-py 8.1 imports it).
 ``Worker``, ``WorkerConfig`` and ``BusyPolicy`` are the deprecated names of ``Pod``,
 ``PodConfig`` and ``Backoff`` (docs/design.md#vocabulary); they warn and are not listed.

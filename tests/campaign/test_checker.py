@@ -11,8 +11,8 @@ import dataclasses
 
 import pytest
 
-from leaseworker._campaign import PodExit, Produced, Records, Stored, Verdict, check
 from leaseworker._history import Execution, FaultWindow, History, Step
+from leaseworker_dev._campaign import PodExit, Produced, Records, Stored, Verdict, check
 
 KEY = "report:acme:2026-11"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from leaseworker._campaign import Records, Stored, Verdict, check
-from leaseworker._campaign._records import Delivery, Outboxed, Reclaim
 from leaseworker._history import FaultWindow, History
 from leaseworker.effects import effect_id
+from leaseworker_dev._campaign import Records, Stored, Verdict, check
+from leaseworker_dev._campaign._records import Delivery, Outboxed, Reclaim
 
 from .test_checker import CLEAN, KEY, RECORDS
 

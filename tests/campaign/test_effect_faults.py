@@ -14,12 +14,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._campaign._faults import refuse_records
-from leaseworker._campaign._receiver import Receiver, effects_pattern
-from leaseworker._campaign._records import Delivery
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
-from leaseworker._store._effects import Message, OutboxRow
+from leaseworker._store import Message, OutboxRow
+from leaseworker_dev._campaign._faults import refuse_records
+from leaseworker_dev._campaign._receiver import Receiver, effects_pattern
+from leaseworker_dev._campaign._records import Delivery
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, produce
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker._campaign._witness import _judged
 from leaseworker._history import Execution, FaultWindow, Step
+from leaseworker_dev._campaign._witness import _judged
 
 pytestmark = pytest.mark.fake
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker._campaign import DeadLetter, Produced, Records, check
-from leaseworker._campaign._exercise import exercise
-from leaseworker._campaign._payloads import default_payloads
-from leaseworker._campaign._plan import Plan
-from leaseworker._campaign._report import render, to_json
-from leaseworker._campaign._run import Result, Settings
 from leaseworker._cli._main import main
 from leaseworker._history import Execution, FaultWindow, History
+from leaseworker_dev._campaign import DeadLetter, Produced, Records, check
+from leaseworker_dev._campaign._exercise import exercise
+from leaseworker_dev._campaign._payloads import default_payloads
+from leaseworker_dev._campaign._plan import Plan
+from leaseworker_dev._campaign._report import render, to_json
+from leaseworker_dev._campaign._run import Result, Settings
 
 from ..jobs import MarkerJob
 
@@ -108,7 +108,7 @@ def test_the_command_exits_1_with_one_line_when_inconclusive(
 ) -> None:
     """``leaseworker chaos`` prints the report, then one ``inconclusive:`` line on stderr."""
     result = _result(History(clock="monotonic", faults=FAULTS), DEAD)
-    monkeypatch.setattr("leaseworker._campaign._run.run_campaign", lambda settings, out: result)
+    monkeypatch.setattr("leaseworker_dev._campaign.run_campaign", lambda settings, out: result)
     assert main(["chaos", "tests.jobs:MarkerJob", "--faults", "20"]) == 1
     captured = capsys.readouterr()
     assert "PASS no two executions of one key at once" in captured.out

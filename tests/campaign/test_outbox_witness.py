@@ -21,12 +21,12 @@ import psycopg
 import pytest
 
 from leaseworker import CompletionRequest, CompletionStore, open_store
-from leaseworker._campaign import check
-from leaseworker._campaign._outbox import install_audit, lapse_claims, outbox_rows, reclaims
-from leaseworker._campaign._records import Delivery
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
-from leaseworker._store._effects import Message, effect_store
+from leaseworker._store import Message, effect_store
+from leaseworker_dev._campaign import check
+from leaseworker_dev._campaign._outbox import install_audit, lapse_claims, outbox_rows, reclaims
+from leaseworker_dev._campaign._records import Delivery
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic
 from .test_checker import CLEAN, RECORDS

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from leaseworker._campaign._payloads import default_payloads, load_generator
-from leaseworker._campaign._plan import POD_FAULTS, Plan, fault_kinds, make_plan
-from leaseworker._campaign._stack import Topology
 from leaseworker._errors import ConfigError
+from leaseworker_dev._campaign._payloads import default_payloads, load_generator
+from leaseworker_dev._campaign._plan import POD_FAULTS, Plan, fault_kinds, make_plan
+from leaseworker_dev._campaign._testbed import Topology
 
 PODS = ["pod-1", "pod-2", "pod-3"]
 

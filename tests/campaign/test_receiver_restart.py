@@ -20,16 +20,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._campaign._effect_checks import effects_processed_once
-from leaseworker._campaign._faults import Injector
-from leaseworker._campaign._plan import PlannedFault
-from leaseworker._campaign._receiver import Receiver
-from leaseworker._campaign._records import Outboxed, Records
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._history import History
 from leaseworker._kafka import KafkaSender
-from leaseworker._store._effects import Message, OutboxRow
+from leaseworker._store import Message, OutboxRow
 from leaseworker.effects import effect_id
+from leaseworker_dev._campaign._effect_checks import effects_processed_once
+from leaseworker_dev._campaign._faults import Injector
+from leaseworker_dev._campaign._plan import PlannedFault
+from leaseworker_dev._campaign._receiver import Receiver
+from leaseworker_dev._campaign._records import Outboxed, Records
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames
 

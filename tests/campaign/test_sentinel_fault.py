@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker._campaign._faults import Injector
-from leaseworker._campaign._plan import PlannedFault
-from leaseworker._campaign._stack import Services
-from leaseworker._dev._services import LocalSentinelGroup
-from leaseworker._dev._services._stack import LocalStack
+from leaseworker_dev._campaign._faults import Injector
+from leaseworker_dev._campaign._plan import PlannedFault
+from leaseworker_dev._campaign._testbed import Services
+from leaseworker_dev._services import LocalSentinelGroup
+from leaseworker_dev._services._local_stack import LocalStack
 
 from ..topologies import direct, promotion_refused, role
 

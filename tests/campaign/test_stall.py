@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leaseworker._campaign._stall import maybe_stall, stall_log, stall_request
 from leaseworker._history import History, header_line
+from leaseworker_dev._campaign._stall import maybe_stall, stall_log, stall_request
 
 
 def test_a_stall_request_is_played_once_at_its_place_and_recorded(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from leaseworker import __version__
 from leaseworker._cli._common import env_name
 from leaseworker._cli._main import main
-from leaseworker._dev._services import LocalRedis
+from leaseworker_dev._services import LocalRedis
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,8 @@ import pytest
 
 from leaseworker import CompletionRequest, open_store
 from leaseworker._cli._main import main
-from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker._execution._completion import completion_key
+from leaseworker_dev._services import LocalRedis, free_port
 
 
 def _inspect(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from leaseworker._dev._failover import failover_run
-from leaseworker._dev._incident import leaseworker_run, naive_run
-from leaseworker._dev._services import LocalRedis, LocalSentinelGroup
+from leaseworker_dev._demos._failover import failover_run
+from leaseworker_dev._demos._incident import leaseworker_run, naive_run
+from leaseworker_dev._services import LocalRedis, LocalSentinelGroup
 
 
 async def test_naive_lock_overlaps_and_hold_does_not(

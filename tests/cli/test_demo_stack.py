@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leaseworker._dev._services import LocalJaeger
-from leaseworker._dev._stack import SLOW_KEY, stack_demo
+from leaseworker_dev._demos._stack_demo import SLOW_KEY, stack_demo
+from leaseworker_dev._services import LocalJaeger
 
 
 def test_stack_demo_completes_every_trigger_without_overlap_and_takes_the_stall_over(

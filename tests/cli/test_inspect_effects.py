@@ -16,9 +16,9 @@ import pytest
 
 from leaseworker import CompletionRequest, open_store
 from leaseworker._cli._main import main
-from leaseworker._dev._services import LocalRedis
 from leaseworker._execution._completion import completion_key
-from leaseworker._store._effects import Message, effect_id, effect_store
+from leaseworker._store import Message, effect_id, effect_store
+from leaseworker_dev._services import LocalRedis
 
 SECRET = "s3cr3t-message-value"
 

@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 
 from leaseworker import LeaseInfo, RedisLeases
 from leaseworker._cli._main import main
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, payload, produce

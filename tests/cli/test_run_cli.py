@@ -14,7 +14,7 @@ import pytest
 
 from leaseworker._cli._main import main
 from leaseworker._cli._run import YOUNG_COLLECTION_THRESHOLD
-from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._dev._services import free_port
-from leaseworker._dev._services._kafka import LocalKafka
+from leaseworker_dev._services import free_port
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic
 from ..pods import LEASEWORKER, REPO

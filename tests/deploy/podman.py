@@ -22,13 +22,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from leaseworker._dev._services import cache_dir
 from leaseworker._history import Execution, History, merge
+from leaseworker_dev._services import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/debian-python:bookworm"
 IMAGE_NAME = "localhost/leaseworker"
-CONTEXT = ("pyproject.toml", "README.md", "constraints.txt", "src", "examples", "deploy/local")
+CONTEXT = ("pyproject.toml", "README.md", "constraints.txt", "src", "examples")
 """What the Dockerfile copies: the build context is made of these only."""
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"

@@ -23,9 +23,9 @@ import anyio
 import pytest
 import yaml
 
-from leaseworker._dev._services import LocalPostgres, LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._proc import free_port
+from leaseworker_dev._services import LocalPostgres, LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._proc import free_port
 
 from ..waiting import eventually
 from .podman import REPO, Podman

@@ -15,9 +15,9 @@ import anyio
 import pytest
 
 from leaseworker import CompletionRequest, open_store
-from leaseworker._dev._notifications import Notifications, tally
-from leaseworker._dev._stack import Summary
-from leaseworker._store._effects import Message, effect_store
+from leaseworker._store import Message, effect_store
+from leaseworker_dev._demos._notifications import Notifications, tally
+from leaseworker_dev._demos._stack_demo import Summary
 
 pytestmark = pytest.mark.fake
 

@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError
 
-from leaseworker._dev._services import LocalRedisCluster
-from leaseworker._dev._services._cluster import SHARDS, slot_of
+from leaseworker_dev._services import LocalRedisCluster
+from leaseworker_dev._services._cluster import SHARDS, slot_of
 
 from ..topologies import assert_gone, command, direct, replicas_acknowledging, role
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from leaseworker._dev._services import free_port
-from leaseworker._dev._services._proc import LOOPBACK, _ephemeral_low
+from leaseworker_dev._services import free_port
+from leaseworker_dev._services._proc import LOOPBACK, _ephemeral_low
 
 
 def test_free_ports_come_from_below_the_ephemeral_range_and_can_be_bound() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leaseworker._dev._services._postgres import LocalPostgres, find_bindir
+from leaseworker_dev._services._local_postgres import LocalPostgres, find_bindir
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from leaseworker._dev._services import LocalRedis
+from leaseworker_dev._services import LocalRedis
 
 
 def test_stop_ends_the_process_and_removes_its_temporary_directory() -> None:

@@ -7,8 +7,8 @@ import uuid
 import anyio
 import pytest
 
-from leaseworker._dev._services import FailoverAborted, LocalSentinelGroup
-from leaseworker._dev._services._nodes import RedisNode
+from leaseworker_dev._services import FailoverAborted, LocalSentinelGroup
+from leaseworker_dev._services._nodes import RedisNode
 
 from ..topologies import (
     allow_promotion,

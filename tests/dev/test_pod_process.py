@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker._dev._pods import PodProcess, until_ready
-from leaseworker._dev._services import free_port
+from leaseworker_dev._services import free_port
+from leaseworker_dev._services._pods import PodProcess, until_ready
 
 from ..waiting import eventually
 

@@ -30,10 +30,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from redis.asyncio import Redis
 
 from leaseworker import JobContext, RedisLeases, ReportJob
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services import LocalPostgres, LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker.effects import Effect, PostgresInbox, TransactionRefused
+from leaseworker_dev._services import LocalPostgres, LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._pods import PodProcess
 
 from ..kafka_util import committed, produce
 from ..pods import ready, spawn

@@ -23,13 +23,13 @@ import psycopg
 import pytest
 
 from leaseworker import PodConfig, open_store
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._postgres import LocalPostgres
-from leaseworker._dev._services._proc import free_port
-from leaseworker._store._effects import effect_store
+from leaseworker._store import effect_store
 from leaseworker._worker._backlog import EVERY
 from leaseworker._worker._relay import outbox_relay
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_postgres import LocalPostgres
+from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services._proc import free_port
 
 from ..waiting import eventually
 from .test_effects_pods import Pods, pg_url, pods

@@ -14,10 +14,10 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2  # type: ignore[imp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import KafkaSender
 from leaseworker._kafka._outbox import _partition
-from leaseworker._store._effects import Message, OutboxRow
+from leaseworker._store import Message, OutboxRow
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames
 

@@ -14,11 +14,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
 
 from leaseworker import PodConfig
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution import Ending
 from leaseworker._kafka._quiet import quiet
 from leaseworker._kafka._source import KafkaTriggerSource
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..fake_kafka import FakeConsumer
 from ..jobs import GateJob, Recorder, on_topic

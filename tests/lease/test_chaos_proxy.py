@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from leaseworker._dev._services import free_port
 from leaseworker.testing import ChaosProxy
+from leaseworker_dev._services import free_port
 
 
 async def test_an_upstream_that_refuses_closes_the_client_and_leaves_the_proxy_running() -> None:

@@ -16,9 +16,9 @@ import pytest
 from redis.asyncio import RedisCluster
 
 from leaseworker import HeldLease, Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
-from leaseworker._dev._services import LocalRedisCluster
-from leaseworker._dev._services._cluster import slot_of
 from leaseworker._lease import now
+from leaseworker_dev._services import LocalRedisCluster
+from leaseworker_dev._services._cluster import slot_of
 
 
 @pytest.fixture

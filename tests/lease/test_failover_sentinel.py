@@ -22,8 +22,8 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import Lease, LeaseUnavailable, RedisLeases, hold, redis_from_url
-from leaseworker._dev._services import LocalSentinelGroup
 from leaseworker._lease import now
+from leaseworker_dev._services import LocalSentinelGroup
 
 from ..waiting import eventually
 

@@ -23,8 +23,8 @@ from leaseworker import (
     RedisLeases,
     hold,
 )
-from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._timing import DeadlinePolicy
+from leaseworker_dev._services import LocalRedis
 
 from ..chaos import proxied_leases
 

@@ -20,8 +20,8 @@ from leaseworker import (
     RedisLeases,
     hold,
 )
-from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._releases import releases
+from leaseworker_dev._services import LocalRedis
 
 from ..chaos import proxied_leases
 

@@ -21,8 +21,8 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import ConfigError, LeaseLost, LeaseStore, LeaseUnavailable, RedisLeases
-from leaseworker._dev._services import LocalRedis, free_port
 from leaseworker.testing import MemoryLeases
+from leaseworker_dev._services import LocalRedis, free_port
 
 from ..chaos import proxied_leases
 

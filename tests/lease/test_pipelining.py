@@ -23,12 +23,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from leaseworker import Lease, LeaseUnavailable, RedisLeases
-from leaseworker._dev._services import LocalRedis
 from leaseworker._lease._deadlines import DeadlineWheel
 from leaseworker._lease._pipelining import ScriptPipeline
 from leaseworker._lease._scripts import ACQUIRE, RENEW
 from leaseworker._lease._trips import Replied
 from leaseworker.testing import ChaosProxy
+from leaseworker_dev._services import LocalRedis
 
 from ..waiting import eventually
 

@@ -23,7 +23,7 @@ from leaseworker import (
     RedisLeases,
     hold,
 )
-from leaseworker._dev._services import LocalRedis
+from leaseworker_dev._services import LocalRedis
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from leaseworker._dev._services._tls import TLSFiles
+from leaseworker_dev._services._tls import TLSFiles
 
 
 @dataclass

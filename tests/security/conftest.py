@@ -30,16 +30,16 @@ import anyio
 import pytest
 import redis
 
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services import (
+from leaseworker._store import migrate_store
+from leaseworker_dev._services import (
     LocalPostgres,
     LocalRedis,
     LocalRedisCluster,
     LocalSentinelGroup,
 )
-from leaseworker._dev._services._nodes import RedisNode
-from leaseworker._dev._services._tls import ServiceTLS, TestCA
-from leaseworker._store import migrate_store
+from leaseworker_dev._services._nodes import RedisNode
+from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services._tls import ServiceTLS, TestCA
 
 from .collector import Collector, https_collector
 from .secured_kafka import SecuredKafka, start_secured_kafka

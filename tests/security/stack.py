@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from leaseworker._dev._pods import PodProcess, pod_process
-from leaseworker._dev._services._kafka_acls import Acl
-from leaseworker._dev._services._tls import TLSFiles
+from leaseworker_dev._services._kafka_acls import Acl
+from leaseworker_dev._services._pods import PodProcess, pod_process
+from leaseworker_dev._services._tls import TLSFiles
 
 from ..kafka_util import KafkaNames
 from ..pods import REPO

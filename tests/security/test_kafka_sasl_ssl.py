@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from leaseworker import KafkaSecurity
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services import LocalRedis, free_port
-from leaseworker.testing._embedded import PodFactory
+from leaseworker_dev._embedded import PodFactory
+from leaseworker_dev._services import LocalRedis, free_port
+from leaseworker_dev._services._pods import PodProcess
 
 from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic

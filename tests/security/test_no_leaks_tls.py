@@ -20,9 +20,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services._proc import free_port
 from leaseworker._telemetry import _names as names
+from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services._proc import free_port
 
 from ..kafka_util import read_topic
 from ..waiting import eventually

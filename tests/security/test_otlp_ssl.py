@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._dev._services import LocalJaeger
+from leaseworker_dev._services import LocalJaeger
 
 from ..waiting import eventually
 from .collector import https_collector

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from leaseworker import RedisLeases
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._nodes import RedisNode
-from leaseworker._dev._services._proc import free_port
-from leaseworker._dev._services._tls import ServiceTLS, TestCA
 from leaseworker._lease import check_redis, parse_redis_url, redis_from_url
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._nodes import RedisNode
+from leaseworker_dev._services._proc import free_port
+from leaseworker_dev._services._tls import ServiceTLS, TestCA
 
 from ..health_util import spawn
 from ..waiting import eventually

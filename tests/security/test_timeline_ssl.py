@@ -18,9 +18,9 @@ from pathlib import Path
 
 import anyio
 
-from leaseworker._dev._services import LocalJaeger
-from leaseworker._dev._services._tls import TestCA
 from leaseworker._telemetry import _names as n
+from leaseworker_dev._services import LocalJaeger
+from leaseworker_dev._services._tls import TestCA
 
 from ..waiting import eventually
 from .cli import leaseworker

@@ -7,7 +7,7 @@ completed). The TLS cluster's case is in test_redis_tls.py.
 
 from __future__ import annotations
 
-from leaseworker._dev._services import LocalRedisCluster
+from leaseworker_dev._services import LocalRedisCluster
 
 from .cli import run_pod
 

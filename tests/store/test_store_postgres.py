@@ -20,8 +20,8 @@ import pytest
 from psycopg import sql
 
 from leaseworker import CompletionRequest, CompletionStore, StoreUnavailable, open_store
-from leaseworker._dev._services import LocalPostgres, free_port
 from leaseworker.testing import ChaosProxy
+from leaseworker_dev._services import LocalPostgres, free_port
 
 from ..waiting import eventually
 

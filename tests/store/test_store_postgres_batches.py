@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from leaseworker import CompletionRequest, open_store
-from leaseworker._dev._services import LocalPostgres
 from leaseworker._store._batch import Call
 from leaseworker._store._postgres import PostgresStore
+from leaseworker_dev._services import LocalPostgres
 
 KEYS = 24
 

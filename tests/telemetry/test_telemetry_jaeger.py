@@ -13,11 +13,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._dev._jaeger_links import pod_environment
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._jaeger import LocalJaeger
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._timeline._jaeger_json import JaegerSpan
+from leaseworker_dev._demos._jaeger_links import pod_environment
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._jaeger import LocalJaeger
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames
 from ..pods import REPO, spawn_pod

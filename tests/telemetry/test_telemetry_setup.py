@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from leaseworker._dev._services import free_port
 from leaseworker._telemetry import JsonFormatter
 from leaseworker._telemetry._setup import SWITCH_INTERVAL, configure
+from leaseworker_dev._services import free_port
 
 
 def test_json_log_line_has_the_lifecycle_fields_and_the_current_trace_ids() -> None:

@@ -22,7 +22,7 @@ def test_all_is_sorted_and_every_name_is_exported_at_the_public_path() -> None:
 
 def test_importing_the_kit_does_not_import_the_dev_services() -> None:
     """Only the pytest plugin reaches the development services (the import contract's exception)."""
-    probe = "import sys, leaseworker.testing; print('leaseworker._dev' in sys.modules)"
+    probe = "import sys, leaseworker.testing; print('leaseworker_dev' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )

@@ -19,10 +19,10 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, Event, ExecutionEvent, RedisLeases, open_store
-from leaseworker._dev._services import LocalPostgres, LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._execution._completion import completion_key
 from leaseworker.testing import ChaosProxy
+from leaseworker_dev._services import LocalPostgres, LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce

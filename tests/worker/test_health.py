@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leaseworker import JobContext, ReportJob
-from leaseworker._dev._pods import PodProcess
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
-from leaseworker._dev._services._proc import free_port
 from leaseworker.testing import ChaosProxy
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services._proc import free_port
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames, payload, produce

@@ -17,9 +17,9 @@ import anyio
 import pytest
 
 from leaseworker import open_store
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._store import SqliteStore, WalSync
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce

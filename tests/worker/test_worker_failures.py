@@ -10,13 +10,13 @@ from typing import Any
 import anyio
 
 from leaseworker import JobContext, PodConfig, ReportJob
-from leaseworker._dev._services import LocalRedis
-from leaseworker._dev._services._kafka import LocalKafka
 from leaseworker._kafka import (
     DEAD_LETTER_FAILURE_HEADERS,
     DEAD_LETTER_HEADERS,
     SourceStats,
 )
+from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services._kafka import LocalKafka
 
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic
 from ..waiting import eventually

@@ -26,8 +26,7 @@ import anyio
 from .._errors import ConfigError, LeaseError, StoreUnavailable
 from .._execution import completion_key
 from .._lease import RedisLeases, parse_redis_url, redis_from_url
-from .._store import DEFAULT_URL, Completion, open_store, parse_store_url
-from .._store._effects import EffectStore, OutboxEntry
+from .._store import DEFAULT_URL, Completion, EffectStore, OutboxEntry, open_store, parse_store_url
 from ._common import (
     REDIS_TLS_SETTINGS,
     Setting,

@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from typing import TYPE_CHECKING
 
-from .._kafka import KafkaSecurity
 from ._common import Setting, config_default, env_default, env_name
+
+if TYPE_CHECKING:
+    from .._kafka import KafkaSecurity
 
 KAFKA_SECURITY_SETTINGS = (
     Setting(
@@ -49,6 +52,8 @@ def add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
 
 def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
     """Build the Kafka SASL/TLS settings from the flags of :func:`add_kafka_security_flags`."""
+    from .._kafka import KafkaSecurity  # aiokafka: loaded by the commands that build one
+
     return KafkaSecurity(
         protocol=args.kafka_security_protocol,
         sasl_mechanism=args.kafka_sasl_mechanism or None,

@@ -3,7 +3,10 @@
 Each subcommand lives in its own module and registers itself through an
 ``add_parser(subparsers, summary)`` function; this module only assembles them,
 and imports the module of the one subcommand being run (``--help`` lists the
-others from :data:`COMMANDS` without importing them). The
+others from :data:`COMMANDS` without importing them). ``demo`` and ``chaos``
+belong to the tools, leaseworker-dev, whose ``leaseworker.commands`` entry
+points name their modules; without it they are not listed, and running one
+says in one line what to install (exit 2). The
 settings of ``run`` and the connection settings of the other commands can also
 come from a ``LEASEWORKER_<FLAG>`` environment variable (see
 :func:`env_default`). Bad usage exits 2 with a one-line reason.
@@ -12,18 +15,26 @@ come from a ``LEASEWORKER_<FLAG>`` environment variable (see
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 
 from .._version import __version__
 from ._common import LOG_FORMATS, LOG_LEVELS, env_default, env_name
 
 Handler = Callable[[argparse.Namespace], int]
 
+TOOLS = "leaseworker-dev"
+"""The distribution that adds the commands whose module in :data:`COMMANDS` is ``None``."""
+
+ENTRY_POINTS = "leaseworker.commands"
+"""The entry-point group where the tools name those commands' modules."""
+
 COMMANDS = {
-    "demo": ("_demo", "run the local stack demo (default) or replay the lease-expiry incident"),
+    "demo": (None, "run the local stack demo (default) or replay the lease-expiry incident"),
     "inspect": (
         "_inspect",
         "show a job key's lease (owner, TTL, last fence) and its completion state",
@@ -39,9 +50,9 @@ COMMANDS = {
         "draw every execution of a job key across pods on one time axis (from Jaeger)",
     ),
     "store": ("_store", "manage the completion store's schema (migrate it as its owner)"),
-    "chaos": ("_chaos", "run a seeded fault campaign against a job class and check the history"),
+    "chaos": (None, "run a seeded fault campaign against a job class and check the history"),
 }
-"""Each subcommand's module (in this package) and its one-line summary, in ``--help`` order."""
+"""Each subcommand's module here (``None``: the tools'), its summary; in ``--help`` order."""
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -59,12 +70,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="log verbosity (env LEASEWORKER_LOG_LEVEL; default INFO)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, summary) in COMMANDS.items():
+    for name, (_, summary) in COMMANDS.items():
+        module = command_module(name)
+        if module is None:
+            continue  # a tools' command, and the tools are not installed
         if command in (None, name):
-            importlib.import_module(f".{module}", __package__).add_parser(subparsers, summary)
+            importlib.import_module(module).add_parser(subparsers, summary)
         else:
             subparsers.add_parser(name, help=summary, add_help=False)
     return parser
+
+
+def command_module(name: str) -> str | None:
+    """Return the module of the subcommand ``name``; ``None`` for the tools' when not installed."""
+    module, _ = COMMANDS[name]
+    if module is not None:
+        return f"{__package__}.{module}"
+    return _tool_modules().get(name)
+
+
+@functools.cache
+def _tool_modules() -> dict[str, str]:
+    """Return the installed tools' subcommands and their modules (one read of the metadata)."""
+    return {found.name: found.module for found in entry_points(group=ENTRY_POINTS)}
 
 
 def chosen_command(argv: Sequence[str]) -> str:
@@ -85,7 +113,13 @@ def chosen_command(argv: Sequence[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(chosen_command(argv))
+    command = chosen_command(argv)
+    if command and command_module(command) is None:
+        print(
+            f"leaseworker {command}: install {TOOLS} for it (pip install {TOOLS})", file=sys.stderr
+        )
+        return 2
+    parser = build_parser(command)
     args, unrecognized = parser.parse_known_args(argv)
     if unrecognized:
         parser.error(unrecognized_message(parser, unrecognized, args.command))

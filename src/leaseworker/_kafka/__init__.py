@@ -14,11 +14,12 @@ outages; ``_outbox`` the relay's idempotent producer (``KafkaSender``);
 creates topics (``leaseworker topics create``) and ``_topics`` checks them at
 start, both with an admin client from ``_admin``. The only part of
 the library that imports aiokafka (an import contract checks it; the
-development services in ``_dev`` use it too).
+tools' local services use it too).
 """
 
 from aiokafka.errors import KafkaError as KafkaError  # type: ignore[import-untyped]
 
+from ._admin import started_admin as started_admin
 from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
@@ -35,6 +36,7 @@ from ._source import Taken as Taken
 from ._state import Partition as Partition
 from ._state import SourceStats as SourceStats
 from ._topic_admin import create_topics as create_topics
+from ._topics import _setting as config_setting
 
 __all__ = [
     "DEAD_LETTER_FAILURE_HEADERS",
@@ -49,8 +51,10 @@ __all__ = [
     "Partition",
     "SourceStats",
     "Taken",
+    "config_setting",
     "create_topics",
     "describe_kafka_error",
     "refused_error",
     "send_trigger",
+    "started_admin",
 ]

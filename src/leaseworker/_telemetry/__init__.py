@@ -24,6 +24,7 @@ from ._lease_spans import ERROR_OUTCOMES as ERROR_OUTCOMES
 from ._lease_spans import RENEWAL_LOSSES as RENEWAL_LOSSES
 from ._logs import JsonFormatter as JsonFormatter
 from ._logs import TextFormatter as TextFormatter
+from ._names import SPAN_LOST as SPAN_LOST
 from ._pod import PodTelemetry as PodTelemetry
 from ._producer import OutgoingTrigger as OutgoingTrigger
 from ._producer import traced_send as traced_send
@@ -36,6 +37,7 @@ from ._telemetry import Telemetry as Telemetry
 __all__ = [
     "ERROR_OUTCOMES",
     "RENEWAL_LOSSES",
+    "SPAN_LOST",
     "ConfiguredTelemetry",
     "JsonFormatter",
     "OutgoingTrigger",

@@ -13,7 +13,10 @@ reading its answers with ``_jaeger_json``.
 from ._html import render_html as render_html
 from ._jaeger import JaegerError as JaegerError
 from ._jaeger import JaegerQuery as JaegerQuery
+from ._jaeger import http_get as http_get
+from ._jaeger import https_context as https_context
 from ._jaeger import spans_from_document as spans_from_document
+from ._jaeger_json import JaegerSpan as JaegerSpan
 from ._spans import Span as Span
 from ._spans import history_from_spans as history_from_spans
 from ._text import render_text as render_text
@@ -21,8 +24,11 @@ from ._text import render_text as render_text
 __all__ = [
     "JaegerError",
     "JaegerQuery",
+    "JaegerSpan",
     "Span",
     "history_from_spans",
+    "http_get",
+    "https_context",
     "render_html",
     "render_text",
     "spans_from_document",

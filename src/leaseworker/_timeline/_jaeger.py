@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, final
 
 from .._history import Scalar
-from .._telemetry import _names as n
+from .._telemetry import names as n
 from ._jaeger_json import (
     JaegerSpan,
     spans_from_otlp,

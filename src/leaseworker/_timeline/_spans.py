@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from .._history import Execution, History, Scalar, Step
-from .._telemetry import _names as n
+from .._telemetry import names as n
 
 _PROCESS = "process "
 _COMMIT = "commit "

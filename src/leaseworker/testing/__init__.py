@@ -8,10 +8,10 @@ outages; ``_effects`` the statements and messages a run committed;
 ``_leases`` ``MemoryLeases``, the in-memory lease store with Redis's
 rules (the lease conformance suite runs on both); ``_clock``
 ``VirtualTimeLoop``, asyncio on virtual time; ``_triggers`` triggers built by
-the pod's decoder; ``ChaosProxy`` (from ``leaseworker._chaos``, below the dev
+the pod's decoder; ``ChaosProxy`` (from ``leaseworker._chaos``, below the tools'
 services that use it too) sits between a client and a real server and can
 black-hole, delay or cut the traffic. The pytest plugin (fixtures for real
-services) is ``leaseworker.testing.pytest_plugin``.
+services) is leaseworker-dev's, ``leaseworker_dev.pytest_plugin``.
 """
 
 from .._chaos import ChaosProxy as ChaosProxy
@@ -29,7 +29,10 @@ from ._faults import Superseded as Superseded
 from ._leases import MemoryLeases as MemoryLeases
 from ._leases import RenewalFault as RenewalFault
 from ._result import JobResult as JobResult
+from ._result import ended as _ended  # noqa: F401 (leaseworker.toolkit's, for the embedded pod)
+from ._result import execution_step as _execution_step  # noqa: F401 (the same)
 from ._store import FaultyStore as FaultyStore
+from ._triggers import DEAD_LETTER_SUFFIX as _DEAD_LETTER_SUFFIX  # noqa: F401 (the same)
 from ._triggers import decode_record as decode_record
 from ._triggers import make_trigger as make_trigger
 

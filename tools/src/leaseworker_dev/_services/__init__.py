@@ -1,0 +1,60 @@
+"""Local stand-ins for production services, run as plain processes on loopback.
+
+The demo and the test suite use these to start real Redis (alone, as a Sentinel
+group or as a cluster), Kafka, PostgreSQL and Jaeger without Docker: every
+service binds a free loopback port, is waited for until it answers, and is
+stopped by PID. Downloads and builds are cached under
+:func:`cache_dir`, outside any clone, so repeated runs are fast.
+
+``_proc`` starts, waits for and stops a process; ``_redis`` one
+``redis-server``; ``_nodes`` one node of a replicated Redis topology;
+``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_kafka``,
+``_local_postgres`` and ``_jaeger`` the other services; ``_local_stack`` the one stack
+builder over them; ``_pods`` the one pod process (``leaseworker run`` with
+``/readyz`` and a recorded history); ``_shipped`` finds the build files they
+read, in a clone or in the wheel.
+"""
+
+from ._cluster import LocalRedisCluster as LocalRedisCluster
+from ._jaeger import LocalJaeger as LocalJaeger
+from ._kafka import LocalKafka as LocalKafka
+from ._local_postgres import LocalPostgres as LocalPostgres
+from ._local_stack import LocalStack as LocalStack
+from ._local_stack import Service as Service
+from ._pods import PodProcess as PodProcess
+from ._pods import committed_total as committed_total
+from ._pods import histories as histories
+from ._pods import pod_process as pod_process
+from ._pods import until_ready as until_ready
+from ._proc import LocalProcess as LocalProcess
+from ._proc import cache_dir as cache_dir
+from ._proc import free_port as free_port
+from ._proc import wait_for_port as wait_for_port
+from ._redis import LocalRedis as LocalRedis
+from ._sentinel import FailoverAborted as FailoverAborted
+from ._sentinel import LocalSentinelGroup as LocalSentinelGroup
+from ._shipped import ToolMissingError as ToolMissingError
+from ._shipped import shipped as shipped
+
+__all__ = [
+    "FailoverAborted",
+    "LocalJaeger",
+    "LocalKafka",
+    "LocalPostgres",
+    "LocalProcess",
+    "LocalRedis",
+    "LocalRedisCluster",
+    "LocalSentinelGroup",
+    "LocalStack",
+    "PodProcess",
+    "Service",
+    "ToolMissingError",
+    "cache_dir",
+    "committed_total",
+    "free_port",
+    "histories",
+    "pod_process",
+    "shipped",
+    "until_ready",
+    "wait_for_port",
+]
