@@ -153,6 +153,26 @@ def test_every_box_is_entered_through_its_face(structure: Structure) -> None:
     assert not structure.side_doors, "side doors:\n" + "\n".join(structure.side_doors)
 
 
+def test_a_test_file_reaches_inside_one_box_at_most() -> None:
+    """A test file imports private modules of one package at most: the box it tests.
+
+    Every other box it uses, it uses through its face, so an internal move of
+    that box does not break it.
+    """
+    modules = find_modules(SOURCES)
+    wide = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        module = Module("tests._", path)
+        boxes = {
+            found.package
+            for name in imported_names(module)
+            if (found := private_module(name, modules))
+        }
+        if len(boxes) > 1:
+            wide.append(f"{path.relative_to(ROOT)}: {', '.join(sorted(boxes))}")
+    assert not wide, "test files inside more than one box:\n" + "\n".join(wide)
+
+
 def test_the_checks_can_fail(tmp_path: Path) -> None:
     """A planted cycle and planted side doors are found; a type-checking import is not."""
     box = tmp_path / "box"
