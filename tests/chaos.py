@@ -11,7 +11,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from leaseworker import RedisLeases
-from leaseworker._lease._scripts import ACQUIRE, RELEASE, RENEW
+from leaseworker._lease import RELEASE
+from leaseworker._lease._scripts import ACQUIRE, RENEW
 from leaseworker.testing import ChaosProxy
 from leaseworker_dev._services import LocalRedis
 

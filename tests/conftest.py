@@ -14,14 +14,14 @@ from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, RedisLeases, open_store
 from leaseworker_dev._services import (
+    LocalKafka,
     LocalPostgres,
     LocalRedis,
     LocalRedisCluster,
     LocalSentinelGroup,
+    LocalStack,
+    PodProcess,
 )
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._local_stack import LocalStack
-from leaseworker_dev._services._pods import PodProcess
 
 from .health_util import spawn
 from .kafka_util import KafkaNames

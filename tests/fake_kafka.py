@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
-from leaseworker._kafka._settings import SourceSettings
+from leaseworker._kafka import SourceSettings
 
 
 @dataclass(frozen=True)

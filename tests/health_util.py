@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services import PodProcess
 
 from .pods import spawn as start_pod
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import anyio
 
-from leaseworker._history import Execution, History
-from leaseworker_dev._services._pods import PodProcess, histories, pod_process
+from leaseworker.toolkit import Execution, History
+from leaseworker_dev._services import PodProcess, histories, pod_process
 
 REPO = Path(__file__).resolve().parents[1]
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")

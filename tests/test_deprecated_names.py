@@ -11,7 +11,7 @@ import pytest
 
 import leaseworker
 from leaseworker import Backoff, JobContext, LeaseTiming, ReportJob, hold
-from leaseworker._cli._main import main
+from leaseworker._cli import main
 from leaseworker.testing import MemoryLeases
 
 

@@ -26,7 +26,7 @@ from leaseworker._outcome import (
     MalformedReason,
     ends_trigger,
 )
-from leaseworker._telemetry._lease_spans import ERROR_OUTCOMES, RENEWAL_LOSSES
+from leaseworker._telemetry import ERROR_OUTCOMES, RENEWAL_LOSSES
 
 pytestmark = pytest.mark.fake  # pure checks of constants
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from leaseworker import ReportJob, open_store
-from leaseworker._execution._completion import completion_key
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker._execution import completion_key
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from .jobs import on_topic
 from .kafka_util import KafkaNames, produce

@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from leaseworker_dev._services._nodes import RedisNode
+from leaseworker_dev._services import RedisNode
 
 
 @contextlib.asynccontextmanager

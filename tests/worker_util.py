@@ -9,8 +9,7 @@ from typing import Any
 import anyio
 
 from leaseworker import Event, Pod, PodConfig, ReportJob
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from .kafka_util import KafkaNames
 

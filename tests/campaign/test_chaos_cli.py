@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker._cli._main import main
+from leaseworker._cli import main
 
 
 @pytest.mark.parametrize(

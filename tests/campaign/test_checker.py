@@ -11,7 +11,8 @@ import dataclasses
 
 import pytest
 
-from leaseworker._history import Execution, FaultWindow, History, Step
+from leaseworker._history import Step
+from leaseworker.toolkit import Execution, FaultWindow, History
 from leaseworker_dev._campaign import PodExit, Produced, Records, Stored, Verdict, check
 
 KEY = "report:acme:2026-11"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from leaseworker._history import FaultWindow, History
 from leaseworker.effects import effect_id
+from leaseworker.toolkit import FaultWindow, History
 from leaseworker_dev._campaign import Records, Stored, Verdict, check
 from leaseworker_dev._campaign._records import Delivery, Outboxed, Reclaim
 

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker._cli._main import main
-from leaseworker._history import Execution, FaultWindow, History
-from leaseworker_dev._campaign import DeadLetter, Produced, Records, check
+from leaseworker._cli import main
+from leaseworker.toolkit import Execution, FaultWindow, History
+from leaseworker_dev._campaign import (
+    DeadLetter,
+    Produced,
+    Records,
+    Settings,
+    check,
+    render,
+    to_json,
+)
 from leaseworker_dev._campaign._exercise import exercise
 from leaseworker_dev._campaign._payloads import default_payloads
 from leaseworker_dev._campaign._plan import Plan
-from leaseworker_dev._campaign._report import render, to_json
-from leaseworker_dev._campaign._run import Result, Settings
+from leaseworker_dev._campaign._run import Result
 
 from ..jobs import MarkerJob
 

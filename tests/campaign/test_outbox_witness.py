@@ -26,7 +26,7 @@ from leaseworker._store import Message, effect_store
 from leaseworker_dev._campaign import check
 from leaseworker_dev._campaign._outbox import install_audit, lapse_claims, outbox_rows, reclaims
 from leaseworker_dev._campaign._records import Delivery
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic
 from .test_checker import CLEAN, RECORDS

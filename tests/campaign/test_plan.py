@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from leaseworker._errors import ConfigError
-from leaseworker_dev._campaign._payloads import default_payloads, load_generator
+from leaseworker import ConfigError
+from leaseworker_dev._campaign import load_generator
+from leaseworker_dev._campaign._payloads import default_payloads
 from leaseworker_dev._campaign._plan import POD_FAULTS, Plan, fault_kinds, make_plan
 from leaseworker_dev._campaign._testbed import Topology
 

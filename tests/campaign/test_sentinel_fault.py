@@ -15,8 +15,7 @@ import pytest
 from leaseworker_dev._campaign._faults import Injector
 from leaseworker_dev._campaign._plan import PlannedFault
 from leaseworker_dev._campaign._testbed import Services
-from leaseworker_dev._services import LocalSentinelGroup
-from leaseworker_dev._services._local_stack import LocalStack
+from leaseworker_dev._services import LocalSentinelGroup, LocalStack
 
 from ..topologies import direct, promotion_refused, role
 

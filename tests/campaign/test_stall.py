@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leaseworker._history import History, header_line
+from leaseworker.toolkit import History, header_line
 from leaseworker_dev._campaign._stall import maybe_stall, stall_log, stall_request
 
 

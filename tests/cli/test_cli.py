@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from leaseworker import __version__
+from leaseworker._cli import main
 from leaseworker._cli._common import env_name
-from leaseworker._cli._main import main
 from leaseworker_dev._services import LocalRedis
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker._cli._main import main
+from leaseworker._cli import main
 from leaseworker_dev._cli._demo_command import _stop_signals_interrupt
 
 from ..processes import Spawned, alive, ended, start, stop_all

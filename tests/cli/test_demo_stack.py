@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leaseworker_dev._demos._stack_demo import SLOW_KEY, stack_demo
+from leaseworker_dev._demos import stack_demo
+from leaseworker_dev._demos._stack_demo import SLOW_KEY
 from leaseworker_dev._services import LocalJaeger
 
 

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from leaseworker import CompletionRequest, open_store
-from leaseworker._cli._main import main
-from leaseworker._execution._completion import completion_key
+from leaseworker._cli import main
+from leaseworker._execution import completion_key
 from leaseworker._store import Message, effect_id, effect_store
 from leaseworker_dev._services import LocalRedis
 

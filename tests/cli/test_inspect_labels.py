@@ -17,9 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import LeaseInfo, RedisLeases
-from leaseworker._cli._main import main
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker._cli import main
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, payload, produce

@@ -12,9 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._cli._main import main
+from leaseworker._cli import main
 from leaseworker._cli._run import YOUNG_COLLECTION_THRESHOLD
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic
 

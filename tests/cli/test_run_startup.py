@@ -14,8 +14,7 @@ import pytest
 
 from leaseworker import ConfigError
 from leaseworker._cli._run import setting_error
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..kafka_util import KafkaNames
 from ..pods import LEASEWORKER, REPO

@@ -9,8 +9,7 @@ import sys
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
-from leaseworker_dev._services import free_port
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, free_port
 
 from ..kafka_util import KafkaNames
 

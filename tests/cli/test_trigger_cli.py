@@ -10,8 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker_dev._services import free_port
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, free_port
 
 from ..kafka_util import KafkaNames, read_topic
 from ..pods import LEASEWORKER, REPO

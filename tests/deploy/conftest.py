@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker_dev._services import LocalPostgres, LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._proc import free_port
+from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalRedis, free_port
 
 from ..kafka_util import KafkaNames
 from .podman import (

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from leaseworker._history import Execution, History, merge
+from leaseworker.toolkit import Execution, History, merge
 from leaseworker_dev._services import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]

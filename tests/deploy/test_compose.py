@@ -23,9 +23,7 @@ import anyio
 import pytest
 import yaml
 
-from leaseworker_dev._services import LocalPostgres, LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._proc import free_port
+from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalRedis, free_port
 
 from ..waiting import eventually
 from .podman import REPO, Podman

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from leaseworker import RedisLeases
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames, committed, payload, produce

@@ -18,9 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from leaseworker_dev._services import LocalPostgres, LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._proc import free_port
+from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalRedis, free_port
 
 from ..health_util import probe
 from ..kafka_util import produce

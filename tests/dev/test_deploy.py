@@ -21,10 +21,10 @@ import pytest
 import trustme
 import yaml
 
-from leaseworker._cli._jobs import load_job_class
+from leaseworker._cli import load_job_class
 from leaseworker._cli._main import build_parser
 from leaseworker._cli._run import build_config
-from leaseworker._worker._health import HEALTH_PATH, READY_PATH
+from leaseworker._worker import HEALTH_PATH, READY_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

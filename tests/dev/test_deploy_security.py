@@ -20,12 +20,8 @@ from redis.exceptions import NoPermissionError
 from leaseworker import ConfigError, PodConfig, RedisLeases
 from leaseworker._cli._main import build_parser
 from leaseworker._cli._run import build_config
-from leaseworker._kafka._clients import new_consumer, new_producer
-from leaseworker._kafka._security import KafkaSecurity
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._proc import free_port
+from leaseworker._kafka import KafkaSecurity, new_consumer, new_producer
+from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess, free_port
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames

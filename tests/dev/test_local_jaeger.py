@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker._timeline import JaegerQuery
-from leaseworker._timeline._jaeger_json import JaegerSpan
-from leaseworker_dev._services._jaeger import LocalJaeger
+from leaseworker._timeline import JaegerQuery, JaegerSpan
+from leaseworker_dev._services import LocalJaeger
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-u
 from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped]
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-from leaseworker_dev._services import _kafka, _proc, free_port
-from leaseworker_dev._services._kafka import LocalKafka, ensure_installed, random_cluster_id
+from leaseworker_dev._services import LocalKafka, _kafka, _proc, free_port
+from leaseworker_dev._services._kafka import ensure_installed, random_cluster_id
 
 
 async def _consume_one(kafka: LocalKafka, topic: str, group: str) -> tuple[bytes, int, int]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leaseworker_dev._services._local_postgres import LocalPostgres, find_bindir
+from leaseworker_dev._services import LocalPostgres
+from leaseworker_dev._services._local_postgres import find_bindir
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,7 @@ import uuid
 import anyio
 import pytest
 
-from leaseworker_dev._services import FailoverAborted, LocalSentinelGroup
-from leaseworker_dev._services._nodes import RedisNode
+from leaseworker_dev._services import FailoverAborted, LocalSentinelGroup, RedisNode
 
 from ..topologies import (
     allow_promotion,

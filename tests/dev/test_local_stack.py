@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from leaseworker_dev._services._local_stack import LocalStack, Service
+from leaseworker_dev._services import LocalStack, Service
 
 pytestmark = pytest.mark.fake
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker_dev._services import free_port
-from leaseworker_dev._services._pods import PodProcess, until_ready
+from leaseworker_dev._services import PodProcess, free_port, until_ready
 
 from ..waiting import eventually
 

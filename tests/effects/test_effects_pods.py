@@ -31,9 +31,7 @@ from redis.asyncio import Redis
 
 from leaseworker import JobContext, RedisLeases, ReportJob
 from leaseworker.effects import Effect, PostgresInbox, TransactionRefused
-from leaseworker_dev._services import LocalPostgres, LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalRedis, PodProcess
 
 from ..kafka_util import committed, produce
 from ..pods import ready, spawn

@@ -26,10 +26,7 @@ from leaseworker import PodConfig, open_store
 from leaseworker._store import effect_store
 from leaseworker._worker._backlog import EVERY
 from leaseworker._worker._relay import outbox_relay
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._local_postgres import LocalPostgres
-from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._proc import free_port
+from leaseworker_dev._services import LocalKafka, LocalPostgres, PodProcess, free_port
 
 from ..waiting import eventually
 from .test_effects_pods import Pods, pg_url, pods

@@ -20,7 +20,7 @@ from leaseworker import Backoff, CompletionRequest, StoreUnavailable, open_store
 from leaseworker._kafka import KafkaSender
 from leaseworker._store import EffectStore, Message, OutboxRow, effect_store
 from leaseworker.effects import Effect, MemoryInbox, Relay
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from leaseworker._kafka import KafkaSender
 from leaseworker._kafka._outbox import _partition
 from leaseworker._store import Message, OutboxRow
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames
 

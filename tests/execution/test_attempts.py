@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from leaseworker import (
     Attempt,
+    Backoff,
     Event,
     ExecutionEvent,
     JobContext,
@@ -25,7 +26,6 @@ from leaseworker import (
     ReportJob,
     hold,
 )
-from leaseworker._backoff import Backoff
 from leaseworker._execution import Executor, decode_trigger
 
 

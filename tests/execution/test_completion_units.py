@@ -7,8 +7,8 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import JobContext, LeaseLost, RedisLeases, ReportJob, hold, open_store
-from leaseworker._execution._completion import Completer, completion_key, default_input_version
-from leaseworker._execution._trigger import Trigger, decode_trigger
+from leaseworker._execution import Trigger, completion_key, decode_trigger
+from leaseworker._execution._completion import Completer, default_input_version
 
 from ..waiting import eventually
 

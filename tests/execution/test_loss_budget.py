@@ -26,7 +26,7 @@ from leaseworker import (
     Trigger,
 )
 from leaseworker._execution import Ending, Executor, decode_trigger
-from leaseworker._lease._timing import DeadlinePolicy
+from leaseworker._lease import DeadlinePolicy
 
 QUICK = Backoff(initial=0.01, cap=0.02)
 """The lost backoff in these tests: the retries are real, their waits short."""

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from leaseworker import Attempt, ExecutionEvent, LeaseLost, Trigger
-from leaseworker._execution._events import LoggingObserver
+from leaseworker._execution import LoggingObserver
 
 SECRET = "customer-4711-secret-amount"
 

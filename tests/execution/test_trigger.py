@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leaseworker import MalformedTrigger, Trigger
-from leaseworker._execution._trigger import check_job_key, decode_trigger, default_job_key
+from leaseworker._execution import check_job_key, decode_trigger
+from leaseworker._execution._trigger import default_job_key
 
 pytestmark = pytest.mark.fake
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 
 @pytest.fixture(scope="package")

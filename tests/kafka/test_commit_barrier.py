@@ -7,8 +7,9 @@ import pytest
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
 from leaseworker import PodConfig, StoreUnavailable
+from leaseworker._kafka import Partition
 from leaseworker._kafka._commits import Commits
-from leaseworker._kafka._state import Partition, SourceState
+from leaseworker._kafka._state import SourceState
 
 
 class _Consumer:

@@ -14,8 +14,7 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
 from leaseworker import PodConfig
 from leaseworker._execution import Ending, Trigger
-from leaseworker._kafka import _source
-from leaseworker._kafka._source import KafkaTriggerSource
+from leaseworker._kafka import KafkaTriggerSource, _source
 
 from ..fake_kafka import FakeConsumer
 from ..worker_util import Progress

@@ -6,9 +6,8 @@ import anyio
 import pytest
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
-from leaseworker._kafka._clients import new_consumer
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker._kafka import new_consumer
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..kafka_util import KafkaNames, payload, produce
 from ..worker_util import pod_config

@@ -8,8 +8,7 @@ import anyio
 import pytest
 
 from leaseworker import ConfigError
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames

@@ -15,10 +15,9 @@ from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
 
 from leaseworker import PodConfig
 from leaseworker._execution import Ending
+from leaseworker._kafka import KafkaTriggerSource
 from leaseworker._kafka._quiet import quiet
-from leaseworker._kafka._source import KafkaTriggerSource
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..fake_kafka import FakeConsumer
 from ..jobs import GateJob, Recorder, on_topic

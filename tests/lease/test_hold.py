@@ -23,7 +23,7 @@ from leaseworker import (
     RedisLeases,
     hold,
 )
-from leaseworker._lease._timing import DeadlinePolicy
+from leaseworker._lease import DeadlinePolicy
 from leaseworker_dev._services import LocalRedis
 
 from ..chaos import proxied_leases

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from leaseworker import Lease, LeaseInfo, RedisLeases, hold
-from leaseworker._lease._timing import DeadlinePolicy
+from leaseworker._lease import DeadlinePolicy
 
 
 class _SwallowingRenew:

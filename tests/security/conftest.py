@@ -36,10 +36,11 @@ from leaseworker_dev._services import (
     LocalRedis,
     LocalRedisCluster,
     LocalSentinelGroup,
+    PodProcess,
+    RedisNode,
+    ServiceTLS,
+    TestCA,
 )
-from leaseworker_dev._services._nodes import RedisNode
-from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._tls import ServiceTLS, TestCA
 
 from .collector import Collector, https_collector
 from .secured_kafka import SecuredKafka, start_secured_kafka

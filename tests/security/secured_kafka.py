@@ -14,10 +14,10 @@ import secrets
 import uuid
 from dataclasses import dataclass
 
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, TestCA
 from leaseworker_dev._services._kafka_acls import Acl, pod_acls
 from leaseworker_dev._services._kafka_secure import BrokerSecurity
-from leaseworker_dev._services._tls import TestCA, TLSFiles
+from leaseworker_dev._services._tls import TLSFiles
 
 from ..kafka_util import KafkaNames
 

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from leaseworker_dev._services import PodProcess, pod_process
 from leaseworker_dev._services._kafka_acls import Acl
-from leaseworker_dev._services._pods import PodProcess, pod_process
 from leaseworker_dev._services._tls import TLSFiles
 
 from ..kafka_util import KafkaNames

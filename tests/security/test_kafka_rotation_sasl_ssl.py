@@ -20,9 +20,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker_dev._services import LocalRedis
+from leaseworker_dev._services import LocalRedis, PodProcess
 from leaseworker_dev._services._kafka_acls import Acl
-from leaseworker_dev._services._pods import PodProcess
 
 from ..kafka_util import KafkaNames, read_topic
 from ..pods import spawn

@@ -18,8 +18,7 @@ import pytest
 
 from leaseworker import KafkaSecurity
 from leaseworker_dev._embedded import PodFactory
-from leaseworker_dev._services import LocalRedis, free_port
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services import LocalRedis, PodProcess, free_port
 
 from ..jobs import MarkerJob
 from ..kafka_util import produce, read_topic

@@ -20,9 +20,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from leaseworker._telemetry import _names as names
-from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._proc import free_port
+from leaseworker._telemetry import names
+from leaseworker_dev._services import PodProcess, free_port
 
 from ..kafka_util import read_topic
 from ..waiting import eventually

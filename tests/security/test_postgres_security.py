@@ -19,9 +19,8 @@ import psycopg
 import pytest
 
 from leaseworker import CompletionRequest, ConfigError, open_store
-from leaseworker._store._schema import MIGRATIONS
-from leaseworker_dev._services import LocalPostgres, LocalRedis
-from leaseworker_dev._services._tls import TestCA
+from leaseworker._store import MIGRATIONS
+from leaseworker_dev._services import LocalPostgres, LocalRedis, TestCA
 
 from .cli import leaseworker, run_pod
 from .conftest import OWNER, RUNTIME, SecurePostgres
@@ -193,7 +192,7 @@ async def test_a_server_that_is_down_is_waited_for_not_refused(
 ) -> None:
     """Nothing listens: StoreUnavailable (the pod retries with its WARNING), not ConfigError."""
     from leaseworker import StoreUnavailable
-    from leaseworker_dev._services._proc import free_port
+    from leaseworker_dev._services import free_port
 
     url = secure_postgres.url(RUNTIME).replace(
         f":{secure_postgres.server.port}/", f":{free_port()}/"

@@ -17,10 +17,7 @@ import pytest
 
 from leaseworker import RedisLeases
 from leaseworker._lease import check_redis, parse_redis_url, redis_from_url
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._nodes import RedisNode
-from leaseworker_dev._services._proc import free_port
-from leaseworker_dev._services._tls import ServiceTLS, TestCA
+from leaseworker_dev._services import LocalRedis, RedisNode, ServiceTLS, TestCA, free_port
 
 from ..health_util import spawn
 from ..waiting import eventually

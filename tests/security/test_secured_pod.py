@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, payload, produce
 from ..pods import spawn_pod

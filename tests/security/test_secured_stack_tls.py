@@ -19,8 +19,8 @@ import uuid
 import psycopg
 import pytest
 
-from leaseworker._telemetry import _names as names
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker._telemetry import names
+from leaseworker_dev._services import PodProcess
 
 from ..kafka_util import read_topic
 from ..waiting import eventually

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import anyio
 
-from leaseworker._telemetry import _names as n
-from leaseworker_dev._services import LocalJaeger
-from leaseworker_dev._services._tls import TestCA
+from leaseworker._telemetry import names as n
+from leaseworker_dev._services import LocalJaeger, TestCA
 
 from ..waiting import eventually
 from .cli import leaseworker

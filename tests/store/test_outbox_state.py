@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from leaseworker._store._effects import EffectStore, Message
+from leaseworker._store import EffectStore, Message
 
 from .test_store_effects import any_store, request, write
 

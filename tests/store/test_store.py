@@ -29,12 +29,9 @@ from leaseworker import (
     fenced_upsert,
     open_store,
 )
-from leaseworker._store._migration import Migration
-from leaseworker._store._model import MAX_FENCE, Head, decide
+from leaseworker._store import MAX_FENCE, MIGRATIONS, Head, Migration, decide, parse_store_url
 from leaseworker._store._postgres import PostgresStore
-from leaseworker._store._schema import MIGRATIONS
 from leaseworker._store._sqlite import SqliteStore
-from leaseworker._store._url import parse_store_url
 
 ALL_VERSIONS = [(m.version,) for m in MIGRATIONS]
 

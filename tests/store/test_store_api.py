@@ -14,8 +14,7 @@ from leaseworker import (
     fenced_upsert,
     open_store,
 )
-from leaseworker._store._schema import MIGRATIONS, pending
-from leaseworker._store._url import parse_store_url, redact
+from leaseworker._store import MIGRATIONS, parse_store_url, pending, redact
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import threading
 import anyio
 import pytest
 
-from leaseworker._store._batch import Batcher, Call
+from leaseworker._store import Batcher, Call
 
 WAIT = 5.0  # generous bound for each coordinated step
 

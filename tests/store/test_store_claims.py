@@ -16,11 +16,17 @@ import anyio
 import pytest
 
 from leaseworker import ClaimResult, CompletionStore, ConfigError, open_store
-from leaseworker._store._model import NO_FENCE, Completion, Head, decide, decide_claim
+from leaseworker._store import (
+    MIGRATIONS,
+    NO_FENCE,
+    Completion,
+    Head,
+    decide,
+    decide_claim,
+    parse_store_url,
+)
 from leaseworker._store._postgres import PostgresStore
-from leaseworker._store._schema import MIGRATIONS
 from leaseworker._store._sqlite import SqliteStore
-from leaseworker._store._url import parse_store_url
 
 from .test_store import complete, raw
 

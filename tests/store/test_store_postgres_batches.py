@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from leaseworker import CompletionRequest, open_store
-from leaseworker._store._batch import Call
+from leaseworker._store import Call
 from leaseworker._store._postgres import PostgresStore
 from leaseworker_dev._services import LocalPostgres
 

@@ -19,11 +19,8 @@ from leaseworker import (
     StoreUnavailable,
     open_store,
 )
-from leaseworker._store import DEFAULT_URL
-from leaseworker._store._effects import Message, OutboxRow
-from leaseworker._store._schema import MIGRATIONS
+from leaseworker._store import DEFAULT_URL, MIGRATIONS, Message, OutboxRow, parse_store_url
 from leaseworker._store._sqlite import SqliteStore
-from leaseworker._store._url import parse_store_url
 
 TIMEOUT = 0.5
 SLACK = 0.3

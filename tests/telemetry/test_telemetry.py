@@ -26,12 +26,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 from redis.asyncio import Redis
 
 from leaseworker import CompletionRequest, Event, ExecutionEvent, Pod, RedisLeases, open_store
-from leaseworker._execution._completion import completion_key
-from leaseworker._execution._events import LoggingObserver
+from leaseworker._execution import LoggingObserver, completion_key
 from leaseworker._telemetry import Telemetry, traced_send
 from leaseworker._telemetry._lean import LeanTracerProvider
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, payload

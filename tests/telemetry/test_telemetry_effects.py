@@ -23,14 +23,13 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 
 from leaseworker import JobContext, Pod, ReportJob, open_store
-from leaseworker._history import History
 from leaseworker._store import effect_store
 from leaseworker._telemetry import Telemetry, extract, traced_send
 from leaseworker._timeline import Span, history_from_spans, render_html, render_text
 from leaseworker.effects import Effect, EffectEvent, MemoryInbox, Relay
 from leaseworker.testing import JobEnvironment, make_trigger
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker.toolkit import History
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..effects.test_relay import FakeSender, commit
 from ..jobs import on_topic

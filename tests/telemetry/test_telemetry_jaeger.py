@@ -13,11 +13,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker._timeline._jaeger_json import JaegerSpan
-from leaseworker_dev._demos._jaeger_links import pod_environment
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._jaeger import LocalJaeger
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker._timeline import JaegerSpan
+from leaseworker_dev._demos import pod_environment
+from leaseworker_dev._services import LocalJaeger, LocalKafka, LocalRedis
 
 from ..kafka_util import KafkaNames
 from ..pods import REPO, spawn_pod

@@ -25,11 +25,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from leaseworker._events import SourceEvent
-from leaseworker._telemetry import ConfiguredTelemetry, _export_seam
+from leaseworker._telemetry import ConfiguredTelemetry, _export_seam, configure
 from leaseworker._telemetry._batch import LeanBatchProcessor
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._otlp_json import OtlpJsonSpanExporter
-from leaseworker._telemetry._setup import configure
 
 from .test_telemetry_hooks import (
     PREVIOUS,

@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from leaseworker._telemetry import JsonFormatter
-from leaseworker._telemetry._setup import SWITCH_INTERVAL, configure
+from leaseworker._telemetry import JsonFormatter, configure
+from leaseworker._telemetry._setup import SWITCH_INTERVAL
 from leaseworker_dev._services import free_port
 
 

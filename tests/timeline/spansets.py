@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from leaseworker._history import Scalar
 from leaseworker._timeline import Span
+from leaseworker.toolkit import Scalar
 
 T0 = 1_796_000_000.0  # 2026-11-30 ... UTC
 KEY = "report:acme:2026-11"

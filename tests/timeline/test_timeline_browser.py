@@ -27,13 +27,10 @@ import anyio
 import pytest
 
 from leaseworker import JobContext, ReportJob
-from leaseworker._history import History
 from leaseworker._timeline import JaegerQuery, history_from_spans, render_text
-from leaseworker_dev._demos._jaeger_links import pod_environment
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._jaeger import LocalJaeger
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker.toolkit import History
+from leaseworker_dev._demos import pod_environment
+from leaseworker_dev._services import LocalJaeger, LocalKafka, LocalRedis, PodProcess
 
 from ..kafka_util import produce
 from ..pods import LEASEWORKER, REPO, ready, spawn

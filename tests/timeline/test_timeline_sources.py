@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker._cli._main import main
+from leaseworker._cli import main
 from leaseworker._cli._timeline import duration
-from leaseworker._history import Execution, FaultWindow, History, Step, header_line, record_line
+from leaseworker._history import Step
 from leaseworker._timeline import (
     JaegerError,
     JaegerQuery,
@@ -25,6 +25,7 @@ from leaseworker._timeline import (
     render_html,
     spans_from_document,
 )
+from leaseworker.toolkit import Execution, FaultWindow, History, header_line, record_line
 
 from .spansets import KEY, T0, loss_and_takeover
 

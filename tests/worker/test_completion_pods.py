@@ -33,10 +33,8 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, JobContext, RedisLeases, ReportJob
-from leaseworker._execution._completion import completion_key
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker._execution import completion_key
+from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess
 
 from ..kafka_util import committed, produce
 from ..pods import ready, spawn

@@ -19,10 +19,9 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import CompletionStore, Event, ExecutionEvent, RedisLeases, open_store
-from leaseworker._execution._completion import completion_key
+from leaseworker._execution import completion_key
 from leaseworker.testing import ChaosProxy
-from leaseworker_dev._services import LocalPostgres, LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce

@@ -16,10 +16,7 @@ from pathlib import Path
 
 from leaseworker import JobContext, ReportJob
 from leaseworker.testing import ChaosProxy
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._pods import PodProcess
-from leaseworker_dev._services._proc import free_port
+from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess, free_port
 
 from ..health_util import probe
 from ..kafka_util import KafkaNames, payload, produce

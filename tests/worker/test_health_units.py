@@ -9,7 +9,8 @@ import pytest
 
 from leaseworker import ConfigError
 from leaseworker._kafka import SourceStats
-from leaseworker._worker._health import HealthServer, PodHealth, RedisProbe, json_response
+from leaseworker._worker import HealthServer
+from leaseworker._worker._health import PodHealth, RedisProbe, json_response
 from leaseworker._worker._looplag import LoopLagMonitor
 
 from ..health_util import probe

@@ -18,8 +18,7 @@ import pytest
 
 from leaseworker import open_store
 from leaseworker._store import SqliteStore, WalSync
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce

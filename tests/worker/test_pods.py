@@ -11,9 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from leaseworker import RedisLeases
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
-from leaseworker_dev._services._pods import PodProcess
+from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess
 
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..pods import overlapping, ready, recorded, spawn_pod

@@ -16,9 +16,8 @@ from collections.abc import Sequence
 import pytest
 
 from leaseworker import Completion, CompletionRequest, CompletionStore
-from leaseworker._execution._completion import completion_key
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker._execution import completion_key
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce

@@ -16,9 +16,9 @@ import anyio
 from leaseworker import JobContext, RedisLeases, ReportJob, Trigger
 from leaseworker._events import Attempt, ExecutionEvent, LeaseEvent
 from leaseworker._execution import Executor, decode_trigger
-from leaseworker._history import History
 from leaseworker._store import MemoryStore
 from leaseworker._worker import HistoryRecorder
+from leaseworker.toolkit import History
 from leaseworker_dev._campaign import Records, Stored
 from leaseworker_dev._campaign._checker import one_completion
 

@@ -9,8 +9,7 @@ import pytest
 
 from leaseworker import RedisLeases
 from leaseworker._kafka import DEAD_LETTER_HEADERS, DEAD_LETTER_OMITTED
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic

@@ -19,7 +19,7 @@ from leaseworker import (
     ReportJob,
 )
 from leaseworker._kafka import SEND_TIMEOUT
-from leaseworker._lease._timing import DeadlinePolicy
+from leaseworker._lease import DeadlinePolicy
 from leaseworker._worker import _config
 
 from .. import bad_jobs

@@ -15,8 +15,7 @@ from leaseworker._kafka import (
     DEAD_LETTER_HEADERS,
     SourceStats,
 )
-from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..kafka_util import KafkaNames, committed, payload, produce, read_topic
 from ..waiting import eventually

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from leaseworker import Pod
-from leaseworker_dev._services import LocalRedis, LocalRedisCluster, LocalSentinelGroup
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis, LocalRedisCluster, LocalSentinelGroup
 
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce

@@ -18,12 +18,11 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
 from redis.asyncio import Redis
 
 from leaseworker import Event, ExecutionEvent, PodConfig
-from leaseworker._kafka import SourceStats
+from leaseworker._kafka import Partition, SourceStats
 from leaseworker._kafka._commits import Commits
-from leaseworker._kafka._state import Partition, SourceState
+from leaseworker._kafka._state import SourceState
 from leaseworker.testing import ChaosProxy
-from leaseworker_dev._services import LocalRedis, free_port
-from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services import LocalKafka, LocalRedis, free_port
 
 from ..chaos import proxied_leases
 from ..jobs import GateJob, Recorder, on_topic

@@ -20,6 +20,8 @@ tools' local services use it too).
 from aiokafka.errors import KafkaError as KafkaError  # type: ignore[import-untyped]
 
 from ._admin import started_admin as started_admin
+from ._clients import new_consumer as new_consumer
+from ._clients import new_producer as new_producer
 from ._dead_letters import DEAD_LETTER_FAILURE_HEADERS as DEAD_LETTER_FAILURE_HEADERS
 from ._dead_letters import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._dead_letters import DEAD_LETTER_LOSS_HEADERS as DEAD_LETTER_LOSS_HEADERS
@@ -54,6 +56,8 @@ __all__ = [
     "config_setting",
     "create_topics",
     "describe_kafka_error",
+    "new_consumer",
+    "new_producer",
     "refused_error",
     "send_trigger",
     "started_admin",

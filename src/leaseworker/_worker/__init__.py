@@ -8,6 +8,8 @@ recorder (``--record-history``); ``_relay`` the pod's outbox relay.
 """
 
 from ._config import PodConfig as PodConfig
+from ._health import HEALTH_PATH as HEALTH_PATH
+from ._health import READY_PATH as READY_PATH
 from ._health import HealthServer as HealthServer
 from ._health import serve_with_health as serve_with_health
 from ._recorder import HistoryRecorder as HistoryRecorder
@@ -15,6 +17,8 @@ from ._worker import Pod as Pod
 from ._worker import serve as serve
 
 __all__ = [
+    "HEALTH_PATH",
+    "READY_PATH",
     "HealthServer",
     "HistoryRecorder",
     "Pod",

@@ -8,6 +8,7 @@ failover demo; ``_stack_demo`` the local stack demo (and the stack alone,
 
 from ._failover import failover_demo as failover_demo
 from ._incident import incident_demo as incident_demo
+from ._jaeger_links import pod_environment as pod_environment
 from ._stack_demo import DEFAULT_HTML as DEFAULT_HTML
 from ._stack_demo import EXAMPLE as EXAMPLE
 from ._stack_demo import services_demo as services_demo
@@ -18,6 +19,7 @@ __all__ = [
     "EXAMPLE",
     "failover_demo",
     "incident_demo",
+    "pod_environment",
     "services_demo",
     "stack_demo",
 ]

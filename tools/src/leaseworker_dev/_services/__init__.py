@@ -21,6 +21,7 @@ from ._kafka import LocalKafka as LocalKafka
 from ._local_postgres import LocalPostgres as LocalPostgres
 from ._local_stack import LocalStack as LocalStack
 from ._local_stack import Service as Service
+from ._nodes import RedisNode as RedisNode
 from ._pods import PodProcess as PodProcess
 from ._pods import committed_total as committed_total
 from ._pods import histories as histories
@@ -35,6 +36,8 @@ from ._sentinel import FailoverAborted as FailoverAborted
 from ._sentinel import LocalSentinelGroup as LocalSentinelGroup
 from ._shipped import ToolMissingError as ToolMissingError
 from ._shipped import shipped as shipped
+from ._tls import ServiceTLS as ServiceTLS
+from ._tls import TestCA as TestCA
 
 __all__ = [
     "FailoverAborted",
@@ -47,7 +50,10 @@ __all__ = [
     "LocalSentinelGroup",
     "LocalStack",
     "PodProcess",
+    "RedisNode",
     "Service",
+    "ServiceTLS",
+    "TestCA",
     "ToolMissingError",
     "cache_dir",
     "committed_total",
