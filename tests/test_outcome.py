@@ -13,7 +13,7 @@ import pytest
 
 import leaseworker
 from leaseworker._events import ExecutionEventName as EventName
-from leaseworker._execution._events import _LEVELS
+from leaseworker._execution import EVENT_LOG_LEVELS
 from leaseworker._outcome import (
     JOB_FAILURES,
     OUTCOMES,
@@ -109,4 +109,4 @@ def test_telemetry_and_log_levels_name_only_known_outcomes() -> None:
     assert ERROR_OUTCOMES - {"malformed"} <= set(OUTCOMES)
     assert set(JOB_FAILURES) | {"lost"} <= ERROR_OUTCOMES
     known = set(OUTCOMES) | set(get_args(EventName)) | set(get_args(EndingReason))
-    assert set(_LEVELS) <= known
+    assert set(EVENT_LOG_LEVELS) <= known

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker._history import Step
+from leaseworker.testing import Step
 from leaseworker.toolkit import Execution, FaultWindow
 from leaseworker_dev._campaign._witness import _judged
 

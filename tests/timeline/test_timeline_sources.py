@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker._cli import main
-from leaseworker._cli._timeline import duration
-from leaseworker._history import Step
+from leaseworker._cli import duration, main
 from leaseworker._timeline import (
     JaegerError,
     JaegerQuery,
@@ -25,6 +23,7 @@ from leaseworker._timeline import (
     render_html,
     spans_from_document,
 )
+from leaseworker.testing import Step
 from leaseworker.toolkit import Execution, FaultWindow, History, header_line, record_line
 
 from .spansets import KEY, T0, loss_and_takeover

@@ -10,6 +10,7 @@ loader shared by ``run`` and ``chaos``; ``_run``, ``_trigger``, ``_inspect``,
 exported for the tools' commands (through :mod:`leaseworker.toolkit`).
 """
 
+from ._common import duration as duration
 from ._common import job_parser as job_parser
 from ._common import non_negative_int as non_negative_int
 from ._common import positive_int as positive_int
@@ -21,6 +22,7 @@ from ._main import main as main
 
 __all__ = [
     "add_kafka_security_flags",
+    "duration",
     "job_parser",
     "kafka_security_from",
     "load_job_class",

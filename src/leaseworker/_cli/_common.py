@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -247,3 +248,14 @@ def fail(command: str, reason: str) -> int:
     """Print ``leaseworker COMMAND: error: REASON`` on stderr; return 2, a permanent failure."""
     print(f"leaseworker {command}: error: {reason}", file=sys.stderr)
     return 2
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """Parse ``90s``, ``10m``, ``2h``, ``1d`` or plain seconds (an argparse ``type``)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if match is None or float(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"not a duration such as 90s, 10m, 2h or 1d: {text!r}")
+    return float(match[1]) * _UNITS[match[2] or "s"]

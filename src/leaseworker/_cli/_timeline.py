@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,9 @@ from .._timeline import (
     render_text,
     spans_from_document,
 )
-from ._common import Setting, env_default, positive_int
+from ._common import Setting, duration, env_default, positive_int
 
 DEFAULT_JAEGER = "http://127.0.0.1:16686"
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -84,14 +82,6 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help="ANSI colours: auto (a terminal without NO_COLOR), always, never",
     )
     parser.set_defaults(handler=_timeline)
-
-
-def duration(text: str) -> float:
-    """Parse ``90s``, ``10m``, ``2h``, ``1d`` or plain seconds (an argparse ``type``)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if match is None or float(match[1]) <= 0:
-        raise argparse.ArgumentTypeError(f"not a duration such as 90s, 10m, 2h or 1d: {text!r}")
-    return float(match[1]) * _UNITS[match[2] or "s"]
 
 
 def _timeline(args: argparse.Namespace) -> int:

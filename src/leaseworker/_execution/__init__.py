@@ -17,6 +17,7 @@ from ._checks import check_job_class as check_job_class
 from ._completion import completion_key as completion_key
 from ._completion import job_key_of as job_key_of
 from ._effects import Transaction as Transaction
+from ._events import EVENT_LOG_LEVELS as EVENT_LOG_LEVELS
 from ._events import ExecutionObserver as ExecutionObserver
 from ._events import LoggingObserver as LoggingObserver
 from ._events import ObserverHook as ObserverHook
@@ -33,6 +34,7 @@ from ._trigger import resolve_job_key as resolve_job_key
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "EVENT_LOG_LEVELS",
     "Ending",
     "ExecutionEvent",
     "ExecutionObserver",

@@ -92,7 +92,7 @@ class ObserverHook:
             self._observer.on_event(event)
 
 
-_LEVELS: dict[str, int] = {
+EVENT_LOG_LEVELS: dict[str, int] = {
     "busy": logging.DEBUG,
     "failed": logging.WARNING,
     "lost": logging.WARNING,
@@ -104,8 +104,8 @@ _LEVELS: dict[str, int] = {
 def _level(event: ExecutionEvent) -> int:
     if event.event == "retry":
         return logging.DEBUG if event.outcome == "busy" else logging.INFO
-    level = _LEVELS.get(event.outcome or event.event, logging.INFO)
-    return _LEVELS.get(event.reason or "", level)  # a stale completion warns
+    level = EVENT_LOG_LEVELS.get(event.outcome or event.event, logging.INFO)
+    return EVENT_LOG_LEVELS.get(event.reason or "", level)  # a stale completion warns
 
 
 def _retry_text(event: ExecutionEvent) -> str:

@@ -15,6 +15,7 @@ services) is leaseworker-dev's, ``leaseworker_dev.pytest_plugin``.
 """
 
 from .._chaos import ChaosProxy as ChaosProxy
+from .._history import Step as Step
 from ._clock import VirtualTimeLoop as VirtualTimeLoop
 from ._clock import run_in_virtual_time as run_in_virtual_time
 from ._clock import stall as stall
@@ -48,6 +49,7 @@ __all__ = [
     "MemoryLeases",
     "RenewalFault",
     "Stall",
+    "Step",
     "StoreOutage",
     "Superseded",
     "VirtualTimeLoop",
@@ -59,6 +61,8 @@ __all__ = [
 
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith(("leaseworker.testing._", "leaseworker._chaos")):
+    if getattr(_obj, "__module__", "").startswith(
+        ("leaseworker.testing._", "leaseworker._chaos", "leaseworker._history")
+    ):
         _obj.__module__ = "leaseworker.testing"  # reprs and docs show the public path
 del _name, _obj
