@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from leaseworker import Attempt, Trigger
 from leaseworker._execution._completion import Completer
-from leaseworker._store._effects import Message, OutboxRow
+from leaseworker._store._effect_rows import Message, OutboxRow
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker.effects import EffectEvent

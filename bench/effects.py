@@ -66,7 +66,7 @@ from throughput import (
 
 from leaseworker import CompletionRequest, JobContext, Pod, PodConfig, ReportJob, open_store
 from leaseworker._kafka import KafkaSender
-from leaseworker._store._effects import EffectStore, Message, OutboxRow, effect_id, effect_store
+from leaseworker._store._effect_rows import EffectStore, Message, OutboxRow, effect_id, effect_store
 from leaseworker.effects import Relay
 from leaseworker_dev._services._kafka import LocalKafka
 from leaseworker_dev._services._local_stack import LocalStack

@@ -43,7 +43,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
 from leaseworker import HeldLease, LeaseLost, LeaseUnavailable, RedisLeases, hold
-from leaseworker._cli._run import tune_garbage_collector
+from leaseworker._cli._run_command import tune_garbage_collector
 from leaseworker_dev._services import LocalRedis
 
 LAG_PROBE = 0.005

@@ -43,9 +43,9 @@ import anyio
 from telemetry_overhead import CpuClock
 from throughput import PARTITIONS, leaseworker_pod, produce, store_urls
 
-from leaseworker._kafka._source import KafkaTriggerSource
+from leaseworker._kafka._trigger_source import KafkaTriggerSource
 from leaseworker._lease._trips import OwnConnection
-from leaseworker._store._batch import Batcher
+from leaseworker._store._group_commit import Batcher
 from leaseworker_dev._services import LocalRedis
 from leaseworker_dev._services._kafka import LocalKafka
 from leaseworker_dev._services._local_stack import LocalStack

@@ -68,13 +68,13 @@ import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from leaseworker import JobContext, Pod, PodConfig, ReportJob
-from leaseworker._cli._run import tune_garbage_collector
+from leaseworker._cli._run_command import tune_garbage_collector
 from leaseworker._telemetry import Telemetry
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._setup import ConfiguredTelemetry, _span_exporter, configure
 from leaseworker_dev._services import LocalRedis
-from leaseworker_dev._services._jaeger import LocalJaeger
 from leaseworker_dev._services._kafka import LocalKafka
+from leaseworker_dev._services._local_jaeger import LocalJaeger
 from leaseworker_dev._services._local_stack import LocalStack
 
 

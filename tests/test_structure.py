@@ -3,7 +3,7 @@
 Read from the source as text (nothing is imported). An import under ``if TYPE_CHECKING:``
 does not count (it never runs); one inside a function does (it runs when called, and a cycle
 through it is a cycle all the same). A *side door* is an import of another package's private
-module (``leaseworker._store._model`` from ``leaseworker._worker``): boxes are entered through
+module (``leaseworker._store._fencing`` from ``leaseworker._worker``): boxes are entered through
 their face, the package's ``__init__``, so a box can move its modules without breaking its
 neighbours. A module may import the private modules of its own package and of the packages
 that contain it.

@@ -187,7 +187,7 @@ def test_the_installed_demo_finds_its_files_in_the_package(
     probe = textwrap.dedent(
         """
         import leaseworker_dev
-        from leaseworker_dev._services._jaeger import deploy_dir
+        from leaseworker_dev._services._local_jaeger import deploy_dir
         from leaseworker_dev._services._kafka import ensure_installed, kafka_version
         from leaseworker_dev._services._shipped import shipped
         from leaseworker_dev._demos._stack_demo import EXAMPLE

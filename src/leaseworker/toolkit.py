@@ -99,8 +99,8 @@ if TYPE_CHECKING:
 
     # The testing kit's face holds these three under private names (not its public API);
     # the type checker reads them where they are defined.
-    from .testing._result import ended as ended
-    from .testing._result import execution_step as execution_step
+    from .testing._job_result import ended as ended
+    from .testing._job_result import execution_step as execution_step
     from .testing._triggers import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
 
 _FACES: dict[str, tuple[str, ...]] = {

@@ -14,7 +14,7 @@ import dataclasses
 from leaseworker.effects import effect_id
 from leaseworker.toolkit import FaultWindow, History
 from leaseworker_dev._campaign import Records, Stored, Verdict, check
-from leaseworker_dev._campaign._records import Delivery, Outboxed, Reclaim
+from leaseworker_dev._campaign._campaign_records import Delivery, Outboxed, Reclaim
 
 from .test_checker import CLEAN, KEY, RECORDS
 

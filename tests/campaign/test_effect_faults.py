@@ -16,9 +16,9 @@ import pytest
 
 from leaseworker._kafka import KafkaSender
 from leaseworker._store import Message, OutboxRow
-from leaseworker_dev._campaign._faults import refuse_records
+from leaseworker_dev._campaign._campaign_records import Delivery
+from leaseworker_dev._campaign._fault_play import refuse_records
 from leaseworker_dev._campaign._receiver import Receiver, effects_pattern
-from leaseworker_dev._campaign._records import Delivery
 from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, produce

@@ -22,10 +22,10 @@ from leaseworker_dev._campaign import (
     render,
     to_json,
 )
+from leaseworker_dev._campaign._campaign_run import Result
 from leaseworker_dev._campaign._exercise import exercise
 from leaseworker_dev._campaign._payloads import default_payloads
 from leaseworker_dev._campaign._plan import Plan
-from leaseworker_dev._campaign._run import Result
 
 from ..jobs import MarkerJob
 

@@ -24,8 +24,13 @@ from leaseworker import CompletionRequest, CompletionStore, open_store
 from leaseworker._kafka import KafkaSender
 from leaseworker._store import Message, effect_store
 from leaseworker_dev._campaign import check
-from leaseworker_dev._campaign._outbox import install_audit, lapse_claims, outbox_rows, reclaims
-from leaseworker_dev._campaign._records import Delivery
+from leaseworker_dev._campaign._campaign_records import Delivery
+from leaseworker_dev._campaign._outbox_audit import (
+    install_audit,
+    lapse_claims,
+    outbox_rows,
+    reclaims,
+)
 from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic

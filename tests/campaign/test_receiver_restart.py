@@ -25,11 +25,11 @@ from leaseworker._store import Message, OutboxRow
 from leaseworker.effects import effect_id
 from leaseworker.toolkit import History
 from leaseworker_dev._campaign import Records
+from leaseworker_dev._campaign._campaign_records import Outboxed
 from leaseworker_dev._campaign._effect_checks import effects_processed_once
-from leaseworker_dev._campaign._faults import Injector
+from leaseworker_dev._campaign._fault_play import Injector
 from leaseworker_dev._campaign._plan import PlannedFault
 from leaseworker_dev._campaign._receiver import Receiver
-from leaseworker_dev._campaign._records import Outboxed
 from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from leaseworker import JobContext, ReportJob, Trigger
-from leaseworker_dev._campaign._run import _send
+from leaseworker_dev._campaign._campaign_run import _send
 
 
 @dataclass

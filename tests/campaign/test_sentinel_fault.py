@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker_dev._campaign._faults import Injector
+from leaseworker_dev._campaign._fault_play import Injector
 from leaseworker_dev._campaign._plan import PlannedFault
 from leaseworker_dev._campaign._testbed import Services
 from leaseworker_dev._services import LocalSentinelGroup, LocalStack

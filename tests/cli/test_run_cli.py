@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from leaseworker._cli import main
-from leaseworker._cli._run import YOUNG_COLLECTION_THRESHOLD
+from leaseworker._cli._run_command import YOUNG_COLLECTION_THRESHOLD
 from leaseworker_dev._services import LocalKafka
 
 from ..kafka_util import KafkaNames, read_topic

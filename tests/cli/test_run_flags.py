@@ -13,7 +13,7 @@ from leaseworker import PodConfig
 from leaseworker._cli import main
 from leaseworker._cli._common import env_name
 from leaseworker._cli._main import build_parser
-from leaseworker._cli._run import RUN_SETTINGS, build_config
+from leaseworker._cli._run_command import RUN_SETTINGS, build_config
 
 from ..pods import LEASEWORKER, REPO
 

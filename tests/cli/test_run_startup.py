@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from leaseworker import ConfigError
-from leaseworker._cli._run import setting_error
+from leaseworker._cli._run_command import setting_error
 from leaseworker_dev._services import LocalKafka, LocalRedis
 
 from ..kafka_util import KafkaNames

@@ -23,7 +23,7 @@ import yaml
 
 from leaseworker._cli import load_job_class
 from leaseworker._cli._main import build_parser
-from leaseworker._cli._run import build_config
+from leaseworker._cli._run_command import build_config
 from leaseworker._worker import HEALTH_PATH, READY_PATH
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from redis.exceptions import NoPermissionError
 
 from leaseworker import ConfigError, PodConfig, RedisLeases
 from leaseworker._cli._main import build_parser
-from leaseworker._cli._run import build_config
+from leaseworker._cli._run_command import build_config
 from leaseworker._kafka import KafkaSecurity, new_consumer, new_producer
 from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess, free_port
 

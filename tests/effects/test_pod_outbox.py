@@ -25,7 +25,7 @@ import pytest
 from leaseworker import PodConfig, open_store
 from leaseworker._store import effect_store
 from leaseworker._worker._backlog import EVERY
-from leaseworker._worker._relay import outbox_relay
+from leaseworker._worker._pod_relay import outbox_relay
 from leaseworker_dev._services import LocalKafka, LocalPostgres, PodProcess, free_port
 
 from ..waiting import eventually

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leaseworker._kafka import KafkaSender
-from leaseworker._kafka._outbox import _partition
+from leaseworker._kafka._outbox_sender import _partition
 from leaseworker._store import Message, OutboxRow
 from leaseworker_dev._services import LocalKafka
 

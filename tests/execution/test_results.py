@@ -23,7 +23,7 @@ from leaseworker import (
 )
 from leaseworker._execution import Executor, completion_key, decode_trigger
 from leaseworker._execution._completion import default_input_version
-from leaseworker._execution._result import check_result
+from leaseworker._execution._result_checks import check_result
 
 BAD: list[tuple[object, str]] = [
     ({"when": datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)}, "datetime"),

@@ -7,7 +7,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
     TopicAlreadyExistsError,
 )
 
-from leaseworker._kafka._logs import describe
+from leaseworker._kafka._log_names import describe
 
 
 def test_a_kafka_error_is_named_once() -> None:

@@ -14,7 +14,7 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
 from leaseworker import PodConfig
 from leaseworker._execution import Ending, Trigger
-from leaseworker._kafka import KafkaTriggerSource, _source
+from leaseworker._kafka import KafkaTriggerSource, _trigger_source
 
 from ..fake_kafka import FakeConsumer
 from ..worker_util import Progress
@@ -59,7 +59,7 @@ async def test_a_full_pods_next_poll_carries_the_records_of_three_freed_slots(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Concurrency 4, full: the slots freed one at a time refill in one poll of three."""
-    monkeypatch.setattr(_source, "GATHER_WINDOW", 60.0)
+    monkeypatch.setattr(_trigger_source, "GATHER_WINDOW", 60.0)
     consumer, gates, progress = FakeConsumer(), Gates(), Progress()
     source = _source_of(consumer, gates, progress)
     consumer.add(TP, 4)
@@ -83,7 +83,7 @@ async def test_a_full_pods_next_poll_carries_the_records_of_three_freed_slots(
 
 async def test_a_pod_below_its_limit_polls_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """One job running of four slots: a new record starts without waiting to gather."""
-    monkeypatch.setattr(_source, "GATHER_WINDOW", 60.0)
+    monkeypatch.setattr(_trigger_source, "GATHER_WINDOW", 60.0)
     consumer, gates, progress = FakeConsumer(), Gates(), Progress()
     source = _source_of(consumer, gates, progress)
     consumer.add(TP, 1)

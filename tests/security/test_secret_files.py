@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from leaseworker import ConfigError, open_store
 from leaseworker._cli._main import build_parser
-from leaseworker._cli._run import build_config
+from leaseworker._cli._run_command import build_config
 from leaseworker._lease import redis_from_url
 
 from .cli import leaseworker, run_pod

@@ -1,4 +1,4 @@
-"""Group commit (``_store/_batch.py``): pure unit tests with a fake ``run_batch``.
+"""Group commit (``_store/_group_commit.py``): pure unit tests with a fake ``run_batch``.
 
 The fake runs in the worker thread like the SQLite one and blocks on a
 ``threading.Event`` the test controls, so "a batch is running" is a state the

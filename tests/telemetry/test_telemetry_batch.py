@@ -16,13 +16,13 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, SamplingResult
 
-from leaseworker._telemetry._batch import (
+from leaseworker._telemetry._lean import LeanTracerProvider
+from leaseworker._telemetry._span_batch import (
     MAX_EXPORT_BATCH_SIZE,
     MAX_QUEUE_SIZE,
     SCHEDULE_DELAY_MILLIS,
     LeanBatchProcessor,
 )
-from leaseworker._telemetry._lean import LeanTracerProvider
 
 RESOURCE = Resource.create({"service.name": "batch-test"})
 NEVER = 3_600_000  # a schedule delay no test waits for

@@ -6,7 +6,7 @@ import pytest
 
 from leaseworker import ConfigError
 from leaseworker._cli._main import build_parser
-from leaseworker._cli._run import _telemetry
+from leaseworker._cli._run_command import _telemetry
 from leaseworker._telemetry import configure
 from leaseworker_dev._services import free_port
 

@@ -28,9 +28,9 @@ from opentelemetry.trace import StatusCode
 
 from leaseworker import Attempt, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
 from leaseworker._telemetry import PodTelemetry, Telemetry
-from leaseworker._telemetry._batch import LeanBatchProcessor
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._otlp_json import JsonSpanEncoder
+from leaseworker._telemetry._span_batch import LeanBatchProcessor
 from leaseworker._telemetry._trace import CURRENT, MAX_ACQUIRE_EVENTS
 
 COMMON = (

@@ -26,9 +26,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from leaseworker._events import SourceEvent
 from leaseworker._telemetry import ConfiguredTelemetry, _export_seam, configure
-from leaseworker._telemetry._batch import LeanBatchProcessor
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._otlp_json import OtlpJsonSpanExporter
+from leaseworker._telemetry._span_batch import LeanBatchProcessor
 
 from .test_telemetry_hooks import (
     PREVIOUS,

@@ -153,7 +153,7 @@ def test_the_library_works_with_only_the_opentelemetry_api() -> None:
         "                ('opentelemetry.sdk', 'opentelemetry.exporter')):\n"
         "            raise ImportError(f'blocked: {name}')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import leaseworker, leaseworker._worker._worker, leaseworker._cli._run\n"
+        "import leaseworker, leaseworker._worker._worker, leaseworker._cli._run_command\n"
         "from leaseworker._telemetry import Telemetry\n"
         "Telemetry().instrument(pod='p', group='g')\n"
         "print('ok')\n"

@@ -5,9 +5,10 @@ being run, a library one or one of the ``leaseworker.commands`` entry points
 of leaseworker-dev) and sets up logging; ``_common`` the shared flag helpers and
 ``LEASEWORKER_*`` environment defaults; ``_kafka_flags`` the Kafka security
 flags shared by ``run``, ``trigger`` and ``chaos``; ``_jobs`` the job-class
-loader shared by ``run`` and ``chaos``; ``_run``, ``_trigger``, ``_inspect``,
-``_topics``, ``_timeline`` and ``_store`` the subcommands. The helpers are
-exported for the tools' commands (through :mod:`leaseworker.toolkit`).
+loader shared by ``run`` and ``chaos``; ``_run_command``, ``_trigger_command``,
+``_inspect_command``, ``_topics_command``, ``_timeline_command`` and
+``_store_command`` the subcommands. The helpers are exported for the tools'
+commands (through :mod:`leaseworker.toolkit`).
 """
 
 from ._common import duration as duration

@@ -36,20 +36,20 @@ ENTRY_POINTS = "leaseworker.commands"
 COMMANDS = {
     "demo": (None, "run the local stack demo (default) or replay the lease-expiry incident"),
     "inspect": (
-        "_inspect",
+        "_inspect_command",
         "show a job key's lease (owner, TTL, last fence) and its completion state",
     ),
-    "run": ("_run", "run a worker pod for a ReportJob class"),
-    "trigger": ("_trigger", "send one trigger (a JSON object) to a topic"),
+    "run": ("_run_command", "run a worker pod for a ReportJob class"),
+    "trigger": ("_trigger_command", "send one trigger (a JSON object) to a topic"),
     "topics": (
-        "_topics",
+        "_topics_command",
         "create topics (for a job, its dead letters, a try-out against the demo)",
     ),
     "timeline": (
-        "_timeline",
+        "_timeline_command",
         "draw every execution of a job key across pods on one time axis (from Jaeger)",
     ),
-    "store": ("_store", "manage the completion store's schema (migrate it as its owner)"),
+    "store": ("_store_command", "manage the completion store's schema (migrate it as its owner)"),
     "chaos": (None, "run a seeded fault campaign against a job class and check the history"),
 }
 """Each subcommand's module here (``None``: the tools'), its summary; in ``--help`` order."""

@@ -2,8 +2,8 @@
 
 ``_trigger`` decodes and validates a Kafka record into a ``Trigger``; ``_job``
 ``ReportJob`` and ``JobContext``; ``_checks`` a job class's checks at start;
-``_result`` a result's checks before it is stored; ``_completion`` the fenced
-completion of one execution; ``_effects`` its transaction and messages
+``_result_checks`` a result's checks before it is stored; ``_completion`` the fenced
+completion of one execution; ``_transaction`` its transaction and messages
 (``ctx.transaction()``, ``ctx.publish()``); ``_executor`` runs a trigger's
 executions (lookup, lease, job, completion, retries); ``_lookup`` the store
 lookup a poll's triggers share; ``_events`` the logging hook (the events are
@@ -16,7 +16,6 @@ from .._events import ExecutionEvent as ExecutionEvent
 from ._checks import check_job_class as check_job_class
 from ._completion import completion_key as completion_key
 from ._completion import job_key_of as job_key_of
-from ._effects import Transaction as Transaction
 from ._events import EVENT_LOG_LEVELS as EVENT_LOG_LEVELS
 from ._events import ExecutionObserver as ExecutionObserver
 from ._events import LoggingObserver as LoggingObserver
@@ -26,6 +25,7 @@ from ._executor import LeaseNote as LeaseNote
 from ._executor import Prepared as Prepared
 from ._job import JobContext as JobContext
 from ._job import ReportJob as ReportJob
+from ._transaction import Transaction as Transaction
 from ._trigger import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ._trigger import Trigger as Trigger
 from ._trigger import check_job_key as check_job_key

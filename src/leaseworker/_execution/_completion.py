@@ -24,8 +24,8 @@ from .._events import Attempt, EffectEvent, Hooks, emit
 from .._lease import HeldLease, now
 from .._retry import STORE, Retries
 from .._store import CompletionRequest, CompletionResult, CompletionStore, Message, effect_id
-from . import _effects
-from ._result import DEFAULT_MAX_RESULT_BYTES, check_result
+from . import _transaction
+from ._result_checks import DEFAULT_MAX_RESULT_BYTES, check_result
 from ._trigger import Trigger
 
 logger = logging.getLogger("leaseworker.completion")
@@ -104,13 +104,13 @@ class Completer:
         """Record ``result`` with this execution's fence; see the module docstring.
 
         A result no store can keep raises :class:`~leaseworker.BadResult` first
-        (see ``_result``), and does not count as the one call.
+        (see ``_result_checks``), and does not count as the one call.
         """
         check_result(self.held.key, result, max_bytes=self.max_result_bytes)
         self.begin()
         await anyio.lowlevel.checkpoint_if_cancelled()  # a known loss refuses here
         if self.messages:  # ctx.publish(): the messages commit in the completion's transaction
-            return await _effects.complete_with_messages(self, result)
+            return await _transaction.complete_with_messages(self, result)
         fence = self.held.fence
         begun = now()
         retries = Retries(self.retry)  # its sleep is cancelled if the lease is lost meanwhile
@@ -168,7 +168,7 @@ class Completer:
         value: object,
         *,
         key: str | bytes | None = None,
-        headers: _effects.Headers | None = None,
+        headers: _transaction.Headers | None = None,
     ) -> str:
         """Add a message to commit with the completion; return its effect id."""
         if self.result is not None:
@@ -200,9 +200,9 @@ class Completer:
         emit(self._hooks, event)
         return tuple(carrier) or self.trace
 
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[_effects.Transaction]:
-        """Open the job's transaction; see :func:`._effects.transaction`."""
-        return _effects.transaction(self)
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[_transaction.Transaction]:
+        """Open the job's transaction; see :func:`._transaction.transaction`."""
+        return _transaction.transaction(self)
 
     def failed(self, fence: int, exc: StoreUnavailable, delay: float, attempt: int) -> None:
         logger.warning(

@@ -21,8 +21,8 @@ from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
 from .._retry import BUSY
 from .._store import CompletionResult, trace_of
 from ._completion import Completer, default_input_version
-from ._effects import Headers, Transaction
-from ._result import DEFAULT_MAX_RESULT_BYTES
+from ._result_checks import DEFAULT_MAX_RESULT_BYTES
+from ._transaction import Headers, Transaction
 from ._trigger import Trigger, default_job_key
 
 

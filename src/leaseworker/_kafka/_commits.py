@@ -22,7 +22,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped]
 
 from .._errors import StoreUnavailable
 from .._store import Barrier
-from ._logs import describe, logger, names
+from ._log_names import describe, logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState
 

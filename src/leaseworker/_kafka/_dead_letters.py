@@ -21,7 +21,7 @@ from .._backoff import Backoff
 from .._errors import MalformedTrigger
 from .._outcome import DeadLetterReason
 from .._retry import Retries
-from ._logs import describe, logger
+from ._log_names import describe, logger
 from ._settings import SourceSettings
 from ._state import SourceState
 

@@ -33,7 +33,7 @@ import aiokafka  # type: ignore[import-untyped]
 import anyio
 
 from .._backoff import Backoff
-from ._logs import logger
+from ._log_names import logger
 
 METADATA_BACKOFF = Backoff(initial=0.2, cap=1.0, jitter=0.2)
 """Waits after failed metadata refreshes: short, so a broker that is back is seen soon."""

@@ -16,7 +16,7 @@ import anyio
 from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
 
 from ._commits import Commits
-from ._logs import logger, names
+from ._log_names import logger, names
 from ._settings import SourceSettings
 from ._state import Partition, SourceState, release_grace
 

@@ -23,7 +23,7 @@ from aiokafka.errors import GroupAuthorizationFailedError  # type: ignore[import
 
 from .._errors import ConfigError
 from ._admin import started_admin
-from ._logs import logger
+from ._log_names import logger
 from ._security import KafkaSecurity
 
 _TOPIC_NOT_AUTHORIZED = 29

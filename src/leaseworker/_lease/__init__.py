@@ -1,8 +1,8 @@
 """The lease: Redis ownership with a local deadline that stops the work in time.
 
-``_clients`` one Redis URL for every topology, and its client; ``_routing``
+``_redis_clients`` one Redis URL for every topology, and its client; ``_routing``
 sends each call of a Redis Cluster to its slot's node; ``_model`` the
-``Lease`` value and the ``LeaseStore`` protocol; ``_leases`` ``RedisLeases``;
+``Lease`` value and the ``LeaseStore`` protocol; ``_redis_leases`` ``RedisLeases``;
 ``_scripts`` the owner-checked Lua scripts; ``_verdict`` the verdict on a
 renewal's answer (shared with ``MemoryLeases``); ``_renewals`` the held leases'
 clock (one shared renewal tick per loop); ``_releases`` batches the releases of
@@ -40,22 +40,22 @@ from ._verdict import judge_renewal as judge_renewal
 from ._verdict import lease_lost as lease_lost
 
 if TYPE_CHECKING:
-    from ._clients import RedisTarget as RedisTarget
-    from ._clients import parse_redis_url as parse_redis_url
-    from ._clients import redis_from_url as redis_from_url
-    from ._clients import with_tls_files as with_tls_files
-    from ._leases import RedisLeases as RedisLeases
     from ._probe import check_redis as check_redis
     from ._probe import ping_redis as ping_redis
     from ._probe import redis_refusal as redis_refusal
     from ._probe import start_refusal as start_refusal
+    from ._redis_clients import RedisTarget as RedisTarget
+    from ._redis_clients import parse_redis_url as parse_redis_url
+    from ._redis_clients import redis_from_url as redis_from_url
+    from ._redis_clients import with_tls_files as with_tls_files
+    from ._redis_leases import RedisLeases as RedisLeases
 
 _REDIS_BOUND = {
-    "RedisTarget": "._clients",
-    "parse_redis_url": "._clients",
-    "redis_from_url": "._clients",
-    "with_tls_files": "._clients",
-    "RedisLeases": "._leases",
+    "RedisTarget": "._redis_clients",
+    "parse_redis_url": "._redis_clients",
+    "redis_from_url": "._redis_clients",
+    "with_tls_files": "._redis_clients",
+    "RedisLeases": "._redis_leases",
     "check_redis": "._probe",
     "ping_redis": "._probe",
     "redis_refusal": "._probe",

@@ -1,6 +1,6 @@
 """The lease as a value and the store protocol: what ``hold()`` needs, with no Redis client.
 
-``RedisLeases`` (``_leases``) and ``leaseworker.testing.MemoryLeases`` implement
+``RedisLeases`` (``_redis_leases``) and ``leaseworker.testing.MemoryLeases`` implement
 :class:`LeaseStore` and share the checks here, so ``import leaseworker`` and
 ``hold()`` load no redis-py until a Redis lease store is made: redis-py 8.1
 imports the OpenTelemetry SDK itself (``redis.observability.providers``).

@@ -38,8 +38,8 @@ from redis.exceptions import (
 )
 
 from .._errors import ConfigError, LeaseLost, LeaseUnavailable
-from ._clients import RedisTarget
-from ._leases import RedisLeases
+from ._redis_clients import RedisTarget
+from ._redis_leases import RedisLeases
 
 PROBE_KEY = "leaseworker-startup-probe"
 """The job key of the lease every pod takes and releases at start (one key, whatever the pods)."""

@@ -6,11 +6,11 @@ a backend (picked by URL); no backend imports another.
 
 - ``_protocol``: the ``CompletionStore`` protocol (with ``durable()``, the
   pod's offset barrier, and ``settled_by_offsets()``, the view a pod's
-  triggers use); ``_effects``: the values a job's effects travel in and the
+  triggers use); ``_effect_rows``: the values a job's effects travel in and the
   ``EffectStore`` protocol (transactions, the outbox, its ``outbox_bell``);
-- ``_model``: the values and the fencing rule; ``_url``: URL parsing and
+- ``_fencing``: the values and the fencing rule; ``_url``: URL parsing and
   redaction; ``_guard``: the fence-guard SQL helper for effects written
-  outside the store; ``_batch``: the group commit both durable stores use;
+  outside the store; ``_group_commit``: the group commit both durable stores use;
   ``_bell``: the outbox bell that wakes a store's relay;
 - ``_migration``, ``_schema`` and ``_outbox_schema``: the versioned
   migrations and their order; ``_migrate``: ``store migrate`` by URL;
@@ -20,41 +20,41 @@ a backend (picked by URL); no backend imports another.
   and ``_memory`` (``memory://``), each a subpackage whose face names its store.
 """
 
-from ._batch import Batcher as Batcher
-from ._batch import Call as Call
 from ._bell import OutboxBell as OutboxBell
-from ._effects import EFFECT_ID_HEADER as EFFECT_ID_HEADER
-from ._effects import FENCE_HEADER as FENCE_HEADER
-from ._effects import JOB_KEY_HEADER as JOB_KEY_HEADER
-from ._effects import PRUNE_LIMIT as PRUNE_LIMIT
-from ._effects import EffectStore as EffectStore
-from ._effects import Message as Message
-from ._effects import OutboxEntry as OutboxEntry
-from ._effects import OutboxRow as OutboxRow
-from ._effects import Params as Params
-from ._effects import StoreTransaction as StoreTransaction
-from ._effects import decode_headers as decode_headers
-from ._effects import effect_id as effect_id
-from ._effects import effect_store as effect_store
-from ._effects import encode_headers as encode_headers
-from ._effects import outbox_row as outbox_row
-from ._effects import trace_of as trace_of
+from ._effect_rows import EFFECT_ID_HEADER as EFFECT_ID_HEADER
+from ._effect_rows import FENCE_HEADER as FENCE_HEADER
+from ._effect_rows import JOB_KEY_HEADER as JOB_KEY_HEADER
+from ._effect_rows import PRUNE_LIMIT as PRUNE_LIMIT
+from ._effect_rows import EffectStore as EffectStore
+from ._effect_rows import Message as Message
+from ._effect_rows import OutboxEntry as OutboxEntry
+from ._effect_rows import OutboxRow as OutboxRow
+from ._effect_rows import Params as Params
+from ._effect_rows import StoreTransaction as StoreTransaction
+from ._effect_rows import decode_headers as decode_headers
+from ._effect_rows import effect_id as effect_id
+from ._effect_rows import effect_store as effect_store
+from ._effect_rows import encode_headers as encode_headers
+from ._effect_rows import outbox_row as outbox_row
+from ._effect_rows import trace_of as trace_of
+from ._fencing import MAX_FENCE as MAX_FENCE
+from ._fencing import NO_FENCE as NO_FENCE
+from ._fencing import ClaimResult as ClaimResult
+from ._fencing import Completion as Completion
+from ._fencing import CompletionRequest as CompletionRequest
+from ._fencing import CompletionResult as CompletionResult
+from ._fencing import Head as Head
+from ._fencing import Status as Status
+from ._fencing import answer_to as answer_to
+from ._fencing import check_text as check_text
+from ._fencing import decide as decide
+from ._fencing import decide_claim as decide_claim
+from ._group_commit import Batcher as Batcher
+from ._group_commit import Call as Call
 from ._guard import fenced_upsert as fenced_upsert
 from ._memory import MemoryStore as MemoryStore
 from ._migrate import migrate_store as migrate_store
 from ._migration import Migration as Migration
-from ._model import MAX_FENCE as MAX_FENCE
-from ._model import NO_FENCE as NO_FENCE
-from ._model import ClaimResult as ClaimResult
-from ._model import Completion as Completion
-from ._model import CompletionRequest as CompletionRequest
-from ._model import CompletionResult as CompletionResult
-from ._model import Head as Head
-from ._model import Status as Status
-from ._model import answer_to as answer_to
-from ._model import check_text as check_text
-from ._model import decide as decide
-from ._model import decide_claim as decide_claim
 from ._open import open_store as open_store
 from ._protocol import Barrier as Barrier
 from ._protocol import CompletionStore as CompletionStore

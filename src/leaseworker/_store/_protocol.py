@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from ._model import ClaimResult, Completion, CompletionRequest, CompletionResult
+from ._fencing import ClaimResult, Completion, CompletionRequest, CompletionResult
 
 
 class CompletionStore(Protocol):

@@ -7,10 +7,10 @@ is read here and nowhere else in ``_telemetry``, with the reason it is kept:
 
 - **The instrumentation suppression key** (``opentelemetry.context.
   _SUPPRESS_INSTRUMENTATION_KEY``; the API calls its place temporary). The
-  lean batch processor (``_batch``) exports with it set, as the SDK's own
+  lean batch processor (``_span_batch``) exports with it set, as the SDK's own
   processors do, so that an instrumented HTTP library does not trace the
   exporter's posts (a span per export, itself exported). That processor is
-  what takes span records (``_records``: six of a trigger's seven spans made
+  what takes span records (``_span_records``: six of a trigger's seven spans made
   without a span object on the event loop) and queues a span with one deque
   append; the SDK's ``BatchSpanProcessor`` takes span objects only.
 - **The OTLP/HTTP span exporter's HTTP client** (``OTLPSpanExporter._client``,

@@ -39,7 +39,7 @@ from opentelemetry.util import types
 from . import _export_seam
 
 if TYPE_CHECKING:
-    from ._records import RecordTaker
+    from ._span_records import RecordTaker
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -82,7 +82,7 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self.limits = limits or SpanLimits()
         self._processors: tuple[SpanProcessor, ...] = ()
         self._starters: tuple[SpanProcessor, ...] = ()  # those whose on_start does something
-        self.takes_records = False  # every processor takes span records (see ``_records``)
+        self.takes_records = False  # every processor takes span records (see ``_span_records``)
         self.record_takers: tuple[RecordTaker, ...] = ()  # they, when they all do
         # ParentBased with ALWAYS_ON for a sampled local parent (the SDK default, and
         # parentbased_traceidratio): a child of a sampled span in this process is
@@ -99,7 +99,7 @@ class LeanTracerProvider(trace_api.TracerProvider):
         self._processors = (*self._processors, processor)
         if type(processor).on_start not in _NO_OP_STARTS:
             self._starters = (*self._starters, processor)
-        from ._records import fit  # here: ``_records`` imports this module
+        from ._span_records import fit  # here: ``_span_records`` imports this module
 
         self.takes_records = fit(self.limits) and all(
             getattr(each, "takes_records", False) for each in self._processors

@@ -23,7 +23,7 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 from .._lease import LeaseEvent
 from .._outcome import JOB_FAILURES, LeaseLostReason
 from . import _names as n
-from ._records import end_child
+from ._span_records import end_child
 from ._trace import Attributes, TriggerTrace, ms, wall_ns
 
 if TYPE_CHECKING:

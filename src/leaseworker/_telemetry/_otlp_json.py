@@ -69,7 +69,7 @@ class JsonSpanEncoder:
         last: tuple[Any, Any] = (None, None)
         group: list[str] = []
         for span in spans:
-            if isinstance(span, tuple):  # a span record (``_records``)
+            if isinstance(span, tuple):  # a span record (``_span_records``)
                 resource, scope = span[0]
                 encoded = self.record(span)
             else:
@@ -302,7 +302,7 @@ class OtlpJsonSpanExporter(SpanExporter):
             self._transport.shutdown()  # type: ignore[no-untyped-call]
             raise TypeError("this opentelemetry-exporter-otlp-proto-http has no OTLP HTTP client")
         self._encoder = JsonSpanEncoder()  # the batch processor calls export from one thread
-        self.takes_records = True  # span records too (``_records``)
+        self.takes_records = True  # span records too (``_span_records``)
         self._shutdown = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

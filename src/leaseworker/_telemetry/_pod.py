@@ -30,7 +30,7 @@ from ._effect_spans import EffectSpans
 from ._lease_spans import ERROR_OUTCOMES, LeaseSpans, end_acquire
 from ._metrics import Metrics
 from ._propagation import consumer_parent
-from ._records import end_child, recorded_parent
+from ._span_records import end_child, recorded_parent
 from ._trace import (
     CURRENT,
     Attributes,

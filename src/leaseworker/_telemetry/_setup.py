@@ -233,8 +233,8 @@ def _tracer_provider(
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from ._batch import LeanBatchProcessor
     from ._lean import LeanTracerProvider
+    from ._span_batch import LeanBatchProcessor
 
     fast = fast_path_fits()
     # The SDK provider reads OTEL_TRACES_SAMPLER(_ARG): the sampler is its decision.

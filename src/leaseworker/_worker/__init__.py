@@ -4,7 +4,7 @@
 the trigger's way, from the Kafka source's poll to the offset commit;
 ``_health`` the ``/healthz``, ``/readyz`` and ``/metrics`` server;
 ``_looplag`` the event-loop lag monitor; ``_recorder`` the execution
-recorder (``--record-history``); ``_relay`` the pod's outbox relay.
+recorder (``--record-history``); ``_pod_relay`` the pod's outbox relay.
 """
 
 from ._config import PodConfig as PodConfig

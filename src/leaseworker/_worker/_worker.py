@@ -46,8 +46,8 @@ from .._retry import Retries, startup
 from .._store import Barrier, CompletionStore, open_store
 from .._telemetry import Telemetry
 from ._config import PodConfig
+from ._pod_relay import outbox_relay
 from ._recorder import HistoryRecorder
-from ._relay import outbox_relay
 from ._way import TriggerWay
 
 logger = logging.getLogger("leaseworker.pod")

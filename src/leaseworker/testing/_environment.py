@@ -2,7 +2,7 @@
 
 The executor is the pod's own (store lookup, lease, claim, ``run(ctx)``,
 completion, outcome), built once on :class:`MemoryLeases` and the
-``memory://`` completion store; each run (``_run``) records every lifecycle
+``memory://`` completion store; each run (``_one_run``) records every lifecycle
 step on the loop's clock (it is the executor's hook) and applies its faults
 through the public switches of the lease store and the completion store.
 Nothing in the executor knows it is under test. See docs/testing.md.
@@ -25,12 +25,12 @@ from .._execution import (
 from .._lease import now
 from .._store import Completion, MemoryStore
 from ._clock import run_in_virtual_time
-from ._effects import effects_mark, with_effects
-from ._faults import Fault
-from ._leases import MemoryLeases
-from ._result import JobResult
-from ._run import Current, Run
-from ._store import FaultyStore
+from ._committed import effects_mark, with_effects
+from ._faulty_store import FaultyStore
+from ._job_faults import Fault
+from ._job_result import JobResult
+from ._memory_leases import MemoryLeases
+from ._one_run import Current, Run
 from ._triggers import Headers, decode_record
 
 TIME_LIMIT = 7 * 24 * 3600.0

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, final
 
 from ..._errors import StoreUnavailable
-from .._effects import Message, OutboxEntry, OutboxRow, Params, pick_claims
-from .._model import ClaimResult, CompletionRequest, CompletionResult
+from .._effect_rows import Message, OutboxEntry, OutboxRow, Params, pick_claims
+from .._fencing import ClaimResult, CompletionRequest, CompletionResult
 
 
 @dataclass(slots=True)

@@ -18,8 +18,8 @@ import anyio
 
 from ..._errors import StoreUnavailable
 from .._bell import OutboxBell
-from .._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, Params
-from .._model import (
+from .._effect_rows import PRUNE_LIMIT, OutboxEntry, OutboxRow, Params
+from .._fencing import (
     NO_FENCE,
     ClaimResult,
     Completion,

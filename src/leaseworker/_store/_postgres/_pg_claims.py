@@ -29,7 +29,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from ..._errors import StoreUnavailable
-from .._effects import OutboxRow, outbox_row
+from .._effect_rows import OutboxRow, outbox_row
 from ._pg_effects import COLUMNS
 from ._pg_pool import Conn, PgPool, rollback
 

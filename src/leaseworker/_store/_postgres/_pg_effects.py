@@ -23,8 +23,8 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from ..._errors import StoreUnavailable
-from .._effects import Message, OutboxEntry, Params, outbox_params, outbox_row
-from .._model import (
+from .._effect_rows import Message, OutboxEntry, Params, outbox_params, outbox_row
+from .._fencing import (
     NO_FENCE,
     ClaimResult,
     CompletionRequest,

@@ -28,7 +28,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ..._errors import StoreUnavailable
-from .._model import Completion
+from .._fencing import Completion
 
 logger = logging.getLogger("leaseworker.store")
 

@@ -27,11 +27,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..._errors import StoreUnavailable
 from ..._secrets import SecretFile
-from .._batch import Batcher, Call
 from .._bell import OutboxBell
-from .._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
-from .._migration import Migration
-from .._model import (
+from .._effect_rows import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
+from .._fencing import (
     ClaimResult,
     Completion,
     CompletionRequest,
@@ -40,6 +38,8 @@ from .._model import (
     check_call,
     completion_params,
 )
+from .._group_commit import Batcher, Call
+from .._migration import Migration
 from .._schema import MIGRATIONS
 from .._url import StoreURL
 from . import _pg_effects

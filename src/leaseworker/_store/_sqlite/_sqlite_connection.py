@@ -26,7 +26,7 @@ from typing import TypeVar, final
 import anyio
 
 from ..._errors import StoreUnavailable
-from .._batch import Batcher, Call
+from .._group_commit import Batcher, Call
 from .._migration import Migration
 from .._schema import MIGRATIONS
 from .._url import StoreURL

@@ -22,7 +22,7 @@ from typing import Any, final
 import anyio
 
 from ..._errors import StoreUnavailable
-from .._effects import (
+from .._effect_rows import (
     Message,
     OutboxEntry,
     OutboxRow,
@@ -31,7 +31,7 @@ from .._effects import (
     outbox_row,
     pick_claims,
 )
-from .._model import (
+from .._fencing import (
     NO_FENCE,
     ClaimResult,
     CompletionRequest,

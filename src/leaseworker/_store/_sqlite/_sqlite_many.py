@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from .._model import (
+from .._fencing import (
     NO_FENCE,
     ClaimResult,
     Completion,

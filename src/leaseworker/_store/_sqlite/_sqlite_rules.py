@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .._model import (
+from .._fencing import (
     NO_FENCE,
     ClaimResult,
     Completion,

@@ -17,9 +17,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import final
 
 from .._bell import OutboxBell
-from .._effects import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
-from .._migration import Migration
-from .._model import (
+from .._effect_rows import PRUNE_LIMIT, OutboxEntry, OutboxRow, StoreTransaction
+from .._fencing import (
     ClaimResult,
     Completion,
     CompletionRequest,
@@ -27,6 +26,7 @@ from .._model import (
     check_call,
     completion_params,
 )
+from .._migration import Migration
 from .._schema import MIGRATIONS
 from .._url import StoreURL
 from ._sqlite_connection import SqliteConnection

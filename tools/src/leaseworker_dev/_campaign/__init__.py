@@ -1,29 +1,29 @@
 """The fault campaign (``leaseworker chaos``): run a job under random faults, check the history.
 
-``_records`` the campaign's own witnesses (triggers sent, offsets committed,
+``_campaign_records`` the campaign's own witnesses (triggers sent, offsets committed,
 dead letters, stored completions, pod exits); ``_checker`` the invariants
 judged over the pods' recorded history and those records (``_effect_checks``
 the effects'; ``_invariant_verdict`` what each returns); ``_report`` the
-printed, JSON and HTML report; ``_run`` the campaign itself. Sits between
+printed, JSON and HTML report; ``_campaign_run`` the campaign itself. Sits between
 the tools' CLI and the local services (an import contract): it starts
 services and pods through ``_services``.
 """
 
+from ._campaign_records import DeadLetter as DeadLetter
+from ._campaign_records import PodExit as PodExit
+from ._campaign_records import Produced as Produced
+from ._campaign_records import Records as Records
+from ._campaign_records import Stored as Stored
+from ._campaign_run import Interrupted as Interrupted
+from ._campaign_run import Settings as Settings
+from ._campaign_run import run_campaign as run_campaign
 from ._checker import RULES as RULES
 from ._checker import check as check
 from ._invariant_verdict import Verdict as Verdict
 from ._payloads import load_generator as load_generator
-from ._records import DeadLetter as DeadLetter
-from ._records import PodExit as PodExit
-from ._records import Produced as Produced
-from ._records import Records as Records
-from ._records import Stored as Stored
 from ._report import render as render
 from ._report import to_html as to_html
 from ._report import to_json as to_json
-from ._run import Interrupted as Interrupted
-from ._run import Settings as Settings
-from ._run import run_campaign as run_campaign
 
 __all__ = [
     "RULES",

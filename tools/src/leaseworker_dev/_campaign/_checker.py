@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 
 from leaseworker.toolkit import Execution, History, Scalar
 
+from ._campaign_records import Records
 from ._effect_checks import EFFECT_RULES
 from ._invariant_verdict import MAX_SHOWN, Verdict, verdict
-from ._records import Records
 
 DATA_LOSS_FAULTS = frozenset({"redis_restart_empty"})
 """Faults after which Redis forgot held leases: the documented limit, fencing's job."""

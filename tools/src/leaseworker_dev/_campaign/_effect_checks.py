@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from leaseworker.toolkit import History, Scalar
 
+from ._campaign_records import Delivery, Outboxed, Records
 from ._invariant_verdict import Verdict, verdict
-from ._records import Delivery, Outboxed, Records
 
 ACROSS = (
     "pod_kill",

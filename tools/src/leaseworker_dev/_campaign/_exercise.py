@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from leaseworker.toolkit import Execution, FaultWindow, History
 
-from ._records import Records
+from ._campaign_records import Records
 
 HITS_SHARE = 10
 """At least one played fault in this many must strike a running execution (and at least one)."""

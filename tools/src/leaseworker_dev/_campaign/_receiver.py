@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
 from leaseworker.toolkit import Effect, KafkaSecurity, SqliteInbox
 
-from ._records import Delivery
+from ._campaign_records import Delivery
 
 RECEIVER = "chaos-receiver"
 """The inbox's receiver name."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from leaseworker.toolkit import render_html
 
-from ._run import Result
+from ._campaign_run import Result
 
 
 def faults_by_kind(result: Result) -> dict[str, int]:

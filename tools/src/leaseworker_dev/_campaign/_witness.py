@@ -30,7 +30,7 @@ from leaseworker.toolkit import (
 )
 
 from .._services import PodProcess
-from ._records import DeadLetter, Stored
+from ._campaign_records import DeadLetter, Stored
 from ._stall import stall_log
 
 TIMEOUT = 30.0

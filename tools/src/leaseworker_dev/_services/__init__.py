@@ -9,15 +9,15 @@ stopped by PID. Downloads and builds are cached under
 ``_proc`` starts, waits for and stops a process; ``_redis`` one
 ``redis-server``; ``_nodes`` one node of a replicated Redis topology;
 ``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_kafka``,
-``_local_postgres`` and ``_jaeger`` the other services; ``_local_stack`` the one stack
+``_local_postgres`` and ``_local_jaeger`` the other services; ``_local_stack`` the one stack
 builder over them; ``_pods`` the one pod process (``leaseworker run`` with
 ``/readyz`` and a recorded history); ``_shipped`` finds the build files they
 read, in a clone or in the wheel.
 """
 
 from ._cluster import LocalRedisCluster as LocalRedisCluster
-from ._jaeger import LocalJaeger as LocalJaeger
 from ._kafka import LocalKafka as LocalKafka
+from ._local_jaeger import LocalJaeger as LocalJaeger
 from ._local_postgres import LocalPostgres as LocalPostgres
 from ._local_stack import LocalStack as LocalStack
 from ._local_stack import Service as Service

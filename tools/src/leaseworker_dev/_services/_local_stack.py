@@ -19,8 +19,8 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast, final
 
 from ._cluster import LocalRedisCluster
-from ._jaeger import LocalJaeger
 from ._kafka import LocalKafka
+from ._local_jaeger import LocalJaeger
 from ._local_postgres import LocalPostgres
 from ._redis import LocalRedis
 from ._sentinel import LocalSentinelGroup

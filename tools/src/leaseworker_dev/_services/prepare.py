@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from ._jaeger import LocalJaeger
 from ._kafka import LocalKafka
+from ._local_jaeger import LocalJaeger
 
 
 def main() -> None:

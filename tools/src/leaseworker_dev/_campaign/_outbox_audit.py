@@ -31,7 +31,7 @@ import anyio
 
 from leaseworker.toolkit import CLAIM_HOLD, effect_id, open_store, parse_store_url
 
-from ._records import Outboxed, Reclaim
+from ._campaign_records import Outboxed, Reclaim
 
 _AUDIT_PG = (
     """

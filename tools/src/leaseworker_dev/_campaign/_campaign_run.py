@@ -41,15 +41,15 @@ from leaseworker.toolkit import (
 )
 
 from .._services import PodProcess, until_ready
+from ._campaign_records import PodExit, Produced, Records
 from ._checker import check
 from ._exercise import Exercise, exercise
-from ._faults import Injector
+from ._fault_play import Injector
 from ._invariant_verdict import Verdict
-from ._outbox import install_audit, outbox_rows, reclaims, topics_of
+from ._outbox_audit import install_audit, outbox_rows, reclaims, topics_of
 from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
-from ._records import PodExit, Produced, Records
 from ._testbed import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
 from ._witness import committed, completions, dead_letters, pods_history
 

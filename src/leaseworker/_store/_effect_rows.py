@@ -22,7 +22,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol, runtime_checkable
 
 from ._bell import OutboxBell
-from ._model import (
+from ._fencing import (
     ClaimResult,
     CompletionRequest,
     CompletionResult,

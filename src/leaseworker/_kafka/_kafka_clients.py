@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from .._backoff import Backoff
 from .._retry import Retries, Sleep
-from ._logs import describe, logger
+from ._log_names import describe, logger
 from ._quiet import quiet
 from ._refusals import check_refused
 from ._settings import SourceSettings

@@ -26,7 +26,7 @@ from opentelemetry.trace import TraceFlags
 from ._export_seam import suppressing_instrumentation
 
 if TYPE_CHECKING:
-    from ._records import Record
+    from ._span_records import Record
 
 logger = logging.getLogger("leaseworker.telemetry")
 
@@ -98,7 +98,7 @@ class LeanBatchProcessor(SpanProcessor):
 
     @property
     def takes_records(self) -> bool:
-        """Whether the exporter takes span records as well as spans (see ``_records``)."""
+        """Whether the exporter takes span records as well as spans (see ``_span_records``)."""
         return bool(getattr(self.exporter, "takes_records", False))
 
     def on_end(self, span: ReadableSpan) -> None:

@@ -25,12 +25,12 @@ from .._events import Hook
 from .._execution import Ending, Trigger, decode_trigger, resolve_job_key
 from .._retry import Retries, startup
 from .._store import Barrier
-from . import _clients
-from ._clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
+from . import _kafka_clients
 from ._commits import Commits
 from ._dead_letters import DeadLetters, Headers
+from ._kafka_clients import ConsumerFactory, ProducerFactory, new_consumer, new_producer
+from ._log_names import describe, logger
 from ._logins import Login
-from ._logs import describe, logger
 from ._rebalance import Rebalance
 from ._refusals import check_refused, refused_error
 from ._settings import SourceSettings
@@ -505,7 +505,7 @@ class KafkaTriggerSource:
         make: Callable[[], Any],
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
-        return await _clients.start(
+        return await _kafka_clients.start(
             what,
             make,
             self._config,
@@ -532,7 +532,7 @@ class KafkaTriggerSource:
     async def _close(self) -> None:
         for client in (self._consumer, self._producer):
             if client is not None:
-                await _clients.stop(client, self._config)
+                await _kafka_clients.stop(client, self._config)
 
 
 async def _no_polls() -> AsyncIterator[Taken]:

@@ -31,7 +31,7 @@ from .._store import (
     answer_to,
     effect_store,
 )
-from ._result import check_result
+from ._result_checks import check_result
 
 if TYPE_CHECKING:
     from ._completion import Completer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._store import MemoryStore
-from ._result import JobResult
+from ._job_result import JobResult
 
 Mark = tuple[int, int]
 """How many statements and outbox rows the store held before a run."""

@@ -23,7 +23,8 @@ from .._lease import Lease, now
 from .._outcome import LeaseLostReason
 from .._store import CompletionRequest, CompletionStore
 from ._clock import stall
-from ._faults import (
+from ._faulty_store import BeforeComplete, FaultyStore
+from ._job_faults import (
     FailRenewal,
     Fault,
     KeyTaken,
@@ -32,9 +33,8 @@ from ._faults import (
     StoreOutage,
     Superseded,
 )
-from ._leases import MemoryLeases
-from ._result import JobResult, ended, execution_step, scalars
-from ._store import BeforeComplete, FaultyStore
+from ._job_result import JobResult, ended, execution_step, scalars
+from ._memory_leases import MemoryLeases
 
 
 @dataclass

@@ -22,7 +22,7 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
 from leaseworker.toolkit import FaultWindow, Scalar, config_setting
 
 from .._services import FailoverAborted, PodProcess
-from ._outbox import lapse_claims
+from ._outbox_audit import lapse_claims
 from ._plan import PlannedFault
 from ._receiver import Receiver
 from ._stall import stall_request

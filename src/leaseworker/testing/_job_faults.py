@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._outcome import LeaseLostReason
-from ._leases import RenewalFault
-from ._store import StoreCall
+from ._faulty_store import StoreCall
+from ._memory_leases import RenewalFault
 
 
 @dataclass(frozen=True, slots=True)
