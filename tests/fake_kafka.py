@@ -8,12 +8,14 @@ flags as aiokafka does and awaits the source's listener, as aiokafka does.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
+from leaseworker._execution import Ending, Prepared, Trigger
 from leaseworker._kafka import SourceSettings
 
 
@@ -123,3 +125,21 @@ class FakeConsumer:
 
 
 __all__ = ["FakeConsumer", "FakeRecord", "TopicPartition"]
+
+
+class Handled:
+    """An executor stand-in for a source's tests: each trigger goes to ``handle`` alone.
+
+    No store and no lease: the way's line-up by job key still applies.
+    """
+
+    def __init__(self, handle: Callable[[Trigger, str], Awaitable[Ending]]) -> None:
+        self._handle = handle
+
+    def prepare(self, items: Sequence[tuple[Trigger, str]]) -> list[Prepared]:
+        """Nothing to look up: every trigger is ready."""
+        return [Prepared("") for _ in items]
+
+    async def run(self, trigger: Trigger, job_key: str, prepared: Prepared | None = None) -> Ending:
+        """Run ``handle``."""
+        return await self._handle(trigger, job_key)

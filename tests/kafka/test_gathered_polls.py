@@ -15,8 +15,9 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from leaseworker import PodConfig
 from leaseworker._execution import Ending, Trigger
 from leaseworker._kafka import KafkaTriggerSource, _trigger_source
+from leaseworker._worker import TriggerWay
 
-from ..fake_kafka import FakeConsumer
+from ..fake_kafka import FakeConsumer, Handled
 from ..worker_util import Progress
 
 pytestmark = pytest.mark.fake
@@ -49,7 +50,6 @@ def _source_of(consumer: FakeConsumer, gates: Gates, progress: Progress) -> Kafk
         PodConfig(concurrency=4),
         topic="t",
         resolve_key=lambda t: f"k{t.offset}",
-        handle=gates.handle,
         consumer_factory=consumer.factory,
         hooks=[progress],
     )
@@ -64,7 +64,7 @@ async def test_a_full_pods_next_poll_carries_the_records_of_three_freed_slots(
     source = _source_of(consumer, gates, progress)
     consumer.add(TP, 4)
     async with anyio.create_task_group() as tg:
-        await tg.start(source.run)
+        await tg.start(TriggerWay(source, Handled(gates.handle)).run)
         await consumer.assign({TP})
         await progress.until(lambda: source.stats.in_flight == 4, timeout=5)
         consumer.add(TP, 3)
@@ -88,7 +88,7 @@ async def test_a_pod_below_its_limit_polls_at_once(monkeypatch: pytest.MonkeyPat
     source = _source_of(consumer, gates, progress)
     consumer.add(TP, 1)
     async with anyio.create_task_group() as tg:
-        await tg.start(source.run)
+        await tg.start(TriggerWay(source, Handled(gates.handle)).run)
         await consumer.assign({TP})
         await progress.until(lambda: source.stats.in_flight == 1, timeout=5)
         consumer.add(TP, 1)

@@ -17,9 +17,10 @@ from leaseworker import PodConfig
 from leaseworker._execution import Ending
 from leaseworker._kafka import KafkaTriggerSource
 from leaseworker._kafka._quiet import quiet
+from leaseworker._worker import TriggerWay
 from leaseworker_dev._services import LocalKafka, LocalRedis
 
-from ..fake_kafka import FakeConsumer
+from ..fake_kafka import FakeConsumer, Handled
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, committed, payload, produce
 from ..waiting import eventually
@@ -77,7 +78,6 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
         config,
         topic="t",
         resolve_key=lambda t: "k",
-        handle=handle,
         consumer_factory=consumer.factory,
         hooks=[progress],
     )
@@ -85,7 +85,7 @@ async def test_the_assignment_callback_pauses_new_partitions_at_once_when_full_o
     busy = 1 if why == "stopping" else config.concurrency
     consumer.add(first, busy)
     async with anyio.create_task_group() as tg:
-        await tg.start(source.run)
+        await tg.start(TriggerWay(source, Handled(handle)).run)
         await consumer.assign({first})
         await progress.until(lambda: source.stats.in_flight == busy, timeout=5)
         if why == "stopping":
@@ -189,13 +189,12 @@ async def test_a_hook_wakes_on_the_sources_progress_and_its_wait_is_bounded() ->
         PodConfig(),
         topic="t",
         resolve_key=lambda t: "k",
-        handle=handle,
         consumer_factory=consumer.factory,
         hooks=[progress],
     )
     partition = TopicPartition("t", 0)
     async with anyio.create_task_group() as tg:
-        await tg.start(source.run)
+        await tg.start(TriggerWay(source, Handled(handle)).run)
         await consumer.assign({partition})
         consumer.add(partition, 1)
         await progress.until(lambda: source.stats.in_flight == 1, timeout=5)

@@ -17,7 +17,7 @@ from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from leaseworker import JobContext, PodConfig, ReportJob, Trigger
 from leaseworker._execution import Executor, Prepared
 from leaseworker._kafka import KafkaTriggerSource
-from leaseworker._worker._way import TriggerWay
+from leaseworker._worker import TriggerWay
 from leaseworker.testing import MemoryLeases
 
 from ..fake_kafka import FakeConsumer

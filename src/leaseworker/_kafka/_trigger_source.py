@@ -37,9 +37,6 @@ from ._settings import SourceSettings
 from ._state import Partition, SourceState, SourceStats, release_grace
 from ._topics import require_topics
 
-Handle = Callable[[Trigger, str], Awaitable[Ending]]
-"""Run a trigger's job and say how it ended: terminal or not, dead-lettered as a failure."""
-
 Taken = list[tuple[Partition, Any]]
 """One poll's records handed out (aiokafka's ``ConsumerRecord``), each with its partition."""
 
@@ -65,8 +62,7 @@ class KafkaTriggerSource:
     them with :meth:`decode`, runs each in its task (:meth:`start`) between
     :meth:`processing` and :meth:`processed`, which marks the offset done
     when its end was terminal, and sets aside what cannot or did not end
-    well (:meth:`malformed`, :meth:`dead_letter`). :meth:`run` is the same
-    without a pod: each trigger goes to ``handle`` alone.
+    well (:meth:`malformed`, :meth:`dead_letter`).
 
     ``resolve_key`` maps a decoded trigger to its job key. Records that
     cannot become a job, and triggers whose job ended ``failed`` or
@@ -90,7 +86,6 @@ class KafkaTriggerSource:
         *,
         topic: str,
         resolve_key: ResolveKey,
-        handle: Handle | None = None,
         hooks: Iterable[Hook] = (),
         consumer_factory: ConsumerFactory = new_consumer,
         producer_factory: ProducerFactory = new_producer,
@@ -100,7 +95,6 @@ class KafkaTriggerSource:
         self._config = config
         self._topic = topic
         self._resolve_key = resolve_key
-        self._handle = handle
         self._consumer_factory = consumer_factory
         self._producer_factory = producer_factory
         self._topic_check = topic_check
@@ -259,50 +253,6 @@ class KafkaTriggerSource:
         self.stats.finished += 1
         self._state.notify()
         self._state.event("processed", record=record, error=error)
-
-    # -- without a pod ------------------------------------------------------------
-
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Run every trigger through ``handle`` alone until stopped; commit what reached an end.
-
-        The pod's way without its line-up by job key and its shared lookup (a
-        source on its own, as its tests drive it). Stopped before Kafka ever
-        answered, it reports itself started and returns at once.
-        """
-        if self._handle is None:
-            raise TypeError("KafkaTriggerSource.run needs handle")
-        async with self.joined(task_status) as polls:
-            async for taken in polls:
-                decoded = [(part, record, *self.decode(record)) for part, record in taken]
-                for part, record, found, job_key in decoded:
-                    self.start(part, record, self._handled, part, record, found, job_key)
-
-    async def _handled(
-        self, part: Partition, record: Any, found: Trigger | MalformedTrigger, job_key: str
-    ) -> None:
-        """One record's task in :meth:`run`: ``handle`` its trigger; a bad end is dead-lettered."""
-        assert self._handle is not None
-        done = False
-        error: BaseException | None = None
-        self.processing(record)
-        try:
-            if isinstance(found, MalformedTrigger):
-                await self.malformed(record, found)
-                done = True
-            else:
-                self.received(record, found, job_key)
-                ending = await self._handle(found, job_key)
-                done = ending.terminal
-                if ending.dead_letter is not None:  # terminal, and dead-lettered
-                    await self.dead_letter(record, job_key, ending)
-                    done = True
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            self.processed(part, record, done=done, error=error)
 
     # -- the poll loop -------------------------------------------------------------
 
@@ -554,4 +504,4 @@ async def check_topics(settings: SourceSettings, topics: list[str]) -> None:
     )
 
 
-__all__ = ["Handle", "KafkaTriggerSource", "SourceStats", "Taken", "TopicPartition"]
+__all__ = ["KafkaTriggerSource", "SourceStats", "Taken", "TopicPartition"]

@@ -13,16 +13,20 @@ from ._health import READY_PATH as READY_PATH
 from ._health import HealthServer as HealthServer
 from ._health import serve_with_health as serve_with_health
 from ._recorder import HistoryRecorder as HistoryRecorder
+from ._way import Executions as Executions
+from ._way import TriggerWay as TriggerWay
 from ._worker import Pod as Pod
 from ._worker import serve as serve
 
 __all__ = [
     "HEALTH_PATH",
     "READY_PATH",
+    "Executions",
     "HealthServer",
     "HistoryRecorder",
     "Pod",
     "PodConfig",
+    "TriggerWay",
     "serve",
     "serve_with_health",
 ]

@@ -21,20 +21,32 @@ One record, top to bottom (:class:`TriggerWay`):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
 
 from .._errors import MalformedTrigger
-from .._execution import Ending, Executor, Prepared, Trigger
+from .._execution import Ending, Prepared, Trigger
 from .._kafka import KafkaTriggerSource, Partition, Taken
+
+
+class Executions(Protocol):
+    """What runs the way's triggers: the pod's :class:`~leaseworker._execution.Executor`."""
+
+    def prepare(self, items: Sequence[tuple[Trigger, str]]) -> list[Prepared]:
+        """Look the triggers first in line up together (one store call)."""
+        ...
+
+    async def run(self, trigger: Trigger, job_key: str, prepared: Prepared | None = None) -> Ending:
+        """Run one trigger's executions until one reaches an end."""
+        ...
 
 
 @final
 class TriggerWay:
     """Run the records ``source`` polls as executions of ``executor``, until it is stopped."""
 
-    def __init__(self, source: KafkaTriggerSource, executor: Executor) -> None:
+    def __init__(self, source: KafkaTriggerSource, executor: Executions) -> None:
         self._source = source
         self._executor = executor
         self._keys: dict[str, tuple[anyio.Lock, int]] = {}  # the lock and users of a job key
