@@ -48,9 +48,8 @@ from ._sqlite_rules import _any_found, _refused, _state
 class SqliteStore:
     """Completions in a SQLite file; open it with ``open_store("sqlite:///path")``.
 
-    ``call_timeout`` bounds every call, including its wait in the queue while
-    an earlier batch uses the connection. ``schema_version`` is the
-    database's schema version after the start-up migration.
+    Its calls go through one :class:`SqliteConnection`, which bounds each of
+    them and knows the database's schema version.
     """
 
     def __init__(
