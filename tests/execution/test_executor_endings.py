@@ -9,7 +9,16 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from leaseworker import Event, ExecutionEvent, JobContext, RedisLeases, ReportJob, Trigger
+from leaseworker import (
+    Backoff,
+    Event,
+    ExecutionEvent,
+    JobContext,
+    RedisLeases,
+    ReportJob,
+    StoreUnavailable,
+    Trigger,
+)
 from leaseworker._execution import Ending, Executor, decode_trigger
 
 
@@ -148,3 +157,49 @@ def test_an_endings_dead_letter_reason_follows_its_outcome_and_reason() -> None:
     assert Ending("lost").dead_letter is None
     assert Ending("lost", reason="stale").dead_letter is None
     assert Ending("completed").dead_letter is None
+
+
+class _StoreFailsInside(ReportJob):
+    """Its block's store call fails ``failures`` times (a connection the server ended)."""
+
+    topic = "t"
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.runs = 0
+
+    async def run(self, ctx: JobContext) -> object:
+        self.runs += 1
+        if self.runs <= self.failures:
+            raise StoreUnavailable(ctx.job_key, "injected: the server ended the connection")
+        return {"rows": 1}
+
+
+async def test_a_store_that_fails_inside_the_block_does_not_end_the_trigger(
+    leases: RedisLeases,
+) -> None:
+    """The store, not the job, failed: the execution is ``lost`` and the trigger runs again."""
+    job, events = _StoreFailsInside(failures=1), _Events()
+    executor = Executor(job, leases, pod="pod-a", hooks=[events], lost_retry=Backoff(initial=0.01))
+    ending = await executor.run(_trigger(), "report:acme")
+    assert ending == Ending("completed")
+    assert job.runs == 2
+    finished = [(e.outcome, e.reason) for e in events.events if e.event == "finished"]
+    assert finished == [("lost", "store_unavailable"), ("completed", None)]
+
+
+async def test_a_store_that_fails_inside_every_block_spends_the_loss_budget(
+    leases: RedisLeases,
+) -> None:
+    """Each such loss counts: the budget spent, the trigger is dead-lettered, never looped."""
+    job = _StoreFailsInside(failures=10)
+    executor = Executor(job, leases, pod="pod-a", loss_budget=2, lost_retry=Backoff(initial=0.01))
+    ending = await executor.run(_trigger(), "report:acme")
+    assert (ending.outcome, ending.reason, ending.error_type) == (
+        "lost",
+        "lost_repeatedly",
+        "StoreUnavailable",
+    )
+    assert ending.terminal
+    assert ending.dead_letter == "lost_repeatedly"
+    assert job.runs == 2

@@ -54,20 +54,25 @@ class _Losses:
         self.budget = budget
         self.count = 0
 
-    def charge(self, ending: Ending) -> Ending:
-        """Count ``ending`` if it lost a held lease; once the budget is spent, end the trigger."""
-        if ending.loss_reason not in LOSS_REASONS:  # never held: Redis did not answer
+    def charge(self, ending: Ending, *, held: bool = False) -> Ending:
+        """Count ``ending`` if it lost a held lease; once the budget is spent, end the trigger.
+
+        ``held``: the execution held its lease and lost something else (the store
+        failed inside its block); it counts too.
+        """
+        if not held and ending.loss_reason not in LOSS_REASONS:  # Redis did not answer
             return ending
         self.count += 1
         if self.count < self.budget:
             return ending
+        what = "its lease" if ending.loss_reason else "its store"
         return Ending(
             "lost",
             reason="lost_repeatedly",
-            error_type="LeaseLost",
+            error_type="LeaseLost" if ending.loss_reason else "StoreUnavailable",
             loss_reason=ending.loss_reason,
-            detail=f"lost its lease on {self.count} executions in a row "
-            f"(loss budget {self.budget}); the last loss: {ending.loss_reason}",
+            detail=f"lost {what} on {self.count} executions in a row "
+            f"(loss budget {self.budget}); the last loss: {ending.loss_reason or ending.reason}",
         )
 
 
@@ -303,9 +308,13 @@ class Executor:
             ending = exc.ending
         except Exception as exc:
             error = exc
-            ending = losses.charge(Ending.of_error(held.outcome or "failed", exc, held.loss_reason))
-            if isinstance(exc, StoreUnavailable) and held.outcome is None:
-                ending = Ending("lost", reason="store_unavailable")  # a commit failed: retried
+            if isinstance(exc, StoreUnavailable) and held.outcome == "failed":
+                # The store failed inside the block or at its commit, not the job: the
+                # trigger is retried, and a commit that did land answers ``duplicate``.
+                ending = losses.charge(Ending("lost", reason="store_unavailable"), held=True)
+            else:
+                outcome = held.outcome or "failed"
+                ending = losses.charge(Ending.of_error(outcome, exc, held.loss_reason))
         if completer is not None and completer.result is not None:
             # The store answered: its durable answer decides, whatever happened after.
             ending = self._judged(attempt, completer, completer.result)
