@@ -40,13 +40,38 @@ async def client(cluster: LocalRedisCluster) -> AsyncIterator[RedisCluster]:
 
 @pytest.fixture
 async def leases(client: RedisCluster) -> AsyncIterator[RedisLeases]:
-    """Replica-acknowledged leases over the cluster client, pipelined per node."""
+    """Replica-acknowledged leases over the cluster client, pipelined per node.
+
+    The replica budget is short so that a cut-off shard's ``WAIT`` runs out
+    quickly; tests whose subject is not replication use ``roomy_leases``.
+    """
     leases = RedisLeases(
         client,
         namespace=f"t{uuid.uuid4().hex[:8]}",
         command_timeout=1.0,
         replicas=1,
         replica_timeout=0.2,
+    )
+    try:
+        yield leases
+    finally:
+        await leases.aclose()
+
+
+@pytest.fixture
+async def roomy_leases(client: RedisCluster) -> AsyncIterator[RedisLeases]:
+    """Replica-acknowledged leases with a budget a loaded machine cannot exhaust.
+
+    Sixty acquires in flight on a 2-core machine running the suite under
+    coverage once took longer than 200 ms for a replica to acknowledge: the
+    test then failed on timing that was not its subject.
+    """
+    leases = RedisLeases(
+        client,
+        namespace=f"t{uuid.uuid4().hex[:8]}",
+        command_timeout=3.0,
+        replicas=1,
+        replica_timeout=2.0,
     )
     try:
         yield leases
@@ -66,16 +91,17 @@ async def _keys_on_every_shard(cluster: LocalRedisCluster, leases: RedisLeases) 
 
 
 async def test_sixty_concurrent_holds_across_shards_with_pipelining(
-    cluster: LocalRedisCluster, leases: RedisLeases
+    cluster: LocalRedisCluster, roomy_leases: RedisLeases
 ) -> None:
     """Concurrent calls queue per node and go as one pipeline each: every hold completes."""
+    leases = roomy_leases
     keys = [f"job-{i}" for i in range(60)]
     shards = {await cluster.shard_of(leases.lease_key(k)) for k in keys}
     assert shards == {0, 1, 2}
     outcomes: list[str | None] = []
 
     async def one(key: str) -> None:
-        async with hold(leases, key, lease_duration=2, renewal_interval=0.3) as held:
+        async with hold(leases, key, lease_duration=8, renewal_interval=0.3) as held:
             await anyio.sleep(0.7)  # two renewals each, all in flight together
             await held.checkpoint()
         outcomes.append(held.outcome)
