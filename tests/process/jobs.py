@@ -106,3 +106,19 @@ def sleep_then_add(pctx: ProcessContext, seconds: float, a: int, b: int) -> int:
     """Sleep ``seconds``, then return ``a + b``."""
     time.sleep(seconds)
     return a + b
+
+
+def outlive(pctx: ProcessContext, marker: str, moved: float, until: float) -> bool:
+    """Mark; wait for a move past ``moved`` s; compute until under ``until`` s remain."""
+    mark(marker, str(os.getpid()))
+    while pctx.remaining() <= moved:
+        pctx.checkpoint()
+    while pctx.remaining() > until:
+        pctx.checkpoint()
+    return True
+
+
+def hold_the_gil(pctx: ProcessContext, marker: str, seconds: int) -> None:
+    """Mark, then call libc's sleep() without releasing the GIL (as a C extension can)."""
+    mark(marker, str(os.getpid()))
+    ctypes.PyDLL(None).sleep(seconds)

@@ -8,8 +8,9 @@ answering on ``OUT``, until ``IN`` closes.
 Fail closed: while a call runs, a watchdog thread sleeps to the deadline in the
 shared ``SLOT`` (woken through ``WAKE`` when the pod moves it) and then kills the
 whole group; a kernel timer (``ITIMER_REAL``, SIGALRM left at its default action)
-kills the child itself a few milliseconds later if that thread could not run (a C
-extension holding the GIL). The thread re-arms the timer when the deadline moves,
+kills the child itself 25 ms later if that thread could not run (a C
+extension holding the GIL; the job's own processes then live until the pod or the
+keeper kills the group). The thread re-arms the timer when the deadline moves,
 so a child that holds the GIL past a renewal dies at the deadline it had.
 """
 
@@ -34,7 +35,10 @@ from ._frames import read_blocking, write_blocking
 from ._slot import SIZE, read
 
 _PR_SET_PDEATHSIG: Final = 1
-_KERNEL_SLACK: Final = 0.005  # the timer fires after the watchdog's group kill had its chance
+# The kernel timer fires this long after the deadline: five GIL switch intervals, time for the
+# watchdog thread to take the GIL from a job computing in Python and kill the whole group first.
+_KERNEL_SLACK: Final = 0.025
+_EARLY: Final = 0.001  # select() may wake this much before the deadline: that is the deadline
 
 
 def main(argv: list[str]) -> int:
@@ -169,7 +173,7 @@ class Watchdog:
     def _arm(self) -> float:
         deadline, _, _ = read(self._slot)
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= _EARLY:
             os.killpg(0, signal.SIGKILL)
         signal.setitimer(signal.ITIMER_REAL, left + _KERNEL_SLACK)
         return left
