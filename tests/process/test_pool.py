@@ -145,3 +145,39 @@ async def test_move_extends_the_deadline_the_child_sees(pool: ProcessPool, tmp_p
         left = await call.run(pool, jobs.until_moved, str(marker), 10.0, deadline=2.0)
     assert isinstance(left, float)
     assert 10.0 < left <= 30.0
+
+
+async def test_a_call_that_starts_lost_raises_at_its_first_checkpoint(pool: ProcessPool) -> None:
+    """run(lost=...) writes the loss before the call: the child never sees the lease owned."""
+    with pytest.raises(LeaseLost, match="late"):
+        await pool.run(
+            jobs.lost_at_once,
+            (),
+            {},
+            identity=IDENTITY,
+            deadline=time.monotonic() + 10,
+            lost="late",
+            follow=Call().follow,
+        )
+
+
+async def test_aclose_during_a_call_kills_it_and_waits_for_its_reap(tmp_path: Path) -> None:
+    """A call running while the pool closes ends ChildProcessDied; aclose returns after its reap."""
+    marker = tmp_path / "started"
+    call = Call()
+    died: list[ChildProcessDied] = []
+    pool = ProcessPool(1)
+
+    async def run() -> None:
+        try:
+            await call.run(pool, jobs.spin, str(marker))
+        except ChildProcessDied as exc:
+            died.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        child = int(await marked(marker))
+        await pool.aclose()
+        assert not alive(child)
+        assert len(call.usages) == 1
+    assert died[0].signal == signal.SIGKILL

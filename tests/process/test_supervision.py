@@ -196,3 +196,13 @@ async def test_a_stopped_pod_child_dies_by_its_deadline(tmp_path: Path) -> None:
         pod.wait()
         if pod.stdout is not None:
             pod.stdout.close()
+
+
+async def test_the_default_pool_is_closed_at_interpreter_exit() -> None:
+    """A process that used ProcessPool.default() and just ended leaves no worker behind."""
+    with anyio.fail_after(60):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "tests.process.default_pool_script"], cwd=ROOT
+        )
+    assert not alive(int(done.stdout))
+    assert b"Warning" not in done.stderr

@@ -99,6 +99,15 @@ class CallMirror:
             os.write(self._wake, b"w")
 
 
+def died(pid: int, status: int | None) -> ChildProcessDied:
+    """Return the error for child ``pid`` that died by itself with wait ``status`` (or unknown)."""
+    if status is None:
+        return ChildProcessDied(pid, signal=None, exit_code=None)
+    if os.WIFSIGNALED(status):
+        return ChildProcessDied(pid, signal=os.WTERMSIG(status), exit_code=None)
+    return ChildProcessDied(pid, signal=None, exit_code=os.WEXITSTATUS(status))
+
+
 class PoolWorker:
     """A started child and the pod's ends of its pipes and slot."""
 
@@ -168,7 +177,8 @@ class PoolWorker:
         self.ready = True
 
     def _raise_dead(self) -> None:
-        raise ChildProcessDied(self.pid, signal=None, exit_code=None)
+        reaped = self.reap_now()  # exited at once, as at a failed start: its status says how
+        raise died(self.pid, None if reaped is None else reaped[0])
 
     async def call(self, data: bytes) -> bytes | None:
         """Send one call's frame and wait for its reply (``None``: the child died)."""
