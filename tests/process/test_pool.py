@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, alive, marked
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -181,3 +183,17 @@ async def test_aclose_during_a_call_kills_it_and_waits_for_its_reap(tmp_path: Pa
         assert not alive(child)
         assert len(call.usages) == 1
     assert died[0].signal == signal.SIGKILL
+
+
+async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -> None:
+    """An idle child killed from outside is replaced; the next call runs, on the new child."""
+    call = Call()
+    first = await call.run(pool, jobs.pid)
+    assert isinstance(first, int)
+    os.kill(first, signal.SIGKILL)
+    await eventually(lambda: _dead(first), within=5.0)
+    assert await call.run(pool, jobs.pid) not in {first, None}
+
+
+async def _dead(pid: int) -> bool:
+    return not alive(pid)

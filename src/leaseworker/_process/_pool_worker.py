@@ -14,6 +14,7 @@ import contextlib
 import os
 import pickle
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -185,6 +186,10 @@ class PoolWorker:
         self.calls += 1
         await _frames.send(self._call, _frames.frame(data))
         return await _frames.receive(self._reply, self._buffer)
+
+    def exited(self) -> bool:
+        """Whether the child exited (its pidfd is readable), without waiting."""
+        return bool(select.select([self._pidfd], [], [], 0)[0])
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group."""
