@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -129,3 +130,8 @@ def lost_at_once(pctx: ProcessContext) -> bool:
     owned = pctx.owned
     pctx.checkpoint()
     return owned
+
+
+def returns_a_lock(pctx: ProcessContext) -> object:
+    """Return what cannot be pickled."""
+    return threading.Lock()

@@ -15,7 +15,6 @@ import pytest
 from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, alive, marked
-from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -44,8 +43,10 @@ async def test_reraises_the_exception_with_the_child_traceback(pool: ProcessPool
     assert "in fail" in caught.value.__notes__[0]
     with pytest.raises(RuntimeError, match=r"tests\.process\.jobs\.OddError: a/b"):
         await call.run(pool, jobs.fail_oddly)
+    with pytest.raises(TypeError, match="result cannot be pickled"):
+        await call.run(pool, jobs.returns_a_lock)
     assert await call.run(pool, jobs.add, 1, 1) == 2
-    assert len(call.usages) == 3
+    assert len(call.usages) == 4
 
 
 async def test_unpicklable_calls_are_refused_before_a_child_is_used() -> None:
@@ -190,10 +191,11 @@ async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -
     call = Call()
     first = await call.run(pool, jobs.pid)
     assert isinstance(first, int)
-    os.kill(first, signal.SIGKILL)
-    await eventually(lambda: _dead(first), within=5.0)
+    exits = os.pidfd_open(first)  # readable once every thread of it exited, as the pool sees
+    try:
+        os.kill(first, signal.SIGKILL)
+        with anyio.fail_after(5):
+            await anyio.wait_readable(exits)
+    finally:
+        os.close(exits)
     assert await call.run(pool, jobs.pid) not in {first, None}
-
-
-async def _dead(pid: int) -> bool:
-    return not alive(pid)

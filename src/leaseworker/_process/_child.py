@@ -92,10 +92,12 @@ def _call(body: bytes, slot: mmap.mmap, watchdog: Watchdog) -> bytes:
     after = _cpu()
     cost = (after - before, _peak(), after)
     try:
-        return pickle.dumps((reply, cost))
+        payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         problem = TypeError(f"the function's result cannot be pickled: {_one_line(exc)}")
-        return pickle.dumps((_raised(problem), cost))
+        payload = pickle.dumps(_raised(problem))
+    # Pickled apart, so the cost crosses even when the pod cannot rebuild the payload.
+    return pickle.dumps((cost, payload), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _raised(exc: BaseException) -> tuple[object, ...]:

@@ -257,14 +257,18 @@ class ProcessPool:
                 died = await self._died(worker)
             _report(usage, died[1])
             raise died[0]
-        reply, (cpu, peak, total) = pickle.loads(body)
+        (cpu, peak, total), payload = pickle.loads(body)
         worker.cpu_base = total
         _report(usage, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
         if self._spent(worker, peak) or worker not in self._live:  # or the pool closed meanwhile
             self._retire(worker)
         else:
             self._give_back(worker)
-        return tuple(reply)
+        try:
+            return tuple(pickle.loads(payload))
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise RuntimeError(f"the pod cannot unpickle the child's reply: {detail}") from exc
 
     async def _kill(self, worker: PoolWorker) -> Usage:
         worker.kill()

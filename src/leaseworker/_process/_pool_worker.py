@@ -184,7 +184,10 @@ class PoolWorker:
     async def call(self, data: bytes) -> bytes | None:
         """Send one call's frame and wait for its reply (``None``: the child died)."""
         self.calls += 1
-        await _frames.send(self._call, _frames.frame(data))
+        try:
+            await _frames.send(self._call, _frames.frame(data))
+        except BrokenPipeError:  # it died before it read the call
+            return None
         return await _frames.receive(self._reply, self._buffer)
 
     def exited(self) -> bool:
