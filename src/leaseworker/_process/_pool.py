@@ -179,7 +179,7 @@ class ProcessPool:
             worker.kill()
         give_up = time.monotonic() + self._reap_timeout
         for worker in workers:
-            while worker.reap_now() is None and not worker.reaped and time.monotonic() < give_up:
+            while not worker.gone() and time.monotonic() < give_up:
                 time.sleep(0.002)
         if self._keeper is not None:
             self._keeper.close(self._reap_timeout)
@@ -292,7 +292,7 @@ class ProcessPool:
 
     def _retire(self, worker: PoolWorker) -> None:
         worker.kill()  # idle: nothing of a call is lost
-        self._replace(worker, worker.reap_now() is None)
+        self._replace(worker, not worker.gone())
 
     def _replace(self, worker: PoolWorker, unreaped: bool) -> None:
         self._live.discard(worker)
@@ -373,10 +373,10 @@ class ProcessPool:
         # A worker whose start failed: one new one is owed, so each call tries one start
         # (and raises its error) and none waits for a dead worker.
         worker.kill()
-        self._replace(worker, worker.reap_now() is None)
+        self._replace(worker, not worker.gone())
 
     def _reap_dying(self) -> None:
-        self._dying = [worker for worker in self._dying if worker.reap_now() is None]
+        self._dying = [worker for worker in self._dying if not worker.gone()]
 
 
 def _positive(name: str, value: object) -> int:

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 import anyio
 
@@ -153,7 +153,6 @@ class PoolWorker:
             try:
                 hello = _frames.receive_now(self._reply, self._buffer)
             except EOFError:
-                hello = None
                 self._raise_dead()
             if hello is not None:
                 self._hello(hello)
@@ -177,7 +176,7 @@ class PoolWorker:
         self.cpu_base = message[1]
         self.ready = True
 
-    def _raise_dead(self) -> None:
+    def _raise_dead(self) -> NoReturn:
         reaped = self.reap_now()  # exited at once, as at a failed start: its status says how
         raise died(self.pid, None if reaped is None else reaped[0])
 
@@ -211,6 +210,10 @@ class PoolWorker:
         self._keeper.remove(self.pid)
         self._close()
         return status, usage
+
+    def gone(self) -> bool:
+        """Whether the child is reaped (trying once more now, without waiting)."""
+        return self.reaped or self.reap_now() is not None
 
     async def reap(self, within: float) -> tuple[int, resource.struct_rusage] | None:
         """Reap the child within ``within`` seconds (``None``: it did not exit in time)."""
