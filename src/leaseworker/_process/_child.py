@@ -144,7 +144,7 @@ class Watchdog:
     """Kills the child's group at the deadline in the slot while a call runs.
 
     A thread waits on the pod's wake pipe (the deadline moved) and on its own
-    (a call began or ended) with a timeout to the deadline; at the deadline it
+    (a call began) with a timeout to the deadline; at the deadline it
     kills the group (``os.killpg(0, SIGKILL)``). Each time it looks, it re-arms the
     kernel timer, the backstop for when this thread cannot get the GIL.
     """
@@ -170,7 +170,7 @@ class Watchdog:
         with self._lock:
             self._active = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-        os.write(self._poke_w, b"e")
+        # No wake-up: the thread finds the call over when its timeout comes, and sleeps on.
 
     def _arm(self) -> float:
         deadline, _, _ = read(self._slot)
