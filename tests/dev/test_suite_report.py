@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker_dev._suite_report import DirectoryTimes
+from leaseworker_dev._suite_report import DirectoryTimes, RepeatedRuns
 
 
 def test_phases_add_up_per_directory_and_tests_are_counted_once() -> None:
@@ -50,3 +50,36 @@ def test_the_table_ends_the_run(pytester: pytest.Pytester) -> None:
             "total *0.2?s  100%      3 tests",
         ]
     )
+
+
+def test_a_run_passes_when_none_of_its_repetitions_failed() -> None:
+    """Run k is every test id ending in k-N]; one failing phase fails the run."""
+    runs = RepeatedRuns(3)
+    for run in (1, 2, 3):
+        runs.add(f"tests/a.py::test_x[{run}-3]", failed=False)
+        runs.add(f"tests/a.py::test_y[param-{run}-3]", failed=run == 2)
+    runs.add("tests/a.py::test_unrepeated", failed=True)  # not one of the runs
+    assert runs.verdict() == "repeat: 2 of 3 runs passed (failed: run 2)"
+    assert RepeatedRuns(3).verdict() == "repeat: no test ran 3 times"
+
+
+def test_repeated_runs_are_counted_at_the_end(pytester: pytest.Pytester) -> None:
+    """Under pytest-repeat's --count, the run ends saying which runs passed."""
+    pytester.makepyfile(
+        test_flaky="""
+        import itertools
+        calls = itertools.count(1)
+
+        def test_steady():
+            pass
+
+        def test_fails_its_second_time():
+            assert next(calls) != 2
+        """
+    )
+    result = pytester.runpytest(
+        "-p", "leaseworker_dev._suite_report", "-p", "no:asyncio", "-p", "no:cacheprovider",
+        "--count", "3", "--repeat-scope", "session",
+    )  # fmt: skip
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(["*repeat: 2 of 3 runs passed (failed: run 2)*"])
