@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.machinery
 import logging
 import os
 import signal
@@ -96,11 +97,12 @@ class Pod:
         self._job = job
         self._config = config
         self._own_processes = processes is None  # started and closed by run()
+        module = type(job).__module__
         self._processes = processes or ProcessPool(
             config.process_workers,
             max_tasks_per_child=config.max_tasks_per_child,
             max_memory_per_child=config.max_memory_per_child,
-            preload=(type(job).__module__,),
+            preload=(module,) if _importable(module) else (),
         )
         self._store = store
         self._redis: Redis | RedisCluster | None = None
@@ -343,6 +345,17 @@ class Pod:
                 policy,
                 extra={"event": "redis_eviction_policy", "pod": self._config.pod},
             )
+
+
+def _importable(module: str) -> bool:
+    """Whether a fresh interpreter on this ``sys.path`` finds ``module`` by its name.
+
+    The pod preloads its job's module in every process worker; a module run
+    as ``__main__`` or loaded from a file by path is not found there (the
+    job's ``run_in_process`` calls then name their own importable module).
+    """
+    top = module.partition(".")[0]
+    return top != "__main__" and importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
 
 
 def _as_hook(observer: ExecutionObserver | Hook) -> Hook:
