@@ -46,7 +46,7 @@ from ._common import (
     redis_url_with_tls,
 )
 from ._jobs import load_job_class
-from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
+from ._kafka_flags import KAFKA_SECURITY_SETTINGS, add_deprecated_kafka_flags, kafka_security_from
 
 
 def _field(
@@ -60,6 +60,11 @@ def _field(
     name = dest(flag)
     default = config_default(name)
     return Setting(flag=flag, help=help, default=default, kind=kind, field=name, secret=secret)
+
+
+def _mebibytes(text: str) -> int:
+    """Parse a flag value as a whole number of MiB >= 1 and return it in bytes."""
+    return positive_int(text) * 2**20
 
 
 RUN_SETTINGS: tuple[Setting | Switch, ...] = (
@@ -149,6 +154,26 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         kind=positive_int,
         field="max_result_bytes",
     ),
+    Setting(
+        flag="--process-workers",
+        help="child processes ctx.run_in_process runs the job's blocking work in, started "
+        "with the pod; unset: the machine's cores",
+        kind=positive_int,
+        field="process_workers",
+    ),
+    Setting(
+        flag="--max-tasks-per-child",
+        help="calls a process worker runs before it is replaced; unset: no limit",
+        kind=positive_int,
+        field="max_tasks_per_child",
+    ),
+    Setting(
+        flag="--max-memory-per-child",
+        help="MiB of peak memory above which a process worker is replaced after its call; "
+        "unset: no limit",
+        kind=_mebibytes,
+        field="max_memory_per_child",
+    ),
     *KAFKA_SECURITY_SETTINGS,  # into PodConfig.kafka_security (kafka_security_from)
     # The /healthz and /readyz endpoints, off unless a port is given.
     Setting(flag="--health-port", help="serve /healthz and /readyz on this port", kind=port),
@@ -224,6 +249,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
     )
     for setting in RUN_SETTINGS:
         setting.add_to(parser)
+    add_deprecated_kafka_flags(parser)
     parser.set_defaults(handler=_run)
 
 

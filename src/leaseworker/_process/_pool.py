@@ -36,7 +36,7 @@ import anyio
 from .._errors import ChildProcessDied, ConfigError
 from .._outcome import LeaseLostReason
 from ._call import Identity, Mirror, Usage
-from ._pool_worker import Keeper, PoolWorker, died
+from ._pool_worker import CallMirror, Keeper, PoolWorker, died
 
 T = TypeVar("T")
 
@@ -209,38 +209,28 @@ class ProcessPool:
         once for every call a worker took, before ``run`` returns or raises.
         """
         data = _pickled(fn, args, kwargs, identity)
-        worker = await self._take()
+        # Followed before waiting for a worker: renewals meanwhile move the deadline.
+        mirror = CallMirror(deadline, lost)
+        unfollow = follow(mirror)
+        try:
+            worker = await self._take()
+            worker.follow(mirror)
+            reply = await self._busy_call(worker, data, usage)
+        finally:
+            mirror.active = False
+            unfollow()
+        return _unpacked(reply, worker.pid)  # type: ignore[no-any-return]
+
+    async def _busy_call(
+        self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
+    ) -> tuple[Any, ...]:
         self._busy.add(worker)
         try:
-            reply = await self._followed(worker, data, deadline, lost, follow, usage)
+            return await self._call(worker, data, usage)
         finally:
             self._busy.discard(worker)
             if not self._busy and self._drained is not None:
                 self._drained.set()
-        return _unpacked(reply, worker.pid)  # type: ignore[no-any-return]
-
-    async def _followed(
-        self,
-        worker: PoolWorker,
-        data: bytes,
-        deadline: float,
-        lost: LeaseLostReason | None,
-        follow: Callable[[Mirror], Callable[[], None]],
-        usage: Callable[[Usage], None] | None,
-    ) -> tuple[Any, ...]:
-        worker.writer.write(deadline, lost)
-        mirror = worker.mirror()
-        try:
-            unfollow = follow(mirror)
-        except BaseException:
-            mirror.active = False
-            self._give_back(worker)
-            raise
-        try:
-            return await self._call(worker, data, usage)
-        finally:
-            mirror.active = False
-            unfollow()
 
     async def _call(
         self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
