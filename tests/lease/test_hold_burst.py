@@ -196,7 +196,7 @@ async def test_a_rejected_renewal_in_a_shared_trip_stops_only_its_own_body(
     async def holder(i: int, entered: anyio.Event) -> None:
         try:
             async with hold(
-                leases, f"k{i}", lease_duration=1.0, renewal_interval=0.2, hooks=[renewals]
+                leases, f"k{i}", lease_duration=3, renewal_interval=0.2, hooks=[renewals]
             ) as lease:
                 held[i] = lease
                 entered.set()
