@@ -51,13 +51,17 @@ class FakeSender:
 
 
 class Counting:
-    """Forwards to ``inner``; ``reached`` is set once ``target`` sends were acknowledged."""
+    """Forwards to ``inner``; ``reached`` is set once ``target`` sends were acknowledged.
+
+    ``failed`` is set once a send answered with a failure.
+    """
 
     def __init__(self, inner: KafkaSender | FakeSender, target: int) -> None:
         self.inner = inner
         self.target = target
         self.acked = 0
         self.reached = anyio.Event()
+        self.failed = anyio.Event()
 
     async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
         """Send through ``inner`` and count the acknowledgements."""
@@ -65,6 +69,8 @@ class Counting:
         self.acked += sum(not isinstance(outcome, Exception) for outcome in outcomes)
         if self.acked >= self.target:
             self.reached.set()
+        if any(isinstance(outcome, Exception) for outcome in outcomes):
+            self.failed.set()
         return outcomes
 
 
@@ -303,7 +309,8 @@ async def test_a_broker_restart_delays_messages_but_loses_none(
                         pod="p",
                     )
                     await tx.commit(request, [Message.build(topic, {"n": fence})])
-            await anyio.sleep(3)  # the relay tries and backs off meanwhile
+            with anyio.fail_after(60):
+                await counting.failed.wait()  # the relay tried the down broker
             assert [sent for _, sent in await pg.outbox()] == [False, False]
             await anyio.to_thread.run_sync(kafka_server.up)
             with anyio.fail_after(60):
