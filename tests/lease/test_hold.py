@@ -29,11 +29,16 @@ from leaseworker_dev._services import LocalRedis
 from ..chaos import proxied_leases
 
 
-async def test_renewal_keeps_a_body_alive_for_five_ttls(short_timeout_leases: RedisLeases) -> None:
-    """A body running 5x the TTL completes, and nobody can acquire meanwhile."""
-    leases = short_timeout_leases  # outliving five leases of 0.5 s: too short for 2 s calls
+async def test_renewal_keeps_a_body_alive_for_five_ttls(
+    leases: RedisLeases, short_timeout_leases: RedisLeases
+) -> None:
+    """A body running 5x the TTL completes, and nobody can acquire meanwhile.
+
+    The holder outlives five leases of 0.5 s (too short for 2 s calls); the
+    rival's acquires, not the subject, take the generous store of the same keys.
+    """
     lease_duration = 0.5
-    async with hold(leases, "k", lease_duration=lease_duration) as held:
+    async with hold(short_timeout_leases, "k", lease_duration=lease_duration) as held:
         until = anyio.current_time() + 5 * lease_duration
         while anyio.current_time() < until:
             assert await leases.acquire("k", lease_duration=lease_duration) is None
