@@ -108,3 +108,11 @@ def test_overlapping_pairs_one_keys_executions_that_held_it_at_once() -> None:
         ("pod-c-3", "pod-d-4"),
     ]
     assert history.overlapping(until=7.0) == [(a, b)]  # c's open end counted to 7 only
+
+
+def test_a_reader_skips_execution_fields_a_newer_writer_added() -> None:
+    """A history file from a newer pod (a field this version does not know) still reads."""
+    header = '{"format": "leaseworker.history/1", "clock": "monotonic"}\n'
+    line = '{"execution":{"job_key":"k","execution_id":"e1","pod":"p","start":1.0,"shiny_new":3}}\n'
+    [execution] = History.from_json(header + line).executions
+    assert (execution.job_key, execution.execution_id, execution.start) == ("k", "e1", 1.0)

@@ -56,7 +56,8 @@ def test_only_a_stale_loss_or_a_spent_loss_budget_ends_its_trigger() -> None:
     assert not ends_trigger("busy", "stale")
     assert not ends_trigger("cancelled", "stale")
     assert not ends_trigger("cancelled", "lost_repeatedly")
-    assert set(get_args(EndingReason)) == {"stale", "store_unavailable", *REFUSALS}
+    assert set(get_args(EndingReason)) == {"stale", "store_unavailable", "child_died", *REFUSALS}
+    assert ends_trigger("failed", "child_died")  # a child that died by itself: a failure
     assert {"lost_repeatedly", "bad_result", "bad_input_version"} == REFUSALS
 
 

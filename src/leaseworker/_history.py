@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal
 
 Scalar = str | int | float | bool
@@ -214,9 +214,14 @@ def _from_lines(text: str) -> dict[str, Any]:
     return document
 
 
+_EXECUTION_FIELDS = frozenset(f.name for f in fields(Execution))
+
+
 def _execution(raw: Mapping[str, Any]) -> Execution:
+    """Read one execution, ignoring fields a newer writer added (``cpu_seconds`` was one)."""
     steps = tuple(Step(**s) for s in raw.get("steps", ()))
-    return Execution(**{**raw, "steps": steps})
+    known = {k: v for k, v in raw.items() if k in _EXECUTION_FIELDS}
+    return Execution(**{**known, "steps": steps})
 
 
 __all__ = [
