@@ -79,7 +79,13 @@ class Transaction:
         return self._tx.statements
 
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Run one statement in the transaction; return its rows (``[]`` when it has none)."""
+        """Run one statement in the transaction; return its rows (``[]`` when it has none).
+
+        The database ends it when the lease's validity left at its start runs
+        out (PostgreSQL); raises :class:`~leaseworker.LeaseLost` first if the
+        lease is already uncertain.
+        """
+        await self._completer.held.checkpoint()
         return await self._tx.execute(sql, params)
 
     def publish(
@@ -155,7 +161,9 @@ async def _open(
         begun = now()
         try:
             store_tx: StoreTransaction = await stack.enter_async_context(
-                store.transaction(completer.key, completer.input_version, fence)
+                store.transaction(
+                    completer.key, completer.input_version, fence, budget=completer.held.remaining
+                )
             )
             break
         except StoreUnavailable as exc:
@@ -175,8 +183,10 @@ async def _commit(
 ) -> CompletionResult:
     """Commit the completion and the messages; the store's answer decides (shielded)."""
     request = completer.request(result)
+    if not completer.held.owned:  # past the local deadline (a blocked loop): commit nothing
+        await completer.held.checkpoint()
     begun = now()
-    with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
+    with anyio.CancelScope(shield=True):  # bounded by the store's timeout and the lease
         committed = await store_tx.commit(request, tuple(completer.messages))
     answer = completer.answered(committed, begun)
     if answer.status == "accepted" and completer.messages:

@@ -6,6 +6,10 @@ and reads the identity after the lock, as ``leaseworker_complete()`` does;
 its commit calls that same function, then inserts the messages, in the same
 transaction. It locks one head row and waits for no batch, so it cannot
 close a cycle with the batches' key-ordered locks (docs/design.md).
+Its budget is the lease, not the store's timeout: each statement goes after
+``SET LOCAL`` limits from the lease's remaining validity (:class:`Limits`),
+so the server itself ends it when the lease's local deadline passes, also
+while the pod is paused.
 What is unsent is a row of ``leaseworker_outbox_unsent`` (the queue, which
 the committing statement fills with the outbox rows); the relays' claims of
 it are :mod:`._pg_claims`. Here too: the outbox's state, backlog and prune.
@@ -15,7 +19,9 @@ See docs/effects.md.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, final
 
 import anyio
@@ -93,9 +99,37 @@ PRUNE = """
 """
 
 
+# Set before each statement of the job's (and again after one that took a
+# while): its own bound, and the idle bound after it, from the lease's validity
+# left. Not pipelined with the statement: after psycopg's pipeline the server
+# sat idle with no idle bound armed (PostgreSQL 15, psycopg 3.3). A failed
+# statement aborts its transaction, which frees its locks at once.
+_LIMITS = (
+    "SELECT set_config('statement_timeout', %(statement)s, true),"
+    " set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
+)
+# PostgreSQL 17: the whole transaction, running, idle or aborted, ends at the
+# deadline (the session is terminated). Setting 0 first re-arms the timer.
+_LIMITS_17 = (
+    _LIMITS + ", set_config('transaction_timeout', '0', true),"
+    " set_config('transaction_timeout', %(statement)s, true)"
+)
+RESET_AFTER = 0.01
+"""A statement of the job's that took longer (s) has the idle bound set again after it."""
+
+# Ended sessions and timeouts: the store failed, not the job (whose own errors,
+# a constraint or a syntax error, stay its own). Class 25P: idle or transaction
+# timeout; 57: operator intervention (query cancelled, admin shutdown, crash).
+_STORE_STATES = ("25P03", "25P04", "57")
+
+
 @contextlib.asynccontextmanager
 async def transaction(
-    pool: PgPool, job_key: str, input_version: str, fence: int
+    pool: PgPool,
+    job_key: str,
+    input_version: str,
+    fence: int,
+    budget: Callable[[], float] | None = None,
 ) -> AsyncIterator[PgTransaction]:
     """Begin on a connection of its own and lock the head row; see ``EffectStore.transaction``."""
     check_call(job_key, fence, input_version)
@@ -103,20 +137,54 @@ async def transaction(
         try:
             with anyio.fail_after(pool.timeout):
                 conn = await stack.enter_async_context(pool.pool.connection(timeout=pool.timeout))
+                limits = Limits(budget or (lambda: pool.timeout), conn.info.server_version)
                 await conn.execute("BEGIN")
                 stack.push_async_callback(rollback, conn)
-                opened = await _open(conn, job_key, input_version, fence)
+                opened = await _open(conn, job_key, input_version, fence, limits)
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(job_key, pool.detail(exc)) from exc
-        yield PgTransaction(pool, conn, opened)
+        yield PgTransaction(pool, conn, opened, limits)
 
 
-async def _open(conn: Conn, job_key: str, input_version: str, fence: int) -> ClaimResult:
+@final
+class Limits:
+    """The server-side bounds of a job's transaction, from its budget (the lease's validity).
+
+    Before PostgreSQL 17 a statement is bounded by ``statement_timeout`` and
+    the time after it by ``idle_in_transaction_session_timeout``; from 17 on
+    ``transaction_timeout`` also ends the session itself at the deadline,
+    whatever it is doing.
+    """
+
+    def __init__(self, budget: Callable[[], float], server_version: int) -> None:
+        self._budget = budget
+        self.sql = _LIMITS_17 if server_version >= 170000 else _LIMITS
+        self.left = 0.0  # the budget when the limits were set last
+
+    def params(self, *, cap: float = math.inf) -> dict[str, str]:
+        """Read the budget; return ``_LIMITS``' parameters (the statement's at most ``cap``)."""
+        self.left = left = max(0.001, self._budget())
+        return {"statement": _ms(min(left, cap)), "idle": _ms(left)}
+
+    async def set(self, conn: Conn, *, cap: float = math.inf) -> None:
+        """Set the bounds on ``conn``, inside its transaction, from the budget left now."""
+        await conn.execute(self.sql, self.params(cap=cap))
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, math.floor(seconds * 1000))}ms"
+
+
+async def _open(
+    conn: Conn, job_key: str, input_version: str, fence: int, limits: Limits
+) -> ClaimResult:
+    """Lock the head row, read the identity, bound the session by the lease from now on."""
     row = await (await conn.execute(_LOCK_HEAD, (job_key,))).fetchone()
     assert row is not None  # INSERT ... ON CONFLICT DO UPDATE ... RETURNING: always one row
     head_fence, head_version, claimed = row
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
     found = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
+    await limits.set(conn)
     standing = None if found is None else completion_of(job_key, found)
     return claim_answer(
         job_key, input_version, fence, standing=standing, head=head, claimed=claimed
@@ -127,9 +195,10 @@ async def _open(conn: Conn, job_key: str, input_version: str, fence: int) -> Cla
 class PgTransaction:
     """A job's transaction on PostgreSQL; see ``StoreTransaction``."""
 
-    def __init__(self, pool: PgPool, conn: Conn, opened: ClaimResult) -> None:
+    def __init__(self, pool: PgPool, conn: Conn, opened: ClaimResult, limits: Limits) -> None:
         self._pool = pool
         self._conn = conn
+        self._limits = limits
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
         self._done = False
@@ -140,26 +209,56 @@ class PgTransaction:
         return self._conn
 
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Run one of the job's statements; return its rows (lost connection: StoreUnavailable)."""
+        """Run one of the job's statements under the lease's bound; return its rows.
+
+        The limits first, then the statement, then (if it took a while) the
+        idle bound again. A session the server ended, or a statement it
+        cancelled (the lease's bound), raises StoreUnavailable; the job's own
+        errors are psycopg's.
+        """
         self._check()
         self.statements.append((sql, params))
+        conn, limits = self._conn, self._limits
         try:
-            cursor = await self._conn.execute(sql, params)
-            return list(await cursor.fetchall()) if cursor.description else []
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(self.opened.job_key, self._pool.detail(exc)) from exc
+            await limits.set(conn)
+            sent = time.monotonic()
+            cursor = await conn.execute(sql, params)
+            rows = list(await cursor.fetchall()) if cursor.description else []
+            if time.monotonic() - sent > RESET_AFTER:
+                await limits.set(conn)
+        except psycopg.Error as exc:
+            if not self._failed_store(exc):
+                raise
+            detail = f"{self._pool.detail(exc)} (lease validity at its start: {limits.left:.3f}s)"
+            raise StoreUnavailable(self.opened.job_key, detail) from exc
+        return rows
+
+    def _failed_store(self, exc: psycopg.Error) -> bool:
+        """Whether ``exc`` is the store's failure (connection, timeout), not the statement's."""
+        state = exc.sqlstate or ""
+        return (
+            isinstance(exc, psycopg.OperationalError)
+            or state.startswith(_STORE_STATES)
+            or self._conn.broken
+            or self._conn.closed
+        )
 
     async def commit(
         self, request: CompletionRequest, messages: Sequence[Message]
     ) -> CompletionResult:
-        """Record the completion and the messages, then commit (or roll back if refused)."""
+        """Record the completion and the messages, then commit (or roll back if refused).
+
+        Bounded by the store's timeout and by the lease's validity, both.
+        """
         self._check()
         self._done = True
         params = completion_params(request)
         rows = outbox_params(request, messages)
+        conn, limits = self._conn, self._limits
         try:
             with anyio.fail_after(self._pool.timeout):
-                found = await (await self._conn.execute(_COMPLETE, params)).fetchone()
+                await limits.set(conn, cap=self._pool.timeout)
+                found = await (await conn.execute(_COMPLETE, params)).fetchone()
                 assert found is not None  # leaseworker_complete() returns one row on every path
                 status, seen, *standing = found
                 answer = answer_to(
@@ -169,14 +268,14 @@ class PgTransaction:
                     completion=maybe_completion_of(request.job_key, tuple(standing)),
                 )
                 if status != "accepted":
-                    await self._conn.execute("ROLLBACK")
+                    await conn.execute("ROLLBACK")
                     return answer
                 if len(rows) == 1:  # the common case: executemany's pipeline costs a sync more
-                    await self._conn.execute(_INSERT, rows[0])
+                    await conn.execute(_INSERT, rows[0])
                 elif rows:
-                    async with self._conn.cursor() as cursor:
+                    async with conn.cursor() as cursor:
                         await cursor.executemany(_INSERT, rows)
-                await self._conn.execute("COMMIT")
+                await conn.execute("COMMIT")
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(request.job_key, self._pool.detail(exc)) from exc
         return answer
