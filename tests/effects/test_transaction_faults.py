@@ -94,11 +94,13 @@ class Events:
 
     def __init__(self) -> None:
         self.finished: list[tuple[str | None, str | None]] = []
+        self.errors: list[str] = []
 
     def __call__(self, event: Event) -> None:
         """Keep a ``finished`` event's outcome and reason."""
         if isinstance(event, ExecutionEvent) and event.event == "finished":
             self.finished.append((event.outcome, event.reason))
+            self.errors.append(str(event.error))
 
 
 def executor(
@@ -366,3 +368,61 @@ async def test_the_server_ends_the_transaction_when_the_lease_budget_runs_out(
                 await anyio.sleep(max(0.0, deadline - time.monotonic()) + 0.3)
             assert await _lock_free(pg_url)
             assert time.monotonic() - begun < 3.0
+
+
+class SleepyJob(ReportJob):
+    """Sleeps ``block`` seconds inside its transaction (payload), then writes its row."""
+
+    topic = "reports.requested"
+    lease_duration = 30.0
+
+    def __init__(self) -> None:
+        self.inside = anyio.Event()
+
+    async def run(self, ctx: JobContext) -> object:
+        """Sleep in the block as the payload says, then write and complete."""
+        async with ctx.transaction() as tx:
+            block = float(ctx.trigger.payload.get("block", 0))
+            if block:
+                self.inside.set()
+                await anyio.sleep(block)
+            sql = "INSERT INTO report (k, fence) VALUES (?, ?)"
+            await tx.execute(sql, (ctx.job_key, ctx.fence))
+            tx.complete({"fence": ctx.fence})
+        return None
+
+
+async def test_a_sqlite_block_past_its_bound_is_refused_and_the_pods_other_executions_go_on(
+    tmp_path: Path, leases: RedisLeases, namespace: str
+) -> None:
+    """A 20 s block on SQLite (1 s store timeout) is stopped at 0.5 s, ``failed``, nothing written.
+
+    Another key's execution, started while it holds the file, completes within
+    the bound (before: it waited behind the block, its claim failed after the
+    store's 1 s and it was retried until the block ended).
+    """
+    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    await raw(url, TABLE)
+    job, events = SleepyJob(), Events()
+    async with open_store(url, call_timeout=1.0) as store:
+        run = executor(job, leases, store, namespace, events)
+        endings: dict[str, tuple[Ending, float]] = {}
+
+        async def one(key: str, block: float) -> None:
+            begun = time.monotonic()
+            ending = await run.run(make_trigger({"block": block}, key=key), key)
+            endings[key] = (ending, time.monotonic() - begun)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, "report:long", 20.0)
+                await job.inside.wait()
+                tg.start_soon(one, "report:other", 0.0)
+    long, long_took = endings["report:long"]
+    other, other_took = endings["report:other"]
+    assert (long.outcome, long.error_type) == ("failed", "RuntimeError")
+    assert any("was stopped after 0.5s" in error for error in events.errors)
+    assert long_took < 2.0
+    assert other == Ending("completed")
+    assert other_took < 1.0
+    assert await raw(url, "SELECT k FROM report") == [("report:other",)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
@@ -122,7 +123,10 @@ async def transaction(completer: Completer) -> AsyncIterator[Transaction]:
         async with contextlib.AsyncExitStack() as stack:
             store_tx = await _open(completer, store, stack)
             tx = Transaction(store_tx, completer)
-            yield tx
+            limit: float | None = getattr(store_tx, "hold_limit", None)
+            with anyio.CancelScope(deadline=math.inf if limit is None else now() + limit) as block:
+                yield tx
+            _check_held(block, completer, store, limit)
             tx.answer = await _commit(completer, store, store_tx, _named(tx, completer))
     except BaseException:
         if completer.result is None:  # nothing was decided: as if it never began
@@ -202,6 +206,20 @@ def _named(tx: Transaction, completer: Completer) -> object:
             "nothing was written"
         )
     return tx.result
+
+
+def _check_held(
+    block: anyio.CancelScope, completer: Completer, store: EffectStore, limit: float | None
+) -> None:
+    """Raise if ``block`` was stopped for holding the store past its ``hold_limit`` (SQLite)."""
+    if not block.cancelled_caught:
+        return
+    raise RuntimeError(
+        f"the transaction of {completer.held.key!r} was stopped after {limit}s: "
+        f"{type(store).__name__} lets a job's block hold its connection that long at most "
+        "(half the store's timeout; the pod's other store calls wait behind it); nothing was "
+        "written: keep the block short, or use PostgreSQL"
+    )
 
 
 def _refusal(completer: Completer, opened: ClaimResult) -> CompletionResult:
