@@ -86,7 +86,9 @@ class Transaction:
         out (PostgreSQL); raises :class:`~leaseworker.LeaseLost` first if the
         lease is already uncertain.
         """
-        await self._completer.held.checkpoint()
+        held = self._completer.held
+        if not held.owned:  # not a checkpoint of the job's own: only a known loss counts
+            await held.checkpoint()
         return await self._tx.execute(sql, params)
 
     def publish(
