@@ -49,10 +49,6 @@ _LOCK_HEAD = """
     ON CONFLICT (job_key) DO UPDATE SET job_key = j.job_key
     RETURNING j.fence, j.input_version, j.claimed_fence
 """
-_FIND = """
-    SELECT input_version, fence, result, execution_id, pod, completed_at
-    FROM leaseworker_completions WHERE job_key = %s AND input_version = %s
-"""
 _COMPLETE = """
     SELECT * FROM leaseworker_complete(
         %(job_key)s, %(input_version)s, %(fence)s, %(result)s::jsonb, %(execution_id)s, %(pod)s)
@@ -104,18 +100,30 @@ PRUNE = """
 # left. Not pipelined with the statement: after psycopg's pipeline the server
 # sat idle with no idle bound armed (PostgreSQL 15, psycopg 3.3). A failed
 # statement aborts its transaction, which frees its locks at once.
-_LIMITS = (
-    "SELECT set_config('statement_timeout', %(statement)s, true),"
+_SET = (
+    "set_config('statement_timeout', %(statement)s, true),"
     " set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
 )
 # PostgreSQL 17: the whole transaction, running, idle or aborted, ends at the
 # deadline (the session is terminated). Setting 0 first re-arms the timer.
-_LIMITS_17 = (
-    _LIMITS + ", set_config('transaction_timeout', '0', true),"
+_SET_17 = (
+    _SET + ", set_config('transaction_timeout', '0', true),"
     " set_config('transaction_timeout', %(statement)s, true)"
 )
+# The identity's completion, read with the first bounds set: one row always
+# (the settings' columns are read, so the planner keeps them).
+_FIND_SETTING = """
+    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at, l.*
+    FROM (SELECT {}) AS l
+    LEFT JOIN leaseworker_completions c
+      ON c.job_key = %(job_key)s AND c.input_version = %(input_version)s
+"""
 RESET_AFTER = 0.01
-"""A statement of the job's that took longer (s) has the idle bound set again after it."""
+"""Seconds after which the bounds are set again (before a statement, or after a long one).
+
+Within it a statement or the commit goes under the bounds set last: at most
+this much later than the lease's deadline, one round trip less.
+"""
 
 # Ended sessions and timeouts: the store failed, not the job (whose own errors,
 # a constraint or a syntax error, stay its own). Class 25P: idle or transaction
@@ -158,17 +166,22 @@ class Limits:
 
     def __init__(self, budget: Callable[[], float], server_version: int) -> None:
         self._budget = budget
-        self.sql = _LIMITS_17 if server_version >= 170000 else _LIMITS
+        setting = _SET_17 if server_version >= 170000 else _SET
+        self.sql = "SELECT " + setting
+        self.find = _FIND_SETTING.format(setting)
         self.left = 0.0  # the budget when the limits were set last
+        self._set_at = -math.inf  # when (time.monotonic())
 
     def params(self, *, cap: float = math.inf) -> dict[str, str]:
         """Read the budget; return ``_LIMITS``' parameters (the statement's at most ``cap``)."""
         self.left = left = max(0.001, self._budget())
+        self._set_at = time.monotonic()
         return {"statement": _ms(min(left, cap)), "idle": _ms(left)}
 
     async def set(self, conn: Conn, *, cap: float = math.inf) -> None:
-        """Set the bounds on ``conn``, inside its transaction, from the budget left now."""
-        await conn.execute(self.sql, self.params(cap=cap))
+        """Set the bounds on ``conn`` from the budget left now, unless set within RESET_AFTER."""
+        if time.monotonic() - self._set_at >= RESET_AFTER:
+            await conn.execute(self.sql, self.params(cap=cap))
 
 
 def _ms(seconds: float) -> str:
@@ -178,14 +191,15 @@ def _ms(seconds: float) -> str:
 async def _open(
     conn: Conn, job_key: str, input_version: str, fence: int, limits: Limits
 ) -> ClaimResult:
-    """Lock the head row, read the identity, bound the session by the lease from now on."""
+    """Lock the head row; read the identity and bound the session by the lease from now on."""
     row = await (await conn.execute(_LOCK_HEAD, (job_key,))).fetchone()
     assert row is not None  # INSERT ... ON CONFLICT DO UPDATE ... RETURNING: always one row
     head_fence, head_version, claimed = row
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
-    found = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
-    await limits.set(conn)
-    standing = None if found is None else completion_of(job_key, found)
+    identity = {"job_key": job_key, "input_version": input_version, **limits.params()}
+    found = await (await conn.execute(limits.find, identity)).fetchone()
+    assert found is not None  # a LEFT JOIN from one row
+    standing = None if found[0] is None else completion_of(job_key, found[:6])
     return claim_answer(
         job_key, input_version, fence, standing=standing, head=head, claimed=claimed
     )
@@ -211,8 +225,8 @@ class PgTransaction:
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
         """Run one of the job's statements under the lease's bound; return its rows.
 
-        The limits first, then the statement, then (if it took a while) the
-        idle bound again. A session the server ended, or a statement it
+        The bounds first, then the statement, then (if it took a while) the
+        bounds again (see RESET_AFTER). A session the server ended, or a statement it
         cancelled (the lease's bound), raises StoreUnavailable; the job's own
         errors are psycopg's.
         """
@@ -221,11 +235,9 @@ class PgTransaction:
         conn, limits = self._conn, self._limits
         try:
             await limits.set(conn)
-            sent = time.monotonic()
             cursor = await conn.execute(sql, params)
             rows = list(await cursor.fetchall()) if cursor.description else []
-            if time.monotonic() - sent > RESET_AFTER:
-                await limits.set(conn)
+            await limits.set(conn)  # after a statement that took a while: the idle bound
         except psycopg.Error as exc:
             if not self._failed_store(exc):
                 raise
