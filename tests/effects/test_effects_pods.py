@@ -109,9 +109,18 @@ class Pods:
         return f"fx-{name}-{self.suffix}"
 
     async def spawn(
-        self, name: str, topic: str, *extra: str, idle: bool = False, lease: str = str(LEASE)
+        self,
+        name: str,
+        topic: str,
+        *extra: str,
+        idle: bool = False,
+        lease: str = str(LEASE),
+        job: str = f"{__name__}:EffectJob",
     ) -> PodProcess:
-        """Start pod ``name`` on ``topic``; wait until it holds a partition (``idle``: none)."""
+        """Start pod ``name`` of ``job`` on ``topic``; wait until it holds a partition.
+
+        ``idle``: until it holds none.
+        """
         self.kafka.create_topics([self.topic(topic)], exist_ok=True)
         env = {
             "LW_TEST_LEASE": lease,
@@ -120,7 +129,7 @@ class Pods:
             "LW_TEST_EFFECTS": self.effects,
         }
         argv = [*self.common, "--pod", name, "--group", f"g-{self.topic(topic)}", *extra]
-        pod = spawn(name, f"{__name__}:EffectJob", self.workdir, env, *argv, evidence=True)
+        pod = spawn(name, job, self.workdir, env, *argv, evidence=True)
         self.started.append(pod)
 
         async def joined() -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
@@ -79,7 +80,15 @@ class Transaction:
         return self._tx.statements
 
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Run one statement in the transaction; return its rows (``[]`` when it has none)."""
+        """Run one statement in the transaction; return its rows (``[]`` when it has none).
+
+        The database ends it when the lease's validity left at its start runs
+        out (PostgreSQL); raises :class:`~leaseworker.LeaseLost` first if the
+        lease is already uncertain.
+        """
+        held = self._completer.held
+        if not held.owned:  # not a checkpoint of the job's own: only a known loss counts
+            await held.checkpoint()
         return await self._tx.execute(sql, params)
 
     def publish(
@@ -116,7 +125,10 @@ async def transaction(completer: Completer) -> AsyncIterator[Transaction]:
         async with contextlib.AsyncExitStack() as stack:
             store_tx = await _open(completer, store, stack)
             tx = Transaction(store_tx, completer)
-            yield tx
+            limit: float | None = getattr(store_tx, "hold_limit", None)
+            with anyio.CancelScope(deadline=math.inf if limit is None else now() + limit) as block:
+                yield tx
+            _check_held(block, completer, store, limit)
             tx.answer = await _commit(completer, store, store_tx, _named(tx, completer))
     except BaseException:
         if completer.result is None:  # nothing was decided: as if it never began
@@ -155,7 +167,9 @@ async def _open(
         begun = now()
         try:
             store_tx: StoreTransaction = await stack.enter_async_context(
-                store.transaction(completer.key, completer.input_version, fence)
+                store.transaction(
+                    completer.key, completer.input_version, fence, budget=completer.held.remaining
+                )
             )
             break
         except StoreUnavailable as exc:
@@ -175,8 +189,10 @@ async def _commit(
 ) -> CompletionResult:
     """Commit the completion and the messages; the store's answer decides (shielded)."""
     request = completer.request(result)
+    if not completer.held.owned:  # past the local deadline (a blocked loop): commit nothing
+        await completer.held.checkpoint()
     begun = now()
-    with anyio.CancelScope(shield=True):  # bounded by the store's own timeout
+    with anyio.CancelScope(shield=True):  # bounded by the store's timeout and the lease
         committed = await store_tx.commit(request, tuple(completer.messages))
     answer = completer.answered(committed, begun)
     if answer.status == "accepted" and completer.messages:
@@ -192,6 +208,20 @@ def _named(tx: Transaction, completer: Completer) -> object:
             "nothing was written"
         )
     return tx.result
+
+
+def _check_held(
+    block: anyio.CancelScope, completer: Completer, store: EffectStore, limit: float | None
+) -> None:
+    """Raise if ``block`` was stopped for holding the store past its ``hold_limit`` (SQLite)."""
+    if not block.cancelled_caught:
+        return
+    raise RuntimeError(
+        f"the transaction of {completer.held.key!r} was stopped after {limit}s: "
+        f"{type(store).__name__} lets a job's block hold its connection that long at most "
+        "(half the store's timeout; the pod's other store calls wait behind it); nothing was "
+        "written: keep the block short, or use PostgreSQL"
+    )
 
 
 def _refusal(completer: Completer, opened: ClaimResult) -> CompletionResult:

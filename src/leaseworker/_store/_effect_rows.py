@@ -14,7 +14,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -268,7 +268,9 @@ class StoreTransaction(Protocol):
     ``opened`` is what stood under the lock when it began: only ``claimed``
     lets the job write. ``commit`` records the completion and the messages in
     this transaction and commits it; leaving the ``transaction()`` block
-    without committing rolls everything back.
+    without committing rolls everything back. A store whose transaction
+    stalls its other calls (SQLite) also has ``hold_limit``: the seconds a
+    block may last.
     """
 
     opened: ClaimResult
@@ -300,9 +302,19 @@ class EffectStore(CompletionStore, Protocol):
         ...
 
     def transaction(
-        self, job_key: str, input_version: str, fence: int
+        self,
+        job_key: str,
+        input_version: str,
+        fence: int,
+        *,
+        budget: Callable[[], float] | None = None,
     ) -> AbstractAsyncContextManager[StoreTransaction]:
-        """Begin a transaction holding ``job_key``'s head lock; see :class:`StoreTransaction`."""
+        """Begin a transaction holding ``job_key``'s head lock; see :class:`StoreTransaction`.
+
+        ``budget()``: the seconds the transaction may still live (the lease's
+        remaining validity, read before each statement); the database ends it
+        when they run out, where it can (``None``: the store's own timeout).
+        """
         ...
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:

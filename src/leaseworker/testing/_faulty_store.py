@@ -102,14 +102,20 @@ class FaultyStore:
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, job_key: str, input_version: str, fence: int
+        self,
+        job_key: str,
+        input_version: str,
+        fence: int,
+        *,
+        budget: Callable[[], float] | None = None,
     ) -> AsyncIterator[StoreTransaction]:
         """Open a job's transaction; an outage of ``complete`` and the takeover hook hit it too."""
         self._check("complete", job_key)
         hook, self._before_complete = self._before_complete, None
         if hook is not None:  # the takeover lands just before the transaction
             await hook(self.inner, _opening(job_key, input_version, fence))
-        async with effect_store(self.inner).transaction(job_key, input_version, fence) as tx:
+        inner = effect_store(self.inner)
+        async with inner.transaction(job_key, input_version, fence, budget=budget) as tx:
             yield tx
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:

@@ -8,7 +8,7 @@ See docs/design.md#the-memory-store.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -144,11 +144,17 @@ class MemoryStore:
 
     @asynccontextmanager
     async def transaction(
-        self, job_key: str, input_version: str, fence: int
+        self,
+        job_key: str,
+        input_version: str,
+        fence: int,
+        *,
+        budget: Callable[[], float] | None = None,
     ) -> AsyncIterator[MemoryTransaction]:
         """Hold ``job_key`` as a head row lock would; see ``EffectStore.transaction``.
 
-        Claims, completions and transactions of the key wait until the block ends.
+        Claims, completions and transactions of the key wait until the block ends;
+        ``budget`` is not needed (nothing here outlives the pod).
         """
         check_call(job_key, fence, input_version)
         self._check_open(job_key)

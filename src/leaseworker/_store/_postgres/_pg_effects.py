@@ -6,6 +6,10 @@ and reads the identity after the lock, as ``leaseworker_complete()`` does;
 its commit calls that same function, then inserts the messages, in the same
 transaction. It locks one head row and waits for no batch, so it cannot
 close a cycle with the batches' key-ordered locks (docs/design.md).
+Its budget is the lease, not the store's timeout: each statement goes after
+``SET LOCAL`` limits from the lease's remaining validity (:class:`Limits`),
+so the server itself ends it when the lease's local deadline passes, also
+while the pod is paused.
 What is unsent is a row of ``leaseworker_outbox_unsent`` (the queue, which
 the committing statement fills with the outbox rows); the relays' claims of
 it are :mod:`._pg_claims`. Here too: the outbox's state, backlog and prune.
@@ -15,7 +19,9 @@ See docs/effects.md.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, final
 
 import anyio
@@ -42,10 +48,6 @@ _LOCK_HEAD = """
     VALUES (%s, -1, '', now())
     ON CONFLICT (job_key) DO UPDATE SET job_key = j.job_key
     RETURNING j.fence, j.input_version, j.claimed_fence
-"""
-_FIND = """
-    SELECT input_version, fence, result, execution_id, pod, completed_at
-    FROM leaseworker_completions WHERE job_key = %s AND input_version = %s
 """
 _COMPLETE = """
     SELECT * FROM leaseworker_complete(
@@ -94,9 +96,49 @@ PRUNE = """
 """
 
 
+# Set before each statement of the job's (and again after one that took a
+# while): its own bound, and the idle bound after it, from the lease's validity
+# left. Not pipelined with the statement: after psycopg's pipeline the server
+# sat idle with no idle bound armed (PostgreSQL 15, psycopg 3.3). A failed
+# statement aborts its transaction, which frees its locks at once.
+_SET = (
+    "set_config('statement_timeout', %(statement)s, true),"
+    " set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
+)
+# PostgreSQL 17: the whole transaction, running, idle or aborted, ends at the
+# deadline (the session is terminated). Setting 0 first re-arms the timer.
+_SET_17 = (
+    _SET + ", set_config('transaction_timeout', '0', true),"
+    " set_config('transaction_timeout', %(statement)s, true)"
+)
+# The identity's completion, read with the first bounds set: one row always
+# (the settings' columns are read, so the planner keeps them).
+_FIND_SETTING = """
+    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at, l.*
+    FROM (SELECT {}) AS l
+    LEFT JOIN leaseworker_completions c
+      ON c.job_key = %(job_key)s AND c.input_version = %(input_version)s
+"""
+RESET_AFTER = 0.01
+"""Seconds after which the bounds are set again (before a statement, or after a long one).
+
+Within it a statement or the commit goes under the bounds set last: at most
+this much later than the lease's deadline, one round trip less.
+"""
+
+# Ended sessions and timeouts: the store failed, not the job (whose own errors,
+# a constraint or a syntax error, stay its own). Class 25P: idle or transaction
+# timeout; 57: operator intervention (query cancelled, admin shutdown, crash).
+_STORE_STATES = ("25P03", "25P04", "57")
+
+
 @contextlib.asynccontextmanager
 async def transaction(
-    pool: PgPool, job_key: str, input_version: str, fence: int
+    pool: PgPool,
+    job_key: str,
+    input_version: str,
+    fence: int,
+    budget: Callable[[], float] | None = None,
 ) -> AsyncIterator[PgTransaction]:
     """Begin on a connection of its own and lock the head row; see ``EffectStore.transaction``."""
     check_call(job_key, fence, input_version)
@@ -104,21 +146,61 @@ async def transaction(
         try:
             with anyio.fail_after(pool.timeout):
                 conn = await stack.enter_async_context(pool.pool.connection(timeout=pool.timeout))
+                limits = Limits(budget or (lambda: pool.timeout), conn.info.server_version)
                 await conn.execute("BEGIN")
                 stack.push_async_callback(rollback, conn)
-                opened = await _open(conn, job_key, input_version, fence)
+                opened = await _open(conn, job_key, input_version, fence, limits)
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(job_key, pool.detail(exc)) from exc
-        yield PgTransaction(pool, conn, opened)
+        yield PgTransaction(pool, conn, opened, limits)
 
 
-async def _open(conn: Conn, job_key: str, input_version: str, fence: int) -> ClaimResult:
+@final
+class Limits:
+    """The server-side bounds of a job's transaction, from its budget (the lease's validity).
+
+    Before PostgreSQL 17 a statement is bounded by ``statement_timeout`` and
+    the time after it by ``idle_in_transaction_session_timeout``; from 17 on
+    ``transaction_timeout`` also ends the session itself at the deadline,
+    whatever it is doing.
+    """
+
+    def __init__(self, budget: Callable[[], float], server_version: int) -> None:
+        self._budget = budget
+        setting = _SET_17 if server_version >= 170000 else _SET
+        self.sql = "SELECT " + setting
+        self.find = _FIND_SETTING.format(setting)
+        self.left = 0.0  # the budget when the limits were set last
+        self._set_at = -math.inf  # when (time.monotonic())
+
+    def params(self, *, cap: float = math.inf) -> dict[str, str]:
+        """Read the budget; return ``_LIMITS``' parameters (the statement's at most ``cap``)."""
+        self.left = left = max(0.001, self._budget())
+        self._set_at = time.monotonic()
+        return {"statement": _ms(min(left, cap)), "idle": _ms(left)}
+
+    async def set(self, conn: Conn, *, cap: float = math.inf) -> None:
+        """Set the bounds on ``conn`` from the budget left now, unless set within RESET_AFTER."""
+        if time.monotonic() - self._set_at >= RESET_AFTER:
+            await conn.execute(self.sql, self.params(cap=cap))
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, math.floor(seconds * 1000))}ms"
+
+
+async def _open(
+    conn: Conn, job_key: str, input_version: str, fence: int, limits: Limits
+) -> ClaimResult:
+    """Lock the head row; read the identity and bound the session by the lease from now on."""
     row = await (await conn.execute(_LOCK_HEAD, (job_key,))).fetchone()
     assert row is not None  # INSERT ... ON CONFLICT DO UPDATE ... RETURNING: always one row
     head_fence, head_version, claimed = row
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
-    found = await (await conn.execute(_FIND, (job_key, input_version))).fetchone()
-    standing = None if found is None else completion_of(job_key, found)
+    identity = {"job_key": job_key, "input_version": input_version, **limits.params()}
+    found = await (await conn.execute(limits.find, identity)).fetchone()
+    assert found is not None  # a LEFT JOIN from one row
+    standing = None if found[0] is None else completion_of(job_key, found[:6])
     return claim_answer(
         job_key, input_version, fence, standing=standing, head=head, claimed=claimed
     )
@@ -128,9 +210,10 @@ async def _open(conn: Conn, job_key: str, input_version: str, fence: int) -> Cla
 class PgTransaction:
     """A job's transaction on PostgreSQL; see ``StoreTransaction``."""
 
-    def __init__(self, pool: PgPool, conn: Conn, opened: ClaimResult) -> None:
+    def __init__(self, pool: PgPool, conn: Conn, opened: ClaimResult, limits: Limits) -> None:
         self._pool = pool
         self._conn = conn
+        self._limits = limits
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
         self._done = False
@@ -141,26 +224,54 @@ class PgTransaction:
         return self._conn
 
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Run one of the job's statements; return its rows (lost connection: StoreUnavailable)."""
+        """Run one of the job's statements under the lease's bound; return its rows.
+
+        The bounds first, then the statement, then (if it took a while) the
+        bounds again (see RESET_AFTER). A session the server ended, or a statement it
+        cancelled (the lease's bound), raises StoreUnavailable; the job's own
+        errors are psycopg's.
+        """
         self._check()
         self.statements.append((sql, params))
+        conn, limits = self._conn, self._limits
         try:
-            cursor = await self._conn.execute(sql, params)
-            return list(await cursor.fetchall()) if cursor.description else []
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(self.opened.job_key, self._pool.detail(exc)) from exc
+            await limits.set(conn)
+            cursor = await conn.execute(sql, params)
+            rows = list(await cursor.fetchall()) if cursor.description else []
+            await limits.set(conn)  # after a statement that took a while: the idle bound
+        except psycopg.Error as exc:
+            if not self._failed_store(exc):
+                raise
+            detail = f"{self._pool.detail(exc)} (lease validity at its start: {limits.left:.3f}s)"
+            raise StoreUnavailable(self.opened.job_key, detail) from exc
+        return rows
+
+    def _failed_store(self, exc: psycopg.Error) -> bool:
+        """Whether ``exc`` is the store's failure (connection, timeout), not the statement's."""
+        state = exc.sqlstate or ""
+        return (
+            isinstance(exc, psycopg.OperationalError)
+            or state.startswith(_STORE_STATES)
+            or self._conn.broken
+            or self._conn.closed
+        )
 
     async def commit(
         self, request: CompletionRequest, messages: Sequence[Message]
     ) -> CompletionResult:
-        """Record the completion and the messages, then commit (or roll back if refused)."""
+        """Record the completion and the messages, then commit (or roll back if refused).
+
+        Bounded by the store's timeout and by the lease's validity, both.
+        """
         self._check()
         self._done = True
         params = completion_params(request)
         rows = outbox_params(request, messages)
+        conn, limits = self._conn, self._limits
         try:
             with anyio.fail_after(self._pool.timeout):
-                found = await (await self._conn.execute(_COMPLETE, params)).fetchone()
+                await limits.set(conn, cap=self._pool.timeout)
+                found = await (await conn.execute(_COMPLETE, params)).fetchone()
                 assert found is not None  # leaseworker_complete() returns one row on every path
                 status, seen, *standing = found
                 answer = answer_to(
@@ -170,14 +281,14 @@ class PgTransaction:
                     completion=maybe_completion_of(request.job_key, tuple(standing)),
                 )
                 if status != "accepted":
-                    await self._conn.execute("ROLLBACK")
+                    await conn.execute("ROLLBACK")
                     return answer
                 if len(rows) == 1:  # the common case: executemany's pipeline costs a sync more
-                    await self._conn.execute(_INSERT, rows[0])
+                    await conn.execute(_INSERT, rows[0])
                 elif rows:
-                    async with self._conn.cursor() as cursor:
+                    async with conn.cursor() as cursor:
                         await cursor.executemany(_INSERT, rows)
-                await self._conn.execute("COMMIT")
+                await conn.execute("COMMIT")
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(request.job_key, self._pool.detail(exc)) from exc
         return answer

@@ -15,7 +15,7 @@ import functools
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal, cast, final
@@ -177,10 +177,15 @@ class PostgresStore:
         return await self._pool.run(job_key, read)
 
     def transaction(
-        self, job_key: str, input_version: str, fence: int
+        self,
+        job_key: str,
+        input_version: str,
+        fence: int,
+        *,
+        budget: Callable[[], float] | None = None,
     ) -> AbstractAsyncContextManager[StoreTransaction]:
         """Begin a job's transaction; see ``EffectStore.transaction`` and ``_pg_effects``."""
-        return _pg_effects.transaction(self._pool, job_key, input_version, fence)
+        return _pg_effects.transaction(self._pool, job_key, input_version, fence, budget)
 
     async def claim_outbox(self, relay: str, *, limit: int, hold: float) -> list[OutboxRow]:
         """Claim unsent messages; see ``EffectStore.claim_outbox`` and ``_pg_claims``."""

@@ -2,7 +2,10 @@
 
 A job's transaction holds the connection alone (no batch runs meanwhile) and
 the file's write lock (``BEGIN IMMEDIATE``) from its first step to its
-commit, so the fence read at its start still stands when it commits. Each
+commit, so the fence read at its start still stands when it commits. The
+pod's other claims and completions wait behind it, so a block may last
+:data:`HOLD_SHARE` of the store's timeout at most (``hold_limit``); the
+executor refuses a longer one rather than stall the pod. Each
 step runs on a worker thread (inline for ``:memory:``) under the store's
 timeout; the commit is on disk before its answer, or (in a pod) before its
 offset commit. The relay's claims are write calls of the ordinary batches,
@@ -58,6 +61,11 @@ _UNSENT = """
 _COLUMNS = (
     "id, job_key, input_version, seq, fence, topic, msg_key, value, headers, trace, effect_id"
 )
+HOLD_SHARE = 0.5
+"""The share of the store's timeout a job's transaction may hold the connection.
+
+The calls queued behind it keep the other half to run in.
+"""
 SCAN = 8
 """Unsent rows looked at per row claimed: the rule reads a prefix in commit order."""
 
@@ -106,6 +114,7 @@ class SqliteTransaction:
         self._settled = settled
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
+        self.hold_limit = db.timeout * HOLD_SHARE  # seconds the block may hold the connection
         self._done = False
 
     @property

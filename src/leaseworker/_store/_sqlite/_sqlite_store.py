@@ -12,7 +12,7 @@ come at their commit, and the pod's offset commit awaits
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import final
 
@@ -143,7 +143,12 @@ class SqliteStore:
         )
 
     def transaction(
-        self, job_key: str, input_version: str, fence: int
+        self,
+        job_key: str,
+        input_version: str,
+        fence: int,
+        *,
+        budget: Callable[[], float] | None = None,
     ) -> AbstractAsyncContextManager[StoreTransaction]:
         """Begin a job's transaction; see ``EffectStore.transaction`` and ``_sqlite_effects``."""
         return transaction(self._db, job_key, input_version, fence, settled=self._settled)

@@ -156,6 +156,9 @@ class LocalPostgres:
     password: str = field(repr=False)
     tls: TLSFiles | None = None
     _remove_workdir: bool = field(default=False, repr=False)
+    _argv: tuple[dict[str, str], Mapping[str, str] | None] = field(
+        default=({}, None), repr=False
+    )  # the settings and environment it was started with (restart)
 
     @property
     def url(self) -> str:
@@ -231,7 +234,8 @@ class LocalPostgres:
             _initdb(bindir, workdir, password, run_as, timeout=timeout)
             chosen = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
             port = free_port()
-            process = _spawn(bindir, workdir, port, run_as, {**chosen, **(settings or {})}, env)
+            server_settings = {**chosen, **(settings or {})}
+            process = _spawn(bindir, workdir, port, run_as, server_settings, env)
         pg = cls(
             port=port,
             workdir=workdir,
@@ -239,6 +243,7 @@ class LocalPostgres:
             password=password,
             tls=tls,
             _remove_workdir=remove,
+            _argv=(server_settings, env),
         )
         try:
             pg._wait_ready(timeout=timeout)
@@ -290,6 +295,17 @@ class LocalPostgres:
             if time.monotonic() > deadline:
                 raise TimeoutError("postgres did not reload its certificate")
             time.sleep(0.05)
+
+    def restart(self, *, timeout: float = 60.0) -> None:
+        """Stop the server (fast shutdown: its sessions end) and start it again on its data.
+
+        Same port, settings and databases; returns once it serves queries again.
+        """
+        self.process.stop(timeout, signals=(signal.SIGINT, signal.SIGQUIT, signal.SIGTERM))
+        settings, env = self._argv
+        run_as = _RunAs.for_current_process()
+        self.process = _spawn(find_bindir(), self.workdir, self.port, run_as, settings, env)
+        self._wait_ready(timeout=timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server by PID and remove a temporary work directory.
