@@ -10,6 +10,7 @@ services and pods through ``_services``.
 """
 
 from ._campaign_records import DeadLetter as DeadLetter
+from ._campaign_records import Marked as Marked
 from ._campaign_records import PodExit as PodExit
 from ._campaign_records import Produced as Produced
 from ._campaign_records import Records as Records
@@ -29,6 +30,7 @@ __all__ = [
     "RULES",
     "DeadLetter",
     "Interrupted",
+    "Marked",
     "PodExit",
     "Produced",
     "Records",
