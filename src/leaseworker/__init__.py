@@ -5,6 +5,7 @@ API re-exported here:
 ``_lease``: Redis leases with a local deadline, and ``hold()``;
 ``_execution``: one trigger's executions under its lease (job, trigger, completion);
 ``_store``: the fenced, durable completion store;
+``_process``: the pool of supervised child processes a job's CPU-bound work runs in;
 ``_kafka``: the consumer-group member, the only aiokafka importer;
 ``_telemetry``: spans, metrics and JSON logs;
 ``_worker``: the pod, wiring source, executor, leases and store;
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ._backoff import Backoff as Backoff
 from ._deprecated import renamed as _renamed
 from ._errors import BadResult as BadResult
+from ._errors import ChildProcessDied as ChildProcessDied
 from ._errors import ConfigError as ConfigError
 from ._errors import LeaseBusy as LeaseBusy
 from ._errors import LeaseError as LeaseError
@@ -65,6 +67,8 @@ from ._lease import hold as hold
 from ._outcome import DeadLetterReason as DeadLetterReason
 from ._outcome import LeaseLostReason as LeaseLostReason
 from ._outcome import Outcome as Outcome
+from ._process import ProcessContext as ProcessContext
+from ._process import ProcessPool as ProcessPool
 from ._store import ClaimResult as ClaimResult
 from ._store import Completion as Completion
 from ._store import CompletionRequest as CompletionRequest
@@ -92,6 +96,7 @@ __all__ = [
     "Attempt",
     "Backoff",
     "BadResult",
+    "ChildProcessDied",
     "ClaimResult",
     "Completion",
     "CompletionRequest",
@@ -125,6 +130,8 @@ __all__ = [
     "Outcome",
     "Pod",
     "PodConfig",
+    "ProcessContext",
+    "ProcessPool",
     "RedisLeases",
     "ReportJob",
     "SourceEvent",

@@ -8,6 +8,7 @@
     ├── BadResult                   a job's result no completion store can keep (carries .key)
     ├── StoreUnavailable            the completion store failed or timed out (carries .key)
     ├── TransactionRefused          a job's transaction met a higher fence (carries .status)
+    ├── ChildProcessDied            a job's child process died by itself (carries .pid, .signal)
     └── LeaseError                  about one job key's lease (carries .key)
         ├── LeaseBusy               another owner holds the lease
         ├── LeaseUnavailable        Redis did not answer an acquire in time
@@ -19,6 +20,8 @@ Lower-level errors (redis-py's, psycopg's, sqlite3's, timeouts) are translated a
 """
 
 from __future__ import annotations
+
+import signal as _signal
 
 from ._outcome import LeaseLostReason, MalformedReason
 
@@ -107,6 +110,38 @@ class TransactionRefused(LeaseworkerError):
         self.seen = seen
 
 
+class ChildProcessDied(LeaseworkerError):
+    """Raised by ``run_in_process`` when the job's child process died by itself while it ran.
+
+    A segfault, the OOM killer, ``os._exit``: not a kill by the pod (that is a
+    cancellation, whose reason is the execution's). ``signal`` is the number of
+    the signal that ended it (``None`` if it exited), ``exit_code`` its exit code
+    (``None`` if a signal ended it). The worker is replaced; the call is not retried.
+    """
+
+    def __init__(self, pid: int, *, signal: int | None, exit_code: int | None) -> None:
+        super().__init__(f"the job's child process died ({_cause(signal, exit_code)}) while it ran")
+        self.pid = pid
+        self.signal = signal
+        self.exit_code = exit_code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_child_process_died, (self.pid, self.signal, self.exit_code), self.__dict__)
+
+
+def _child_process_died(pid: int, number: int | None, exit_code: int | None) -> ChildProcessDied:
+    return ChildProcessDied(pid, signal=number, exit_code=exit_code)
+
+
+def _cause(number: int | None, exit_code: int | None) -> str:
+    if number is None:
+        return f"exit code {exit_code}"
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 class LeaseError(LeaseworkerError):
     """Base for errors about one job key's lease; ``key`` names the job key."""
 
@@ -170,6 +205,17 @@ class LeaseLost(LeaseError):
         self.reason = reason
         self.detail = detail
         self.stop_latency = stop_latency
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Crosses a process boundary whole (raised in a job's child process).
+        fields = (self.key, self.fence, self.reason, self.stop_latency, self.detail)
+        return (_lease_lost, fields, self.__dict__)
+
+
+def _lease_lost(
+    key: str, fence: int, reason: LeaseLostReason, stop_latency: float | None, detail: str
+) -> LeaseLost:
+    return LeaseLost(key, fence=fence, reason=reason, stop_latency=stop_latency, detail=detail)
 
 
 class LeaseTimeout(LeaseError):

@@ -1,0 +1,377 @@
+"""``ProcessPool``: warm child processes that run a job's synchronous work, killed on a cancel.
+
+``run()`` pickles the call in the pod, takes a free worker, writes the call's
+deadline into the worker's shared slot, lets the caller follow the lease through a
+``Mirror``, and awaits the reply. A cancellation of the awaiting task (lease lost,
+deadline, ``max_runtime``, shutdown) SIGKILLs the worker's process group at once and
+reaps it within ``reap_timeout``, shielded; a child that died by itself raises
+``ChildProcessDied``. Either way a new worker is started at once, to warm up while
+the pool serves the next call with another one. The pool holds no object bound to
+an event loop between calls, but is used from one thread (one loop) at a time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Final, TypeVar
+
+import anyio
+
+from .._errors import ChildProcessDied, ConfigError
+from .._outcome import LeaseLostReason
+from ._call import Identity, Mirror, Usage
+from ._pool_worker import Keeper, PoolWorker
+
+T = TypeVar("T")
+
+STOP_ALLOWANCE: Final = 0.02
+"""Seconds from a cancellation to the child's group killed and reaped, with room to spare.
+
+Measured by ``bench/process_stop.py`` (cancel of the awaiting task to the child
+reaped, 1,000 kills of a child in a CPU loop, 2 shared cores): see bench/README.md.
+"""
+
+
+class ProcessPool:
+    """A pool of warm, supervised child processes for a job's synchronous, CPU-bound work.
+
+    - ``workers``: how many children (default ``os.cpu_count()``).
+    - ``max_tasks_per_child``: a worker is replaced after that many calls (default: never).
+    - ``max_memory_per_child``: bytes; a worker whose call peaked above it is replaced
+      after that call (default: never).
+    - ``preload``: module names each worker imports once when it starts (the job's module).
+    - ``reap_timeout``: seconds a killed child is waited for before the pool moves on.
+
+    ``async with ProcessPool() as pool`` starts and closes it; ``run()`` starts it on
+    first use. ``ProcessPool.default()`` is the one pool a process shares.
+    """
+
+    _default: ClassVar[ProcessPool | None] = None
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+        preload: Sequence[str] = (),
+        reap_timeout: float = 1.0,
+    ) -> None:
+        self._workers = _positive("workers", os.cpu_count() or 1 if workers is None else workers)
+        self._max_tasks = _optional("max_tasks_per_child", max_tasks_per_child)
+        self._max_memory = _optional("max_memory_per_child", max_memory_per_child)
+        if isinstance(preload, str) or not all(isinstance(name, str) for name in preload):
+            raise ConfigError("preload must be a sequence of module names")
+        self._preload = tuple(preload)
+        if not (isinstance(reap_timeout, int | float) and 0 < reap_timeout < math.inf):
+            raise ConfigError(
+                f"reap_timeout must be a positive number of seconds: {reap_timeout!r}"
+            )
+        self._reap_timeout = float(reap_timeout)
+        self._keeper: Keeper | None = None
+        self._live: set[PoolWorker] = set()
+        self._idle: deque[PoolWorker] = deque()
+        self._dying: list[PoolWorker] = []
+        self._waiters: deque[anyio.Event] = deque()
+        self._starting: anyio.Event | None = None
+
+    @classmethod
+    def default(cls) -> ProcessPool:
+        """Return the process's shared pool, made on first use, closed at interpreter exit."""
+        if cls._default is None:
+            cls._default = cls()
+            atexit.register(cls._default._close_now)
+        return cls._default
+
+    @property
+    def workers(self) -> int:
+        """How many child processes the pool runs."""
+        return self._workers
+
+    @property
+    def stop_allowance(self) -> float:
+        """Seconds a deadline must leave for a kill and its reap (measured; see STOP_ALLOWANCE)."""
+        return STOP_ALLOWANCE
+
+    async def __aenter__(self) -> ProcessPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start every worker and the keeper, wait until each is ready; idempotent.
+
+        ``ConfigError`` (one line, naming the module) if a preload module fails to import.
+        """
+        if self._keeper is not None and self._starting is None:
+            return
+        if self._starting is not None:
+            await self._starting.wait()
+            await self.start()
+            return
+        self._starting = anyio.Event()
+        try:
+            self._keeper = Keeper()
+            for _ in range(self._workers):
+                self._spawn()
+            for worker in list(self._idle):
+                await worker.wait_ready()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+        finally:
+            self._starting.set()
+            self._starting = None
+
+    async def aclose(self) -> None:
+        """Kill every worker's group, reap them, stop the keeper; idempotent."""
+        workers = [*self._live, *self._dying]
+        self._live.clear()
+        self._idle.clear()
+        self._dying.clear()
+        for worker in workers:
+            worker.kill()
+        for worker in workers:
+            await worker.reap(self._reap_timeout)
+        if self._keeper is not None:
+            self._keeper.close(self._reap_timeout)
+            self._keeper = None
+        while self._waiters:
+            self._waiters.popleft().set()
+
+    def _close_now(self) -> None:
+        """Interpreter exit: the same without an event loop."""
+        workers = [*self._live, *self._dying]
+        for worker in workers:
+            worker.kill()
+        give_up = time.monotonic() + self._reap_timeout
+        for worker in workers:
+            while worker.reap_now() is None and not worker.reaped and time.monotonic() < give_up:
+                time.sleep(0.002)
+        if self._keeper is not None:
+            self._keeper.close(self._reap_timeout)
+            self._keeper = None
+        self._live.clear()
+        self._idle.clear()
+        self._dying.clear()
+
+    async def run(
+        self,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        *,
+        identity: Identity,
+        deadline: float,
+        lost: LeaseLostReason | None = None,
+        follow: Callable[[Mirror], Callable[[], None]],
+        usage: Callable[[Usage], None] | None = None,
+    ) -> T:
+        """Run ``fn(pctx, *args, **kwargs)`` in a worker and return its result.
+
+        ``ConfigError`` (before any child is used) if the call cannot be pickled;
+        ``fn``'s own exception, with the child's traceback as a note, if it raised;
+        ``ChildProcessDied`` if the child died by itself. Cancelled: the worker's
+        group is killed and reaped, then the cancellation goes on. ``usage`` is called
+        once for every call a worker took, before ``run`` returns or raises.
+        """
+        data = _pickled(fn, args, kwargs, identity)
+        worker = await self._take()
+        worker.writer.write(deadline, lost)
+        mirror = worker.mirror()
+        try:
+            unfollow = follow(mirror)
+        except BaseException:
+            mirror.active = False
+            self._give_back(worker)
+            raise
+        try:
+            reply = await self._call(worker, data, usage)
+        finally:
+            mirror.active = False
+            unfollow()
+        return _unpacked(reply, worker.pid)  # type: ignore[no-any-return]
+
+    async def _call(
+        self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
+    ) -> tuple[Any, ...]:
+        try:
+            body = await worker.call(data)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                cost = await self._kill(worker)
+            _report(usage, cost)
+            raise
+        if body is None:
+            with anyio.CancelScope(shield=True):
+                died = await self._died(worker)
+            _report(usage, died[1])
+            raise died[0]
+        reply, (cpu, peak, total) = pickle.loads(body)
+        worker.cpu_base = total
+        _report(usage, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
+        if self._spent(worker, peak):
+            self._retire(worker)
+        else:
+            self._give_back(worker)
+        return tuple(reply)
+
+    async def _kill(self, worker: PoolWorker) -> Usage:
+        worker.kill()
+        reaped = await worker.reap(self._reap_timeout)
+        self._replace(worker, reaped is None)
+        cpu, peak = _rusage_cost(worker, reaped)
+        return Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=True)
+
+    async def _died(self, worker: PoolWorker) -> tuple[ChildProcessDied, Usage]:
+        worker.kill()  # what the job started dies with it
+        reaped = await worker.reap(self._reap_timeout)
+        self._replace(worker, reaped is None)
+        number = code = None
+        if reaped is not None:
+            status = reaped[0]
+            if os.WIFSIGNALED(status):
+                number = os.WTERMSIG(status)
+            else:
+                code = os.WEXITSTATUS(status)
+        cpu, peak = _rusage_cost(worker, reaped)
+        error = ChildProcessDied(worker.pid, signal=number, exit_code=code)
+        return error, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False)
+
+    def _spent(self, worker: PoolWorker, peak: int) -> bool:
+        return (self._max_tasks is not None and worker.calls >= self._max_tasks) or (
+            self._max_memory is not None and peak > self._max_memory
+        )
+
+    def _retire(self, worker: PoolWorker) -> None:
+        worker.kill()  # idle: nothing of a call is lost
+        self._replace(worker, worker.reap_now() is None)
+
+    def _replace(self, worker: PoolWorker, unreaped: bool) -> None:
+        self._live.discard(worker)
+        if unreaped:
+            self._dying.append(worker)
+        if self._keeper is not None:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        assert self._keeper is not None
+        worker = PoolWorker(self._preload, self._keeper)
+        self._live.add(worker)
+        self._give_back(worker)
+
+    def _give_back(self, worker: PoolWorker) -> None:
+        if worker in self._live:
+            self._idle.append(worker)
+            if self._waiters:
+                self._waiters.popleft().set()
+
+    async def _take(self) -> PoolWorker:
+        await self.start()
+        self._reap_dying()
+        while True:
+            for worker in self._idle:
+                if worker.poll_ready():
+                    self._idle.remove(worker)
+                    return worker
+            if self._idle:  # only starting ones: wait for the oldest
+                worker = self._idle.popleft()
+                try:
+                    await worker.wait_ready()
+                except BaseException:
+                    self._idle.appendleft(worker)
+                    raise
+                return worker
+            if self._keeper is None:
+                raise RuntimeError("the process pool is closed")
+            free = anyio.Event()
+            self._waiters.append(free)
+            try:
+                await free.wait()
+            except BaseException:
+                if free in self._waiters:
+                    self._waiters.remove(free)
+                elif self._idle and self._waiters:
+                    self._waiters.popleft().set()  # pass on the wake-up this task will not use
+                raise
+
+    def _reap_dying(self) -> None:
+        self._dying = [worker for worker in self._dying if worker.reap_now() is None]
+
+
+def _positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive whole number: {value!r}")
+    return value
+
+
+def _optional(name: str, value: object) -> int | None:
+    return None if value is None else _positive(name, value)
+
+
+def _pickled(
+    fn: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    identity: Identity,
+) -> bytes:
+    name = getattr(fn, "__qualname__", repr(fn))
+    if getattr(fn, "__module__", None) == "__main__":
+        raise ConfigError(f"{name} is defined in __main__, which a process worker cannot import")
+    head = (identity.job_key, identity.execution_id, identity.fence)
+    try:
+        return pickle.dumps((head, fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        what = _unpicklable(fn, args, kwargs)
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise ConfigError(f"cannot send {what} of {name} to a process worker: {detail}") from None
+
+
+def _unpicklable(fn: object, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
+    parts: list[tuple[str, object]] = [("the function", fn)]
+    parts += [(f"args[{index}]", arg) for index, arg in enumerate(args)]
+    parts += [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
+    for what, value in parts:
+        try:
+            pickle.dumps(value)
+        except Exception:
+            return what
+    return "a value"
+
+
+def _unpacked(reply: tuple[Any, ...], pid: int) -> Any:
+    if reply[0] == "returned":
+        return reply[1]
+    _, data, type_name, message, text = reply
+    error: BaseException | None = None
+    if data is not None:
+        try:
+            error = pickle.loads(data)
+        except Exception:
+            error = None
+    if error is None:
+        error = RuntimeError(f"{type_name}: {message}")
+    error.add_note(f"raised in the job's child process (pid {pid}):\n{text.rstrip()}")
+    raise error
+
+
+def _rusage_cost(worker: PoolWorker, reaped: tuple[int, Any] | None) -> tuple[float, int]:
+    if reaped is None:
+        return 0.0, 0
+    usage = reaped[1]
+    cpu = usage.ru_utime + usage.ru_stime - worker.cpu_base
+    return max(0.0, cpu), usage.ru_maxrss * 1024
+
+
+def _report(usage: Callable[[Usage], None] | None, cost: Usage) -> None:
+    if usage is not None:
+        usage(cost)

@@ -1,0 +1,210 @@
+"""One worker of a pool, seen from the pod: its child process, pipes, shared slot and keeper.
+
+The child is started with ``subprocess.Popen`` (fork-free in spirit: CPython's
+``_posixsubprocess`` execs at once, from a vfork when it can, so no state of the
+threaded pod, no lock held by another thread, is carried into a running
+interpreter), ``python -m leaseworker._process._child`` in a new session, so its
+pid is its process group's id and one ``os.killpg`` also reaches what the job
+started. Its exit is awaited on a pidfd, its status and rusage read by ``os.wait4``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Final
+
+import anyio
+
+from .._errors import ChildProcessDied, ConfigError
+from .._outcome import LeaseLostReason
+from . import _frames, _slot
+
+_KEEPER: Final = str(Path(__file__).with_name("_keeper.py"))
+
+
+class Keeper:
+    """The pool's keeper process (``_keeper.py``), told which groups to kill if the pod dies."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-S", _KEEPER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.pid = self._process.pid
+
+    def add(self, group: int) -> None:
+        """Kill ``group`` if the pod goes away."""
+        self._say(b"+%d\n" % group)
+
+    def remove(self, group: int) -> None:
+        """Forget ``group`` (reaped: its id may be reused)."""
+        self._say(b"-%d\n" % group)
+
+    def _say(self, line: bytes) -> None:
+        assert self._process.stdin is not None
+        # A killed keeper: PDEATHSIG still covers the workers.
+        with contextlib.suppress(BrokenPipeError):
+            self._process.stdin.write(line)
+            self._process.stdin.flush()
+
+    def close(self, timeout: float) -> None:
+        """Close its pipe (it kills what is left, none after a clean close) and reap it."""
+        assert self._process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+class CallMirror:
+    """The ``Mirror`` of one call: writes the slot and wakes the child's watchdog.
+
+    Inert once its call ended, so news pushed late cannot reach the worker's next call.
+    """
+
+    __slots__ = ("_wake", "_writer", "active")
+
+    def __init__(self, writer: _slot.SlotWriter, wake: int) -> None:
+        self._writer = writer
+        self._wake = wake
+        self.active = True
+
+    def move(self, deadline: float) -> None:
+        """Move the child's deadline (a renewal was confirmed)."""
+        if self.active:
+            self._writer.move(deadline)
+            self._poke()
+
+    def lose(self, reason: LeaseLostReason) -> None:
+        """Tell the child the lease is lost for good."""
+        if self.active:
+            self._writer.lose(reason)
+            self._poke()
+
+    def _poke(self) -> None:
+        # A pipe full of pokes: the watchdog will look anyway.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake, b"w")
+
+
+class PoolWorker:
+    """A started child and the pod's ends of its pipes and slot."""
+
+    def __init__(self, preload: tuple[str, ...], keeper: Keeper) -> None:
+        slot_fd, self._map = _slot.create()
+        call_r, self._call = os.pipe()
+        self._reply, reply_w = os.pipe()
+        wake_r, self._wake = os.pipe()
+        theirs = (call_r, reply_w, slot_fd, wake_r)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "leaseworker._process._child", str(os.getpid())]
+                + [str(fd) for fd in theirs],
+                stdin=subprocess.DEVNULL,
+                pass_fds=theirs,
+                start_new_session=True,
+            )
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        self.pid = self._process.pid
+        keeper.add(self.pid)
+        self._keeper = keeper
+        self._pidfd = os.pidfd_open(self.pid)
+        for fd in (self._call, self._reply, self._wake):
+            os.set_blocking(fd, False)
+        self._buffer = bytearray()
+        self.writer = _slot.SlotWriter(self._map)
+        self.calls = 0
+        self.cpu_base = 0.0
+        self.ready = False
+        self.reaped = False
+        os.write(self._call, _frames.frame(pickle.dumps((list(sys.path), preload))))
+
+    def mirror(self) -> CallMirror:
+        """Return a fresh mirror for the next call."""
+        return CallMirror(self.writer, self._wake)
+
+    def poll_ready(self) -> bool:
+        """Whether the child said ready (without waiting); raises as ``wait_ready`` would."""
+        if not self.ready:
+            try:
+                hello = _frames.receive_now(self._reply, self._buffer)
+            except EOFError:
+                hello = None
+                self._raise_dead()
+            if hello is not None:
+                self._hello(hello)
+        return self.ready
+
+    async def wait_ready(self) -> None:
+        """Wait for the child's hello; ``ConfigError`` if a preload failed."""
+        if not self.ready:
+            hello = await _frames.receive(self._reply, self._buffer)
+            if hello is None:
+                self._raise_dead()
+            else:
+                self._hello(hello)
+
+    def _hello(self, body: bytes) -> None:
+        message = pickle.loads(body)
+        if message[0] == "failed":
+            raise ConfigError(
+                f"preload module {message[1]!r} failed in a process worker: {message[2]}"
+            )
+        self.cpu_base = message[1]
+        self.ready = True
+
+    def _raise_dead(self) -> None:
+        raise ChildProcessDied(self.pid, signal=None, exit_code=None)
+
+    async def call(self, data: bytes) -> bytes | None:
+        """Send one call's frame and wait for its reply (``None``: the child died)."""
+        self.calls += 1
+        await _frames.send(self._call, _frames.frame(data))
+        return await _frames.receive(self._reply, self._buffer)
+
+    def kill(self) -> None:
+        """SIGKILL the child's whole process group."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def reap_now(self) -> tuple[int, resource.struct_rusage] | None:
+        """Reap the child if it exited: (wait status, rusage); ``None`` while it runs."""
+        if self.reaped:
+            return None
+        pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+        if not pid:
+            return None
+        self.reaped = True
+        self._process.returncode = os.waitstatus_to_exitcode(status)
+        self._keeper.remove(self.pid)
+        self._close()
+        return status, usage
+
+    async def reap(self, within: float) -> tuple[int, resource.struct_rusage] | None:
+        """Reap the child within ``within`` seconds (``None``: it did not exit in time)."""
+        with anyio.move_on_after(within):
+            while True:
+                reaped = self.reap_now()
+                if reaped is not None or self.reaped:
+                    return reaped
+                await anyio.wait_readable(self._pidfd)
+        return None
+
+    def _close(self) -> None:
+        for fd in (self._call, self._reply, self._wake, self._pidfd):
+            os.close(fd)
+        self._map.close()

@@ -1,0 +1,124 @@
+"""Functions the process pool's tests run in a child (importable, so they pickle).
+
+The ones that block tell the test where they are through marker files: a file
+appears (written whole, then renamed) when the child reached that point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from leaseworker import ProcessContext
+
+
+def mark(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (the test waits for the file)."""
+    temporary = f"{path}.part"
+    Path(temporary).write_text(text)
+    os.rename(temporary, path)
+
+
+def add(pctx: ProcessContext, a: int, b: int) -> int:
+    """Return ``a + b``."""
+    return a + b
+
+
+def identity(pctx: ProcessContext) -> tuple[str, str, int, int]:
+    """The call's identity as the child sees it, and the child's pid."""
+    return pctx.job_key, pctx.execution_id, pctx.fence, os.getpid()
+
+
+def fail(pctx: ProcessContext, message: str) -> None:
+    """Raise ``ValueError(message)``."""
+    raise ValueError(message)
+
+
+class OddError(Exception):
+    """An exception that pickles but cannot be rebuilt (its __init__ wants two arguments)."""
+
+    def __init__(self, first: str, second: str) -> None:
+        super().__init__(f"{first}/{second}")
+
+
+def fail_oddly(pctx: ProcessContext) -> None:
+    """Raise an exception that cannot cross back to the pod as itself."""
+    raise OddError("a", "b")
+
+
+def segfault(pctx: ProcessContext) -> None:
+    """Read address 0: SIGSEGV."""
+    ctypes.string_at(0)
+
+
+def exit_now(pctx: ProcessContext, code: int) -> None:
+    """Leave the child at once with ``code``."""
+    os._exit(code)
+
+
+def spin_with_grandchild(pctx: ProcessContext, marker: str) -> None:
+    """Start a sleeping grandchild, mark "child grandchild" pids, then compute forever."""
+    grandchild = subprocess.Popen(["sleep", "60"])
+    mark(marker, f"{os.getpid()} {grandchild.pid}")
+    while True:
+        pass
+
+
+def until_lost(pctx: ProcessContext, marker: str) -> None:
+    """Mark, then compute until ``checkpoint()`` raises ``LeaseLost``."""
+    mark(marker, str(os.getpid()))
+    while True:
+        pctx.checkpoint()
+
+
+def until_moved(pctx: ProcessContext, marker: str, beyond: float) -> float:
+    """Mark, then compute until ``remaining()`` exceeds ``beyond``; return it."""
+    mark(marker, str(os.getpid()))
+    while (left := pctx.remaining()) <= beyond:
+        pctx.checkpoint()
+    return left
+
+
+def spin(pctx: ProcessContext, marker: str) -> None:
+    """Mark, then compute forever without checking (only a kill stops it)."""
+    mark(marker, str(os.getpid()))
+    while True:
+        pass
+
+
+def allocate(pctx: ProcessContext, size: int) -> int:
+    """Touch ``size`` bytes, return the child's pid."""
+    block = bytearray(size)
+    for index in range(0, size, 4096):
+        block[index] = 1
+    return os.getpid()
+
+
+def pid(pctx: ProcessContext) -> int:
+    """The child's pid."""
+    return os.getpid()
+
+
+def sleep_then_add(pctx: ProcessContext, seconds: float, a: int, b: int) -> int:
+    """Sleep ``seconds``, then return ``a + b``."""
+    time.sleep(seconds)
+    return a + b
+
+
+def outlive(pctx: ProcessContext, marker: str, moved: float, until: float) -> bool:
+    """Mark; wait for a move past ``moved`` s; compute until under ``until`` s remain."""
+    mark(marker, str(os.getpid()))
+    while pctx.remaining() <= moved:
+        pctx.checkpoint()
+    while pctx.remaining() > until:
+        pctx.checkpoint()
+    return True
+
+
+def hold_the_gil(pctx: ProcessContext, marker: str, seconds: int) -> None:
+    """Mark, then call libc's sleep() without releasing the GIL (as a C extension can)."""
+    mark(marker, str(os.getpid()))
+    ctypes.PyDLL(None).sleep(seconds)

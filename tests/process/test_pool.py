@@ -1,0 +1,147 @@
+"""ProcessPool.run with real child processes: results, errors, deaths, kills, lease news."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool
+from tests.process import jobs
+from tests.process.util import IDENTITY, Call, alive, marked
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[ProcessPool]:
+    """A started pool of one worker, closed after the test."""
+    async with ProcessPool(1, reap_timeout=1.0) as started:
+        yield started
+
+
+async def test_returns_the_result_and_reports_usage_once(pool: ProcessPool) -> None:
+    """The function's return value comes back; its child saw the call's identity."""
+    call = Call()
+    assert await call.run(pool, jobs.add, 2, 3) == 5
+    seen = await call.run(pool, jobs.identity)
+    assert seen[:3] == (IDENTITY.job_key, IDENTITY.execution_id, IDENTITY.fence)  # type: ignore[index]
+    assert len(call.usages) == 2
+    assert call.unfollowed == 2
+    assert all(not usage.killed and usage.peak_memory > 0 for usage in call.usages)
+
+
+async def test_reraises_the_exception_with_the_child_traceback(pool: ProcessPool) -> None:
+    """A raised exception crosses back as itself, the child's traceback as a note."""
+    call = Call()
+    with pytest.raises(ValueError, match="no data") as caught:
+        await call.run(pool, jobs.fail, "no data")
+    assert "in fail" in caught.value.__notes__[0]
+    with pytest.raises(RuntimeError, match=r"tests\.process\.jobs\.OddError: a/b"):
+        await call.run(pool, jobs.fail_oddly)
+    assert await call.run(pool, jobs.add, 1, 1) == 2
+    assert len(call.usages) == 3
+
+
+async def test_unpicklable_calls_are_refused_before_a_child_is_used() -> None:
+    """A lambda, a local function or an unpicklable argument: one-line ConfigError, no child."""
+    pool = ProcessPool(1)
+
+    def local(pctx: object) -> None:
+        return None
+
+    call = Call()
+    with pytest.raises(ConfigError, match=r"the function of .*<lambda>"):
+        await call.run(pool, lambda pctx: None)
+    with pytest.raises(ConfigError, match="local"):
+        await call.run(pool, local)
+    with pytest.raises(ConfigError, match=r"args\[1\] of add") as caught:
+        await call.run(pool, jobs.add, 1, threading.Lock())
+    assert "\n" not in str(caught.value)
+    assert call.usages == []
+    assert call.mirrors == []
+    await pool.aclose()
+
+
+async def test_a_child_that_dies_by_itself_raises_and_is_replaced(pool: ProcessPool) -> None:
+    """A segfault and an os._exit raise ChildProcessDied; the next call runs on a new child."""
+    call = Call()
+    first = await call.run(pool, jobs.pid)
+    assert isinstance(first, int)
+    with pytest.raises(ChildProcessDied, match=r"\(SIGSEGV\)") as segv:
+        await call.run(pool, jobs.segfault)
+    assert (segv.value.pid, segv.value.signal, segv.value.exit_code) == (
+        first,
+        signal.SIGSEGV,
+        None,
+    )
+    with pytest.raises(ChildProcessDied, match=r"\(exit code 3\)") as exited:
+        await call.run(pool, jobs.exit_now, 3)
+    assert exited.value.signal is None
+    assert exited.value.exit_code == 3
+    assert await call.run(pool, jobs.add, 4, 4) == 8
+    assert len(call.usages) == 4
+    assert not any(usage.killed for usage in call.usages)
+    assert not alive(first)
+
+
+async def test_cancelling_kills_the_group_and_the_next_call_gets_a_fresh_child(
+    pool: ProcessPool, tmp_path: Path
+) -> None:
+    """A cancelled run kills the child and the grandchild it started, reaped within bounds."""
+    call = Call()
+    marker = tmp_path / "started"
+    async with anyio.create_task_group() as group:
+        group.start_soon(call.run, pool, jobs.spin_with_grandchild, str(marker))
+        child, grandchild = (int(pid) for pid in (await marked(marker)).split())
+        cancelled = time.monotonic()
+        group.cancel_scope.cancel()
+    stopped = time.monotonic() - cancelled
+    assert stopped < 1.0
+    assert not alive(child)
+    assert not alive(grandchild)
+    [usage] = call.usages
+    assert usage.killed
+    assert usage.pid == child
+    assert usage.cpu_seconds > 0
+    assert call.unfollowed == 1
+    assert await call.run(pool, jobs.pid) not in {child, None}
+
+
+async def test_lose_makes_checkpoint_raise_lease_lost(pool: ProcessPool, tmp_path: Path) -> None:
+    """Mirror.lose() reaches the child through shared memory: its checkpoint() raises."""
+    call = Call()
+    marker = tmp_path / "started"
+    async with anyio.create_task_group() as group:
+
+        async def lose() -> None:
+            await marked(marker)
+            call.mirrors[0].lose("rejected")
+
+        group.start_soon(lose)
+        with pytest.raises(LeaseLost) as caught:
+            await call.run(pool, jobs.until_lost, str(marker))
+    assert caught.value.key == IDENTITY.job_key
+    assert caught.value.fence == IDENTITY.fence
+    assert caught.value.reason == "rejected"
+    assert caught.value.stop_latency is not None
+    assert not call.usages[0].killed
+
+
+async def test_move_extends_the_deadline_the_child_sees(pool: ProcessPool, tmp_path: Path) -> None:
+    """Mirror.move() pushes a renewal: remaining() grows, and the watchdog lets it run on."""
+    call = Call()
+    marker = tmp_path / "started"
+    async with anyio.create_task_group() as group:
+
+        async def move() -> None:
+            await marked(marker)
+            call.mirrors[0].move(time.monotonic() + 30.0)
+
+        group.start_soon(move)
+        left = await call.run(pool, jobs.until_moved, str(marker), 10.0, deadline=2.0)
+    assert isinstance(left, float)
+    assert 10.0 < left <= 30.0

@@ -1,0 +1,198 @@
+"""The pool's children stop without the pod: at their deadline, with their pod, on recycling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from leaseworker import ChildProcessDied, ConfigError, ProcessPool
+from tests.process import jobs
+from tests.process.util import Call, alive, marked
+from tests.processes import stats
+from tests.waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def children(parent: int) -> set[int]:
+    """The pids whose parent is ``parent``, running now."""
+    return {pid for pid, ppid, _ in stats() if ppid == parent and alive(pid)}
+
+
+async def gone(*pids: int, within: float) -> None:
+    """Return once none of ``pids`` runs; fail after ``within`` seconds."""
+
+    async def dead() -> bool:
+        return not any(alive(pid) for pid in pids)
+
+    await eventually(dead, within=within)
+
+
+async def test_the_watchdog_kills_the_group_while_the_pod_loop_is_blocked(tmp_path: Path) -> None:
+    """Deadline passed, pod loop stuck: the child's watchdog killed its group (SIGKILL)."""
+    marker = tmp_path / "started"
+    call = Call()
+    died: list[ChildProcessDied] = []
+
+    async def run(pool: ProcessPool) -> None:
+        try:
+            await call.run(pool, jobs.spin_with_grandchild, str(marker), deadline=0.4)
+        except ChildProcessDied as exc:
+            died.append(exc)
+
+    async with ProcessPool(1) as pool, anyio.create_task_group() as group:
+        group.start_soon(run, pool)
+        child, grandchild = (int(pid) for pid in (await marked(marker)).split())
+        time.sleep(0.8)  # noqa: ASYNC251 - the point: the pod's loop cannot act
+        assert not alive(child)
+        assert not alive(grandchild)
+    [exc] = died
+    assert exc.signal == signal.SIGKILL
+    assert not call.usages[0].killed  # not by the pod: by its own watchdog
+
+
+async def test_the_kernel_timer_kills_a_child_that_holds_the_gil(tmp_path: Path) -> None:
+    """A C call holding the GIL past the deadline: ITIMER_REAL's SIGALRM ends the child."""
+    marker = tmp_path / "started"
+    async with ProcessPool(1) as pool:
+        with pytest.raises(ChildProcessDied) as caught:
+            await Call().run(pool, jobs.hold_the_gil, str(marker), 30, deadline=0.4)
+    assert caught.value.signal == signal.SIGALRM
+
+
+async def test_a_moved_deadline_rearms_the_kernel_timer(tmp_path: Path) -> None:
+    """After move(), the child computes past its first deadline and is not killed."""
+    marker = tmp_path / "started"
+    call = Call()
+    async with ProcessPool(1) as pool, anyio.create_task_group() as group:
+
+        async def move() -> None:
+            await marked(marker)
+            call.mirrors[0].move(time.monotonic() + 1.2)
+
+        group.start_soon(move)
+        assert await call.run(pool, jobs.outlive, str(marker), 0.9, 0.6, deadline=0.3) is True
+
+
+async def test_max_tasks_per_child_recycles_the_worker() -> None:
+    """After two calls the worker is replaced; the third runs on a new child."""
+    call = Call()
+    async with ProcessPool(1, max_tasks_per_child=2) as pool:
+        first, second, third = [await call.run(pool, jobs.pid) for _ in range(3)]
+    assert first == second != third
+    assert isinstance(first, int)
+    assert not alive(first)
+
+
+async def test_max_memory_per_child_recycles_after_a_call_that_peaked_above() -> None:
+    """A call that touched 64 MiB under a 48 MiB ceiling retires its worker; small ones do not."""
+    call = Call()
+    async with ProcessPool(1, max_memory_per_child=48 << 20) as pool:
+        small = await call.run(pool, jobs.allocate, 1 << 20)
+        assert await call.run(pool, jobs.allocate, 1 << 20) == small
+        assert await call.run(pool, jobs.allocate, 64 << 20) == small
+        assert await call.run(pool, jobs.pid) != small
+    assert call.usages[2].peak_memory > 64 << 20
+    assert call.usages[0].peak_memory < 48 << 20
+
+
+async def test_a_preload_that_fails_is_a_config_error_naming_it() -> None:
+    """A preload module that cannot be imported: ConfigError at start, one line, no process left."""
+    pool = ProcessPool(1, preload=["tests.process.jobs", "tests.process.no_such_module"])
+    with pytest.raises(ConfigError, match=r"'tests\.process\.no_such_module'") as caught:
+        await pool.start()
+    assert "\n" not in str(caught.value)
+    assert children(os.getpid()) == set()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("workers", 0), ("max_tasks_per_child", -1), ("max_memory_per_child", 0), ("reap_timeout", 0)],
+)
+def test_bad_settings_are_config_errors(setting: str, value: int) -> None:
+    """Each bad value is refused at construction."""
+    with pytest.raises(ConfigError, match=setting):
+        ProcessPool(**{setting: value})  # type: ignore[arg-type]
+
+
+async def test_aclose_leaves_no_process() -> None:
+    """Every worker and the keeper are gone once aclose() returned; run() starts it again."""
+    pool = ProcessPool(2)
+    call = Call()
+    assert await call.run(pool, jobs.add, 1, 2) == 3  # started on first use
+    started = children(os.getpid())
+    assert len(started) == 3  # two workers, the keeper
+    await pool.aclose()
+    await pool.aclose()
+    assert not any(alive(pid) for pid in started)
+    assert await call.run(pool, jobs.add, 2, 2) == 4
+    await pool.aclose()
+    assert children(os.getpid()) == set()
+
+
+async def test_calls_wait_for_a_busy_worker() -> None:
+    """Two calls on one worker: the second waits for the first and runs on the same child."""
+    call = Call()
+    async with ProcessPool(1) as pool, anyio.create_task_group() as group:
+        results: list[object] = []
+
+        async def one(a: int) -> None:
+            results.append(await call.run(pool, jobs.sleep_then_add, 0.05, a, 1))
+
+        group.start_soon(one, 1)
+        group.start_soon(one, 2)
+    assert sorted(results) == [2, 3]  # type: ignore[type-var]
+    assert len({usage.pid for usage in call.usages}) == 1
+
+
+def _pod(marker: Path, deadline: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.process.pod_script", str(marker), str(deadline)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+
+
+async def test_a_killed_pod_takes_its_child_and_grandchild_along(tmp_path: Path) -> None:
+    """Pod SIGKILLed mid-call: child (PDEATHSIG), grandchild, keeper (at EOF) gone within 1 s."""
+    marker = tmp_path / "started"
+    pod = _pod(marker, 30.0)
+    try:
+        child, grandchild = (int(pid) for pid in (await marked(marker, within=30)).split())
+        helpers = children(pod.pid)
+        assert child in helpers
+        assert len(helpers) == 2  # the worker and the keeper
+        pod.kill()
+        await gone(child, grandchild, *helpers, within=1.0)
+    finally:
+        pod.kill()
+        pod.wait()
+        if pod.stdout is not None:
+            pod.stdout.close()
+
+
+async def test_a_stopped_pod_child_dies_by_its_deadline(tmp_path: Path) -> None:
+    """Pod SIGSTOPped mid-call: the child's watchdog kills it and its grandchild at the deadline."""
+    marker = tmp_path / "started"
+    pod = _pod(marker, 2.0)
+    try:
+        child, grandchild = (int(pid) for pid in (await marked(marker, within=30)).split())
+        assert pod.stdout is not None
+        deadline = float(pod.stdout.readline())
+        pod.send_signal(signal.SIGSTOP)
+        assert alive(child)
+        await gone(child, grandchild, within=5.0)
+        assert time.monotonic() < deadline + 0.1  # polled every 10 ms: dead at the deadline
+    finally:
+        pod.kill()
+        pod.send_signal(signal.SIGCONT)
+        pod.wait()
+        if pod.stdout is not None:
+            pod.stdout.close()
