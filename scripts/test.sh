@@ -1,11 +1,34 @@
 #!/usr/bin/env bash
 # The whole test suite: bootstrap, lint, type-check, then pytest against real services
 # that the suite starts itself on free loopback ports. Extra args go to pytest.
+# The run ends with its 25 slowest tests and the wall time per test directory
+# (leaseworker_dev._suite_report), in CI's log too.
+#
+#   bash scripts/test.sh --repeat N PATTERN [pytest args]
+# proves a fix: bootstrap, then N runs of the tests PATTERN names, in one pytest session
+# (pytest-repeat's --count N --repeat-scope session: every test once, then all again), no
+# lint, type check or coverage; it ends with "repeat: K of N runs passed". PATTERN is a
+# path or node id when it names an existing file or directory (tests/lease/test_hold.py,
+# tests/lease/test_hold.py::test_x), else a -k expression ("hold and not virtual").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--repeat" ]; then
+    count="${2:-}" pattern="${3:-}"
+    if ! [[ "$count" =~ ^[1-9][0-9]*$ ]] || [ -z "$pattern" ]; then
+        echo "usage: bash scripts/test.sh --repeat N PATTERN [pytest args] (N a positive count)" >&2
+        exit 2
+    fi
+    shift 3
+    bash scripts/bootstrap.sh
+    selection=(-k "$pattern")
+    [ -e "${pattern%%::*}" ] && selection=("$pattern")
+    echo "== pytest, $count runs of ${selection[*]}"
+    exec .venv/bin/pytest --count "$count" --repeat-scope session --durations=10 \
+        "${selection[@]}" "$@"
+fi
 bash scripts/bootstrap.sh
 echo "== ruff"; .venv/bin/ruff check src tools/src tests bench
 .venv/bin/ruff format --check src tools/src tests bench
 echo "== mypy --strict"; .venv/bin/mypy
 echo "== import contracts"; .venv/bin/lint-imports --no-cache
-echo "== pytest"; .venv/bin/pytest --cov --cov-report=term-missing:skip-covered "$@"
+echo "== pytest"; .venv/bin/pytest --cov --cov-report=term-missing:skip-covered --durations=25 "$@"

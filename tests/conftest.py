@@ -27,8 +27,9 @@ from .health_util import spawn
 from .kafka_util import KafkaNames
 
 # The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
-# loaded from there it would import leaseworker before coverage starts measuring it).
-pytest_plugins = ["leaseworker_dev.pytest_plugin", "pytester"]
+# loaded from there it would import leaseworker before coverage starts measuring it), and the
+# suite's own report (wall time per directory, after --durations' slowest tests).
+pytest_plugins = ["leaseworker_dev.pytest_plugin", "leaseworker_dev._suite_report", "pytester"]
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,9 @@ a ``TypeError`` rather than a silent choice.
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
 import leaseworker
@@ -93,3 +96,39 @@ def test_demo_ttl_flag_is_read_as_lease_duration(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "--ttl is deprecated; use --lease-duration" in err
     assert "--lease-duration must be at least" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run", "tests.jobs:MarkerJob"], ["trigger", "reports.requested"], ["topics", "create", "t"]],
+    ids=["run", "trigger", "topics"],
+)
+def test_kafka_ssl_cafile_is_read_as_kafka_ca_file_with_one_warning(
+    command: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The CA's flag of a release ago reaches the Kafka settings (a missing file: exit 2)."""
+    missing = tmp_path / "ca.pem"
+    argv = [*command, "--bootstrap-servers", "127.0.0.1:1", "--kafka-security-protocol", "SSL"]
+    said = "--kafka-ssl-cafile is deprecated; use --kafka-ca-file"
+    with pytest.warns(DeprecationWarning, match=said) as caught:
+        assert main([*argv, "--kafka-ssl-cafile", str(missing)]) == 2
+    assert [str(w.message) for w in caught] == [said]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [said]
+    assert f"Kafka CA file not found: {missing}" in capsys.readouterr().err
+    assert main([*argv, "--kafka-ssl-cafile", str(missing), "--kafka-ca-file", "other"]) == 2
+    assert "give --kafka-ca-file only" in capsys.readouterr().err
+
+
+def test_the_kafka_cas_old_variable_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``LEASEWORKER_KAFKA_SSL_CAFILE`` sets the CA when ``LEASEWORKER_KAFKA_CA_FILE`` is unset."""
+    missing = tmp_path / "ca.pem"
+    monkeypatch.delenv("LEASEWORKER_KAFKA_CA_FILE", raising=False)
+    monkeypatch.setenv("LEASEWORKER_KAFKA_SSL_CAFILE", str(missing))
+    argv = ["topics", "create", "t", "--bootstrap-servers", "127.0.0.1:1"]
+    assert main([*argv, "--kafka-security-protocol", "SSL"]) == 2
+    assert f"Kafka CA file not found: {missing}" in capsys.readouterr().err

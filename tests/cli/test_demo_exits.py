@@ -10,12 +10,16 @@ SIGTERM mid-run, with its three pods up.
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
+from leaseworker import CompletionRequest, open_store
 from leaseworker._cli import main
 from leaseworker_dev._cli._demo_command import _stop_signals_interrupt
 
@@ -51,6 +55,48 @@ def test_each_stop_signal_stops_the_services_and_removes_their_directories(
     assert "stopping the services" in one.seen
     assert not alive(services)
     assert not list(one.tmp.iterdir())
+
+
+def test_services_with_postgres_print_a_store_url_that_works_and_stop_it_too(
+    demo: list[Spawned],
+) -> None:
+    """``demo services --postgres``: its URL opens a store; Ctrl-C stops it with the rest."""
+    # Under the session's TMPDIR: the server runs as the postgres OS user when root, and
+    # pytest's own tmp_path is not enterable by it.
+    root = Path(tempfile.mkdtemp(prefix="lwdemo-"))
+    root.chmod(0o711)
+    try:
+        one = _start(demo, root, "services", "--postgres")
+        one.wait_for("press Ctrl-C")
+        assert any(", PostgreSQL postgresql://" in line for line in one.seen), one.seen
+        [store] = [line for line in one.seen if line.startswith("  store: ")]
+        url = store.split("--store-url ", 1)[1]
+        services = one.children()
+        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in services}
+        assert {"redis-server", "postgres"} <= names
+        anyio.run(_complete_once, url)
+        one.process.send_signal(signal.SIGINT)
+        assert ended(one) == 0, one.seen
+        assert not alive(services)
+        assert not list(one.tmp.iterdir())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _complete_once(url: str) -> None:
+    """Open the store at ``url`` (its schema made on first use) and record one completion."""
+    async with open_store(url) as store:
+        request = CompletionRequest(
+            job_key="demo:{k}", input_version="v1", fence=1, result={}, execution_id="e", pod="p"
+        )
+        assert (await store.complete(request)).status == "accepted"
+
+
+def test_postgres_is_refused_outside_demo_services(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--postgres`` with another demo: one line, exit 2, nothing started."""
+    assert main(["demo", "incident", "--postgres"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == "leaseworker demo: error: --postgres is for `demo services` only"
 
 
 def test_sigterm_mid_run_stops_the_pods_and_services_and_removes_the_work_directory(

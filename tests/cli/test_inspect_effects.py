@@ -1,5 +1,7 @@
 """``leaseworker inspect KEY`` lists the key's effects: id, topic, fence, committed, sent, claims.
 
+Each sent one names the relay that sent it (``sent_by``: a pod's relay is ``<pod>:<8 hex>``).
+
 On a real SQLite store file and a real Redis: two messages committed with a
 completion, one of them claimed and sent by a relay; JSON (the default) and
 ``--text`` show the same, and never a message's value.
@@ -45,8 +47,8 @@ def test_inspect_lists_each_effect_with_its_state_in_json_and_text(
                 )
                 messages = [Message.build("reports.ready", {"s": SECRET}) for _ in range(2)]
                 await tx.commit(request, messages)
-            [first] = await store.claim_outbox("relay-a", limit=1, hold=30)
-            await store.mark_sent("relay-a", [first.id])
+            [first] = await store.claim_outbox("pod-a:1a2b3c4d", limit=1, hold=30)
+            await store.mark_sent("pod-a:1a2b3c4d", [first.id])
 
     anyio.run(commit_and_send_one)
     argv = ["inspect", key, "--redis-url", redis_server.url, "--namespace", namespace]
@@ -63,14 +65,21 @@ def test_inspect_lists_each_effect_with_its_state_in_json_and_text(
     )
     assert sent["committed_at"] <= sent["sent_at"]
     assert str(sent["committed_at"]).endswith("+00:00")
-    assert (unsent["state"], unsent["sent_at"], unsent["attempts"]) == ("unsent", None, 0)
+    assert sent["sent_by"] == "pod-a:1a2b3c4d"
+    assert (unsent["state"], unsent["sent_at"], unsent["sent_by"], unsent["attempts"]) == (
+        "unsent",
+        None,
+        None,
+        0,
+    )
     assert main([*argv, "--store-url", url, "--text"]) == 0
     text = capsys.readouterr().out
     assert "effects     2 (1 sent, 1 unsent)" in text
     [head, one, two] = [line.split() for line in text.splitlines()[-3:]]
     assert head[:3] == ["effect", "id", "topic"]
-    assert (one[0], one[2], one[-1]) == (sent["effect_id"], "7", "1")
-    assert (two[0], two[-2], two[-1]) == (unsent["effect_id"], "unsent", "0")
+    assert head[-3:] == ["sent", "by", "attempts"]
+    assert (one[0], one[2], one[-2], one[-1]) == (sent["effect_id"], "7", "pod-a:1a2b3c4d", "1")
+    assert (two[0], two[-3], two[-2], two[-1]) == (unsent["effect_id"], "unsent", "-", "0")
     assert "completion  fence 7, input v1" in text
     assert SECRET not in text
     assert SECRET not in json.dumps(shown)

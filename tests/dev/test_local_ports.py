@@ -1,8 +1,12 @@
-"""free_port(): loopback ports for the services the suite starts (no service needed)."""
+"""free_port(): loopback ports for the services the suite starts, reserved (no service needed)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
+import subprocess
+import sys
 
 from leaseworker_dev._services import free_port
 from leaseworker_dev._services._proc import LOOPBACK, _ephemeral_low
@@ -22,3 +26,56 @@ def test_free_ports_come_from_below_the_ephemeral_range_and_can_be_bound() -> No
     assert len(set(ports)) > 40  # spread over the range, not one port again and again
     with socket.socket() as sock:
         sock.bind((LOOPBACK, ports[-1]))
+
+
+PICKER = """
+import json, random, sys, threading
+from leaseworker_dev._services import _proc
+
+# Every picker draws the same candidates: only the reservations can keep them apart.
+_proc._RANDOM = random.Random(48)
+print("ready", flush=True)
+sys.stdin.readline()
+picked = []
+threads = [
+    threading.Thread(target=lambda: picked.extend(_proc.distinct_free_ports(5))) for _ in range(4)
+]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(json.dumps(picked), flush=True)
+sys.stdin.read()  # the reservations last while this process does: until every picker reported
+"""
+
+
+def test_concurrent_pickers_in_several_processes_never_get_the_same_port() -> None:
+    """Five processes of four threads each pick ports at once: no port is handed out twice.
+
+    The pickers are forced to try the same ports in the same order (one seed),
+    as two pickers do by chance: with a port only checked by binding and closing
+    it, they would all return the first one.
+    """
+    with contextlib.ExitStack() as stack:  # each picker's exit: stdin closed, process waited for
+        pickers = [
+            stack.enter_context(
+                subprocess.Popen(
+                    [sys.executable, "-c", PICKER],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+            for _ in range(5)
+        ]
+        for picker in pickers:
+            assert picker.stdout is not None
+            assert picker.stdout.readline() == "ready\n"
+        for picker in pickers:
+            assert picker.stdin is not None
+            picker.stdin.write("go\n")
+            picker.stdin.flush()
+        picked = [json.loads(picker.stdout.readline()) for picker in pickers if picker.stdout]
+    ports = [port for each in picked for port in each]
+    assert len(ports) == 5 * 4 * 5
+    assert len(set(ports)) == len(ports), sorted(ports)

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leaseworker_dev._services import LocalPostgres
+from leaseworker_dev._services import LocalPostgres, ToolMissingError
 from leaseworker_dev._services._local_postgres import find_bindir
 
 
@@ -79,9 +79,12 @@ def test_create_database_rejects_odd_names(shared_pg: LocalPostgres) -> None:
 
 
 def test_missing_binaries_name_bootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without any PostgreSQL install the error tells the user to run bootstrap.sh."""
+    """Without any PostgreSQL install the error tells the user to run bootstrap.sh.
+
+    A ``ToolMissingError``: ``demo services --postgres`` prints it as one line (exit 2).
+    """
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(RuntimeError, match=r"scripts/bootstrap\.sh"):
+    with pytest.raises(ToolMissingError, match=r"scripts/bootstrap\.sh"):
         find_bindir(str(tmp_path / "*" / "bin"))
 
 

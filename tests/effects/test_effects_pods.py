@@ -280,7 +280,7 @@ async def test_a_pod_killed_between_commit_and_send_has_its_message_sent_by_anot
     records = await _effects_topic(pods.kafka.bootstrap_servers, pods.effects)
     assert records  # at least once; the inbox makes it once
     inbox = PostgresInbox("billing")
-    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await inbox.setup(conn)
         await conn.execute("CREATE TABLE billed (effect_id text NOT NULL, fence bigint)")
         for record in records:

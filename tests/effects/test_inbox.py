@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
+from leaseworker import ConfigError
 from leaseworker.effects import (
     EFFECT_ID_HEADER,
     FENCE_HEADER,
@@ -66,6 +68,31 @@ async def test_the_inbox_answers_in_the_receivers_own_transaction(
             await pg.execute("BEGIN")
             assert await pg_inbox.accept(pg, step) == expected, step
             await pg.execute("COMMIT" if commit else "ROLLBACK")
+
+
+async def test_the_postgres_inbox_refuses_a_connection_not_in_autocommit_mode(
+    store_url_for: Callable[[str], str],
+) -> None:
+    """There each ``conn.transaction()`` would be a savepoint never committed: one line, no SQL.
+
+    In autocommit mode the same calls record the effect, seen committed from
+    another connection.
+    """
+    url = store_url_for("postgresql")
+    inbox = PostgresInbox("billing")
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        for call in (inbox.setup(conn), inbox.accept(conn, effect(0, 10))):
+            with pytest.raises(ConfigError, match="connection in autocommit mode") as raised:
+                await call
+            assert "\n" not in str(raised.value)
+        assert conn.info.transaction_status == TransactionStatus.IDLE  # nothing was sent
+        await conn.set_autocommit(True)
+        await inbox.setup(conn)
+        async with conn.transaction():
+            assert await inbox.accept(conn, effect(0, 10)) == "new"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as other:
+        cursor = await other.execute("SELECT effect_id FROM leaseworker_inbox")
+        assert await cursor.fetchall() == [("lw1:k:0",)]
 
 
 def test_the_memory_inbox_gives_the_same_answers() -> None:

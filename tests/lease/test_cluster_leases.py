@@ -64,7 +64,8 @@ async def roomy_leases(client: RedisCluster) -> AsyncIterator[RedisLeases]:
 
     Sixty acquires in flight on a 2-core machine running the suite under
     coverage once took longer than 200 ms for a replica to acknowledge: the
-    test then failed on timing that was not its subject.
+    test then failed on timing that was not its subject. A lease held while
+    its slot migrates would fail the same way on one slow acknowledgement.
     """
     leases = RedisLeases(
         client,
@@ -180,13 +181,14 @@ async def test_a_shard_failover_never_lets_two_bodies_run(
 
 
 async def test_a_moved_slot_is_followed_without_losing_the_lease(
-    cluster: LocalRedisCluster, leases: RedisLeases
+    cluster: LocalRedisCluster, roomy_leases: RedisLeases
 ) -> None:
     """The slot of a held lease moves to another shard: the next renewal follows MOVED."""
+    leases = roomy_leases  # following the slot is the subject, not the replica's budget
     key = (await _keys_on_every_shard(cluster, leases))[0]
     shard = await cluster.shard_of(leases.lease_key(key))
     other = await cluster.shard_master((shard + 1) % 3)
-    async with hold(leases, key, lease_duration=3, renewal_interval=0.5) as held:
+    async with hold(leases, key, lease_duration=8, renewal_interval=0.5) as held:
         await cluster.migrate_slot(slot_of(leases.lease_key(key)), other)
         renewals = held.renewals
         with anyio.fail_after(10):
@@ -198,14 +200,15 @@ async def test_a_moved_slot_is_followed_without_losing_the_lease(
 
 
 async def test_a_slot_in_mid_migration_is_followed_by_ask_then_moved(
-    cluster: LocalRedisCluster, leases: RedisLeases
+    cluster: LocalRedisCluster, roomy_leases: RedisLeases
 ) -> None:
     """The held lease's keys move while the slot is still migrating (ASK), then it ends (MOVED)."""
+    leases = roomy_leases  # following the slot is the subject, not the replica's budget
     key = (await _keys_on_every_shard(cluster, leases))[1]
     slot = slot_of(leases.lease_key(key))
     shard = await cluster.shard_of(leases.lease_key(key))
     other = await cluster.shard_master((shard + 1) % 3)
-    async with hold(leases, key, lease_duration=3, renewal_interval=0.5) as held:
+    async with hold(leases, key, lease_duration=8, renewal_interval=0.5) as held:
         await cluster.migrate_slot(slot, other, finish=False)
         await _renewals(held, 2)  # the old owner answers ASK: each renewal goes after ASKING
         await cluster.finish_slot_migration(slot)

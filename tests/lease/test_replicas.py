@@ -99,18 +99,23 @@ def test_replica_timeout_must_fit_in_the_command_timeout(redis: Redis) -> None:
 async def test_an_acquire_no_replica_acknowledged_is_released_and_unavailable(
     redis: Redis, namespace: str, pipelining: bool
 ) -> None:
-    """A master without replicas: the acquire is undone, the body never starts."""
+    """A master without replicas: the acquire is undone, the body never starts.
+
+    The WAIT gives up after 0.1 s; the call around it has 3 s (at 0.5 s, a
+    fresh connection's handshake and that WAIT on a loaded machine could run
+    out, and the acquire failed as a timeout, not as unreplicated).
+    """
     leases = RedisLeases(
         redis,
         namespace=namespace,
-        command_timeout=0.5,
+        command_timeout=3.0,
         replicas=1,
         replica_timeout=0.1,
         pipelining=pipelining,
     )
     started = False
     with pytest.raises(LeaseUnavailable, match="0 of 1 replicas"):
-        async with hold(leases, "k", lease_duration=2):
+        async with hold(leases, "k", lease_duration=10):
             started = True
     assert not started
     assert (await leases.inspect("k")).owner is None  # released with its owner token

@@ -19,9 +19,10 @@ import psycopg
 import pytest
 
 from leaseworker import CompletionRequest, ConfigError, open_store
-from leaseworker._store import MIGRATIONS
+from leaseworker._store import MIGRATIONS, Message, effect_store
 from leaseworker_dev._services import LocalPostgres, LocalRedis, TestCA
 
+from ..pods import REPO
 from .cli import leaseworker, run_pod
 from .conftest import OWNER, RUNTIME, SecurePostgres
 
@@ -76,6 +77,72 @@ def test_store_migrate_creates_the_schema_and_grants_the_runtime_role(
         row = conn.execute("SELECT max(version) FROM leaseworker_schema_version").fetchone()
         assert row is not None
         assert row[0] == LATEST
+        assert _granted(conn) == _documented(conn)
+
+
+PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+OUTBOX_TABLES = {"leaseworker_outbox", "leaseworker_outbox_unsent", "leaseworker_outbox_sent"}
+
+
+def _granted(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, set[str]]:
+    """Each store table and view with every privilege the session's role holds on it."""
+    rows = conn.execute(
+        "SELECT c.relname, p FROM pg_class c, unnest(%s::text[]) AS p"
+        " WHERE c.relkind IN ('r', 'v') AND c.relname LIKE 'leaseworker\\_%%'"
+        " AND has_table_privilege(c.oid, p)",
+        (list(PRIVILEGES),),
+    ).fetchall()
+    granted: dict[str, set[str]] = {}
+    for table, privilege in rows:
+        granted.setdefault(str(table), set()).add(str(privilege))
+    return granted
+
+
+def _documented(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, set[str]]:
+    """What ``store migrate --help`` and docs/operations.md say the runtime role gets."""
+    tables = conn.execute(
+        "SELECT relname, relkind = 'v' FROM pg_class"
+        " WHERE relkind IN ('r', 'v') AND relname LIKE 'leaseworker\\_%'"
+    ).fetchall()
+    documented: dict[str, set[str]] = {}
+    for table, view in tables:
+        if view or table == "leaseworker_schema_version":
+            documented[str(table)] = {"SELECT"}
+        else:
+            extra = {"DELETE"} if table in OUTBOX_TABLES else set()
+            documented[str(table)] = {"SELECT", "INSERT", "UPDATE", *extra}
+    return documented
+
+
+def test_the_help_and_the_operations_page_name_the_grants_store_migrate_makes() -> None:
+    """SELECT, INSERT, UPDATE; DELETE on the outbox's tables; SELECT on the version table."""
+    help_text = " ".join(leaseworker("store", "migrate", "--help").stdout.split())
+    assert "grant it SELECT, INSERT, UPDATE on the store's tables, DELETE too on the outbox's" in (
+        help_text
+    )
+    assert "SELECT on its version table and views" in help_text
+    page = (REPO / "docs" / "operations.md").read_text()
+    assert "GRANT SELECT ON leaseworker_schema_version and the views;" in page
+    assert "SELECT, INSERT, UPDATE ON every other\n#   leaseworker_* table," in page
+    assert "DELETE too on leaseworker_outbox{,_unsent,_sent}" in page
+
+
+async def test_the_runtime_role_deletes_what_its_relay_sent_and_prunes(
+    secure_postgres: SecurePostgres,
+) -> None:
+    """A relay's mark deletes queue rows, the retention sent rows: both need the DELETE granted."""
+    key = f"grants:{{{uuid.uuid4().hex[:8]}}}"
+    async with open_store(secure_postgres.url(RUNTIME)) as opened:
+        store = effect_store(opened)
+        async with store.transaction(key, "v1", 1) as tx:
+            request = CompletionRequest(
+                job_key=key, input_version="v1", fence=1, result=None, execution_id="e", pod="p"
+            )
+            await tx.commit(request, [Message.build("reports.ready", {"n": 1})])
+        [claimed] = await store.claim_outbox("relay-a", limit=10, hold=30)
+        assert await store.mark_sent("relay-a", [claimed.id]) == 1
+        assert await store.prune_outbox(0.0) >= 1
+        assert await store.outbox_entries(key) == []
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ __all__ = ["any_store"]
 async def test_entries_say_when_each_message_committed_and_was_sent_and_how_often_claimed(
     any_store: EffectStore,
 ) -> None:
-    """Two messages: one claimed, released, claimed again and sent; the other never claimed."""
+    """Two messages: one claimed, released, claimed again and sent (by the second relay)."""
     before = datetime.now(UTC).replace(microsecond=0)
     assert await any_store.outbox_backlog() == (0, None)
     await write(any_store, 1, messages=2)
@@ -33,8 +33,8 @@ async def test_entries_say_when_each_message_committed_and_was_sent_and_how_ofte
     assert again.id == first.id
     assert await any_store.mark_sent("relay-b", [again.id]) == 1
     sent, unsent = await any_store.outbox_entries()
-    assert (sent.row.id, sent.attempts, sent.sent) == (first.id, 2, True)
-    assert (unsent.attempts, unsent.sent, unsent.sent_at) == (0, False, None)
+    assert (sent.row.id, sent.attempts, sent.sent, sent.sent_by) == (first.id, 2, True, "relay-b")
+    assert (unsent.attempts, unsent.sent, unsent.sent_at, unsent.sent_by) == (0, False, None, None)
     assert sent.sent_at is not None
     assert before <= sent.committed_at <= sent.sent_at
     assert sent.committed_at.tzinfo is not None

@@ -222,17 +222,20 @@ async def test_relays_keep_each_keys_order_and_take_over_expired_claims(
 
     Relay A holds key 1's first message; relay B gets key 2's messages but
     none of key 1's. Once A's claim expires, B takes key 1's messages over,
-    in order; A cannot mark them sent after losing them.
+    in order; A cannot mark them sent after losing them. A's claim lasts 1 s
+    (it lasted 0.3 s: a loaded machine stalling that long before B's first
+    claim let B take key 1 early), and the test waits out exactly that.
     """
     for key, fence in (("k1", 1), ("k2", 2), ("k1", 3)):
         async with any_store.transaction(key, f"v{fence}", fence) as tx:
             message = Message.build("t", {"key": key, "fence": fence})
             await tx.commit(request(fence, f"v{fence}", key), [message])
-    first = await any_store.claim_outbox("relay-a", limit=1, hold=0.3)
+    first = await any_store.claim_outbox("relay-a", limit=1, hold=1.0)
+    expired = anyio.current_time() + 1.05  # A's claim was made before now
     assert [(row.job_key, row.fence) for row in first] == [("k1", 1)]
     second = await any_store.claim_outbox("relay-b", limit=10, hold=30)
     assert [(row.job_key, row.fence) for row in second] == [("k2", 2)]
-    await anyio.sleep(0.4)  # A's claim expires (A died)
+    await anyio.sleep(max(0.0, expired - anyio.current_time()))  # A's claim expires (A died)
     taken = await any_store.claim_outbox("relay-b", limit=10, hold=30)
     assert [(row.job_key, row.fence) for row in taken] == [("k1", 1), ("k2", 2), ("k1", 3)]
     assert await any_store.mark_sent("relay-a", [first[0].id]) == 0

@@ -10,7 +10,8 @@ An embedded SQLite store that does not exist yet is reported as "no
 completion", with a note on stderr naming the file that was looked for, and
 is never created by looking; so is a ``memory://`` store, which lives inside
 each pod. The effects are the key's outbox messages (id, topic, fence, when
-committed and sent, relay claims), never their values, keys or headers.
+committed and sent, by which pod's relay, relay claims), never their values,
+keys or headers.
 JSON by default (scripts read it); ``--text`` aligns the same for a person.
 """
 
@@ -157,6 +158,7 @@ def _effect(entry: OutboxEntry) -> dict[str, object]:
         "state": "sent" if entry.sent else "unsent",
         "committed_at": entry.committed_at.isoformat(),
         "sent_at": None if entry.sent_at is None else entry.sent_at.isoformat(),
+        "sent_by": entry.sent_by,
         "attempts": entry.attempts,
     }
 
@@ -182,7 +184,7 @@ def render_text(shown: dict[str, Any]) -> str:
     unsent = sum(1 for e in effects if e["state"] == "unsent")
     lines.append(f"effects     {len(effects)} ({len(effects) - unsent} sent, {unsent} unsent)")
     if effects:
-        head = ("effect id", "topic", "fence", "committed at", "sent at", "attempts")
+        head = ("effect id", "topic", "fence", "committed at", "sent at", "sent by", "attempts")
         rows = [
             (
                 e["effect_id"],
@@ -190,6 +192,7 @@ def render_text(shown: dict[str, Any]) -> str:
                 str(e["fence"]),
                 e["committed_at"],
                 e["sent_at"] or "unsent",
+                e["sent_by"] or "-",
                 str(e["attempts"]),
             )
             for e in effects

@@ -5,8 +5,9 @@ one-shot commands (``trigger``, ``topics create``) ``--bootstrap-servers``
 and the muting of aiokafka's own log lines. Files are
 ``--kafka-<what>-file`` and ``LEASEWORKER_KAFKA_<WHAT>_FILE``: the CA, the
 client certificate and key (mutual TLS), the SASL password.
-``LEASEWORKER_KAFKA_SSL_CAFILE`` (the CA's earlier name) is still read when
-``LEASEWORKER_KAFKA_CA_FILE`` is unset.
+The CA's earlier spellings still work: ``--kafka-ssl-cafile``, a hidden
+flag that warns once (a ``DeprecationWarning`` and a WARNING log line), and
+``LEASEWORKER_KAFKA_SSL_CAFILE``, read when ``LEASEWORKER_KAFKA_CA_FILE`` is unset.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from .._deprecated import renamed
+from .._errors import ConfigError
 from ._common import Setting, config_default, env_default, env_name
 
 if TYPE_CHECKING:
@@ -43,11 +46,22 @@ KAFKA_SECURITY_SETTINGS = (
 LEGACY_CA_VARIABLE = "LEASEWORKER_KAFKA_SSL_CAFILE"
 """The CA file's variable before ``LEASEWORKER_KAFKA_CA_FILE``; read when that is unset."""
 
+LEGACY_CA_FLAG, CA_FLAG = "--kafka-ssl-cafile", "--kafka-ca-file"
+"""The CA file's flag before ``--kafka-ca-file`` (a release ago), and its spelling now."""
+
+logger = logging.getLogger("leaseworker.cli")
+
 
 def add_kafka_security_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the flags of :data:`KAFKA_SECURITY_SETTINGS`."""
+    """Add the flags of :data:`KAFKA_SECURITY_SETTINGS` and the CA's deprecated spelling."""
     for setting in KAFKA_SECURITY_SETTINGS:
         setting.add_to(parser)
+    add_deprecated_kafka_flags(parser)
+
+
+def add_deprecated_kafka_flags(parser: argparse.ArgumentParser) -> None:
+    """Add ``--kafka-ssl-cafile``, hidden from ``--help``; :func:`kafka_security_from` reads it."""
+    parser.add_argument(LEGACY_CA_FLAG, default=None, metavar="PATH", help=argparse.SUPPRESS)
 
 
 def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
@@ -60,10 +74,27 @@ def kafka_security_from(args: argparse.Namespace) -> KafkaSecurity:
         sasl_username=args.kafka_sasl_username or None,
         sasl_password=args.kafka_sasl_password or None,
         sasl_password_file=args.kafka_sasl_password_file or None,
-        ssl_cafile=args.kafka_ca_file or os.environ.get(LEGACY_CA_VARIABLE) or None,
+        ssl_cafile=_ca_file(args),
         ssl_certfile=args.kafka_cert_file or None,
         ssl_keyfile=args.kafka_key_file or None,
     )
+
+
+def _ca_file(args: argparse.Namespace) -> str | None:
+    """Return the CA file: ``--kafka-ca-file``, its deprecated flag (warned of), or variable.
+
+    The old flag wins over ``LEASEWORKER_KAFKA_CA_FILE`` (the command line over
+    the environment); given with a different ``--kafka-ca-file``: ConfigError.
+    """
+    new: str | None = args.kafka_ca_file or None
+    old: str | None = getattr(args, "kafka_ssl_cafile", None) or None
+    if old is None:
+        return new or os.environ.get(LEGACY_CA_VARIABLE) or None
+    if new not in (None, old, env_default(CA_FLAG)):
+        raise ConfigError(f"give {CA_FLAG} only ({LEGACY_CA_FLAG} is its deprecated spelling)")
+    renamed(LEGACY_CA_FLAG, CA_FLAG)
+    logger.warning("%s is deprecated; use %s", LEGACY_CA_FLAG, CA_FLAG)
+    return old
 
 
 def add_bootstrap_servers_flag(parser: argparse.ArgumentParser) -> None:

@@ -46,7 +46,7 @@ from ._common import (
     redis_url_with_tls,
 )
 from ._jobs import load_job_class
-from ._kafka_flags import KAFKA_SECURITY_SETTINGS, kafka_security_from
+from ._kafka_flags import KAFKA_SECURITY_SETTINGS, add_deprecated_kafka_flags, kafka_security_from
 
 
 def _field(
@@ -224,6 +224,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
     )
     for setting in RUN_SETTINGS:
         setting.add_to(parser)
+    add_deprecated_kafka_flags(parser)
     parser.set_defaults(handler=_run)
 
 

@@ -45,7 +45,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
         default=[],
         metavar="ROLE",
         help="a PostgreSQL role the pods run as: grant it SELECT, INSERT, UPDATE on the "
-        "store's tables (and SELECT on its version table); repeat for several",
+        "store's tables, DELETE too on the outbox's (the relays delete what they sent), "
+        "SELECT on its version table and views; repeat for several",
     )
     migrate.add_argument(
         "--timeout",

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, final
 
+from .._errors import ConfigError
 from .._events import EffectEvent, Hook, Hooks, emit, hooks_for
 from .._store import EFFECT_ID_HEADER, FENCE_HEADER, JOB_KEY_HEADER
 
@@ -105,8 +106,14 @@ def _status(
 class PostgresInbox:
     """The inbox in the receiver's PostgreSQL database, on its psycopg (async) connection.
 
+    The connection must be in autocommit mode: on one that is not, the first
+    statement opens a transaction that nothing commits, and each
+    ``conn.transaction()`` is only a savepoint inside it. :meth:`setup` and
+    :meth:`accept` raise :class:`~leaseworker.ConfigError` on such a connection.
+
     ::
 
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         inbox = PostgresInbox("billing")
         await inbox.setup(conn)
         async with conn.transaction():
@@ -120,16 +127,28 @@ class PostgresInbox:
 
     async def setup(self, conn: Any) -> None:
         """Create the inbox's two tables if they do not exist."""
+        _check_autocommit(conn)
         for statement in _TABLES:
             await conn.execute(statement)
 
     async def accept(self, conn: Any, effect: Effect) -> EffectStatus:
         """Record ``effect`` in the connection's open transaction; say whether to process it."""
+        _check_autocommit(conn)
         cursor = await conn.execute(_RAISE, (self.receiver, effect.job_key, effect.fence))
         (highest,) = await cursor.fetchone()
         args = (self.receiver, effect.effect_id, effect.job_key, effect.fence)
         inserted = (await conn.execute(_RECORD, args)).rowcount == 1
         return _status(inserted, highest, effect, self.receiver, self._hooks)
+
+
+def _check_autocommit(conn: Any) -> None:
+    """Raise :class:`ConfigError` unless the psycopg connection ``conn`` is in autocommit mode."""
+    if not conn.autocommit:
+        raise ConfigError(
+            "PostgresInbox needs a connection in autocommit mode (psycopg: connect(..., "
+            "autocommit=True)); on this one each conn.transaction() is a savepoint of a "
+            "transaction never committed"
+        )
 
 
 @final

@@ -159,13 +159,15 @@ class OutboxEntry:
     ``attempts`` counts the relays' claims of it (1 when the first send went
     through; a released claim counts too, an expired one too except on
     PostgreSQL, where a claim counts when its relay marks or releases it).
-    Times in UTC.
+    ``sent_by`` names the relay that sent it (a pod's is ``<pod>:<8 hex
+    digits>``), ``None`` while unsent. Times in UTC.
     """
 
     row: OutboxRow
     committed_at: datetime
     sent_at: datetime | None
     attempts: int
+    sent_by: str | None = None
 
     @property
     def sent(self) -> bool:

@@ -11,7 +11,8 @@ local stack demo, the incident and the failover demos; ``_campaign`` the
 seeded fault campaign and its checker; ``_cli`` the ``demo`` and ``chaos``
 commands, which ``leaseworker`` finds through the ``leaseworker.commands``
 entry points; ``pytest_plugin`` the pytest fixtures for real services and
-``_embedded`` its embedded pod. The wheel carries the build files the
+``_embedded`` its embedded pod; ``_suite_report`` the repository's own suite
+report (wall time per test directory). The wheel carries the build files the
 services read (Kafka's pom, Jaeger's Go module, the demo's jobs) under
 ``_shipped``.
 """

@@ -84,7 +84,11 @@ class MemoryOutbox:
         """Every row (of ``job_key``) with its state."""
         return [
             OutboxEntry(
-                row=e.row, committed_at=e.committed_at, sent_at=e.sent_at, attempts=e.attempts
+                row=e.row,
+                committed_at=e.committed_at,
+                sent_at=e.sent_at,
+                attempts=e.attempts,
+                sent_by=e.claimed_by if e.sent else None,
             )
             for e in self._entries
             if job_key is None or e.row.job_key == job_key

@@ -68,7 +68,8 @@ COLUMNS = (
     " o.headers, o.trace, o.effect_id"
 )
 _ENTRIES = (
-    f"SELECT {COLUMNS}, o.committed_at, o.sent_at, o.attempts FROM leaseworker_outbox_state o"
+    f"SELECT {COLUMNS}, o.committed_at, o.sent_at, o.attempts, o.sent_by"
+    " FROM leaseworker_outbox_state o"
 )
 _BACKLOG = """
     SELECT count(*), extract(epoch FROM now() - min(o.committed_at))::float8
@@ -205,7 +206,11 @@ async def entries(pool: PgPool, job_key: str | None) -> list[OutboxEntry]:
 
     return [
         OutboxEntry(
-            row=outbox_row(row[:-3]), committed_at=row[-3], sent_at=row[-2], attempts=row[-1]
+            row=outbox_row(row[:-4]),
+            committed_at=row[-4],
+            sent_at=row[-3],
+            attempts=row[-2],
+            sent_by=row[-1],
         )
         for row in await pool.run(job_key, run)
     ]

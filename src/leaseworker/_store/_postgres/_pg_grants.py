@@ -6,8 +6,10 @@ the schema once per release (``leaseworker store migrate --store-url OWNER_URL
 --grant-to RUNTIME_ROLE``). The functions the store calls run with the
 caller's rights, so table privileges are all the runtime role needs
 (``EXECUTE`` on functions is PostgreSQL's default for every role): reading
-the version table, and ``SELECT, INSERT, UPDATE`` on every other
-``leaseworker_*`` table, those a later migration adds included.
+the version table and the views, ``SELECT, INSERT, UPDATE`` on every other
+``leaseworker_*`` table, those a later migration adds included, and
+``DELETE`` as well on the outbox's three tables (a relay's mark deletes its
+queue rows, the retention deletes sent rows and their rounds).
 """
 
 from __future__ import annotations

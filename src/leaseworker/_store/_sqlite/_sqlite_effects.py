@@ -214,16 +214,18 @@ def entries(conn: sqlite3.Connection, job_key: str | None) -> list[OutboxEntry]:
     """Every outbox row (of ``job_key``) with its state."""
     where, args = ("WHERE job_key = ?", (job_key,)) if job_key is not None else ("", ())
     found = conn.execute(
-        f"SELECT {_COLUMNS}, committed_at, sent_at, attempts FROM leaseworker_outbox {where}"
+        f"SELECT {_COLUMNS}, committed_at, sent_at, attempts,"
+        f" CASE WHEN sent_at IS NOT NULL THEN claimed_by END FROM leaseworker_outbox {where}"
         " ORDER BY id",
         args,
     ).fetchall()
     return [
         OutboxEntry(
-            row=outbox_row(row[:-3]),
-            committed_at=_utc(row[-3]),
-            sent_at=None if row[-2] is None else _utc(row[-2]),
-            attempts=row[-1],
+            row=outbox_row(row[:-4]),
+            committed_at=_utc(row[-4]),
+            sent_at=None if row[-3] is None else _utc(row[-3]),
+            attempts=row[-2],
+            sent_by=row[-1],
         )
         for row in found
     ]

@@ -33,8 +33,9 @@ def add_parser(subparsers: Any, summary: str) -> None:
         "and a summary proving no overlap (about 25 s). incident: a naive lock vs hold() "
         "on one timeline. failover: a Sentinel failover that loses the lease, with "
         "--lease-replicas 0 and 1 (about 30 s). services: the local Redis, Kafka and "
-        "Jaeger alone, for a job of your own. Ctrl-C, SIGTERM and SIGHUP stop everything "
-        "a demo started and remove its temporary directories.",
+        "Jaeger alone (--postgres: a PostgreSQL too), for a job of your own. Ctrl-C, "
+        "SIGTERM and SIGHUP stop everything a demo started and remove its temporary "
+        "directories.",
     )
     parser.add_argument(
         "scenario",
@@ -42,7 +43,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
         choices=("stack", "incident", "failover", "services"),
         default="stack",
         help="which demo to run (default: stack); services: only start the local Redis, "
-        "Kafka and Jaeger and keep them up until Ctrl-C",
+        "Kafka and Jaeger (and with --postgres a PostgreSQL) and keep them up until Ctrl-C",
     )
     parser.add_argument(
         "--lease-duration",
@@ -51,6 +52,12 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help="incident only: lease duration in seconds (default 1.0)",
     )
     parser.add_argument("--ttl", type=positive_seconds, help=argparse.SUPPRESS)  # deprecated
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="services only: also start a local PostgreSQL and print its URL, a store for "
+        "--store-url (off by default: the pods' default store is SQLite)",
+    )
     parser.add_argument(
         "--keep-running",
         action="store_true",
@@ -123,10 +130,13 @@ def _stop_signals_interrupt() -> Iterator[None]:
 
 
 def _scenario(args: argparse.Namespace) -> int:
+    if args.postgres and args.scenario != "services":
+        print("leaseworker demo: error: --postgres is for `demo services` only", file=sys.stderr)
+        return 2
     if args.scenario == "services":
         from .._demos import services_demo
 
-        services_demo(lambda line: print(line, flush=True))
+        services_demo(lambda line: print(line, flush=True), postgres=args.postgres)
         return 0
     if args.scenario == "failover":
         from .._demos import failover_demo

@@ -39,9 +39,11 @@ from leaseworker.toolkit import (
 from .._services import (
     LocalJaeger,
     LocalKafka,
+    LocalPostgres,
     LocalRedis,
     LocalStack,
     PodProcess,
+    Service,
     committed_total,
     histories,
     pod_process,
@@ -98,14 +100,21 @@ class Stack:
         found: LocalJaeger | None = self.services.get("jaeger")
         return found
 
+    @property
+    def postgres(self) -> LocalPostgres | None:
+        """The local PostgreSQL, or ``None`` when it was not asked for."""
+        found: LocalPostgres | None = self.services.get("postgres")
+        return found
+
 
 @contextlib.contextmanager
-def local_stack() -> Iterator[Stack]:
-    """Start Redis, Kafka and (when built) Jaeger in parallel; stop all of them afterwards."""
+def local_stack(*, postgres: bool = False) -> Iterator[Stack]:
+    """Start Redis, Kafka, Jaeger (when built) and PostgreSQL (if asked); stop all of them after."""
     workdir = Path(tempfile.mkdtemp(prefix="leaseworker-demo-"))
+    wanted: list[Service] = ["redis", "kafka", "postgres"] if postgres else ["redis", "kafka"]
     with LocalStack() as services:
         try:
-            services.start("redis", "kafka", optional=["jaeger"])
+            services.start(*wanted, optional=["jaeger"])
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)  # nothing ran: no pod logs to keep
             raise
@@ -254,19 +263,23 @@ def stack_demo(
     return summary
 
 
-def services_demo(out: Out = print) -> None:
-    """Start Redis, Kafka and (if built) Jaeger, no pods; keep them up until interrupted.
+def services_demo(out: Out = print, *, postgres: bool = False) -> None:
+    """Start Redis, Kafka, (if built) Jaeger and (``postgres``) PostgreSQL; keep them up.
 
-    For running one's own job against a local stack; Ctrl-C (SIGTERM and
-    SIGHUP too, see ``leaseworker demo``) stops every service and removes
-    every directory the run made.
+    No pods: for running one's own job against a local stack (PostgreSQL as
+    its store: the ``leaseworker`` database, its superuser's URL printed).
+    Ctrl-C (SIGTERM and SIGHUP too, see ``leaseworker demo``) stops every
+    service and removes every directory the run made.
     """
-    out("starting a private Redis, Kafka broker and (if built) Jaeger on loopback ports...")
-    with local_stack() as stack:
+    also = ", PostgreSQL" if postgres else ""
+    out(f"starting a private Redis, Kafka broker{also} and (if built) Jaeger on loopback ports...")
+    with local_stack(postgres=postgres) as stack:
         try:
             out(_services_line(stack))
             bootstrap = stack.kafka.bootstrap_servers
             out(f"  topics: leaseworker topics create NAME --bootstrap-servers {bootstrap}")
+            if stack.postgres is not None:
+                out(f"  store: leaseworker run ... --store-url {stack.postgres.url}")
             _wait_for_interrupt(out)
         finally:
             shutil.rmtree(stack.workdir, ignore_errors=True)
@@ -275,7 +288,8 @@ def services_demo(out: Out = print) -> None:
 def _services_line(stack: Stack) -> str:
     """Say where the services listen (the local Jaeger answers its query API, has no web UI)."""
     jaeger = f", Jaeger (query API) {stack.jaeger.query_url}" if stack.jaeger else ""
-    return f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}"
+    postgres = f", PostgreSQL {stack.postgres.url}" if stack.postgres else ""
+    return f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}{postgres}"
 
 
 class _Clock:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from ._proc import LOOPBACK, LocalProcess, free_port, run_captured, service_workdir, wait_for_port
+from ._shipped import ToolMissingError
 from ._tls import TLSFiles
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class _RunAs:
         try:
             entry = pwd.getpwnam(SERVICE_USER)
         except KeyError:
-            raise RuntimeError(
+            raise ToolMissingError(
                 f"running as root, but there is no {SERVICE_USER!r} system user to run "
                 "PostgreSQL as (PostgreSQL refuses to run as root); run "
                 "scripts/bootstrap.sh, which installs Debian's postgresql package "
@@ -116,8 +117,8 @@ def find_bindir(pattern: str = DEBIAN_BIN_GLOB) -> Path:
 
     Prefers the highest PostgreSQL major version under Debian's
     ``/usr/lib/postgresql/*/bin``; falls back to an ``initdb`` on ``PATH`` (other
-    distributions, Homebrew). Raises ``RuntimeError`` naming
-    ``scripts/bootstrap.sh`` when neither exists.
+    distributions, Homebrew). Raises :class:`ToolMissingError` (a ``RuntimeError``)
+    naming ``scripts/bootstrap.sh`` when neither exists.
     """
 
     def version(bindir: str) -> tuple[int, ...]:
@@ -134,7 +135,7 @@ def find_bindir(pattern: str = DEBIAN_BIN_GLOB) -> Path:
     initdb = shutil.which("initdb")
     if initdb is not None and os.access(Path(initdb).with_name("postgres"), os.X_OK):
         return Path(initdb).parent
-    raise RuntimeError(
+    raise ToolMissingError(
         f"PostgreSQL server binaries (initdb, postgres) not found in {pattern} or on PATH; "
         "run scripts/bootstrap.sh (it installs Debian's postgresql package)"
     )

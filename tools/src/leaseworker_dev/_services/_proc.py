@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import random
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,24 +37,33 @@ def cache_dir(*parts: str) -> Path:
 
 
 def free_port() -> int:
-    """Return a TCP port on loopback that nothing listens on right now.
+    """Return a TCP port on loopback that nothing listens on, reserved for this process.
 
     Chosen below the kernel's ephemeral range when there is room: the port is
     bound by a service seconds later (a JVM starting), and a port from the
     ephemeral range could meanwhile be handed to one of the many outgoing
     connections the suite makes. Ports below it are only ever taken by
     listeners that ask for them.
+
+    Between the pick and the service's bind the port is free, so a second
+    picker could choose it too (two fixtures, two pytest workers, two sessions
+    on one machine). Each pick is therefore reserved until this process ends:
+    no other call here, in this process or any other on the machine, returns
+    it meanwhile (see :data:`PORT_RESERVATIONS`). A port is picked again only
+    after its picker exited, when whatever it started binds it or is gone.
     """
-    low = _ephemeral_low()
-    for _ in range(100):
-        port = _RANDOM.randrange(_FIXED_LOW, low) if low > _FIXED_LOW + 1000 else 0
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((LOOPBACK, port))
-            except OSError:  # taken, or lingering from an earlier use: try another
-                continue
-            return int(sock.getsockname()[1])
-    raise RuntimeError("no free loopback port found")
+    with _RESERVED.lock:
+        for port in _candidates():
+            if not _RESERVED.take(port):
+                continue  # reserved, by this process or another
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((LOOPBACK, port))
+                except OSError:  # taken, or lingering from an earlier use: try another
+                    _RESERVED.give_back(port)
+                    continue
+            return port
+    raise RuntimeError("no free loopback port found (every candidate taken or reserved)")
 
 
 _FIXED_LOW = 20000
@@ -59,15 +71,84 @@ _FIXED_LOW = 20000
 
 _RANDOM = random.SystemRandom()  # not the shared generator, which tests may seed
 
+PORT_RESERVATIONS = Path("/tmp/leaseworker-ports.lock")
+"""The machine's one file whose byte ``n`` a process locks (``lockf``) to reserve port ``n``.
+
+Not under ``$TMPDIR``: the test suite gives each session a directory of its own
+there, and the reservations must be seen by every session. The kernel drops a
+process's locks when it exits, however it exits: nothing is left to clean up.
+"""
+
+
+def _candidates() -> Iterator[int]:
+    """Yield ports to try: the whole fixed range from a random start, else the kernel's picks."""
+    low = _ephemeral_low()
+    if low > _FIXED_LOW + 1000:
+        start = _RANDOM.randrange(_FIXED_LOW, low)
+        yield from range(start, low)
+        yield from range(_FIXED_LOW, start)
+        return
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            yield int(sock.getsockname()[1])
+
+
+class _Reservations:
+    """The ports this process reserved: locks on bytes of :data:`PORT_RESERVATIONS`.
+
+    A ``lockf`` lock belongs to the process, so a second pick in the same
+    process would be granted its own port again: ``held`` keeps those out, and
+    ``lock`` makes take-then-bind one step among threads. The file stays open
+    (closing any descriptor of it would drop all of the process's locks).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: set[int] = set()
+        self._fd: int | None = None
+
+    def take(self, port: int) -> bool:
+        """Reserve ``port`` unless this or another process has."""
+        if port in self.held:
+            return False
+        try:
+            fcntl.lockf(self._file(), fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        self.held.add(port)
+        return True
+
+    def give_back(self, port: int) -> None:
+        """Drop the reservation of a port that turned out to be taken."""
+        fcntl.lockf(self._file(), fcntl.LOCK_UN, 1, port)
+        self.held.discard(port)
+
+    def forget(self) -> None:
+        """In a forked child: it holds none of its parent's locks (the kernel's rule)."""
+        self.lock = threading.Lock()
+        self.held = set()
+
+    def _file(self) -> int:
+        if self._fd is None:
+            try:  # without O_CREAT first: fs.protected_regular refuses it on another's file
+                self._fd = os.open(PORT_RESERVATIONS, os.O_RDWR)
+            except FileNotFoundError:
+                self._fd = os.open(PORT_RESERVATIONS, os.O_RDWR | os.O_CREAT, 0o666)
+                with contextlib.suppress(OSError):
+                    os.fchmod(self._fd, 0o666)  # past the umask: every user's processes lock it
+        return self._fd
+
+
+_RESERVED = _Reservations()
+os.register_at_fork(after_in_child=_RESERVED.forget)
+
 
 def distinct_free_ports(count: int) -> list[int]:
-    """Return ``count`` different free loopback ports (two ``free_port()`` calls may agree)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
+    """Return ``count`` different free loopback ports, each reserved like ``free_port()``'s."""
+    return [free_port() for _ in range(count)]
 
 
 @contextlib.contextmanager

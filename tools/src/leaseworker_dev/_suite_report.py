@@ -1,0 +1,114 @@
+"""The suite's own report at the end of a pytest run: where the wall time went.
+
+Loaded by the repository's tests/conftest.py (not by the ``leaseworker`` plugin
+users install): after pytest's ``--durations`` list it prints the wall time
+per test directory, the sum of every test's setup, call and teardown there
+(a session fixture's start counts where the first test that asked for it
+sits), slowest first, with the number of tests in each. Under pytest-repeat's
+``--count N --repeat-scope session`` (``scripts/test.sh --repeat``) it also
+says how many of the N runs passed: run k passed when no test failed in its
+k-th repetition (pytest-repeat ends a repeated test's id with ``k-N]``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+import pytest
+
+
+@dataclass
+class DirectoryTimes:
+    """Wall time and test count per directory, from pytest's reports."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, nodeid: str, duration: float) -> None:
+        """Count one phase (setup, call or teardown) of the test ``nodeid``."""
+        directory = posixpath.dirname(nodeid.partition("::")[0]) or "."
+        self.seconds[directory] = self.seconds.get(directory, 0.0) + duration
+        self.tests.setdefault(directory, set()).add(nodeid)
+
+    def rows(self) -> list[tuple[str, float, int]]:
+        """Return (directory, seconds, tests) rows, the most time first."""
+        return sorted(
+            ((name, spent, len(self.tests[name])) for name, spent in self.seconds.items()),
+            key=lambda row: (-row[1], row[0]),
+        )
+
+    def lines(self) -> list[str]:
+        """Return the table as text lines, a total line last (none when nothing ran)."""
+        rows = self.rows()
+        if not rows:
+            return []
+        total = sum(spent for _, spent, _ in rows) or 1.0
+        width = max(len("total"), *(len(name) for name, _, _ in rows))
+        lines = [
+            f"{name:<{width}}  {spent:9.2f}s  {spent / total:4.0%}  {count:5d} tests"
+            for name, spent, count in rows
+        ]
+        tests = sum(count for _, _, count in rows)
+        lines.append(f"{'total':<{width}}  {total:9.2f}s  100%  {tests:5d} tests")
+        return lines
+
+
+@dataclass
+class RepeatedRuns:
+    """Which of ``count`` repeated runs ran, and which had a failing test, from the tests' ids."""
+
+    count: int
+    seen: set[int] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+
+    def add(self, nodeid: str, *, failed: bool) -> None:
+        """Count one phase of ``nodeid`` in its run (ids without a repetition are not counted)."""
+        step = re.search(rf"[\[-](\d+)-{self.count}\]$", nodeid)
+        if step is None:
+            return
+        run = int(step[1])
+        self.seen.add(run)
+        if failed:
+            self.failed.add(run)
+
+    def verdict(self) -> str:
+        """Say how many runs passed, and which failed."""
+        if not self.seen:
+            return f"repeat: no test ran {self.count} times"
+        passed = len(self.seen - self.failed)
+        failing = ", ".join(str(run) for run in sorted(self.failed))
+        return f"repeat: {passed} of {self.count} runs passed" + (
+            f" (failed: run {failing})" if failing else ""
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the session's report (its hooks keep the table and the runs)."""
+    count = config.getoption("count", 1)  # pytest-repeat's option, when it is installed
+    config.pluginmanager.register(_SuiteReport(count), "leaseworker-suite-report")
+
+
+class _SuiteReport:
+    """The hooks, around one session's table."""
+
+    def __init__(self, count: int) -> None:
+        self.times = DirectoryTimes()
+        self.runs = RepeatedRuns(count)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Add each phase's duration to the directory of its test, and its outcome to its run."""
+        self.times.add(report.nodeid, report.duration)
+        self.runs.add(report.nodeid, failed=report.failed)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """Print the table after pytest's own summaries (``--durations`` among them)."""
+        lines = self.times.lines()
+        if lines:
+            terminalreporter.write_sep("=", "wall time per directory (setup + call + teardown)")
+            for line in lines:
+                terminalreporter.write_line(line)
+        if self.runs.count > 1:
+            terminalreporter.write_sep("=", self.runs.verdict())
