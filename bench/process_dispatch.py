@@ -25,7 +25,7 @@ proportional share (``Pss``, shared pages split between the processes that
 map them), medians over the workers.
 
     .venv/bin/python bench/process_dispatch.py [--rounds 7] [--calls 1000]
-        [--cpu-calls 200] [--workers N]
+        [--cpu-calls 200] [--workers N] [--sides pool,anyio,executor]
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from typing import Any
 import anyio
 import anyio.to_process
 import process_work
+
+from leaseworker import ProcessPool
+from leaseworker._process import Identity, Mirror
 
 BENCH = Path(__file__).resolve().parent
 CPU_JOB = 0.010
@@ -75,6 +78,30 @@ def children_path() -> None:
     """Let every child process import ``process_work`` (this directory on ``PYTHONPATH``)."""
     paths = [str(BENCH), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+
+
+def _unfollow() -> None:
+    """Nothing to stop following: the bench's lease news never come."""
+
+
+def _follow(_mirror: Mirror) -> Callable[[], None]:
+    return _unfollow
+
+
+@contextlib.asynccontextmanager
+async def pool_side(workers: int) -> AsyncIterator[Side]:
+    """``ProcessPool.run`` with a far deadline (what ``run_in_process`` calls)."""
+    identity = Identity(job_key="bench", execution_id="bench-1", fence=1)
+    async with ProcessPool(workers, preload=("process_work",)) as pool:
+        await pool.start()
+
+        async def call(fn: Callable[..., Any], args: tuple[object, ...]) -> object:
+            deadline = time.monotonic() + 3600
+            return await pool.run(
+                fn, args, {}, identity=identity, deadline=deadline, follow=_follow
+            )
+
+        yield Side("pool", call)
 
 
 @contextlib.asynccontextmanager
@@ -180,7 +207,11 @@ def _status(pid: int, field_name: str, name: str = "status") -> int:
 @contextlib.asynccontextmanager
 async def all_sides(workers: int, only: Sequence[str] | None = None) -> AsyncIterator[list[Side]]:
     """Every side (or those named in ``only``), started; closed on the way out."""
-    makers = {"anyio": anyio_side, "executor": executor_side}
+    makers = {
+        "pool": pool_side,
+        "anyio": anyio_side,
+        "executor": executor_side,
+    }
     async with contextlib.AsyncExitStack() as stack:
         yield [
             await stack.enter_async_context(make(workers))
@@ -191,7 +222,7 @@ async def all_sides(workers: int, only: Sequence[str] | None = None) -> AsyncIte
 
 async def bench(args: argparse.Namespace) -> None:
     """Measure and print."""
-    async with all_sides(args.workers) as sides:
+    async with all_sides(args.workers, only=args.sides.split(",")) as sides:
         results = await measure(
             sides,
             rounds=args.rounds,
@@ -240,6 +271,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="no-op calls per round and side")
     parser.add_argument("--cpu-calls", type=int, default=200, help="10 ms calls per round and side")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--sides", default="pool,anyio,executor")
     args = parser.parse_args()
     children_path()
     anyio.run(bench, args)
