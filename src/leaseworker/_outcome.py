@@ -53,12 +53,15 @@ string), so the job never ran.
 REFUSALS: Final[frozenset[RefusalReason]] = frozenset(get_args(RefusalReason))
 """Every :data:`RefusalReason`: endings that finish their trigger with a dead letter."""
 
-EndingReason = Literal["stale", "store_unavailable", RefusalReason]
+EndingReason = Literal["stale", "store_unavailable", "child_died", RefusalReason]
 """What qualifies an ending that no lease event explains.
 
 ``stale``: the store refused the completion because a newer fence completed the
 job key (final: the newer completion is durable); ``store_unavailable``: the
-store could not say whether the trigger completed already (retried); the
+store could not say whether the trigger completed already (retried);
+``child_died``: a ``run_in_process`` child died by itself (a signal such as
+SIGSEGV or the OOM killer's SIGKILL, or an exit): ``failed``, dead-lettered
+``job_failed`` like any failure; the
 :data:`RefusalReason` codes: the trigger ends in a dead letter of that reason
 (``lost_repeatedly`` qualifies ``lost``, the others ``failed``).
 """

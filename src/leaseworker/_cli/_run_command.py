@@ -62,6 +62,11 @@ def _field(
     return Setting(flag=flag, help=help, default=default, kind=kind, field=name, secret=secret)
 
 
+def _mebibytes(text: str) -> int:
+    """Parse a flag value as a whole number of MiB >= 1 and return it in bytes."""
+    return positive_int(text) * 2**20
+
+
 RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     _field("--bootstrap-servers", "Kafka bootstrap servers, host:port[,...]"),
     _field("--redis-url", "Redis URL for the leases", secret=True),
@@ -148,6 +153,26 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         "class's max_result_bytes (1 MiB by default)",
         kind=positive_int,
         field="max_result_bytes",
+    ),
+    Setting(
+        flag="--process-workers",
+        help="child processes ctx.run_in_process runs the job's blocking work in, started "
+        "with the pod; unset: the machine's cores",
+        kind=positive_int,
+        field="process_workers",
+    ),
+    Setting(
+        flag="--max-tasks-per-child",
+        help="calls a process worker runs before it is replaced; unset: no limit",
+        kind=positive_int,
+        field="max_tasks_per_child",
+    ),
+    Setting(
+        flag="--max-memory-per-child",
+        help="MiB of peak memory above which a process worker is replaced after its call; "
+        "unset: no limit",
+        kind=_mebibytes,
+        field="max_memory_per_child",
     ),
     *KAFKA_SECURITY_SETTINGS,  # into PodConfig.kafka_security (kafka_security_from)
     # The /healthz and /readyz endpoints, off unless a port is given.

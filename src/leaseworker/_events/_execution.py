@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from .._errors import BadResult
+from .._errors import BadResult, ChildProcessDied
 from .._outcome import (
     JOB_FAILURES,
     REFUSALS,
@@ -73,6 +73,8 @@ class Ending:
         error_type = type(error).__name__ if outcome in JOB_FAILURES else None
         if outcome == "failed" and isinstance(error, BadResult):
             return cls(outcome, reason="bad_result", error_type=error_type, detail=error.detail)
+        if outcome == "failed" and isinstance(error, ChildProcessDied):
+            return cls(outcome, reason="child_died", error_type=error_type, detail=str(error))
         return cls(outcome, reason=loss_reason, error_type=error_type, loss_reason=loss_reason)
 
 
@@ -97,6 +99,9 @@ class ExecutionEvent:
     clock: the event itself comes after the release). ``error`` is the
     exception behind a non-completed outcome, if any; ``result`` is what a
     completed ``run`` returned (for hooks that store results; never logged).
+    ``cpu_seconds`` and ``peak_memory`` (bytes): what the execution's
+    ``run_in_process`` calls cost in their children, killed ones included
+    (``finished`` only; ``None`` when it made none).
     """
 
     event: ExecutionEventName
@@ -109,6 +114,8 @@ class ExecutionEvent:
     answered_at: float | None = None
     error: BaseException | None = None
     result: object = None
+    cpu_seconds: float | None = None
+    peak_memory: int | None = None
 
     @property
     def job_key(self) -> str:

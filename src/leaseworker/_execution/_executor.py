@@ -33,6 +33,7 @@ from .._events import (
     hooks_for,
 )
 from .._lease import HeldLease, LeaseStore, now
+from .._process import ProcessPool
 from .._retry import LOST, Retries
 from .._store import CompletionResult, CompletionStore, check_text
 from ._checks import check_job_class
@@ -122,7 +123,8 @@ class Executor:
     each carrying its :class:`Attempt`; ``lease_note`` gives the note an
     attempt's acquisition leaves with the lease. ``loss_budget`` and
     ``max_result_bytes`` override the job class's attributes of those names
-    (``None``: the class's).
+    (``None``: the class's). ``processes`` is the pool ``ctx.run_in_process``
+    uses (default: :meth:`ProcessPool.default`).
     """
 
     def __init__(
@@ -138,8 +140,12 @@ class Executor:
         store_namespace: str = "leaseworker",
         loss_budget: int | None = None,
         max_result_bytes: int | None = None,
+        processes: ProcessPool | None = None,
     ) -> None:
         check_job_class(type(job))
+        if processes is not None:
+            leases.policy.check_stop_room(processes.stop_allowance)
+        self._processes = processes
         self._loss_budget = job.loss_budget if loss_budget is None else loss_budget
         self._max_result_bytes = (
             job.max_result_bytes if max_result_bytes is None else max_result_bytes
@@ -274,6 +280,7 @@ class Executor:
             lease_note=self._note(attempt),
             attempt=attempt,
             loss_log_level=logging.DEBUG,  # the ``finished`` record warns of the loss
+            processes=self._processes,
         )
         begun = now()
         result: object = None
@@ -388,6 +395,7 @@ class Executor:
         error: BaseException | None = None,
         result: object = None,
     ) -> None:
+        in_process = held is not None and held.process_calls > 0
         self._emit(
             "finished",
             attempt,
@@ -397,6 +405,8 @@ class Executor:
             fence=None if held is None else _fence_of(held),
             error=error,
             result=result,
+            cpu_seconds=held.cpu_seconds if in_process and held is not None else None,
+            peak_memory=held.peak_memory if in_process and held is not None else None,
         )
 
     def _emit(

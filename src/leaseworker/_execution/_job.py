@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import ClassVar, final
+from collections.abc import Callable
+from typing import ClassVar, Concatenate, ParamSpec, TypeVar, final
 
 from .._backoff import Backoff
 from .._deprecated import renamed
 from .._errors import ConfigError
 from .._lease import DeadlinePolicy, HeldLease, LeaseTiming
+from .._process import ProcessContext
 from .._retry import BUSY
 from .._store import CompletionResult, trace_of
 from ._completion import Completer, default_input_version
 from ._result_checks import DEFAULT_MAX_RESULT_BYTES
 from ._transaction import Headers, Transaction
 from ._trigger import Trigger, default_job_key
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class ReportJob(abc.ABC):
@@ -176,6 +181,26 @@ class JobContext:
     async def checkpoint(self) -> None:
         """Raise :class:`~leaseworker.LeaseLost` if ownership is uncertain, else yield."""
         await self._held.checkpoint()
+
+    async def run_in_process(
+        self,
+        fn: Callable[Concatenate[ProcessContext, _P], _T],
+        /,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
+        """Run ``fn(pctx, *args, **kwargs)`` in one of the pod's child processes; return its result.
+
+        For the job's work that never awaits (a CPU loop, pandas, a
+        synchronous driver): ``fn`` is an importable function, its arguments
+        and result picklable, ``pctx`` a :class:`~leaseworker.ProcessContext`
+        (``owned``, ``remaining()``, ``checkpoint()``, read from memory shared
+        with the pod). The child's whole process group is killed as soon as
+        ownership becomes uncertain, before the lease can go elsewhere; the
+        job's async parts (its transaction, its messages) stay in the pod.
+        See docs/leases.md.
+        """
+        return await self._held.run_in_process(fn, *args, **kwargs)
 
     async def complete(self, result: object) -> CompletionResult:
         """Record ``result`` (JSON-serialisable) as this execution's effect, fenced.

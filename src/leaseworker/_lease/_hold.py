@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Protocol, final
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, final
 
 import anyio
 
@@ -23,12 +25,16 @@ from .._deprecated import keyword
 from .._errors import LeaseBusy, LeaseLost, LeaseTimeout, LeaseUnavailable
 from .._events import Attempt, Hook, Hooks, LeaseEvent, LeaseEventName, emit, hooks_for
 from .._outcome import LeaseLostReason, Outcome
+from .._process import Identity, Mirror, ProcessContext, ProcessPool, Usage
 from ._model import Lease, LeaseStore
 from ._releases import ReleaseMany, releases
 from ._renewals import Renewals
 from ._timing import LeaseTiming, now
 
 logger = logging.getLogger("leaseworker.lease")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 CheckpointFaults = Callable[[Lease], Awaitable[LeaseLostReason | None]]
 """A lease store's optional ``checkpoint(lease)``: a reason it returns makes ownership uncertain."""
@@ -52,6 +58,7 @@ def hold(
     release_timeout: float | None = None,
     hooks: Iterable[Hook] = (),
     lease_note: Callable[[], str] | None = None,
+    processes: ProcessPool | None = None,
     observer: LeaseObserver | None = None,
     ttl: float | None = None,
     renew_every: float | None = None,
@@ -79,7 +86,9 @@ def hold(
     gets it back as ``LeaseEvent.previous``. ``observer`` (deprecated) is an
     object with ``on_lease_event(event)`` and optionally ``lease_note()``;
     ``ttl`` and ``renew_every`` are the deprecated spellings of
-    ``lease_duration`` and ``renewal_interval``.
+    ``lease_duration`` and ``renewal_interval``. ``processes`` is the pool
+    :meth:`HeldLease.run_in_process` runs its calls in (default: the process's
+    shared :meth:`ProcessPool.default`).
     A lease store that defines ``async checkpoint(lease)`` is asked at every
     :meth:`HeldLease.checkpoint`; a loss reason it returns makes ownership
     uncertain there (``leaseworker.testing.MemoryLeases``: work time and
@@ -111,6 +120,7 @@ def hold(
         release_timeout=release_timeout or leases.policy.command_timeout,
         hooks=hooks_for(hooks, LeaseEvent),
         lease_note=lease_note,
+        processes=processes,
     )
 
 
@@ -140,7 +150,8 @@ class HeldLease:
     into every record it logs (the executor passes ``executionId`` and
     ``pod``); ``loss_log_level`` is the level of its ``lease_lost`` record
     (the executor's own ``finished`` record reports the loss at WARNING, so
-    it passes DEBUG: one loss, one warning).
+    it passes DEBUG: one loss, one warning). ``processes``: the pool of
+    :meth:`run_in_process` (checked against the lease's margin here).
     """
 
     def __init__(
@@ -155,7 +166,15 @@ class HeldLease:
         attempt: Attempt | None = None,
         log_fields: Mapping[str, object] | None = None,
         loss_log_level: int = logging.WARNING,
+        processes: ProcessPool | None = None,
     ) -> None:
+        if processes is not None:
+            leases.policy.check_stop_room(processes.stop_allowance)
+        self._processes = processes
+        self._mirrors: list[Mirror] = []  # the children running for this block, while they run
+        self._cpu_seconds = 0.0
+        self._peak_memory = 0
+        self._process_calls = 0
         self._leases = leases
         self._attempt = attempt
         self._log_fields = log_fields or {}  # read only when a record is logged
@@ -247,6 +266,73 @@ class HeldLease:
     def max_loop_lag(self) -> float:
         """The largest lag behind its due time a renewal of this lease was sent with, in seconds."""
         return 0.0 if self._renewals is None else self._renewals.max_loop_lag
+
+    @property
+    def process_calls(self) -> int:
+        """How many :meth:`run_in_process` calls this block made (ended, however they ended)."""
+        return self._process_calls
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the block's child processes spent, killed ones included."""
+        return self._cpu_seconds
+
+    @property
+    def peak_memory(self) -> int:
+        """The highest peak RSS, in bytes, of any of the block's :meth:`run_in_process` calls."""
+        return self._peak_memory
+
+    async def run_in_process(
+        self,
+        fn: Callable[Concatenate[ProcessContext, _P], _T],
+        /,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
+        """Run ``fn(pctx, *args, **kwargs)`` in a child process while the lease is held.
+
+        For work that never awaits (a CPU loop, a synchronous driver): ``fn``
+        is an importable function, its arguments and its result picklable.
+        ``pctx`` (a :class:`ProcessContext`) tells the child whether ownership
+        is still certain, from memory it shares with this pod. Once it is not
+        (a lost or late renewal, the local deadline, ``max_runtime``, an
+        outer cancellation), the child's whole process group is killed at
+        once and reaped before this raises, and a child whose pod cannot act
+        (paused, blocked) kills itself at the last deadline it was given. A
+        child that died by itself raises :class:`~leaseworker.ChildProcessDied`.
+        """
+        await self.checkpoint()  # LeaseLost before any child is used
+        pool = self._processes
+        if pool is None:
+            pool = ProcessPool.default()
+            self._leases.policy.check_stop_room(pool.stop_allowance)
+        attempt = self._attempt
+        identity = Identity(
+            job_key=self._key,
+            execution_id=uuid.uuid4().hex if attempt is None else attempt.execution_id,
+            fence=self.fence,
+        )
+        return await pool.run(
+            fn,
+            args,
+            dict(kwargs),
+            identity=identity,
+            deadline=_on_monotonic(self._body_deadline()),
+            follow=self._follow,
+            usage=self._used,
+        )
+
+    def _follow(self, mirror: Mirror) -> Callable[[], None]:
+        """Push this block's deadline and loss into ``mirror`` until the call ends."""
+        self._mirrors.append(mirror)
+        if self._loss is not None:  # lost between the checkpoint and the child's start
+            mirror.lose(self._loss[0])
+        return lambda: self._mirrors.remove(mirror)
+
+    def _used(self, usage: Usage) -> None:
+        self._process_calls += 1
+        self._cpu_seconds += usage.cpu_seconds
+        self._peak_memory = max(self._peak_memory, usage.peak_memory)
 
     async def __aenter__(self) -> HeldLease:
         if self._lease is not None or self._outcome is not None:
@@ -355,7 +441,11 @@ class HeldLease:
     def _renewed(self, lease: Lease, round_trip: float) -> None:
         """Take a confirmed renewal: a new lease, a later deadline for the body."""
         self._lease = lease
-        self._scope.deadline = self._body_deadline()
+        self._scope.deadline = deadline = self._body_deadline()
+        if self._mirrors:
+            moved = _on_monotonic(deadline)
+            for mirror in self._mirrors:
+                mirror.move(moved)
         self._emit(
             "renewed",
             round_trip=round_trip,
@@ -376,7 +466,9 @@ class HeldLease:
         if self._loss is not None or (self._renewals is not None and self._renewals.stopping):
             return
         self._loss = (reason, detail, at)
-        self._scope.cancel()
+        for mirror in self._mirrors:  # the children see it at their next checkpoint
+            mirror.lose(reason)
+        self._scope.cancel()  # and the pod kills them at once
         self._emit("lost", reason=reason, detail=detail, round_trip=round_trip)
         self._emit("cancel_requested", reason=reason)
         logger.log(
@@ -470,3 +562,12 @@ class HeldLease:
                     **fields,
                 ),
             )
+
+
+def _on_monotonic(deadline: float) -> float:
+    """Return ``deadline`` (on the lease clock, ``now()``) on ``time.monotonic()``'s clock.
+
+    The same clock in a pod (asyncio's loop time is ``time.monotonic()``);
+    apart under a test's virtual clock, where the child still needs real time.
+    """
+    return time.monotonic() + (deadline - now())

@@ -57,6 +57,21 @@ class DeadlinePolicy:
         """Return the monotonic time after which ownership is uncertain."""
         return sent_at + self.validity(lease_duration)
 
+    def check_stop_room(self, stop_allowance: float) -> None:
+        """Raise :class:`ConfigError` unless ``margin`` leaves room to kill a child process.
+
+        A job's child process is killed at the local deadline at the latest
+        (by the pod, or by its own watchdog); the kill and the reap must be
+        over before Redis can expire the key, which is ``margin`` later at
+        the soonest (drift covers clock rates, not this).
+        """
+        if self.margin < stop_allowance:
+            raise ConfigError(
+                f"margin={self.margin}s leaves no room to stop a child process before the "
+                f"lease can expire (kill and reap take up to {stop_allowance}s); "
+                f"use a margin of at least {stop_allowance}s"
+            )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseTiming:

@@ -15,5 +15,14 @@ from ._call import Usage as Usage
 from ._context import ProcessContext as ProcessContext
 from ._pool import STOP_ALLOWANCE as STOP_ALLOWANCE
 from ._pool import ProcessPool as ProcessPool
+from ._waits import awaiting_children as awaiting_children
 
-__all__ = ["STOP_ALLOWANCE", "Identity", "Mirror", "ProcessContext", "ProcessPool", "Usage"]
+__all__ = [
+    "STOP_ALLOWANCE",
+    "Identity",
+    "Mirror",
+    "ProcessContext",
+    "ProcessPool",
+    "Usage",
+    "awaiting_children",
+]

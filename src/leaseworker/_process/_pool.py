@@ -26,7 +26,7 @@ import anyio
 from .._errors import ChildProcessDied, ConfigError
 from .._outcome import LeaseLostReason
 from ._call import Identity, Mirror, Usage
-from ._pool_worker import Keeper, PoolWorker
+from ._pool_worker import CallMirror, Keeper, PoolWorker
 
 T = TypeVar("T")
 
@@ -185,16 +185,12 @@ class ProcessPool:
         once for every call a worker took, before ``run`` returns or raises.
         """
         data = _pickled(fn, args, kwargs, identity)
-        worker = await self._take()
-        worker.writer.write(deadline, lost)
-        mirror = worker.mirror()
+        # Followed before waiting for a worker: renewals meanwhile move the deadline.
+        mirror = CallMirror(deadline, lost)
+        unfollow = follow(mirror)
         try:
-            unfollow = follow(mirror)
-        except BaseException:
-            mirror.active = False
-            self._give_back(worker)
-            raise
-        try:
+            worker = await self._take()
+            worker.follow(mirror)
             reply = await self._call(worker, data, usage)
         finally:
             mirror.active = False

@@ -25,6 +25,7 @@ import anyio
 from .._errors import ChildProcessDied, ConfigError
 from .._outcome import LeaseLostReason
 from . import _frames, _slot
+from ._waits import on_child
 
 _KEEPER: Final = str(Path(__file__).with_name("_keeper.py"))
 
@@ -71,31 +72,46 @@ class Keeper:
 class CallMirror:
     """The ``Mirror`` of one call: writes the slot and wakes the child's watchdog.
 
-    Inert once its call ended, so news pushed late cannot reach the worker's next call.
+    Followed from before the call waits for a free worker, so a renewal
+    confirmed meanwhile is not missed: it keeps the news until :meth:`bind`
+    gives it the worker's slot. Inert once its call ended, so news pushed
+    late cannot reach the worker's next call.
     """
 
-    __slots__ = ("_wake", "_writer", "active")
+    __slots__ = ("_wake", "_writer", "active", "deadline", "lost")
 
-    def __init__(self, writer: _slot.SlotWriter, wake: int) -> None:
-        self._writer = writer
-        self._wake = wake
+    def __init__(self, deadline: float, lost: LeaseLostReason | None) -> None:
+        self.deadline = deadline
+        self.lost = lost
+        self._writer: _slot.SlotWriter | None = None
+        self._wake = -1
         self.active = True
+
+    def bind(self, writer: _slot.SlotWriter, wake: int) -> None:
+        """Write the news so far into a worker's slot; later news goes there at once."""
+        self._writer, self._wake = writer, wake
+        writer.write(self.deadline, self.lost)
 
     def move(self, deadline: float) -> None:
         """Move the child's deadline (a renewal was confirmed)."""
         if self.active:
-            self._writer.move(deadline)
-            self._poke()
+            self.deadline = deadline
+            if self._writer is not None:
+                self._writer.move(deadline)
+                self._poke()
 
     def lose(self, reason: LeaseLostReason) -> None:
         """Tell the child the lease is lost for good."""
         if self.active:
-            self._writer.lose(reason)
-            self._poke()
+            self.lost = self.lost or reason
+            if self._writer is not None:
+                self._writer.lose(reason)
+                self._poke()
 
     def _poke(self) -> None:
-        # A pipe full of pokes: the watchdog will look anyway.
-        with contextlib.suppress(BlockingIOError):
+        # A pipe full of pokes: the watchdog will look anyway. A child already dead
+        # (its pipe broken): the call's own wait reports it, never the lease's renewal.
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
             os.write(self._wake, b"w")
 
 
@@ -133,9 +149,9 @@ class PoolWorker:
         self.reaped = False
         os.write(self._call, _frames.frame(pickle.dumps((list(sys.path), preload))))
 
-    def mirror(self) -> CallMirror:
-        """Return a fresh mirror for the next call."""
-        return CallMirror(self.writer, self._wake)
+    def follow(self, mirror: CallMirror) -> None:
+        """Give ``mirror`` (the next call's) this worker's slot."""
+        mirror.bind(self.writer, self._wake)
 
     def poll_ready(self) -> bool:
         """Whether the child said ready (without waiting); raises as ``wait_ready`` would."""
@@ -152,7 +168,8 @@ class PoolWorker:
     async def wait_ready(self) -> None:
         """Wait for the child's hello; ``ConfigError`` if a preload failed."""
         if not self.ready:
-            hello = await _frames.receive(self._reply, self._buffer)
+            with on_child():
+                hello = await _frames.receive(self._reply, self._buffer)
             if hello is None:
                 self._raise_dead()
             else:
@@ -173,8 +190,9 @@ class PoolWorker:
     async def call(self, data: bytes) -> bytes | None:
         """Send one call's frame and wait for its reply (``None``: the child died)."""
         self.calls += 1
-        await _frames.send(self._call, _frames.frame(data))
-        return await _frames.receive(self._reply, self._buffer)
+        with on_child():
+            await _frames.send(self._call, _frames.frame(data))
+            return await _frames.receive(self._reply, self._buffer)
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group."""
@@ -196,7 +214,7 @@ class PoolWorker:
 
     async def reap(self, within: float) -> tuple[int, resource.struct_rusage] | None:
         """Reap the child within ``within`` seconds (``None``: it did not exit in time)."""
-        with anyio.move_on_after(within):
+        with on_child(), anyio.move_on_after(within):
             while True:
                 reaped = self.reap_now()
                 if reaped is not None or self.reaped:

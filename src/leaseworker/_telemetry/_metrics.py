@@ -125,6 +125,7 @@ class Metrics:
     outcomes: Tally
     in_flight: Tally
     overlap: Tally
+    cpu: Tally
     renewal: Deferred
     losses: Tally
     stop_latency: Deferred
@@ -195,6 +196,12 @@ class Metrics:
                 "s",
                 "Seconds a job key may have had more than one execution running, "
                 "as far as this pod can know (upper bound)",
+            ),
+            cpu=counter(
+                n.METRIC_CPU,
+                "s",
+                "CPU seconds executions spent in run_in_process children (killed ones "
+                "included), by outcome and reason: what lost and stale executions wasted",
             ),
             renewal=renewal,
             losses=counter(n.METRIC_LOSSES, "{loss}", "Lease ownership losses, by reason"),

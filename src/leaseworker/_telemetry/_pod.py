@@ -278,6 +278,9 @@ class PodTelemetry:
         if event.fence is not None:
             trace.fence = event.fence
         trace.terminal = event.terminal  # ``lost`` as ``stale`` too: the offset is committed
+        if event.cpu_seconds is not None:  # its run_in_process children's CPU, kept or wasted
+            labels: Attributes = {n.OUTCOME: outcome, n.REASON: event.reason or ""}
+            self._metrics.cpu.add(event.cpu_seconds, labels)
         if event.reason == "lost_repeatedly":  # the loss budget is spent: given up
             loss = getattr(event.error, "reason", None)
             self._metrics.lost_repeatedly.add(1, {n.LOSS_REASON: str(loss or "unknown")})
@@ -291,7 +294,7 @@ class PodTelemetry:
             self._metrics.in_flight.add(-1)
             self._count_key(job_key, -1)
         if trace.run_started_ns is not None:
-            self._run_span(trace, outcome, event.error)
+            self._run_span(trace, outcome, event.error, event)
         if trace.terminal and trace.span is None:
             self._close(trace)  # no Kafka source: the trace ends with the execution
             CURRENT.set(None)
@@ -426,10 +429,17 @@ class PodTelemetry:
             shared=False,  # its operation name and type are its own
         )
 
-    def _run_span(self, trace: TriggerTrace, outcome: str, error: BaseException | None) -> None:
+    def _run_span(
+        self,
+        trace: TriggerTrace,
+        outcome: str,
+        error: BaseException | None,
+        finished: ExecutionEvent | None = None,
+    ) -> None:
         """Make the ``job run`` span, from the start of the job to now, in one SDK call.
 
-        All its attributes, the outcome included, are there when it starts.
+        All its attributes, the outcome included, are there when it starts;
+        ``finished`` adds what the execution's child processes cost.
         """
         if not trace.recording:
             trace.run_started_ns = None
@@ -438,6 +448,9 @@ class PodTelemetry:
         attributes[n.OUTCOME] = outcome
         if error is not None:
             attributes[n.ERROR_TYPE] = type(error).__name__
+        if finished is not None and finished.cpu_seconds is not None:
+            attributes[n.CPU_SECONDS] = round(finished.cpu_seconds, 6)
+            attributes[n.PEAK_MEMORY] = finished.peak_memory or 0
         start, trace.run_started_ns = trace.run_started_ns or 0, None
         status = error_status(outcome) if outcome in ERROR_OUTCOMES else None
         end_child(self._tracer, trace, n.SPAN_RUN, attributes, start, time.time_ns(), status=status)

@@ -204,6 +204,18 @@ class PodConfig:
     ``None``: the job class's ``max_result_bytes`` (1 MiB unless the class says otherwise).
     """
 
+    process_workers: int | None = None
+    """Child processes ``ctx.run_in_process`` runs calls in, started with the pod.
+
+    ``None``: the machine's cores. Each imports the job's module once, at start.
+    """
+
+    max_tasks_per_child: int | None = None
+    """Calls a process worker runs before it is replaced (``None``: no limit)."""
+
+    max_memory_per_child: int | None = None
+    """Peak RSS (bytes) above which a process worker is replaced after its call (``None``: none)."""
+
     auto_offset_reset: str = "earliest"
     """Where a consumer group with no committed offset starts reading.
 
@@ -227,7 +239,13 @@ class PodConfig:
         _require(bool(self.pod) and self.pod.isprintable(), "pod must be a printable name")
         _require(self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency}")
         _require(self.max_payload_bytes >= 1, "max_payload_bytes must be >= 1")
-        for name in ("loss_budget", "max_result_bytes"):
+        for name in (
+            "loss_budget",
+            "max_result_bytes",
+            "process_workers",
+            "max_tasks_per_child",
+            "max_memory_per_child",
+        ):
             value = getattr(self, name)
             _require(value is None or value >= 1, f"{name} must be None or >= 1, got {value}")
         _require(self.dead_letter_topic != "", "dead_letter_topic must be None or a topic name")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.machinery
 import logging
 import os
 import signal
@@ -42,6 +43,7 @@ from .._lease import (
     redis_from_url,
     start_refusal,
 )
+from .._process import ProcessPool
 from .._retry import Retries, startup
 from .._store import Barrier, CompletionStore, open_store
 from .._telemetry import Telemetry
@@ -75,6 +77,8 @@ class Pod:
     duration of :meth:`run` (the caller then owns it). The job's lease settings
     are checked here (:class:`~leaseworker.ConfigError`). ``recorder``
     appends every execution to a history file (``--record-history``).
+    ``processes`` replaces the pool of ``ctx.run_in_process`` the pod starts
+    from ``config.process_workers`` (the caller then starts and closes it).
     """
 
     def __init__(
@@ -88,9 +92,18 @@ class Pod:
         store: CompletionStore | None = None,
         recorder: HistoryRecorder | None = None,
         hooks: Iterable[Hook] = (),
+        processes: ProcessPool | None = None,
     ) -> None:
         self._job = job
         self._config = config
+        self._own_processes = processes is None  # started and closed by run()
+        module = type(job).__module__
+        self._processes = processes or ProcessPool(
+            config.process_workers,
+            max_tasks_per_child=config.max_tasks_per_child,
+            max_memory_per_child=config.max_memory_per_child,
+            preload=(module,) if _importable(module) else (),
+        )
         self._store = store
         self._redis: Redis | RedisCluster | None = None
         self._own_leases: RedisLeases | None = None  # built here from the URL: closed here
@@ -166,23 +179,30 @@ class Pod:
             if not await self._wait_for_redis():
                 task_status.started()  # stopped before Redis answered: nothing to wait for
                 return
-            if self._store is not None:
-                async with outbox_relay(self._store, self._config, self._hooks, self._leases):
-                    await self._way().run(task_status=task_status)
-                return
-            async with self._open_store() as store:
-                if store is None:
-                    task_status.started()  # stopped before the store opened
-                    return
-                self._executor = self._make_executor(store)
-                async with outbox_relay(store, self._config, self._hooks, self._leases):
-                    await self._way().run(task_status=task_status)
+            async with contextlib.AsyncExitStack() as stack:
+                if self._own_processes:  # warm before the first trigger; none left after
+                    await stack.enter_async_context(self._processes)
+                await self._consume(task_status)
         finally:
             if self._redis is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     if self._own_leases is not None:
                         await self._own_leases.aclose()
                     await self._redis.aclose()
+
+    async def _consume(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Open the store (unless given one) and run the trigger's way until stopped."""
+        if self._store is not None:
+            async with outbox_relay(self._store, self._config, self._hooks, self._leases):
+                await self._way().run(task_status=task_status)
+            return
+        async with self._open_store() as store:
+            if store is None:
+                task_status.started()  # stopped before the store opened
+                return
+            self._executor = self._make_executor(store)
+            async with outbox_relay(store, self._config, self._hooks, self._leases):
+                await self._way().run(task_status=task_status)
 
     def _log_start(self) -> None:
         """Say what this pod runs and where it connects (no credentials)."""
@@ -215,6 +235,7 @@ class Pod:
             store_namespace=self._config.namespace,
             loss_budget=self._config.loss_budget,
             max_result_bytes=self._config.max_result_bytes,
+            processes=self._processes,
         )
 
     @contextlib.asynccontextmanager
@@ -324,6 +345,17 @@ class Pod:
                 policy,
                 extra={"event": "redis_eviction_policy", "pod": self._config.pod},
             )
+
+
+def _importable(module: str) -> bool:
+    """Whether a fresh interpreter on this ``sys.path`` finds ``module`` by its name.
+
+    The pod preloads its job's module in every process worker; a module run
+    as ``__main__`` or loaded from a file by path is not found there (the
+    job's ``run_in_process`` calls then name their own importable module).
+    """
+    top = module.partition(".")[0]
+    return top != "__main__" and importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
 
 
 def _as_hook(observer: ExecutionObserver | Hook) -> Hook:

@@ -8,7 +8,8 @@ and every time in an assertion is exact. It is trio's
 ``MockClock(autojump_threshold=0)`` for asyncio.
 
 The clock moves only when nothing is ready to run: then it jumps straight to
-the next timer. Code that waits on real I/O or on a thread while a timer is
+the next timer, except while a ``run_in_process`` child is awaited: that is
+real time, and the clock keeps its pace. Code that waits on real I/O or on a thread while a timer is
 pending would see that timer fire at once, so keep jobs under test on
 in-memory fakes (``MemoryLeases``, ``memory://``) and run real services on a
 normal loop.
@@ -21,6 +22,8 @@ import selectors
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, final
+
+from .._process import awaiting_children
 
 _T = TypeVar("_T")
 
@@ -35,6 +38,11 @@ class _JumpingSelector(selectors.DefaultSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready = super().select(0)
         if ready or timeout == 0:
+            return ready
+        if awaiting_children():  # a child computes in real time: so does the clock, meanwhile
+            begun = time.monotonic()
+            ready = super().select(timeout)
+            self._clock.jump(time.monotonic() - begun)
             return ready
         if timeout is None:  # no timer at all: only I/O (a thread's wake-up) can go on
             return super().select(None)

@@ -23,6 +23,7 @@ from .._execution import (
     resolve_job_key,
 )
 from .._lease import now
+from .._process import ProcessPool
 from .._store import Completion, MemoryStore
 from ._clock import run_in_virtual_time
 from ._committed import effects_mark, with_effects
@@ -59,7 +60,10 @@ class JobEnvironment:
     ``time_limit`` seconds raises ``RuntimeError``: nothing loops forever.
     The executor is built here, as a pod builds it, so a job class a pod
     would refuse raises :class:`~leaseworker.ConfigError` here too. One run
-    at a time.
+    at a time. ``ctx.run_in_process`` runs in real child processes
+    (``processes``, default :meth:`~leaseworker.ProcessPool.default`); while
+    one computes, virtual time runs at the real clock's pace, so a fault that
+    loses the lease kills the child as in a pod.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class JobEnvironment:
         namespace: str = "leaseworker",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         time_limit: float = TIME_LIMIT,
+        processes: ProcessPool | None = None,
     ) -> None:
         self.job = job
         self.time_limit = time_limit
@@ -90,6 +95,7 @@ class JobEnvironment:
             hooks=(self._current,),
             store=self._faulty,
             store_namespace=namespace,
+            processes=processes,
         )
 
     async def run(

@@ -35,7 +35,9 @@ class JobResult:
     (``started``, ``completion``, ``finished``, ``retry``), lease events
     (``acquired``, ``renewed``, ``lost``, ``cancel_requested``, ``stopped``,
     ``released``, ``release_failed``), ``checkpoint`` (``attrs["n"]``) and
-    ``fault`` (``attrs["kind"]``).
+    ``fault`` (``attrs["kind"]``). ``cpu_seconds`` and ``peak_memory``
+    (bytes) are what the last execution's ``run_in_process`` children cost,
+    killed ones included (``None``: it made no such call).
     """
 
     job_key: str | None
@@ -55,6 +57,8 @@ class JobResult:
     """The job's statements (SQL, parameters) its committed transactions ran, in order."""
     messages: tuple[OutboxRow, ...] = ()
     """The messages committed to the outbox (none when the run was refused or failed)."""
+    cpu_seconds: float | None = None
+    peak_memory: int | None = None
 
     @property
     def names(self) -> list[str]:
@@ -103,6 +107,8 @@ def ended(
         executions=executions,
         checkpoints=checkpoints,
         events=events,
+        cpu_seconds=last.cpu_seconds,
+        peak_memory=last.peak_memory,
     )
 
 

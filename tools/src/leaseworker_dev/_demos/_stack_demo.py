@@ -519,8 +519,8 @@ async def _stop_all(pods: list[PodProcess]) -> None:
 
 def _wait_for_interrupt(out: Out) -> None:
     """Wait for Ctrl-C (the demo command makes SIGTERM and SIGHUP act as one too)."""
-    out("services are kept running for inspection; press Ctrl-C to stop them")
-    try:
+    try:  # the line too: a test signals as soon as it reads it
+        out("services are kept running for inspection; press Ctrl-C to stop them")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
