@@ -10,6 +10,8 @@ change to both distributions. Each comes from a box's face, its ``__init__``:
   ``completion_key``, ``decode_trigger``, ``resolve_job_key`` (``_execution``);
 - leases (``_lease``): ``RedisLeases``, ``hold``, ``now`` (the lease clock),
   ``RELEASE`` (the release script, which the incident demo runs by hand);
+  ``ProcessPool`` (``_process``), the incident demo's pool for
+  ``hold(..., processes=)``;
 - the store (``_store``): ``open_store``, ``parse_store_url``, ``EffectStore``,
   ``effect_store`` (a store's outbox side), ``effect_id``; effects
   (``_effects``): ``Effect``, ``SqliteInbox``, ``CLAIM_HOLD``;
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
     from ._lease import RedisLeases as RedisLeases
     from ._lease import hold as hold
     from ._lease import now as now
+    from ._process import ProcessPool as ProcessPool
     from ._store import EffectStore as EffectStore
     from ._store import effect_id as effect_id
     from ._store import effect_store as effect_store
@@ -141,6 +144,7 @@ _FACES: dict[str, tuple[str, ...]] = {
         "started_admin",
     ),
     "._lease": ("RELEASE", "RedisLeases", "hold", "now"),
+    "._process": ("ProcessPool",),
     "._store": ("EffectStore", "effect_id", "effect_store", "open_store", "parse_store_url"),
     "._telemetry": ("SPAN_LOST",),
     "._timeline": (
