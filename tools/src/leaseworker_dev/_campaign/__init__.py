@@ -4,7 +4,8 @@
 dead letters, stored completions, pod exits); ``_checker`` the invariants
 judged over the pods' recorded history and those records (``_effect_checks``
 the effects'; ``_invariant_verdict`` what each returns); ``_report`` the
-printed, JSON and HTML report; ``_campaign_run`` the campaign itself. Sits between
+printed, JSON and HTML report; ``_campaign_run`` the campaign itself; ``_takeover`` the takeover
+trials of a CPU-bound job on two pods. Sits between
 the tools' CLI and the local services (an import contract): it starts
 services and pods through ``_services``.
 """
@@ -25,6 +26,10 @@ from ._payloads import load_generator as load_generator
 from ._report import render as render
 from ._report import to_html as to_html
 from ._report import to_json as to_json
+from ._takeover import Trial as Trial
+from ._takeover import Where as Where
+from ._takeover import ahead as ahead
+from ._takeover import takeover_trials as takeover_trials
 
 __all__ = [
     "RULES",
@@ -36,11 +41,15 @@ __all__ = [
     "Records",
     "Settings",
     "Stored",
+    "Trial",
     "Verdict",
+    "Where",
+    "ahead",
     "check",
     "load_generator",
     "render",
     "run_campaign",
+    "takeover_trials",
     "to_html",
     "to_json",
 ]
