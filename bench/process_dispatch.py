@@ -25,7 +25,7 @@ proportional share (``Pss``, shared pages split between the processes that
 map them), medians over the workers.
 
     .venv/bin/python bench/process_dispatch.py [--rounds 7] [--calls 1000]
-        [--cpu-calls 200] [--workers N] [--sides pool,anyio,executor]
+        [--cpu-calls 200] [--workers N] [--sides pool,held,anyio,executor]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import secrets
 import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -45,10 +46,12 @@ from typing import Any
 
 import anyio
 import anyio.to_process
-import process_work
+from redis.asyncio import Redis
 
-from leaseworker import ProcessPool
+import process_work
+from leaseworker import ProcessPool, RedisLeases, hold
 from leaseworker._process import Identity, Mirror
+from leaseworker_dev._services import LocalRedis
 
 BENCH = Path(__file__).resolve().parent
 CPU_JOB = 0.010
@@ -102,6 +105,28 @@ async def pool_side(workers: int) -> AsyncIterator[Side]:
             )
 
         yield Side("pool", call)
+
+
+@contextlib.asynccontextmanager
+async def held_side(workers: int) -> AsyncIterator[Side]:
+    """``held.run_in_process`` inside one ``hold()`` on a private redis-server."""
+    server = LocalRedis.start()
+    client = Redis.from_url(server.url)
+    try:
+        leases = RedisLeases(client, namespace=f"bench-{secrets.token_hex(3)}")
+        async with (
+            ProcessPool(workers, preload=("process_work",)) as pool,
+            hold(leases, "bench:dispatch", lease_duration=30.0, processes=pool) as held,
+        ):
+            await pool.start()
+
+            async def call(fn: Callable[..., Any], args: tuple[object, ...]) -> object:
+                return await held.run_in_process(fn, *args)
+
+            yield Side("held", call)
+    finally:
+        await client.aclose()
+        server.stop()
 
 
 @contextlib.asynccontextmanager
@@ -209,6 +234,7 @@ async def all_sides(workers: int, only: Sequence[str] | None = None) -> AsyncIte
     """Every side (or those named in ``only``), started; closed on the way out."""
     makers = {
         "pool": pool_side,
+        "held": held_side,
         "anyio": anyio_side,
         "executor": executor_side,
     }
@@ -271,7 +297,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="no-op calls per round and side")
     parser.add_argument("--cpu-calls", type=int, default=200, help="10 ms calls per round and side")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--sides", default="pool,anyio,executor")
+    parser.add_argument("--sides", default="pool,held,anyio,executor")
     args = parser.parse_args()
     children_path()
     anyio.run(bench, args)

@@ -35,8 +35,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import process_work
 from process_dispatch import Side, all_sides, children_path
+
+import process_work
 
 
 async def one_kill(side: Side, fifo: int, fifo_path: str) -> float:
