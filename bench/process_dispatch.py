@@ -14,7 +14,7 @@ Each side runs the same function with the same arguments in a warm pool of
   ``--workers`` (its default start method).
 
 Two workloads: a no-op (the dispatch alone) and a job of 10 ms of CPU time
-(``bench/process_work.py``), each sequentially (one call at a time) and
+(``bench/process_jobs.py``), each sequentially (one call at a time) and
 with one call in flight per worker. Rounds alternate the sides' order; a
 figure is the median over rounds of a side's calls per second divided by the
 baseline's in the same round (target: ``pool`` and ``held`` >= 1.0x of both
@@ -46,9 +46,9 @@ from typing import Any
 
 import anyio
 import anyio.to_process
+import process_jobs
 from redis.asyncio import Redis
 
-import process_work
 from leaseworker import ProcessPool, RedisLeases, hold
 from leaseworker._process import Identity, Mirror
 from leaseworker_dev._services import LocalRedis
@@ -78,7 +78,7 @@ class Line:
 
 
 def children_path() -> None:
-    """Let every child process import ``process_work`` (this directory on ``PYTHONPATH``)."""
+    """Let every child process import ``process_jobs`` (this directory on ``PYTHONPATH``)."""
     paths = [str(BENCH), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 
@@ -95,7 +95,7 @@ def _follow(_mirror: Mirror) -> Callable[[], None]:
 async def pool_side(workers: int) -> AsyncIterator[Side]:
     """``ProcessPool.run`` with a far deadline (what ``run_in_process`` calls)."""
     identity = Identity(job_key="bench", execution_id="bench-1", fence=1)
-    async with ProcessPool(workers, preload=("process_work",)) as pool:
+    async with ProcessPool(workers, preload=("process_jobs",)) as pool:
         await pool.start()
 
         async def call(fn: Callable[..., Any], args: tuple[object, ...]) -> object:
@@ -115,7 +115,7 @@ async def held_side(workers: int) -> AsyncIterator[Side]:
     try:
         leases = RedisLeases(client, namespace=f"bench-{secrets.token_hex(3)}")
         async with (
-            ProcessPool(workers, preload=("process_work",)) as pool,
+            ProcessPool(workers, preload=("process_jobs",)) as pool,
             hold(leases, "bench:dispatch", lease_duration=30.0, processes=pool) as held,
         ):
             await pool.start()
@@ -184,8 +184,8 @@ async def measure(
 ) -> dict[tuple[str, int], Line]:
     """Paired rounds of every side, per workload and concurrency (the order rotating)."""
     workloads: list[tuple[str, Callable[..., Any], tuple[object, ...], int]] = [
-        ("no-op", process_work.noop, (), calls),
-        (f"{CPU_JOB * 1000:.0f} ms CPU", process_work.spin, (CPU_JOB,), cpu_calls),
+        ("no-op", process_jobs.nothing, (), calls),
+        (f"{CPU_JOB * 1000:.0f} ms CPU", process_jobs.burn, (CPU_JOB,), cpu_calls),
     ]
     results: dict[tuple[str, int], Line] = {}
     for name, fn, args, count in workloads:
@@ -209,7 +209,7 @@ async def memory(sides: list[Side], workers: int) -> dict[str, tuple[int, int, i
         pids: set[int] = set()
 
         async def ask(side: Side = side, pids: set[int] = pids) -> None:
-            pids.add(int(str(await side.call(process_work.pid, (0.3,)))))
+            pids.add(int(str(await side.call(process_jobs.pid_after, (0.3,)))))
 
         async with anyio.create_task_group() as tg:
             for _ in range(workers):

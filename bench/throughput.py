@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import process_jobs
 import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
@@ -68,7 +69,6 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-import process_work
 from leaseworker import (
     ClaimResult,
     Completion,
@@ -107,7 +107,7 @@ class CpuReport(ReportJob):
 
     async def run(self, ctx: JobContext) -> object:
         """Burn ``seconds`` of CPU in one of the pod's process workers."""
-        await ctx.run_in_process(process_work.spin, self.seconds)
+        await ctx.run_in_process(process_jobs.burn, self.seconds)
         return None
 
 
@@ -576,7 +576,7 @@ async def _executor_work(
     executor = ProcessPoolExecutor(max_workers=os.cpu_count())
     stack.callback(executor.shutdown, wait=True, cancel_futures=True)
     loop = asyncio.get_running_loop()
-    job = functools.partial(process_work.spin, None, seconds)
+    job = functools.partial(process_jobs.burn, None, seconds)
     for warm in [loop.run_in_executor(executor, job) for _ in range(2 * (os.cpu_count() or 1))]:
         await warm
 

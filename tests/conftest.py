@@ -85,7 +85,23 @@ def namespace() -> str:
 
 @pytest.fixture
 def leases(redis: Redis, namespace: str) -> RedisLeases:
-    """Leases over the direct client, with a short command timeout for fast tests."""
+    """Leases over the direct client, each call given 2 s: a loaded machine never times one out.
+
+    A held lease must then last over 3.2 s at the default renewal interval (a third of
+    it), or renew more often: ``renewal_interval + command_timeout`` must end before
+    the local deadline.
+    """
+    return RedisLeases(redis, namespace=namespace, command_timeout=2.0)
+
+
+@pytest.fixture
+def short_timeout_leases(redis: Redis, namespace: str) -> RedisLeases:
+    """Leases whose calls time out after 0.2 s, for tests whose lease must be shorter.
+
+    Only for a test whose subject is a lease of well under a second (a body stalling the
+    loop past it, renewals outliving it): a 2 s call budget would not fit such a lease.
+    Each user says why; a call slower than 0.2 s on a loaded machine fails it.
+    """
     return RedisLeases(redis, namespace=namespace, command_timeout=0.2)
 
 

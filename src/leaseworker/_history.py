@@ -50,7 +50,8 @@ class Execution:
     ``paused`` marks an execution whose pod was frozen (SIGSTOP) while it
     held the lease, which fencing, not the lease, protects.
     ``previous_execution_id`` names the execution whose lease this one took
-    over (the acquisition before it), when that is known.
+    over (the acquisition before it), when that is known. ``cpu_seconds``:
+    what its ``run_in_process`` children spent, killed ones included.
     """
 
     job_key: str
@@ -71,6 +72,7 @@ class Execution:
     paused: bool = False
     steps: tuple[Step, ...] = ()
     previous_execution_id: str | None = None
+    cpu_seconds: float | None = None
 
     def overlaps(self, other: Execution, *, until: float) -> float:
         """Seconds this execution and ``other`` ran at once (an open end counts as ``until``)."""

@@ -9,6 +9,7 @@ restart, with a receiver's inbox processing every effect exactly once.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,13 +51,17 @@ class FakeSender:
 
 
 class Counting:
-    """Forwards to ``inner``; ``reached`` is set once ``target`` sends were acknowledged."""
+    """Forwards to ``inner``; ``reached`` is set once ``target`` sends were acknowledged.
+
+    ``failed`` is set once a send answered with a failure.
+    """
 
     def __init__(self, inner: KafkaSender | FakeSender, target: int) -> None:
         self.inner = inner
         self.target = target
         self.acked = 0
         self.reached = anyio.Event()
+        self.failed = anyio.Event()
 
     async def send_batch(self, rows: Sequence[OutboxRow]) -> list[tuple[int, int] | Exception]:
         """Send through ``inner`` and count the acknowledgements."""
@@ -64,6 +69,8 @@ class Counting:
         self.acked += sum(not isinstance(outcome, Exception) for outcome in outcomes)
         if self.acked >= self.target:
             self.reached.set()
+        if any(isinstance(outcome, Exception) for outcome in outcomes):
+            self.failed.set()
         return outcomes
 
 
@@ -133,11 +140,13 @@ async def test_another_relay_takes_over_a_dead_relays_claims_once_they_expire(
 ) -> None:
     """Relay A claims and dies (never sends, never marks); B sends everything after ``hold``."""
     await commit(memory, "k1", 1, b"one", b"two")
-    assert len(await memory.claim_outbox("relay-a", limit=10, hold=0.2)) == 2
+    hold = 1.0  # B's first round must come within it: a loaded machine stalls far less
+    assert len(await memory.claim_outbox("relay-a", limit=10, hold=hold)) == 2
+    expired = time.monotonic() + hold  # the store's clock: A's claim has ended by then
     sender = FakeSender()
     relay_b = Relay(memory, sender, name="relay-b")
     assert await relay_b.relay_once() == (0, 0)  # still A's
-    await anyio.sleep(0.3)
+    await anyio.sleep(max(0.0, expired - time.monotonic()) + 0.01)
     assert await relay_b.relay_once() == (2, 0)
     assert sender.sent == [("k1", b"one"), ("k1", b"two")]
 
@@ -300,7 +309,8 @@ async def test_a_broker_restart_delays_messages_but_loses_none(
                         pod="p",
                     )
                     await tx.commit(request, [Message.build(topic, {"n": fence})])
-            await anyio.sleep(3)  # the relay tries and backs off meanwhile
+            with anyio.fail_after(60):
+                await counting.failed.wait()  # the relay tried the down broker
             assert [sent for _, sent in await pg.outbox()] == [False, False]
             await anyio.to_thread.run_sync(kafka_server.up)
             with anyio.fail_after(60):

@@ -41,7 +41,8 @@ class _LosesOnce(ReportJob):
     """The first execution's lease key is deleted under it: its renewal is rejected."""
 
     topic = "t"
-    lease_duration = 0.6
+    lease_duration = 3.0
+    renewal_interval = 0.2
 
     def __init__(self, delete: Callable[[], Awaitable[object]]) -> None:
         self._delete = delete
@@ -110,7 +111,7 @@ async def test_a_deprecated_lease_observer_still_gets_the_lease_events(
         def on_lease_event(self, event: LeaseEvent) -> None:
             seen.append(event.name)
 
-    async with hold(leases, "k", lease_duration=1.0, observer=_Old()):
+    async with hold(leases, "k", lease_duration=4.0, observer=_Old()):
         pass
     assert seen == ["acquired", "released"]
 

@@ -34,7 +34,7 @@ class CountingJob(ReportJob):
     """Counts its runs and checks, as it starts, that the store has seen its fence."""
 
     topic = "unused"
-    lease_duration = 3.0
+    lease_duration = 4.0
 
     def __init__(self, store: MemoryStore, namespace: str) -> None:
         self.store = store

@@ -60,7 +60,7 @@ async def test_complete_records_once_and_a_second_call_is_a_clear_error(
     trigger = _trigger(b"{}")
     async with (
         open_store("sqlite:///:memory:") as store,
-        hold(leases, "k", lease_duration=2) as held,
+        hold(leases, "k", lease_duration=4) as held,
     ):
         completer = Completer(
             store, held, key="ns:{k}", input_version="v1", execution_id="e1", pod="p"
@@ -85,7 +85,7 @@ async def test_a_loss_the_worker_already_saw_refuses_before_writing(
     trigger = _trigger(b"{}")
     async with open_store("sqlite:///:memory:") as store:
         with pytest.raises(LeaseLost):
-            async with hold(leases, "k", lease_duration=1.2, renewal_interval=0.3) as held:
+            async with hold(leases, "k", lease_duration=3, renewal_interval=0.3) as held:
                 completer = Completer(
                     store, held, key="ns:{k}", input_version="v1", execution_id="e1", pod="p"
                 )
@@ -111,7 +111,7 @@ async def test_a_loss_the_worker_already_saw_refuses_before_writing(
 
 async def test_a_context_without_a_store_says_so(leases: RedisLeases) -> None:
     """A hand-built JobContext (no worker, no store) cannot complete: a clear error."""
-    async with hold(leases, "k", lease_duration=2) as held:
+    async with hold(leases, "k", lease_duration=4) as held:
         ctx = JobContext(held=held, job_key="k", execution_id="e", pod="p", trigger=_trigger(b"{}"))
         with pytest.raises(RuntimeError, match="no completion store"):
             await ctx.complete(None)

@@ -43,7 +43,7 @@ class _LostOnce(ReportJob):
 
 @pytest.mark.parametrize("telemetry", [False, True])
 async def test_one_loss_is_one_warning_and_the_retry_is_info_with_its_wait(
-    leases: RedisLeases, caplog: pytest.LogCaptureFixture, telemetry: bool
+    short_timeout_leases: RedisLeases, caplog: pytest.LogCaptureFixture, telemetry: bool
 ) -> None:
     """The ``finished ... lost`` record warns; the lease's own records (DEBUG) name the execution.
 
@@ -52,6 +52,7 @@ async def test_one_loss_is_one_warning_and_the_retry_is_info_with_its_wait(
     WARNING; the lease's record had no ``executionId`` or ``pod``, and the
     retry was logged at DEBUG only.
     """
+    leases = short_timeout_leases  # a loss past a lease under 1 s: too short for 2 s calls
     tracer_provider, meter_provider = TracerProvider(), MeterProvider()
     hooks: list[Hook] = [LoggingObserver()]
     lease_note = None

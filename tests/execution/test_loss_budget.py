@@ -79,9 +79,10 @@ async def _run(executor: Executor) -> Ending:
 
 
 async def test_a_job_lost_on_every_attempt_is_given_up_after_its_loss_budget(
-    leases: RedisLeases,
+    short_timeout_leases: RedisLeases,
 ) -> None:
     """Three losses (the class's budget), two retries between them, then lost_repeatedly."""
+    leases = short_timeout_leases  # a loss past a lease under 1 s: too short for 2 s calls
     events = _Events()
     executor = Executor(_OutlivesItsLease(), leases, pod="pod-a", hooks=[events], lost_retry=QUICK)
     ending = await _run(executor)
@@ -102,8 +103,11 @@ async def test_a_job_lost_on_every_attempt_is_given_up_after_its_loss_budget(
     assert len(events.named("retry")) == 2
 
 
-async def test_the_pods_loss_budget_overrides_the_class_attribute(leases: RedisLeases) -> None:
+async def test_the_pods_loss_budget_overrides_the_class_attribute(
+    short_timeout_leases: RedisLeases,
+) -> None:
     """``Executor(loss_budget=1)`` (from ``--loss-budget``) gives up after the first loss."""
+    leases = short_timeout_leases  # a loss past a lease under 1 s: too short for 2 s calls
     events = _Events()
     executor = Executor(
         _OutlivesItsLease(), leases, pod="pod-a", hooks=[events], lost_retry=QUICK, loss_budget=1

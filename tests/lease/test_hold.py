@@ -29,10 +29,16 @@ from leaseworker_dev._services import LocalRedis
 from ..chaos import proxied_leases
 
 
-async def test_renewal_keeps_a_body_alive_for_five_ttls(leases: RedisLeases) -> None:
-    """A body running 5x the TTL completes, and nobody can acquire meanwhile."""
+async def test_renewal_keeps_a_body_alive_for_five_ttls(
+    leases: RedisLeases, short_timeout_leases: RedisLeases
+) -> None:
+    """A body running 5x the TTL completes, and nobody can acquire meanwhile.
+
+    The holder outlives five leases of 0.5 s (too short for 2 s calls); the
+    rival's acquires, not the subject, take the generous store of the same keys.
+    """
     lease_duration = 0.5
-    async with hold(leases, "k", lease_duration=lease_duration) as held:
+    async with hold(short_timeout_leases, "k", lease_duration=lease_duration) as held:
         until = anyio.current_time() + 5 * lease_duration
         while anyio.current_time() < until:
             assert await leases.acquire("k", lease_duration=lease_duration) is None
@@ -65,7 +71,7 @@ async def test_stolen_or_deleted_lease_cancels_the_body_within_one_renewal(
     async with anyio.create_task_group() as tg:
         tg.start_soon(take_the_key)
         with pytest.raises(LeaseLost) as lost:
-            async with hold(leases, "k", lease_duration=1.2, renewal_interval=0.3) as held:
+            async with hold(leases, "k", lease_duration=3, renewal_interval=0.3) as held:
                 started.set()
                 try:
                     await anyio.sleep_forever()
@@ -77,7 +83,7 @@ async def test_stolen_or_deleted_lease_cancels_the_body_within_one_renewal(
     assert lost.value.fence == held.fence
     assert lost.value.stop_latency is not None
     assert lost.value.stop_latency < 0.2  # at its next await; slack for a loaded CI machine
-    assert anyio.current_time() - lost_at < 0.3 + 0.2  # one renewal interval + command timeout
+    assert anyio.current_time() - lost_at < 0.3 + 0.2  # one renewal interval + its round trip
     assert held.outcome == "lost"
     assert held.owned is False
     assert held.released is False  # the thief's key (or no key) is left alone
@@ -88,7 +94,7 @@ async def test_checkpoint_raises_lease_lost_once_ownership_is_uncertain(
 ) -> None:
     """A body that only calls checkpoint() learns of the loss from checkpoint itself."""
     with pytest.raises(LeaseLost) as lost:
-        async with hold(leases, "k", lease_duration=1.2, renewal_interval=0.3) as held:
+        async with hold(leases, "k", lease_duration=3, renewal_interval=0.3) as held:
             await redis.delete(leases.lease_key("k"))
             while True:
                 await held.checkpoint()
@@ -170,7 +176,7 @@ async def test_max_runtime_stops_a_body_while_renewal_succeeds(leases: RedisLeas
     """The runtime bound holds even when the lease is healthy."""
     with pytest.raises(LeaseTimeout) as timeout:
         async with hold(
-            leases, "k", lease_duration=0.6, renewal_interval=0.15, max_runtime=0.7
+            leases, "k", lease_duration=3, renewal_interval=0.15, max_runtime=0.7
         ) as held:
             await anyio.sleep_forever()
     assert timeout.value.max_runtime == 0.7
@@ -194,7 +200,7 @@ async def test_shutdown_while_a_timed_out_body_stops_stays_a_cancellation(
 
     async def run_body() -> None:
         with outer:
-            async with hold(leases, "k", lease_duration=1, max_runtime=0.1) as held:
+            async with hold(leases, "k", lease_duration=4, max_runtime=0.1) as held:
                 seen.append(held)
                 try:
                     await anyio.sleep_forever()
@@ -215,15 +221,15 @@ async def test_shutdown_while_a_timed_out_body_stops_stays_a_cancellation(
 
 
 async def test_a_timed_out_body_stopping_past_the_local_deadline_is_reported_lost(
-    leases: RedisLeases,
+    short_timeout_leases: RedisLeases,
 ) -> None:
     """A timed-out body whose cleanup blocks the loop past the deadline may have overlapped.
 
     It is lost, and ``loop_blocked``: the renewal due meanwhile was never sent.
     """
     with pytest.raises(LeaseLost) as lost:
-        async with hold(
-            leases, "k", lease_duration=0.4, renewal_interval=0.1, max_runtime=0.05
+        async with hold(  # a stall past a 0.4 s lease: too short for 2 s calls
+            short_timeout_leases, "k", lease_duration=0.4, renewal_interval=0.1, max_runtime=0.05
         ) as held:
             try:
                 await anyio.sleep_forever()
@@ -239,7 +245,7 @@ async def test_busy_lease_raises_lease_busy_with_the_holders_ttl(leases: RedisLe
     """Another live owner means LeaseBusy, with a hint for when to retry."""
     assert await leases.acquire("k", lease_duration=5) is not None
     with pytest.raises(LeaseBusy) as busy:
-        async with hold(leases, "k", lease_duration=1):
+        async with hold(leases, "k", lease_duration=4):
             pytest.fail("the body must not run")
     assert busy.value.retry_after is not None
     assert 0 < busy.value.retry_after <= 5
@@ -248,7 +254,7 @@ async def test_busy_lease_raises_lease_busy_with_the_holders_ttl(leases: RedisLe
 async def test_outer_cancellation_still_releases_the_lease(leases: RedisLeases) -> None:
     """Shutdown cancels the body; the shielded release still deletes the key."""
     with anyio.CancelScope() as outer:
-        async with hold(leases, "k", lease_duration=1) as held:
+        async with hold(leases, "k", lease_duration=4) as held:
             outer.cancel()
             await anyio.sleep_forever()
     assert held.outcome == "cancelled"
@@ -283,7 +289,7 @@ class _FailingRelease:
 async def test_failing_release_never_hides_the_bodys_exception(leases: RedisLeases) -> None:
     """The body's own error is what the caller sees; the release error is reported aside."""
     with pytest.raises(ZeroDivisionError):
-        async with hold(_FailingRelease(leases), "k", lease_duration=1) as held:
+        async with hold(_FailingRelease(leases), "k", lease_duration=4) as held:
             _ = 1 / 0
     assert held.outcome == "failed"
     assert isinstance(held.release_error, LeaseUnavailable)
@@ -293,16 +299,17 @@ async def test_failing_release_never_hides_the_bodys_exception(leases: RedisLeas
 @pytest.mark.fake  # a release that always fails, around real Redis
 async def test_failing_release_does_not_turn_success_into_failure(leases: RedisLeases) -> None:
     """A completed body stays completed when only the release fails."""
-    async with hold(_FailingRelease(leases), "k", lease_duration=1) as held:
+    async with hold(_FailingRelease(leases), "k", lease_duration=4) as held:
         await held.checkpoint()
     assert held.outcome == "completed"
     assert isinstance(held.release_error, LeaseUnavailable)
 
 
 async def test_body_blocking_the_loop_past_its_deadline_is_reported_lost(
-    leases: RedisLeases,
+    short_timeout_leases: RedisLeases,
 ) -> None:
     """A body that never awaits cannot be preempted; on wake it is reported lost."""
+    leases = short_timeout_leases  # a stall past a lease under 1 s: too short for 2 s calls
     with pytest.raises(LeaseLost) as lost:
         async with hold(leases, "k", lease_duration=0.4, renewal_interval=0.1):
             time.sleep(0.6)  # noqa: ASYNC251 - the point: a body that blocks the loop
@@ -313,9 +320,10 @@ async def test_body_blocking_the_loop_past_its_deadline_is_reported_lost(
 
 @pytest.mark.parametrize("first_await", ["checkpoint", "sleep"])
 async def test_body_blocking_then_awaiting_is_stopped_at_that_await(
-    leases: RedisLeases, first_await: str
+    short_timeout_leases: RedisLeases, first_await: str
 ) -> None:
     """After a stall past the deadline, the body's next await stops it."""
+    leases = short_timeout_leases  # a stall past a lease under 1 s: too short for 2 s calls
     reached_after_stall = False
     with pytest.raises(LeaseLost) as lost:
         async with hold(leases, "k", lease_duration=0.4, renewal_interval=0.1) as held:
@@ -333,13 +341,14 @@ async def test_body_blocking_then_awaiting_is_stopped_at_that_await(
 
 @pytest.mark.parametrize("first_await", ["checkpoint", "sleep"])
 async def test_body_blocking_after_the_first_renewal_is_loop_blocked_too(
-    leases: RedisLeases, first_await: str
+    short_timeout_leases: RedisLeases, first_await: str
 ) -> None:
     """A stall that begins after a confirmed renewal gets the same reason as one before it.
 
     The body waits for the first ``renewed`` event, so its stall starts a
     quarter of a second before the second renewal is due: that one is never sent.
     """
+    leases = short_timeout_leases  # a stall past a lease under 1 s: too short for 2 s calls
     renewed = anyio.Event()
     with pytest.raises(LeaseLost) as lost:
         async with hold(
@@ -400,7 +409,7 @@ async def test_a_renewal_sent_but_never_confirmed_is_deadline_not_loop_blocked(
     """The renewal went out in time and got no answer: ``deadline``, even if a stall follows."""
     silent = _SilentRenewals(leases)
     with pytest.raises(LeaseLost) as lost:
-        async with hold(silent, "k", lease_duration=2.0, renewal_interval=0.25) as held:
+        async with hold(silent, "k", lease_duration=2.5, renewal_interval=0.25) as held:
             await silent.renewing.wait()
             time.sleep(held.remaining() + 0.05)  # noqa: ASYNC251 - past the deadline
             if first_await == "checkpoint":
@@ -433,7 +442,7 @@ def test_invalid_timing_is_rejected_before_touching_redis(
 
 async def test_a_held_lease_cannot_be_entered_twice(leases: RedisLeases) -> None:
     """Each acquisition is one HeldLease; reuse is a programming error."""
-    held: HeldLease = hold(leases, "k", lease_duration=1)
+    held: HeldLease = hold(leases, "k", lease_duration=4)
     async with held:
         pass
     with pytest.raises(RuntimeError, match="only once"):
@@ -464,9 +473,7 @@ async def test_observer_sees_acquire_renewals_and_release_of_a_completed_hold(
 ) -> None:
     """Every renewal is reported with its round trip and the validity it bought."""
     recorder = _Recorder()
-    async with hold(
-        leases, "k", lease_duration=0.6, renewal_interval=0.15, hooks=[recorder]
-    ) as held:
+    async with hold(leases, "k", lease_duration=3, renewal_interval=0.15, hooks=[recorder]) as held:
         await recorder.third_renewal.wait()
     assert recorder.names[0] == "acquired"
     assert recorder.names[-1] == "released"
@@ -475,7 +482,7 @@ async def test_observer_sees_acquire_renewals_and_release_of_a_completed_hold(
     for event in renewed:
         assert event.round_trip is not None
         assert event.remaining is not None
-        assert 0 < event.remaining <= 0.6
+        assert 0 < event.remaining <= 3
         assert event.fence == held.fence
     assert recorder.events[-1].deleted is True
 
@@ -486,7 +493,7 @@ async def test_observer_sees_loss_cancel_and_stop_latency(
     """A loss is reported as lost -> cancel_requested -> stopped (with latency) -> released."""
     recorder = _Recorder()
     with pytest.raises(LeaseLost):
-        async with hold(leases, "k", lease_duration=0.6, renewal_interval=0.15, hooks=[recorder]):
+        async with hold(leases, "k", lease_duration=3, renewal_interval=0.15, hooks=[recorder]):
             await redis.delete(leases.lease_key("k"))
             await anyio.sleep_forever()
     tail = recorder.names[recorder.names.index("lost") :]
@@ -516,7 +523,7 @@ async def test_a_failing_observer_never_changes_the_outcome(
 ) -> None:
     """Observer errors are logged and swallowed; the body completes and releases."""
     broken = _Broken()
-    async with hold(leases, "k", lease_duration=0.6, hooks=[broken]) as held:
+    async with hold(leases, "k", lease_duration=4, hooks=[broken]) as held:
         await held.checkpoint()
     assert held.outcome == "completed"
     assert held.released is True

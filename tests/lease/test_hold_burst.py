@@ -196,7 +196,7 @@ async def test_a_rejected_renewal_in_a_shared_trip_stops_only_its_own_body(
     async def holder(i: int, entered: anyio.Event) -> None:
         try:
             async with hold(
-                leases, f"k{i}", lease_duration=1.0, renewal_interval=0.2, hooks=[renewals]
+                leases, f"k{i}", lease_duration=3, renewal_interval=0.2, hooks=[renewals]
             ) as lease:
                 held[i] = lease
                 entered.set()
@@ -224,10 +224,11 @@ async def test_releases_that_fail_together_each_leave_their_lease_to_expire(
     """Redis stops answering as fifty holds end: every release fails, alone, and is reported."""
     end = anyio.Event()
     held: list[HeldLease] = []
-    async with proxied_leases(redis_server, namespace) as (proxy, leases):
+    # 1 s per call: fifty acquires through the proxy at once fit it on a loaded machine.
+    async with proxied_leases(redis_server, namespace, command_timeout=1.0) as (proxy, leases):
 
         async def holder(i: int, entered: anyio.Event) -> None:
-            async with hold(leases, f"k{i}", lease_duration=2) as lease:
+            async with hold(leases, f"k{i}", lease_duration=3) as lease:
                 held.append(lease)
                 entered.set()
                 await end.wait()
@@ -241,4 +242,4 @@ async def test_releases_that_fail_together_each_leave_their_lease_to_expire(
     assert all(h.released is None for h in held)
     for h in held:  # still this owner's, and expiring with its TTL
         assert await redis.get(leases.lease_key(h.key)) == h.lease.owner.encode()
-        assert 0 < await redis.pttl(leases.lease_key(h.key)) <= 2000
+        assert 0 < await redis.pttl(leases.lease_key(h.key)) <= 3000

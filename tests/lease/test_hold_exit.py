@@ -72,7 +72,7 @@ async def test_a_swallowed_cancellation_does_not_keep_the_lease_renewing(
 ) -> None:
     """The renewal in flight at exit answers anyway: no further renewal, exit, release."""
     swallowing = _SwallowingRenew(leases, hang=False)
-    async with hold(swallowing, "k", lease_duration=0.6, renewal_interval=0.1) as held:
+    async with hold(swallowing, "k", lease_duration=3, renewal_interval=0.1) as held:
         await swallowing.started.wait()
     assert swallowing.swallowed == 1
     assert swallowing.renews == 1
@@ -88,7 +88,7 @@ async def test_a_renewal_that_never_stops_does_not_hold_up_the_exit(leases: Redi
     swallowing = _SwallowingRenew(leases, hang=True)
     try:
         async with hold(
-            swallowing, "k", lease_duration=0.6, renewal_interval=0.1, release_timeout=0.3
+            swallowing, "k", lease_duration=3, renewal_interval=0.1, release_timeout=0.3
         ) as held:
             await swallowing.started.wait()
         assert not swallowing.reply.is_set()  # the renewal is still in flight

@@ -126,8 +126,13 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
     replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
 ) -> None:
     """With the replica in sync, every acquire and renewal counts."""
-    leases = RedisLeases(
-        redis, namespace=namespace, command_timeout=1.0, replicas=1, pipelining=pipelining
+    leases = RedisLeases(  # 1.5 s for the replica: a loaded machine never runs past it
+        redis,
+        namespace=namespace,
+        command_timeout=2.0,
+        replicas=1,
+        replica_timeout=1.5,
+        pipelining=pipelining,
     )
     three = anyio.Event()
 
@@ -136,7 +141,7 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
         if event.name == "renewed" and held.renewals >= 3:
             three.set()
 
-    async with hold(leases, "k", lease_duration=2.0, renewal_interval=0.2, hooks=[observe]) as held:
+    async with hold(leases, "k", lease_duration=4.0, renewal_interval=0.2, hooks=[observe]) as held:
         with anyio.fail_after(5):
             await three.wait()
         await held.checkpoint()
@@ -176,8 +181,13 @@ async def test_a_lone_release_sends_no_wait(
     replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
 ) -> None:
     """The acquire waits for its replica; the release does not (a lost release costs no safety)."""
-    leases = RedisLeases(
-        redis, namespace=namespace, command_timeout=1.0, replicas=1, pipelining=pipelining
+    leases = RedisLeases(  # 1.5 s for the replica: a loaded machine never runs past it
+        redis,
+        namespace=namespace,
+        command_timeout=2.0,
+        replicas=1,
+        replica_timeout=1.5,
+        pipelining=pipelining,
     )
     before = await _waits(redis)
     lease = await leases.acquire("k", 5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -122,3 +123,15 @@ def hold_the_gil(pctx: ProcessContext, marker: str, seconds: int) -> None:
     """Mark, then call libc's sleep() without releasing the GIL (as a C extension can)."""
     mark(marker, str(os.getpid()))
     ctypes.PyDLL(None).sleep(seconds)
+
+
+def lost_at_once(pctx: ProcessContext) -> bool:
+    """Return whether the lease looked owned at the call's start (checkpoint() raises if not)."""
+    owned = pctx.owned
+    pctx.checkpoint()
+    return owned
+
+
+def returns_a_lock(pctx: ProcessContext) -> object:
+    """Return what cannot be pickled."""
+    return threading.Lock()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -42,8 +43,10 @@ async def test_reraises_the_exception_with_the_child_traceback(pool: ProcessPool
     assert "in fail" in caught.value.__notes__[0]
     with pytest.raises(RuntimeError, match=r"tests\.process\.jobs\.OddError: a/b"):
         await call.run(pool, jobs.fail_oddly)
+    with pytest.raises(TypeError, match="result cannot be pickled"):
+        await call.run(pool, jobs.returns_a_lock)
     assert await call.run(pool, jobs.add, 1, 1) == 2
-    assert len(call.usages) == 3
+    assert len(call.usages) == 4
 
 
 async def test_unpicklable_calls_are_refused_before_a_child_is_used() -> None:
@@ -145,3 +148,54 @@ async def test_move_extends_the_deadline_the_child_sees(pool: ProcessPool, tmp_p
         left = await call.run(pool, jobs.until_moved, str(marker), 10.0, deadline=2.0)
     assert isinstance(left, float)
     assert 10.0 < left <= 30.0
+
+
+async def test_a_call_that_starts_lost_raises_at_its_first_checkpoint(pool: ProcessPool) -> None:
+    """run(lost=...) writes the loss before the call: the child never sees the lease owned."""
+    with pytest.raises(LeaseLost, match="late"):
+        await pool.run(
+            jobs.lost_at_once,
+            (),
+            {},
+            identity=IDENTITY,
+            deadline=time.monotonic() + 10,
+            lost="late",
+            follow=Call().follow,
+        )
+
+
+async def test_aclose_during_a_call_kills_it_and_waits_for_its_reap(tmp_path: Path) -> None:
+    """A call running while the pool closes ends ChildProcessDied; aclose returns after its reap."""
+    marker = tmp_path / "started"
+    call = Call()
+    died: list[ChildProcessDied] = []
+    pool = ProcessPool(1)
+
+    async def run() -> None:
+        try:
+            await call.run(pool, jobs.spin, str(marker))
+        except ChildProcessDied as exc:
+            died.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        child = int(await marked(marker))
+        await pool.aclose()
+        assert not alive(child)
+        assert len(call.usages) == 1
+    assert died[0].signal == signal.SIGKILL
+
+
+async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -> None:
+    """An idle child killed from outside is replaced; the next call runs, on the new child."""
+    call = Call()
+    first = await call.run(pool, jobs.pid)
+    assert isinstance(first, int)
+    exits = os.pidfd_open(first)  # readable once every thread of it exited, as the pool sees
+    try:
+        os.kill(first, signal.SIGKILL)
+        with anyio.fail_after(5):
+            await anyio.wait_readable(exits)
+    finally:
+        os.close(exits)
+    assert await call.run(pool, jobs.pid) not in {first, None}

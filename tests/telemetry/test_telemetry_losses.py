@@ -42,8 +42,11 @@ def _points(reader: InMemoryMetricReader, name: str) -> list[Any]:
     ]
 
 
-async def test_a_trigger_given_up_after_its_loss_budget_is_counted(leases: RedisLeases) -> None:
+async def test_a_trigger_given_up_after_its_loss_budget_is_counted(
+    short_timeout_leases: RedisLeases,
+) -> None:
     """Two loop_blocked losses: two losses counted, one trigger lost_repeatedly, no job key."""
+    leases = short_timeout_leases  # a loss past a lease under 1 s: too short for 2 s calls
     reader = InMemoryMetricReader()
     tracer_provider, meter_provider = TracerProvider(), MeterProvider(metric_readers=[reader])
     pod = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider).instrument(

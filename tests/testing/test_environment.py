@@ -299,7 +299,20 @@ def test_a_job_class_a_pod_would_refuse_is_refused_at_construction() -> None:
 
 async def test_one_run_at_a_time() -> None:
     """Runs share the executor's observers: a second concurrent run is refused."""
-    env = JobEnvironment(Steps())
+
+    class Announced(Steps):
+        """Steps that say when the first run's job has begun."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.started = anyio.Event()
+
+        async def run(self, ctx: JobContext) -> object:
+            self.started.set()
+            return await super().run(ctx)
+
+    job = Announced()
+    env = JobEnvironment(job)
     errors: list[BaseException] = []
 
     async def second() -> None:
@@ -313,7 +326,7 @@ async def test_one_run_at_a_time() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(first)
-        await anyio.sleep(0.5)
+        await job.started.wait()  # the first run is in progress: its job has begun
         tg.start_soon(second)
     assert [str(e) for e in errors] == ["a JobEnvironment runs one trigger at a time"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from leaseworker._timeline import history_from_spans, render_text
 
-from .spansets import KEY, SCENARIOS
+from .spansets import KEY, SCENARIOS, Trigger
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -49,3 +49,14 @@ def test_colour_only_adds_escape_codes() -> None:
     ):
         stripped = stripped.replace(code, "")
     assert stripped == render_text(history)
+
+
+def test_an_execution_shows_what_its_children_spent() -> None:
+    """The ``job run`` span's child CPU (``run_in_process``) is in the execution's line."""
+    a = Trigger("pod-a", offset=3)
+    a.process(0.0, 2.0, "c1", "lost").held("c1", 7, 0.05)
+    a.span("job run", 0.05, 1.5, execution="c1", fence=7, outcome="lost", process__cpu_seconds=1.25)
+    history = history_from_spans(a.spans, job_key=KEY)
+    [execution] = history.executions
+    assert execution.cpu_seconds == 1.25
+    assert "child CPU 1.250s" in render_text(history)

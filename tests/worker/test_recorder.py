@@ -140,9 +140,10 @@ async def test_an_execution_that_never_ended_shows_open_ended(
 
 
 async def test_a_loss_records_its_reason_stop_latency_and_margin(
-    leases: RedisLeases, tmp_path: Path
+    short_timeout_leases: RedisLeases, tmp_path: Path
 ) -> None:
     """A body that kept the loop past its deadline: ``lost`` with reason, latency and margin."""
+    leases = short_timeout_leases  # a loss past a lease under 1 s: too short for 2 s calls
     path = tmp_path / "history.jsonl"
     job = _BlocksTheLoop()
     recorder = HistoryRecorder(path, input_version=job.input_version)

@@ -103,13 +103,15 @@ async def test_redis_outage_mid_run_stops_the_job_keeps_the_trigger_and_resumes(
     """Black-holed Redis: the job is stopped (lost), nothing is committed; it completes after."""
     kafka_server.create_topics([kafka_names.topic])
     recorder = Recorder()
-    job = on_topic(GateJob, kafka_names.topic, lease_duration=1.5)(recorder)
+    job = on_topic(GateJob, kafka_names.topic, lease_duration=3.0)(recorder)
     config = pod_config(kafka_server, redis_server, kafka_names, namespace)
     await produce(kafka_server.bootstrap_servers, kafka_names.topic, [(b"k", payload(gate=True))])
     retries: list[ExecutionEvent] = []
     observer = _OnEvent(retries.append, only="retry")
     async with (
-        proxied_leases(redis_server, namespace, command_timeout=0.2) as (proxy, leases),
+        # 1 s per call: the blackhole still stops the job within 2 s (a renewal interval
+        # plus the timeout), and no call through the proxy times out on a loaded machine.
+        proxied_leases(redis_server, namespace, command_timeout=1.0) as (proxy, leases),
         running(make_worker(job, config, leases=leases, hooks=[observer])) as worker,
     ):
         await recorder.until(lambda: bool(recorder.runs_of("k")))

@@ -5,13 +5,23 @@ deadline into the worker's shared slot, lets the caller follow the lease through
 ``Mirror``, and awaits the reply. A cancellation of the awaiting task (lease lost,
 deadline, ``max_runtime``, shutdown) SIGKILLs the worker's process group at once and
 reaps it within ``reap_timeout``, shielded; a child that died by itself raises
-``ChildProcessDied``. Either way a new worker is started at once, to warm up while
-the pool serves the next call with another one. The pool holds no object bound to
-an event loop between calls, but is used from one thread (one loop) at a time.
+``ChildProcessDied``. Either way a new worker is started once the cancellation or
+the error went on (``loop.call_soon``: starting a process blocks the loop about
+5 ms), to warm up while the pool serves the next call with another worker.
+
+Why ``subprocess`` and not ``multiprocessing``: the pod runs threads, so no
+``fork``; ``spawn`` or ``forkserver`` would do, but bring a resource tracker
+process, shared memory under /dev/shm and a bootstrap we would work around (a new
+session, our own frames). A plain child started with ``start_new_session=True``,
+pipes and a memfd passed by ``pass_fds`` give the pool what it needs (one process
+group to kill, no tracker, nothing left in /dev/shm) and nothing more. The pool
+holds no object bound to an event loop between calls, but is used from one thread
+(one loop) at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import math
 import os
@@ -26,15 +36,17 @@ import anyio
 from .._errors import ChildProcessDied, ConfigError
 from .._outcome import LeaseLostReason
 from ._call import Identity, Mirror, Usage
-from ._pool_worker import CallMirror, Keeper, PoolWorker
+from ._pool_worker import CallMirror, Keeper, PoolWorker, died
 
 T = TypeVar("T")
 
-STOP_ALLOWANCE: Final = 0.02
+STOP_ALLOWANCE: Final = 0.05
 """Seconds from a cancellation to the child's group killed and reaped, with room to spare.
 
-Measured by ``bench/process_stop.py`` (cancel of the awaiting task to the child
-reaped, 1,000 kills of a child in a CPU loop, 2 shared cores): see bench/README.md.
+``bench/process_stop.py --kills 1000`` (cancel of the awaiting task to the killed
+child reaped, a child in a CPU loop each time; 2 shared cores): p50 4.1 ms, p99
+18.2 ms, max 33.7 ms at load 7 (6 December); a kill and its reap alone take about
+1 ms. The allowance is the loaded maximum with half again on top.
 """
 
 
@@ -80,6 +92,9 @@ class ProcessPool:
         self._dying: list[PoolWorker] = []
         self._waiters: deque[anyio.Event] = deque()
         self._starting: anyio.Event | None = None
+        self._owed = 0  # workers to start again
+        self._busy: set[PoolWorker] = set()  # running a call: its run() reaps it if it dies
+        self._drained: anyio.Event | None = None  # set when the last busy worker is back
 
     @classmethod
     def default(cls) -> ProcessPool:
@@ -133,18 +148,27 @@ class ProcessPool:
             self._starting = None
 
     async def aclose(self) -> None:
-        """Kill every worker's group, reap them, stop the keeper; idempotent."""
+        """Kill every worker's group, reap them, stop the keeper; idempotent.
+
+        A call running meanwhile ends with ``ChildProcessDied`` (its child was killed);
+        its ``run()`` reaps that child, and ``aclose`` waits for it.
+        """
+        keeper, self._keeper = self._keeper, None  # nothing is started again meanwhile
         workers = [*self._live, *self._dying]
         self._live.clear()
         self._idle.clear()
-        self._dying.clear()
+        self._owed = 0
         for worker in workers:
             worker.kill()
-        for worker in workers:
-            await worker.reap(self._reap_timeout)
-        if self._keeper is not None:
-            self._keeper.close(self._reap_timeout)
-            self._keeper = None
+        if self._busy:
+            self._drained = anyio.Event()
+            await self._drained.wait()
+        for worker in [*workers, *self._dying]:
+            if worker not in self._busy:
+                await worker.reap(self._reap_timeout)
+        self._dying.clear()
+        if keeper is not None:
+            keeper.close(self._reap_timeout)
         while self._waiters:
             self._waiters.popleft().set()
 
@@ -155,7 +179,7 @@ class ProcessPool:
             worker.kill()
         give_up = time.monotonic() + self._reap_timeout
         for worker in workers:
-            while worker.reap_now() is None and not worker.reaped and time.monotonic() < give_up:
+            while not worker.gone() and time.monotonic() < give_up:
                 time.sleep(0.002)
         if self._keeper is not None:
             self._keeper.close(self._reap_timeout)
@@ -191,11 +215,22 @@ class ProcessPool:
         try:
             worker = await self._take()
             worker.follow(mirror)
-            reply = await self._call(worker, data, usage)
+            reply = await self._busy_call(worker, data, usage)
         finally:
             mirror.active = False
             unfollow()
         return _unpacked(reply, worker.pid)  # type: ignore[no-any-return]
+
+    async def _busy_call(
+        self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
+    ) -> tuple[Any, ...]:
+        self._busy.add(worker)
+        try:
+            return await self._call(worker, data, usage)
+        finally:
+            self._busy.discard(worker)
+            if not self._busy and self._drained is not None:
+                self._drained.set()
 
     async def _call(
         self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
@@ -212,14 +247,18 @@ class ProcessPool:
                 died = await self._died(worker)
             _report(usage, died[1])
             raise died[0]
-        reply, (cpu, peak, total) = pickle.loads(body)
+        (cpu, peak, total), payload = pickle.loads(body)
         worker.cpu_base = total
         _report(usage, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
-        if self._spent(worker, peak):
+        if self._spent(worker, peak) or worker not in self._live:  # or the pool closed meanwhile
             self._retire(worker)
         else:
             self._give_back(worker)
-        return tuple(reply)
+        try:
+            return tuple(pickle.loads(payload))
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise RuntimeError(f"the pod cannot unpickle the child's reply: {detail}") from exc
 
     async def _kill(self, worker: PoolWorker) -> Usage:
         worker.kill()
@@ -232,15 +271,8 @@ class ProcessPool:
         worker.kill()  # what the job started dies with it
         reaped = await worker.reap(self._reap_timeout)
         self._replace(worker, reaped is None)
-        number = code = None
-        if reaped is not None:
-            status = reaped[0]
-            if os.WIFSIGNALED(status):
-                number = os.WTERMSIG(status)
-            else:
-                code = os.WEXITSTATUS(status)
         cpu, peak = _rusage_cost(worker, reaped)
-        error = ChildProcessDied(worker.pid, signal=number, exit_code=code)
+        error = died(worker.pid, None if reaped is None else reaped[0])
         return error, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False)
 
     def _spent(self, worker: PoolWorker, peak: int) -> bool:
@@ -250,14 +282,21 @@ class ProcessPool:
 
     def _retire(self, worker: PoolWorker) -> None:
         worker.kill()  # idle: nothing of a call is lost
-        self._replace(worker, worker.reap_now() is None)
+        self._replace(worker, not worker.gone())
 
     def _replace(self, worker: PoolWorker, unreaped: bool) -> None:
         self._live.discard(worker)
         if unreaped:
             self._dying.append(worker)
         if self._keeper is not None:
+            # Starting a process blocks about 5 ms: after the cancellation went on, not before.
+            self._owed += 1
+            asyncio.get_running_loop().call_soon(self._pay)
+
+    def _pay(self) -> None:
+        while self._owed and self._keeper is not None:
             self._spawn()
+            self._owed -= 1
 
     def _spawn(self) -> None:
         assert self._keeper is not None
@@ -273,20 +312,14 @@ class ProcessPool:
 
     async def _take(self) -> PoolWorker:
         await self.start()
+        self._pay()  # if the loop closed before its callback ran
         self._reap_dying()
         while True:
-            for worker in self._idle:
-                if worker.poll_ready():
-                    self._idle.remove(worker)
-                    return worker
-            if self._idle:  # only starting ones: wait for the oldest
-                worker = self._idle.popleft()
-                try:
-                    await worker.wait_ready()
-                except BaseException:
-                    self._idle.appendleft(worker)
-                    raise
+            worker = self._warm()
+            if worker is not None:
                 return worker
+            if self._idle:  # only starting ones: wait for the oldest
+                return await self._warmed(self._idle.popleft())
             if self._keeper is None:
                 raise RuntimeError("the process pool is closed")
             free = anyio.Event()
@@ -300,8 +333,40 @@ class ProcessPool:
                     self._waiters.popleft().set()  # pass on the wake-up this task will not use
                 raise
 
+    def _warm(self) -> PoolWorker | None:
+        for worker in list(self._idle):
+            try:
+                ready = worker.poll_ready()
+            except Exception:
+                self._idle.remove(worker)
+                self._drop(worker)
+                raise
+            if ready:
+                self._idle.remove(worker)
+                if not worker.exited():
+                    return worker
+                self._drop(worker)  # died idle: the OOM killer, a kill by hand, its pod thread
+        return None
+
+    async def _warmed(self, worker: PoolWorker) -> PoolWorker:
+        try:
+            await worker.wait_ready()
+        except anyio.get_cancelled_exc_class():
+            self._idle.appendleft(worker)
+            raise
+        except Exception:
+            self._drop(worker)
+            raise
+        return worker
+
+    def _drop(self, worker: PoolWorker) -> None:
+        # A worker whose start failed: one new one is owed, so each call tries one start
+        # (and raises its error) and none waits for a dead worker.
+        worker.kill()
+        self._replace(worker, not worker.gone())
+
     def _reap_dying(self) -> None:
-        self._dying = [worker for worker in self._dying if worker.reap_now() is None]
+        self._dying = [worker for worker in self._dying if not worker.gone()]
 
 
 def _positive(name: str, value: object) -> int:

@@ -14,11 +14,12 @@ import contextlib
 import os
 import pickle
 import resource
+import select
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 import anyio
 
@@ -115,6 +116,15 @@ class CallMirror:
             os.write(self._wake, b"w")
 
 
+def died(pid: int, status: int | None) -> ChildProcessDied:
+    """Return the error for child ``pid`` that died by itself with wait ``status`` (or unknown)."""
+    if status is None:
+        return ChildProcessDied(pid, signal=None, exit_code=None)
+    if os.WIFSIGNALED(status):
+        return ChildProcessDied(pid, signal=os.WTERMSIG(status), exit_code=None)
+    return ChildProcessDied(pid, signal=None, exit_code=os.WEXITSTATUS(status))
+
+
 class PoolWorker:
     """A started child and the pod's ends of its pipes and slot."""
 
@@ -159,7 +169,6 @@ class PoolWorker:
             try:
                 hello = _frames.receive_now(self._reply, self._buffer)
             except EOFError:
-                hello = None
                 self._raise_dead()
             if hello is not None:
                 self._hello(hello)
@@ -184,15 +193,23 @@ class PoolWorker:
         self.cpu_base = message[1]
         self.ready = True
 
-    def _raise_dead(self) -> None:
-        raise ChildProcessDied(self.pid, signal=None, exit_code=None)
+    def _raise_dead(self) -> NoReturn:
+        reaped = self.reap_now()  # exited at once, as at a failed start: its status says how
+        raise died(self.pid, None if reaped is None else reaped[0])
 
     async def call(self, data: bytes) -> bytes | None:
         """Send one call's frame and wait for its reply (``None``: the child died)."""
         self.calls += 1
         with on_child():
-            await _frames.send(self._call, _frames.frame(data))
+            try:
+                await _frames.send(self._call, _frames.frame(data))
+            except BrokenPipeError:  # it died before it read the call
+                return None
             return await _frames.receive(self._reply, self._buffer)
+
+    def exited(self) -> bool:
+        """Whether the child exited (its pidfd is readable), without waiting."""
+        return bool(select.select([self._pidfd], [], [], 0)[0])
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group."""
@@ -211,6 +228,10 @@ class PoolWorker:
         self._keeper.remove(self.pid)
         self._close()
         return status, usage
+
+    def gone(self) -> bool:
+        """Whether the child is reaped (trying once more now, without waiting)."""
+        return self.reaped or self.reap_now() is not None
 
     async def reap(self, within: float) -> tuple[int, resource.struct_rusage] | None:
         """Reap the child within ``within`` seconds (``None``: it did not exit in time)."""

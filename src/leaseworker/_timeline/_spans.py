@@ -89,8 +89,11 @@ def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Ex
     steps = [step for step in map(_step, spans) if step is not None]
     outcome = _text(process.attributes.get(n.OUTCOME)) if process is not None else None
     runs = [s for s in spans if s.name == n.SPAN_RUN]
+    cpu: float | None = None
     if runs:
         outcome = _text(runs[-1].attributes.get(n.OUTCOME)) or outcome
+        spent = runs[-1].attributes.get(n.CPU_SECONDS)
+        cpu = float(spent) if isinstance(spent, int | float) else None
     named = {step.name: step for step in steps}  # the last of each name
     acquired = named.get("acquired")
     end = _end(named, spans)
@@ -121,6 +124,7 @@ def _execution(execution_id: str, spans: list[Span], process: Span | None) -> Ex
         span_id=reference.span_id,
         steps=tuple(steps),
         previous_execution_id=_attr(named, "acquired", "previous_execution_id"),
+        cpu_seconds=cpu,
     )
 
 

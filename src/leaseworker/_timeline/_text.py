@@ -197,6 +197,8 @@ def _details(layout: Layout, execution: Execution, width: int) -> list[str]:
         head.append(f"offset {execution.partition}:{execution.offset}")
     if execution.paused:
         head.append("paused")
+    if execution.cpu_seconds is not None:
+        head.append(f"child CPU {execution.cpu_seconds:.3f}s")
     lines = [_cut("  ".join(head), width)]
     for step in sorted(execution.steps, key=step_order):
         name, details = describe(step)

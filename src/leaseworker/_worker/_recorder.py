@@ -131,6 +131,7 @@ class HistoryRecorder:
             partition=trigger.partition,
             offset=trigger.offset,
             steps=tuple(sorted(draft.steps, key=lambda step: step.at)),
+            cpu_seconds=event.cpu_seconds if ended else None,
         )
 
     def _lease_event(self, execution_id: str, event: LeaseEvent) -> None:
