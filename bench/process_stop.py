@@ -19,6 +19,7 @@ Every side runs ``--kills`` kills on the machine as it is, then again with
 are p50, p99 and the worst of each set.
 
     .venv/bin/python bench/process_stop.py [--kills 1000] [--hogs N] [--sides pool,anyio]
+        [--no-as-is]
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ async def bench(args: argparse.Namespace) -> None:
                     sides.append(await stack.enter_async_context(pool_side(reaped)))
                 if "anyio" in wanted:
                     sides.append(await stack.enter_async_context(anyio_side(1)))
-                for condition, count in (("as is", 0), (f"{args.hogs} hogs", args.hogs)):
+                conditions = [("as is", 0), (f"{args.hogs} hogs", args.hogs)]
+                for condition, count in conditions[0 if args.as_is else 1 :]:
                     with hogs(count):
                         for side in sides:
                             lines = await kills(side, reaped, args.kills, fifo, fifo_path)
@@ -173,6 +175,9 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=1000)
     parser.add_argument("--hogs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--sides", default="pool,anyio")
+    parser.add_argument(
+        "--no-as-is", dest="as_is", action="store_false", help="only the run beside the hogs"
+    )
     args = parser.parse_args()
     children_path()
     print(f"load {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
