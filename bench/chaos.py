@@ -2,11 +2,14 @@
 
 Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``, +1, ...;
 topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``) against
-``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) until ``--faults-total``
+``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) two campaigns in four, and
+``CrunchReport`` (the same computing 1 to 5 s in a child process through
+``run_in_process``, whose processes mark when they ran) the other two, until ``--faults-total``
 faults have been played (about eight in ten planned faults play; the rest find
 their target busy or idle), then prints the faults played by kind, the
 violations, the worst stop latency, the smallest margin before Redis could
-expire a key, the effects (each completion publishes one message: committed,
+expire a key, the CPU-bound executions' processes (how close to its
+execution's end each last ran), the effects (each completion publishes one message: committed,
 delivered, processed once, duplicates dropped, lost, stale, claimed again),
 what the campaigns exercised, and the wall time. A fault starts every second on average (a
 pod, or the shared services, has one at a time), so 1,000 faults take about
@@ -31,18 +34,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from leaseworker_dev._campaign import RULES
+
 BENCH = Path(__file__).resolve().parent
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
-JOB = "chaos_job:ShortLeaseReport"
+JOBS = ("chaos_job:ShortLeaseReport", "chaos_job:CrunchReport")
+"""Two campaigns of the awaiting job, then two of the CPU-bound one (``run_in_process``), ..."""
 TOPOLOGIES = ("single", "sentinel", "single", "cluster")
 """Half the campaigns on one node (it has the most fault kinds), a quarter on each replica set."""
+CODE_AFTER_STOP = "no process of an execution ran after it stopped"
 BROKEN_LIMIT = 3
 """Campaigns that may break off (no report: a service did not come back) before the bench stops."""
 
 
-def campaign(seed: int, faults: int, topology: str, report: Path) -> dict[str, Any]:
+def campaign(job: str, seed: int, faults: int, topology: str, report: Path) -> dict[str, Any]:
     """Run one campaign; return its JSON report (``ok`` False if it could not finish)."""
-    argv = [LEASEWORKER, "chaos", JOB, "--faults", str(faults), "--seed", str(seed), "--pods", "4"]
+    argv = [LEASEWORKER, "chaos", job, "--faults", str(faults), "--seed", str(seed), "--pods", "4"]
     argv += ["--topology", topology, "--report", str(report)]
     print("$", " ".join(argv[1:]), flush=True)
     with subprocess.Popen(
@@ -77,6 +84,12 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
     worst = max((c["stop_latency_max_ms"] for c in counted), default=0.0)
     margin = min((c["min_margin_ms"] for c in counted), default=0.0)
     overlaps = [i["counts"] for r in reports for i in r["invariants"] if "overlaps" in i["counts"]]
+    marked = [
+        i["counts"]
+        for r in reports
+        for i in r["invariants"]
+        if i["name"] == CODE_AFTER_STOP and i["counts"]["executions"]
+    ]
     effects = _summed(reports)
     exercised = [r["exercised"] for r in reports if r.get("exercised")]
     through = ", ".join(f"{k[7:]} {n}" for k, n in effects.items() if k.startswith("across_"))
@@ -94,6 +107,10 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"(+{sum(c['paused_losses'] for c in losses)} of paused executions)",
         f"worst stop latency {worst:.1f} ms",
         f"smallest margin    {margin:.1f} ms before Redis could expire the key",
+        f"child processes    {sum(c['executions'] for c in marked)} executions marked by "
+        f"{sum(c['processes'] for c in marked)} processes ({sum(c['marks'] for c in marked)} "
+        f"marks); last mark at least {min((c['min_margin_ms'] for c in marked), default=0.0):.1f}"
+        " ms before its execution's end",
         f"effects            {effects['effects']} committed, {effects['delivered']} delivered, "
         f"{effects['processed']} processed (twice: {effects['processed_twice']}), "
         f"{effects['duplicates_dropped']} duplicates dropped, {effects['lost']} lost, "
@@ -118,7 +135,7 @@ def _summed(reports: list[dict[str, Any]]) -> Counter[str]:
     """Add up the effects invariants' integer counts over the campaigns."""
     total: Counter[str] = Counter()
     for report in reports:
-        for invariant in report["invariants"][6:]:  # the effects' four follow the six others
+        for invariant in report["invariants"][len(RULES) :]:  # the effects' follow the others
             total.update({k: v for k, v in invariant["counts"].items() if isinstance(v, int)})
     for name in (
         "effects",
@@ -148,7 +165,9 @@ def main() -> int:
             index = len(reports)
             report = Path(scratch) / f"campaign-{index}.json"
             topology = TOPOLOGIES[index % len(TOPOLOGIES)]
-            reports.append(campaign(args.first_seed + index, args.per_campaign, topology, report))
+            job = JOBS[index // 2 % len(JOBS)]
+            seed = args.first_seed + index
+            reports.append(campaign(job, seed, args.per_campaign, topology, report))
             # Count what played: a fault whose target was busy the whole campaign is skipped;
             # a campaign that broke off reports nothing (its faults are not counted).
             broke_off = reports[-1].get("broke_off", False)

@@ -1,7 +1,16 @@
-"""Functions the process-pool benches run in a child (a module, so the child can import them)."""
+"""Functions the process-pool benches run in a child (a module, so the child can import them).
+
+Each takes the call's context first, as ``run_in_process`` passes it (a
+``ProcessContext``); the baselines (``anyio.to_process``,
+``ProcessPoolExecutor``) pass ``None`` there, so every side pickles the same
+arguments and runs the same code. The benches put this directory on the
+children's ``PYTHONPATH`` (``ProcessPool``'s children also get the pod's
+``sys.path``).
+"""
 
 from __future__ import annotations
 
+import os
 import time
 
 from leaseworker import ProcessContext
@@ -26,11 +35,32 @@ def checkpoints(pctx: ProcessContext, count: int) -> dict[str, float]:
     return figures
 
 
-def spin(pctx: ProcessContext) -> None:
-    """Compute until killed."""
+def nothing(_pctx: ProcessContext | None) -> None:
+    """Return at once."""
+
+
+def burn(_pctx: ProcessContext | None, seconds: float) -> float:
+    """Burn ``seconds`` of this process's CPU time (not wall time: a busy machine stretches it)."""
+    began = time.process_time()
+    spent = 0.0
+    while spent < seconds:
+        spent = time.process_time() - began
+    return spent
+
+
+def pid_after(_pctx: ProcessContext | None, linger: float) -> int:
+    """Return this worker's pid after ``linger`` seconds (so that concurrent calls spread)."""
+    time.sleep(linger)
+    return os.getpid()
+
+
+def spin(_pctx: ProcessContext | None, started: str | None = None) -> None:
+    """Compute until killed; first write this process's pid to ``started`` (a FIFO), if given."""
+    if started is not None:
+        descriptor = os.open(started, os.O_WRONLY)
+        try:
+            os.write(descriptor, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(descriptor)
     while True:
         pass
-
-
-def nothing(pctx: ProcessContext) -> None:
-    """Return at once."""

@@ -32,15 +32,23 @@ per trigger by the pod's ("CPU", this process's CPU time: steadier than the
 rates on a loaded machine).
 
     .venv/bin/python bench/throughput.py [--triggers 2000] [--rounds 7] [--concurrency 16]
-        [--stores memory,memory-lone,sqlite,postgresql]
+        [--stores memory,memory-lone,sqlite,postgresql] [--cpu-ms 10]
+
+``--cpu-ms N``: every job burns N ms of CPU time in a child process instead of
+returning at once: the pod's through ``ctx.run_in_process`` (its pool of
+``--process-workers``, the cores), the bare loop's, while it holds the lock,
+through ``loop.run_in_executor`` on a warm ``ProcessPoolExecutor`` of the
+cores (the hand-written way).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import hashlib
+import os
 import secrets
 import sqlite3
 import statistics
@@ -48,10 +56,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import process_jobs
 import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
@@ -86,6 +96,18 @@ class NoopReport(ReportJob):
 
     async def run(self, ctx: JobContext) -> object:
         """Do nothing."""
+        return None
+
+
+class CpuReport(ReportJob):
+    """A job whose work is ``seconds`` of CPU time in a child (``ctx.run_in_process``)."""
+
+    topic = "unset"
+    seconds = 0.01
+
+    async def run(self, ctx: JobContext) -> object:
+        """Burn ``seconds`` of CPU in one of the pod's process workers."""
+        await ctx.run_in_process(process_jobs.burn, self.seconds)
         return None
 
 
@@ -200,11 +222,13 @@ async def bare_loop(
     count: int,
     concurrency: int,
     writer: BareWriter | None = None,
+    work: Callable[[], Awaitable[object]] | None = None,
 ) -> float:
     """Consume, lock/unlock per record (2 round trips), commit each batch; return seconds.
 
     With ``writer``, each record's result is also written durably while the
-    lock is held (see :class:`PostgresWrites`, :class:`SqliteWrites`).
+    lock is held (see :class:`PostgresWrites`, :class:`SqliteWrites`); with
+    ``work``, it is awaited while the lock is held (the job).
     """
     group = f"bare-{uuid.uuid4().hex[:8]}"
     release = redis.register_script(RELEASE)
@@ -214,6 +238,8 @@ async def bare_loop(
         lock = f"bare:{{{key.decode()}}}:lock"
         with anyio.fail_after(5):
             if await redis.set(lock, token, nx=True, px=30_000):
+                if work is not None:
+                    await work()
                 if writer is not None:
                     fence = time.time_ns() // 1000  # time-floored, as the pod's fences are
                     # Keyed by topic, as the pod's by its namespace: each side's run
@@ -389,14 +415,17 @@ async def leaseworker_pod(
     store: CompletionStore | None = None,
     *,
     pipelining: bool = True,
+    cpu: float = 0.0,
 ) -> float:
     """Run one in-process worker pod until everything is committed; return seconds.
 
     ``pipelining=False`` makes the worker send every lease call on its own
-    (``PodConfig.lease_pipelining``), as the bare loop does.
+    (``PodConfig.lease_pipelining``), as the bare loop does. ``cpu``: each
+    job burns that many seconds of CPU through ``ctx.run_in_process``.
     """
     group = f"lw-{uuid.uuid4().hex[:8]}"
-    job: NoopReport = type("NoopReport", (NoopReport,), {"topic": topic})()
+    base: type[ReportJob] = CpuReport if cpu else NoopReport
+    job = type(base.__name__, (base,), {"topic": topic, "seconds": cpu})()
     config = PodConfig(
         bootstrap_servers=bootstrap,
         redis_url=redis_url,
@@ -467,6 +496,7 @@ async def pod_side(
         url,
         store,
         pipelining=pipelining,
+        cpu=args.cpu_ms / 1000,
     )
 
 
@@ -506,6 +536,9 @@ async def bench(
         redis = Redis.from_url(redis_server.url)
         stack.push_async_callback(redis.aclose)
         writers = await open_writers(store_urls, workdir, stack)
+        work = None
+        if args.cpu_ms:
+            work = await _executor_work(args.cpu_ms / 1000, stack)
         sides: dict[str, Side] = {
             BARE: functools.partial(
                 bare_loop,
@@ -513,6 +546,7 @@ async def bench(
                 redis,
                 count=args.triggers,
                 concurrency=args.concurrency,
+                work=work,
             ),
         }
         for store, writer in writers.items():
@@ -523,6 +557,7 @@ async def bench(
                 count=args.triggers,
                 concurrency=args.concurrency,
                 writer=writer,
+                work=work,
             )
         for store, url in store_urls.items():
             if store.startswith("bare-"):
@@ -532,6 +567,23 @@ async def bench(
             )
         rates, cpu = await run_rounds(kafka, sides, args)
     report(rates, cpu, {f"pod, {store} store": fair_name(store) for store in writers})
+
+
+async def _executor_work(
+    seconds: float, stack: contextlib.AsyncExitStack
+) -> Callable[[], Awaitable[object]]:
+    """Return the bare loop's job: ``seconds`` of CPU in a warm ProcessPoolExecutor of the cores."""
+    executor = ProcessPoolExecutor(max_workers=os.cpu_count())
+    stack.callback(executor.shutdown, wait=True, cancel_futures=True)
+    loop = asyncio.get_running_loop()
+    job = functools.partial(process_jobs.burn, None, seconds)
+    for warm in [loop.run_in_executor(executor, job) for _ in range(2 * (os.cpu_count() or 1))]:
+        await warm
+
+    async def work() -> object:
+        return await loop.run_in_executor(executor, job)
+
+    return work
 
 
 async def run_rounds(
@@ -596,7 +648,8 @@ def report(
             line += f"\n{'':35s}fair: {paired(samples, rates[base])} of {base}"
             line += f"\n{'':35s}CPU:  {paired(cpu[base], cpu[name])} ({base} CPU / pod CPU)"
         print(line)
-    print("target: pod with the memory store >= 0.90x of bare (median of per-round ratios)")
+    print("target: pod with the memory store >= 0.90x of bare (median of per-round ratios;")
+    print("with --cpu-ms, the pod's run_in_process against the bare loop's ProcessPoolExecutor)")
     if fair:
         print("target: pod with a durable store >= 0.90x of the bare loop writing the same store")
 
@@ -606,6 +659,13 @@ def main() -> None:
     parser.add_argument("--triggers", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--cpu-ms",
+        type=float,
+        default=0.0,
+        help="each trigger's job burns this much CPU in a child process: the pod's through "
+        "ctx.run_in_process, the bare loop's through a ProcessPoolExecutor (default: no-op)",
+    )
     parser.add_argument(
         "--stores",
         default="memory,memory-lone,sqlite",
@@ -617,8 +677,9 @@ def main() -> None:
     unknown = set(stores) - set(STORES)
     if unknown or not stores:
         parser.error(f"--stores takes names from {', '.join(STORES)}, got {args.stores!r}")
+    kind = f"{args.cpu_ms:g} ms CPU" if args.cpu_ms else "no-op"
     print(
-        f"{args.triggers} no-op triggers over {PARTITIONS} partitions, "
+        f"{args.triggers} {kind} triggers over {PARTITIONS} partitions, "
         f"concurrency {args.concurrency}, {args.rounds} rounds per side"
     )
     with contextlib.ExitStack() as stack:

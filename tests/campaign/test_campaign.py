@@ -59,6 +59,7 @@ def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> No
         "every trigger committed, every identity done",
         "no pod exited non-zero unless killed",
         "every loss stopped before Redis could expire the key",
+        "no process of an execution ran after it stopped",
         "every accepted completion's effects delivered, none lost",
         "each effect processed once by the receiver",
         "no effect from a stale or superseded execution",

@@ -13,7 +13,7 @@ import pytest
 
 from leaseworker._history import Step
 from leaseworker.toolkit import Execution, FaultWindow, History
-from leaseworker_dev._campaign import PodExit, Produced, Records, Stored, Verdict, check
+from leaseworker_dev._campaign import Marked, PodExit, Produced, Records, Stored, Verdict, check
 
 KEY = "report:acme:2026-11"
 
@@ -195,3 +195,66 @@ def test_a_paused_loss_is_counted_apart_from_the_figures() -> None:
     [verdict] = [v for v in verdicts if v.name.startswith("every loss stopped")]
     assert verdict.passed
     assert (verdict.counts["losses"], verdict.counts["paused_losses"]) == (0, 1)
+
+
+CODE_AFTER_STOP = "no process of an execution ran after it stopped"
+
+
+def _marks(eid: str, last: float, pid: int = 4242) -> Marked:
+    return Marked(execution_id=eid, pid=pid, count=100, first=0.5, last=last)
+
+
+def test_marks_before_each_stop_pass_and_are_counted() -> None:
+    """A lost execution's child marked until 4.99 s (it stopped at 5.0): the margin is reported."""
+    records = dataclasses.replace(RECORDS, marks=(_marks("a", 4.99), _marks("b", 8.0, pid=7)))
+    verdicts = {v.name: v for v in check(CLEAN, records)}
+    assert verdicts[CODE_AFTER_STOP].passed
+    counts = verdicts[CODE_AFTER_STOP].counts
+    assert (counts["executions"], counts["processes"], counts["marks"]) == (2, 2, 200)
+    assert counts["min_margin_ms"] == 10.0
+
+
+def test_a_child_that_ran_after_its_execution_stopped_fails() -> None:
+    """The planted violation: a mark 200 ms after the recorded stop, and 1.2 s into the next."""
+    records = dataclasses.replace(RECORDS, marks=(_marks("a", 6.2),))
+    failed = _failed(CLEAN, records)
+    assert list(failed) == [CODE_AFTER_STOP]
+    text = "\n".join(failed[CODE_AFTER_STOP].violations)
+    assert "process 4242 ran 1200 ms after the execution ended (lost)" in text
+    assert "ran 200 ms into b (pod-b, fence 11)" in text
+
+
+def test_a_paused_execution_is_no_excuse_for_its_child() -> None:
+    """A frozen pod's child must kill itself at its deadline: a mark into the next one fails."""
+    paused = dataclasses.replace(CLEAN.executions[0], paused=True, end=7.0)
+    history = dataclasses.replace(CLEAN, executions=(paused, CLEAN.executions[1]))
+    records = dataclasses.replace(RECORDS, marks=(_marks("a", 6.5),))
+    failed = _failed(history, records)
+    assert CODE_AFTER_STOP in failed
+    assert "ran 500 ms into b" in failed[CODE_AFTER_STOP].violations[0]
+
+
+def test_a_killed_pods_processes_get_the_death_grace_and_no_more() -> None:
+    """Ended by its pod's SIGKILL at 5.0: marks until 5.9 pass, one at 6.1 fails."""
+    killed = dataclasses.replace(CLEAN.executions[0], outcome="killed", steps=())
+    history = dataclasses.replace(
+        CLEAN,
+        executions=(killed, dataclasses.replace(CLEAN.executions[1], start=9.0, end=10.0)),
+    )
+    within = dataclasses.replace(RECORDS, marks=(_marks("a", 5.9),))
+    assert CODE_AFTER_STOP not in _failed(history, within)
+    beyond = dataclasses.replace(RECORDS, marks=(_marks("a", 6.1),))
+    assert (
+        "ran 1100 ms after the execution ended (killed)"
+        in (_failed(history, beyond)[CODE_AFTER_STOP].violations[0])
+    )
+
+
+def test_a_child_running_into_the_next_execution_across_redis_emptied_is_the_limit() -> None:
+    """Redis forgot the lease: the next start is not a violation (the own end still is)."""
+    running = dataclasses.replace(CLEAN.executions[0], end=7.0)
+    fault = FaultWindow(kind="redis_restart_empty", start=2.0, end=2.5)
+    history = History(clock="monotonic", executions=(running, CLEAN.executions[1]), faults=(fault,))
+    records = dataclasses.replace(RECORDS, marks=(_marks("a", 6.5),))
+    verdicts = {v.name: v for v in check(history, records)}
+    assert verdicts[CODE_AFTER_STOP].passed

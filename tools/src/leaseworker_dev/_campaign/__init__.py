@@ -4,12 +4,14 @@
 dead letters, stored completions, pod exits); ``_checker`` the invariants
 judged over the pods' recorded history and those records (``_effect_checks``
 the effects'; ``_invariant_verdict`` what each returns); ``_report`` the
-printed, JSON and HTML report; ``_campaign_run`` the campaign itself. Sits between
+printed, JSON and HTML report; ``_campaign_run`` the campaign itself; ``_takeover`` the takeover
+trials of a CPU-bound job on two pods. Sits between
 the tools' CLI and the local services (an import contract): it starts
 services and pods through ``_services``.
 """
 
 from ._campaign_records import DeadLetter as DeadLetter
+from ._campaign_records import Marked as Marked
 from ._campaign_records import PodExit as PodExit
 from ._campaign_records import Produced as Produced
 from ._campaign_records import Records as Records
@@ -24,21 +26,30 @@ from ._payloads import load_generator as load_generator
 from ._report import render as render
 from ._report import to_html as to_html
 from ._report import to_json as to_json
+from ._takeover import Trial as Trial
+from ._takeover import Where as Where
+from ._takeover import ahead as ahead
+from ._takeover import takeover_trials as takeover_trials
 
 __all__ = [
     "RULES",
     "DeadLetter",
     "Interrupted",
+    "Marked",
     "PodExit",
     "Produced",
     "Records",
     "Settings",
     "Stored",
+    "Trial",
     "Verdict",
+    "Where",
+    "ahead",
     "check",
     "load_generator",
     "render",
     "run_campaign",
+    "takeover_trials",
     "to_html",
     "to_json",
 ]

@@ -99,6 +99,21 @@ class Reclaim:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Marked:
+    """The marks one process left for one execution: how many, the first and the last.
+
+    Marks are ``time.monotonic()`` readings a job's child process (or that
+    child's own child) wrote while it computed (``leaseworker_dev._services.crunch``).
+    """
+
+    execution_id: str
+    pid: int
+    count: int
+    first: float
+    last: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Records:
     """The campaign's records; ``committed`` maps a partition to its committed position.
 
@@ -106,7 +121,8 @@ class Records:
     its inbox let through); ``reclaims`` the claims taken on messages already
     sent (``None``: not audited); ``wall_offset`` is
     ``time.time() - time.monotonic()`` during the campaign, to place the
-    effects' Unix times among the faults' monotonic ones.
+    effects' Unix times among the faults' monotonic ones; ``marks`` when each
+    process of an execution last ran code, where the job left marks.
     """
 
     produced: tuple[Produced, ...] = ()
@@ -119,3 +135,4 @@ class Records:
     processed: Mapping[str, int] = field(default_factory=dict)
     reclaims: tuple[Reclaim, ...] | None = ()
     wall_offset: float = 0.0
+    marks: tuple[Marked, ...] = ()

@@ -50,8 +50,17 @@ from ._outbox_audit import install_audit, outbox_rows, reclaims, topics_of
 from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
-from ._testbed import POD_FLAGS, Services, Topology, make_pod, refused, services, store_proxy
-from ._witness import committed, completions, dead_letters, pods_history
+from ._testbed import (
+    POD_FLAGS,
+    Services,
+    Topology,
+    make_pod,
+    marks_dir,
+    refused,
+    services,
+    store_proxy,
+)
+from ._witness import committed, completions, dead_letters, marks, pods_history
 
 Out = Callable[[str], None]
 
@@ -289,6 +298,7 @@ async def _campaign_body(
             processed=receiver.processed(),
             reclaims=await reclaims(stack.store_url, group, audited=own_store),
             wall_offset=wall_offset,
+            marks=marks(marks_dir(stack.workdir)),
         )
     history = pods_history(pods, injector.faults, stack.workdir)
     verdicts = check(history, records)

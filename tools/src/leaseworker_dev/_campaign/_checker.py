@@ -25,6 +25,9 @@ from ._invariant_verdict import MAX_SHOWN, Verdict, verdict
 DATA_LOSS_FAULTS = frozenset({"redis_restart_empty"})
 """Faults after which Redis forgot held leases: the documented limit, fencing's job."""
 
+DEATH_GRACE = 1.0
+"""Seconds an execution's processes may outlive its SIGKILLed pod (the keeper's bound)."""
+
 
 def check(history: History, records: Records) -> list[Verdict]:
     """Run every invariant over ``history`` and ``records``, the effects' last."""
@@ -211,6 +214,57 @@ def losses_stopped_in_time(history: History, records: Records) -> Verdict:
     return verdict("every loss stopped before Redis could expire the key", counts, violations)
 
 
+def no_code_after_stop(history: History, records: Records) -> Verdict:
+    """No process of an execution (its child, the child's children) ran code after it stopped.
+
+    Judged from the marks its processes left on the monotonic clock (the job
+    writes them: ``records.marks``), against the execution's recorded end
+    (its body's stop after a loss, else its release) and against the start
+    of the key's next execution. An
+    execution ended by its pod's SIGKILL ends when the campaign reaped the
+    pod; its processes get :data:`DEATH_GRACE` more. A paused pod is no
+    excuse: its child must kill itself at its deadline. Only the start of a
+    next execution across a fault that emptied Redis is the documented limit.
+    """
+    executions = {e.execution_id: e for e in history.executions}
+    following = _next_of_key(history)
+    violations: list[str] = []
+    margins: list[float] = []
+    judged: set[str] = set()
+    for mark in records.marks:
+        execution = executions.get(mark.execution_id)
+        if execution is None or execution.end is None:
+            continue
+        judged.add(mark.execution_id)
+        grace = DEATH_GRACE if execution.outcome == "killed" else 0.0
+        margins.append(execution.end + grace - mark.last)
+        if mark.last > execution.end + grace:
+            violations.append(
+                f"{execution.job_key}: {execution.execution_id} ({execution.pod}): process "
+                f"{mark.pid} ran {(mark.last - execution.end) * 1000:.0f} ms after the "
+                f"execution ended ({execution.outcome or 'no outcome'})"
+            )
+        later = following.get(execution.execution_id)
+        if (
+            later is not None
+            and mark.last >= later.start
+            and not _across_data_loss(execution, later, history)
+        ):
+            violations.append(
+                f"{execution.job_key}: {execution.execution_id} ({execution.pod}): process "
+                f"{mark.pid} ran {(mark.last - later.start) * 1000:.0f} ms into "
+                f"{later.execution_id} ({later.pod}, fence {later.fence})"
+            )
+    counts: dict[str, Scalar] = {
+        "executions": len(judged),
+        "processes": sum(1 for m in records.marks if m.execution_id in judged),
+        "marks": sum(m.count for m in records.marks if m.execution_id in judged),
+        "min_margin_ms": round(min(margins, default=0.0) * 1000, 1),
+        "late": len(violations),
+    }
+    return verdict("no process of an execution ran after it stopped", counts, violations)
+
+
 RULES: tuple[Callable[[History, Records], Verdict], ...] = (
     no_overlap,
     fences_increase,
@@ -218,6 +272,7 @@ RULES: tuple[Callable[[History, Records], Verdict], ...] = (
     nothing_lost,
     pods_exited_cleanly,
     losses_stopped_in_time,
+    no_code_after_stop,
 )
 """Every invariant, in report order."""
 
@@ -228,6 +283,15 @@ def _by_key(history: History) -> dict[str, list[Execution]]:
     for execution in sorted(history.executions, key=lambda e: e.start):
         keys[execution.job_key].append(execution)
     return keys
+
+
+def _next_of_key(history: History) -> dict[str, Execution]:
+    """Map each execution id to the key's next execution (by start), where there is one."""
+    return {
+        earlier.execution_id: later
+        for executions in _by_key(history).values()
+        for earlier, later in itertools.pairwise(executions)
+    }
 
 
 def _across_data_loss(first: Execution, second: Execution, history: History) -> bool:

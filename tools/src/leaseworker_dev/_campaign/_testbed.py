@@ -7,7 +7,8 @@ private PostgreSQL behind a :class:`~leaseworker.testing.ChaosProxy` (so it
 can be taken away), or, without PostgreSQL installed, an SQLite file. A pod
 is the one pod process (:class:`~leaseworker_dev._services.PodProcess`) of the
 user's job through the stall wrapper, with its own Redis proxy on the
-single-node topology, its own history file and a ``/readyz`` to wait for.
+single-node topology, its own history file and a ``/readyz`` to wait for; a
+job that marks when its processes ran (``crunch``) writes under :func:`marks_dir`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from leaseworker.toolkit import ChaosProxy, ConfigError, KafkaSecurity
 
 from .._services import (
+    MARKS_VARIABLE,
     LocalKafka,
     LocalPostgres,
     LocalRedis,
@@ -189,6 +191,7 @@ def make_pod(
     ``kafka_env``: its Kafka SASL/TLS variables (:meth:`Services.pod_env`), not on argv.
     """
     env = {JOB_VARIABLE: job, DIR_VARIABLE: str(workdir), "LEASEWORKER_STORE_URL": store_url}
+    env[MARKS_VARIABLE] = str(marks_dir(workdir))
     env |= kafka_env or {}
     return pod_process(
         name,
@@ -199,6 +202,11 @@ def make_pod(
         env=env,
         proxy=proxy,
     )
+
+
+def marks_dir(workdir: Path) -> Path:
+    """Where the pods' jobs leave their executions' marks (``leaseworker_dev._services.crunch``)."""
+    return workdir / "marks"
 
 
 def refused(exc: BaseException) -> bool:

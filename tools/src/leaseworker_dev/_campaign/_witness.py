@@ -30,7 +30,7 @@ from leaseworker.toolkit import (
 )
 
 from .._services import PodProcess
-from ._campaign_records import DeadLetter, Stored
+from ._campaign_records import DeadLetter, Marked, Stored
 from ._stall import stall_log
 
 TIMEOUT = 30.0
@@ -123,6 +123,33 @@ async def completions(
             if done is not None:
                 found[(job_key, version)] = Stored(fence=done.fence, execution_id=done.execution_id)
     return found
+
+
+def marks(directory: Path) -> tuple[Marked, ...]:
+    """Summarise the marks files in ``directory`` (one per execution id): per process, the last.
+
+    A line cut short by a kill mid-write is skipped; a file is read line by
+    line (a long CPU-bound execution leaves thousands).
+    """
+    found: list[Marked] = []
+    if not directory.is_dir():
+        return ()
+    for path in sorted(directory.iterdir()):
+        seen: dict[int, list[float]] = {}  # pid -> [count, first, last]
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                parts = line.split()
+                if len(parts) != 2 or not line.endswith("\n"):
+                    continue
+                pid, at = int(parts[0]), float(parts[1])
+                entry = seen.setdefault(pid, [0.0, at, at])
+                entry[0] += 1
+                entry[2] = max(entry[2], at)
+        found += [
+            Marked(execution_id=path.name, pid=pid, count=int(n), first=first, last=last)
+            for pid, (n, first, last) in seen.items()
+        ]
+    return tuple(found)
 
 
 def pods_history(pods: dict[str, PodProcess], faults: list[FaultWindow], workdir: Path) -> History:

@@ -4,7 +4,8 @@
 local Redis and Kafka and proves, under a Redis stall, that no report ever
 ran twice at once (:mod:`leaseworker_dev._demos._stack_demo`). ``incident`` replays the
 original lease-expiry incident with a naive lock and with ``hold()`` against
-a private Redis (:mod:`leaseworker_dev._demos._incident`). ``failover`` replays a
+a private Redis, then with a CPU-bound job in the event loop and through
+``run_in_process`` (:mod:`leaseworker_dev._demos._incident`). ``failover`` replays a
 Sentinel failover that loses the lease, without and with replica
 acknowledgement (:mod:`leaseworker_dev._demos._failover`). Each exits 1 when its
 proof fails.
@@ -31,7 +32,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help=summary,
         description="stack: three worker pods on a private Redis and Kafka, a Redis stall, "
         "and a summary proving no overlap (about 25 s). incident: a naive lock vs hold() "
-        "on one timeline. failover: a Sentinel failover that loses the lease, with "
+        "on one timeline, then a CPU loop that never awaits in the event loop vs through "
+        "held.run_in_process. failover: a Sentinel failover that loses the lease, with "
         "--lease-replicas 0 and 1 (about 30 s). services: the local Redis, Kafka and "
         "Jaeger alone (--postgres: a PostgreSQL too), for a job of your own. Ctrl-C, "
         "SIGTERM and SIGHUP stop everything a demo started and remove its temporary "

@@ -5,21 +5,33 @@ lease TTL. With a naive lock (SET NX PX, no renewal, no cancellation) B acquires
 when A's key expires while A is still running, and A's late release deletes
 nothing. With ``hold()`` and A's renewals black-holed, A is cancelled at its
 local deadline, before its key can expire, and B acquires only afterwards.
-Both runs go on one timeline against a private redis-server; the command exits
-1 if the leaseworker run overlaps.
+Then the same with a CPU-bound job that never awaits, A a process of its own:
+run in A's event loop it overlaps B (the loop cannot be cancelled, nor renew);
+run through ``held.run_in_process`` its child is killed before the lease
+could expire. Each run goes on one timeline against a private redis-server;
+the command exits 1 if a leaseworker run overlaps.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import secrets
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
 from redis.asyncio import Redis
 
 from leaseworker.toolkit import RELEASE, ChaosProxy, LeaseBusy, LeaseLost, RedisLeases, hold
 
-from .._services import LocalStack
+from .._services import ExitWatch, LocalStack, read_marks
+from ._cpu_holder import Where
 
 KEY = "report:acme:2026-11"
 
@@ -33,11 +45,11 @@ class Timeline:
     events: list[tuple[float, str, str]] = field(default_factory=list)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    def note(self, worker: str, text: str) -> float:
-        """Record ``text`` for ``worker`` now; return the time since the origin."""
-        at = anyio.current_time() - self.origin
-        self.events.append((at, worker, text))
-        return at
+    def note(self, worker: str, text: str, *, at: float | None = None) -> float:
+        """Record ``text`` for ``worker`` now (or at monotonic ``at``); return its time."""
+        since = (anyio.current_time() if at is None else at) - self.origin
+        self.events.append((since, worker, text))
+        return since
 
     def overlap(self) -> float:
         """Seconds during which A's and B's jobs both ran."""
@@ -123,42 +135,151 @@ async def leaseworker_run(redis: Redis, port: int, lease_duration: float) -> Tim
             await client.aclose()
         line.intervals["A"] = (start, stop)
 
-    async def worker_b() -> None:
-        await a_started.wait()
-        line.note("B", "tries the lease")
-        while True:
-            try:
-                async with hold(direct, KEY, lease_duration=lease_duration) as held:
-                    start = line.note("B", f"acquired the lease (fence {held.fence}), job starts")
-                    await anyio.sleep(lease_duration / 2)
-                    stop = line.note("B", "job finished")
-            except LeaseBusy:
-                await anyio.sleep(0.01)
-                continue
-            line.intervals["B"] = (start, stop)
-            return
-
     async with ChaosProxy(port) as proxy, anyio.create_task_group() as tg:
         tg.start_soon(worker_a, proxy)
-        tg.start_soon(worker_b)
+        tg.start_soon(contender, line, direct, a_started, lease_duration)
     return line
 
 
+async def contender(
+    line: Timeline, leases: RedisLeases, after: anyio.Event, lease_duration: float
+) -> None:
+    """Worker B: once ``after`` is set, poll ``hold()`` until it gets the lease, work, release."""
+    await after.wait()
+    line.note("B", "tries the lease")
+    while True:
+        try:
+            async with hold(leases, KEY, lease_duration=lease_duration) as held:
+                start = line.note("B", f"acquired the lease (fence {held.fence}), job starts")
+                await anyio.sleep(lease_duration / 2)
+                stop = line.note("B", "job finished")
+        except LeaseBusy:
+            await anyio.sleep(0.01)
+            continue
+        line.intervals["B"] = (start, stop)
+        return
+
+
+CPU_TITLES = {
+    "loop": "CPU-bound job in the event loop (A: a process of its own; never awaits)",
+    "process": "CPU-bound job through held.run_in_process (the same loop, in a child)",
+}
+
+
+async def cpu_run(redis: Redis, port: int, lease_duration: float, where: Where) -> Timeline:
+    """Replay the CPU-bound incident: A computes without awaiting, its Redis black-holed.
+
+    A is a process of its own (:mod:`._cpu_holder`), so its stuck event loop
+    does not stop B. Where A's code ran until is read from its marks on the
+    monotonic clock (the last one, and for a child the kernel's exit time),
+    not from what A says.
+    """
+    line = Timeline(CPU_TITLES[where])
+    namespace = f"demo-{secrets.token_hex(4)}"
+    direct = RedisLeases(redis, namespace=namespace, command_timeout=lease_duration / 5)
+    a_started = anyio.Event()
+    with tempfile.TemporaryDirectory(prefix="leaseworker-incident-") as scratch:
+        marks = Path(scratch) / "marks"
+        async with ChaosProxy(port) as proxy:
+            warms = " and warms its one-worker pool" if where == "process" else ""
+            line.note("A", f"process A starts (a process of its own){warms}")
+            argv = [sys.executable, "-m", f"{__package__}._cpu_holder", str(proxy.port)]
+            argv += [namespace, KEY, str(lease_duration), where, str(marks)]
+            async with (
+                await anyio.open_process(argv, stdin=subprocess.DEVNULL) as holder,
+                anyio.create_task_group() as tg,
+            ):
+                tg.start_soon(contender, line, direct, a_started, lease_duration)
+                with ExitWatch() as watch:
+                    child = await _follow(
+                        holder, line, proxy, a_started, lease_duration, marks, watch
+                    )
+                    ended = await anyio.to_thread.run_sync(functools.partial(_ended, watch, child))
+        found = read_marks(marks)
+    last = max((m[-1] for m in found.values() if m), default=line.origin)
+    line.note("A", f"last mark of A's CPU loop (pid {','.join(map(str, found))})", at=last)
+    if ended is not None:
+        line.note("A", f"A's child {child} exited (the kernel's time, by pidfd)", at=ended)
+    start = next(at for at, worker, text in line.events if worker == "A" and "acquired" in text)
+    line.intervals["A"] = (start, max(last, ended or last) - line.origin)
+    return line
+
+
+async def _follow(
+    holder: anyio.abc.Process,
+    line: Timeline,
+    proxy: ChaosProxy,
+    started: anyio.Event,
+    lease_duration: float,
+    marks: Path,
+    watch: ExitWatch,
+) -> int | None:
+    """Put A's lines on the timeline, black-hole its Redis after a while; return its child's pid.
+
+    The child is the process other than A that marks ``marks``; it is watched
+    as soon as it appears, for its exit time.
+    """
+    assert holder.stdout is not None
+    child: int | None = None
+
+    async def blackhole_later() -> None:
+        await anyio.sleep(0.4 * lease_duration)
+        proxy.blackhole = True
+        line.note("A", "network to Redis black-holed: renewals get no answer")
+
+    async def find_child() -> None:
+        nonlocal child
+        while child is None:
+            others = [pid for pid in read_marks(marks) if pid != holder.pid]
+            if others and watch.add(others[0]):
+                child = others[0]
+            await anyio.sleep(0.005)
+
+    said = BufferedByteReceiveStream(holder.stdout)
+    async with anyio.create_task_group() as tg:
+        while True:
+            try:
+                event = json.loads(await said.receive_until(b"\n", 65536))
+            except (anyio.EndOfStream, anyio.IncompleteRead):
+                break
+            line.note("A", event["text"], at=event["at"])
+            if event["event"] == "acquired":
+                started.set()
+                tg.start_soon(blackhole_later)
+                tg.start_soon(find_child)
+        tg.cancel_scope.cancel()
+    await holder.wait()
+    return child
+
+
+def _ended(watch: ExitWatch, child: int | None) -> float | None:
+    """Return when ``child`` exited (it has, or is about to: A reaped or killed it)."""
+    return None if child is None else watch.exited(child, within=5.0)
+
+
 async def replay(port: int, lease_duration: float) -> int:
-    """Run both scenarios, print them, return the exit code."""
+    """Run the four scenarios, print them; return 1 if a leaseworker run overlapped, else 0."""
     redis = Redis(host="127.0.0.1", port=port)
     try:
         naive = await naive_run(redis, lease_duration)
         print(naive.render(), end="\n\n", flush=True)
         fixed = await leaseworker_run(redis, port, lease_duration)
-        print(fixed.render(), flush=True)
+        print(fixed.render(), end="\n\n", flush=True)
+        in_loop = await cpu_run(redis, port, lease_duration, "loop")
+        print(in_loop.render(), end="\n\n", flush=True)
+        in_child = await cpu_run(redis, port, lease_duration, "process")
+        print(in_child.render(), flush=True)
     finally:
         await redis.aclose()
     print(
-        f"\nresult: naive overlap {naive.overlap() * 1000:.0f} ms, "
-        f"leaseworker overlap {fixed.overlap() * 1000:.0f} ms"
+        f"\nresult: naive overlap {_ms(naive)}, leaseworker overlap {_ms(fixed)}; "
+        f"CPU-bound job: in the event loop {_ms(in_loop)}, through run_in_process {_ms(in_child)}"
     )
-    return 1 if fixed.overlap() > 0 else 0
+    return 1 if fixed.overlap() > 0 or in_child.overlap() > 0 else 0
+
+
+def _ms(line: Timeline) -> str:
+    return f"{line.overlap() * 1000:.0f} ms"
 
 
 def incident_demo(lease_duration: float) -> int:

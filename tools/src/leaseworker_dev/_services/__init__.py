@@ -11,7 +11,8 @@ stopped by PID. Downloads and builds are cached under
 ``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_kafka``,
 ``_local_postgres`` and ``_local_jaeger`` the other services; ``_local_stack`` the one stack
 builder over them; ``_pods`` the one pod process (``leaseworker run`` with
-``/readyz`` and a recorded history); ``_shipped`` finds the build files they
+``/readyz`` and a recorded history); ``_marked_work`` the CPU-bound work that
+marks when it ran, and the kernel's exit times; ``_shipped`` finds the build files they
 read, in a clone or in the wheel.
 """
 
@@ -21,6 +22,11 @@ from ._local_jaeger import LocalJaeger as LocalJaeger
 from ._local_postgres import LocalPostgres as LocalPostgres
 from ._local_stack import LocalStack as LocalStack
 from ._local_stack import Service as Service
+from ._marked_work import MARKS_VARIABLE as MARKS_VARIABLE
+from ._marked_work import ExitWatch as ExitWatch
+from ._marked_work import crunch as crunch
+from ._marked_work import marks_file as marks_file
+from ._marked_work import read_marks as read_marks
 from ._nodes import RedisNode as RedisNode
 from ._pods import PodProcess as PodProcess
 from ._pods import committed_total as committed_total
@@ -40,6 +46,8 @@ from ._tls import ServiceTLS as ServiceTLS
 from ._tls import TestCA as TestCA
 
 __all__ = [
+    "MARKS_VARIABLE",
+    "ExitWatch",
     "FailoverAborted",
     "LocalJaeger",
     "LocalKafka",
@@ -57,9 +65,12 @@ __all__ = [
     "ToolMissingError",
     "cache_dir",
     "committed_total",
+    "crunch",
     "free_port",
     "histories",
+    "marks_file",
     "pod_process",
+    "read_marks",
     "shipped",
     "until_ready",
     "wait_for_port",
