@@ -131,14 +131,21 @@ def _reset_peak() -> None:
 
 
 def _peak() -> int:
-    """Return the peak RSS in bytes since the last reset.
+    """Return VmHWM in bytes: the peak RSS since the last reset (one read, no line loop).
 
-    ``ru_maxrss`` is the larger of the peak before the child's exec (a few
-    MiB) and the address space's high-water mark, which ``_reset_peak`` set
-    back to the RSS of the moment: one system call, where reading VmHWM from
-    /proc/self/status costs some 60 µs (the kernel formats the whole file).
+    Not ``ru_maxrss``: it keeps the peak of the address space the child was
+    exec'd from, which is the pod's own when Popen spawns through vfork.
     """
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY)
+        try:
+            status = os.read(fd, 8192)
+        finally:
+            os.close(fd)
+        at = status.index(b"VmHWM:") + 6
+        return int(status[at : status.index(b"kB", at)]) * 1024
+    except (OSError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class Watchdog:
