@@ -281,6 +281,7 @@ class _LosesAnswer:
     def __init__(self, tx: StoreTransaction, store: _AnswerLost) -> None:
         self._tx, self._store = tx, store
         self.opened, self.statements = tx.opened, tx.statements
+        self.hold_limit = tx.hold_limit
 
     @property
     def connection(self) -> Any:

@@ -125,7 +125,7 @@ async def transaction(completer: Completer) -> AsyncIterator[Transaction]:
         async with contextlib.AsyncExitStack() as stack:
             store_tx = await _open(completer, store, stack)
             tx = Transaction(store_tx, completer)
-            limit: float | None = getattr(store_tx, "hold_limit", None)
+            limit = store_tx.hold_limit
             with anyio.CancelScope(deadline=math.inf if limit is None else now() + limit) as block:
                 yield tx
             _check_held(block, completer, store, limit)

@@ -268,13 +268,14 @@ class StoreTransaction(Protocol):
     ``opened`` is what stood under the lock when it began: only ``claimed``
     lets the job write. ``commit`` records the completion and the messages in
     this transaction and commits it; leaving the ``transaction()`` block
-    without committing rolls everything back. A store whose transaction
-    stalls its other calls (SQLite) also has ``hold_limit``: the seconds a
-    block may last.
+    without committing rolls everything back. ``hold_limit``: the seconds a
+    block may last, on a store whose transaction stalls its other calls
+    (SQLite); ``None`` elsewhere.
     """
 
     opened: ClaimResult
     statements: list[tuple[str, Params]]
+    hold_limit: float | None
 
     @property
     def connection(self) -> Any:

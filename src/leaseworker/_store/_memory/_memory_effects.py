@@ -136,6 +136,7 @@ class MemoryTransaction:
         self._store = store
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
+        self.hold_limit: float | None = None  # nothing else waits behind it
         self.committed = False
 
     @property

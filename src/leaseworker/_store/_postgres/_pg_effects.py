@@ -216,6 +216,7 @@ class PgTransaction:
         self._limits = limits
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
+        self.hold_limit: float | None = None  # bounded by the lease, per statement (Limits)
         self._done = False
 
     @property

@@ -114,7 +114,7 @@ class SqliteTransaction:
         self._settled = settled
         self.opened = opened
         self.statements: list[tuple[str, Params]] = []
-        self.hold_limit = db.timeout * HOLD_SHARE  # seconds the block may hold the connection
+        self.hold_limit: float | None = db.timeout * HOLD_SHARE  # seconds the block may hold it
         self._done = False
 
     @property
