@@ -395,7 +395,7 @@ class Executor:
         error: BaseException | None = None,
         result: object = None,
     ) -> None:
-        in_process = held is not None and held.process_calls > 0
+        used = held if held is not None and held.process_calls else None  # children ran
         self._emit(
             "finished",
             attempt,
@@ -405,8 +405,8 @@ class Executor:
             fence=None if held is None else _fence_of(held),
             error=error,
             result=result,
-            cpu_seconds=held.cpu_seconds if in_process and held is not None else None,
-            peak_memory=held.peak_memory if in_process and held is not None else None,
+            cpu_seconds=None if used is None else used.cpu_seconds,
+            peak_memory=None if used is None else used.peak_memory,
         )
 
     def _emit(

@@ -113,6 +113,8 @@ def hold(
         max_runtime=max_runtime,
         policy=leases.policy,
     )
+    if processes is not None:  # checked once, as the timing is (the executor: in its __init__)
+        leases.policy.check_stop_room(processes.stop_allowance)
     return HeldLease(
         leases,
         key,
@@ -151,7 +153,8 @@ class HeldLease:
     ``pod``); ``loss_log_level`` is the level of its ``lease_lost`` record
     (the executor's own ``finished`` record reports the loss at WARNING, so
     it passes DEBUG: one loss, one warning). ``processes``: the pool of
-    :meth:`run_in_process` (checked against the lease's margin here).
+    :meth:`run_in_process`, checked against the lease's margin by whoever
+    resolved ``timing`` (:func:`hold`, the executor).
     """
 
     def __init__(
@@ -168,8 +171,6 @@ class HeldLease:
         loss_log_level: int = logging.WARNING,
         processes: ProcessPool | None = None,
     ) -> None:
-        if processes is not None:
-            leases.policy.check_stop_room(processes.stop_allowance)
         self._processes = processes
         self._mirrors: list[Mirror] = []  # the children running for this block, while they run
         self._cpu_seconds = 0.0
