@@ -121,12 +121,9 @@ async def test_an_acquire_no_replica_acknowledged_is_released_and_unavailable(
     assert (await leases.inspect("k")).owner is None  # released with its owner token
 
 
-@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
-async def test_replicated_acquire_and_renewals_keep_the_body_running(
-    replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
-) -> None:
-    """With the replica in sync, every acquire and renewal counts."""
-    leases = RedisLeases(  # 1.5 s for the replica: a loaded machine never runs past it
+def _in_sync_leases(redis: Redis, namespace: str, pipelining: bool) -> RedisLeases:
+    """Leases waiting for one in-sync replica: 1.5 s, which a loaded machine never runs past."""
+    return RedisLeases(
         redis,
         namespace=namespace,
         command_timeout=2.0,
@@ -134,6 +131,14 @@ async def test_replicated_acquire_and_renewals_keep_the_body_running(
         replica_timeout=1.5,
         pipelining=pipelining,
     )
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_replicated_acquire_and_renewals_keep_the_body_running(
+    replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """With the replica in sync, every acquire and renewal counts."""
+    leases = _in_sync_leases(redis, namespace, pipelining)
     three = anyio.Event()
 
     def observe(event: Event) -> None:
@@ -181,14 +186,7 @@ async def test_a_lone_release_sends_no_wait(
     replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
 ) -> None:
     """The acquire waits for its replica; the release does not (a lost release costs no safety)."""
-    leases = RedisLeases(  # 1.5 s for the replica: a loaded machine never runs past it
-        redis,
-        namespace=namespace,
-        command_timeout=2.0,
-        replicas=1,
-        replica_timeout=1.5,
-        pipelining=pipelining,
-    )
+    leases = _in_sync_leases(redis, namespace, pipelining)
     before = await _waits(redis)
     lease = await leases.acquire("k", 5)
     assert lease is not None
