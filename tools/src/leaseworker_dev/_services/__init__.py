@@ -8,7 +8,9 @@ stopped by PID. Downloads and builds are cached under
 
 ``_proc`` starts, waits for and stops a process; ``_redis`` one
 ``redis-server``; ``_nodes`` one node of a replicated Redis topology;
-``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_kafka``,
+``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_hosts``
+network namespaces on one bridge, hosts of their own that faults cut apart
+(a service runs at a ``Place``: loopback, or such a host); ``_kafka``,
 ``_local_postgres`` and ``_local_jaeger`` the other services; ``_local_stack`` the one stack
 builder over them; ``_pods`` the one pod process (``leaseworker run`` with
 ``/readyz`` and a recorded history); ``_marked_work`` the CPU-bound work that
@@ -17,6 +19,8 @@ read, in a clone or in the wheel.
 """
 
 from ._cluster import LocalRedisCluster as LocalRedisCluster
+from ._hosts import Host as Host
+from ._hosts import Hosts as Hosts
 from ._kafka import LocalKafka as LocalKafka
 from ._local_jaeger import LocalJaeger as LocalJaeger
 from ._local_postgres import LocalPostgres as LocalPostgres
@@ -33,7 +37,9 @@ from ._pods import committed_total as committed_total
 from ._pods import histories as histories
 from ._pods import pod_process as pod_process
 from ._pods import until_ready as until_ready
+from ._proc import HERE as HERE
 from ._proc import LocalProcess as LocalProcess
+from ._proc import Place as Place
 from ._proc import cache_dir as cache_dir
 from ._proc import free_port as free_port
 from ._proc import wait_for_port as wait_for_port
@@ -46,9 +52,12 @@ from ._tls import ServiceTLS as ServiceTLS
 from ._tls import TestCA as TestCA
 
 __all__ = [
+    "HERE",
     "MARKS_VARIABLE",
     "ExitWatch",
     "FailoverAborted",
+    "Host",
+    "Hosts",
     "LocalJaeger",
     "LocalKafka",
     "LocalPostgres",
@@ -57,6 +66,7 @@ __all__ = [
     "LocalRedisCluster",
     "LocalSentinelGroup",
     "LocalStack",
+    "Place",
     "PodProcess",
     "RedisNode",
     "Service",

@@ -42,7 +42,7 @@ from ._kafka_install import (
 )
 from ._kafka_scram import set_scram_password
 from ._kafka_secure import BrokerSecurity, broker_settings, scram_format_args
-from ._proc import LOOPBACK, LocalProcess, distinct_free_ports, service_workdir, wait_for_port
+from ._proc import HERE, LocalProcess, Place, distinct_free_ports, service_workdir, wait_for_port
 
 __all__ = [
     "BROKER_SETTINGS",
@@ -124,18 +124,19 @@ class LocalKafka:
     process: LocalProcess
     cluster_id: str
     listener_ports: Mapping[str, int] = field(default_factory=dict)
+    place: Place = HERE
     _remove_workdir: bool = field(default=False, repr=False)
     _cds_recording: Path | None = field(default=None, repr=False)
 
     @property
     def bootstrap_servers(self) -> str:
         """The ``host:port`` that Kafka clients bootstrap from."""
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.place.address}:{self.port}"
 
     def address(self, listener: str) -> str:
         """Return the ``host:port`` of a secured listener (``SSL``, ``SASL_SSL``, ...)."""
         try:
-            return f"{LOOPBACK}:{self.listener_ports[listener]}"
+            return f"{self.place.address}:{self.listener_ports[listener]}"
         except KeyError:
             raise KeyError(f"this broker has no {listener} listener") from None
 
@@ -157,12 +158,14 @@ class LocalKafka:
         timeout: float = 60.0,
         settings: Mapping[str, str] | None = None,
         security: BrokerSecurity | None = None,
+        place: Place = HERE,
     ) -> Self:
         """Format a fresh broker, start it, and wait until it serves Kafka requests.
 
         ``settings`` override :data:`BROKER_SETTINGS` (``{"auto.create.topics.enable":
         "true"}`` for a broker that creates topics on first use). ``security``
         adds the secured listeners, SASL users and authorizer (``_kafka_secure``).
+        ``place``: run and listen there (a network namespace of ``Hosts``).
 
         ``workdir`` must not hold a ``data`` directory yet. Without it a temporary
         directory is used and removed again by :meth:`stop`. Raises
@@ -179,7 +182,11 @@ class LocalKafka:
         cluster_id = random_cluster_id()
         with service_workdir(workdir, "kafka") as (workdir, remove):
             properties = _write_config(
-                workdir, port, controller_port, settings or {}, security, listener_ports
+                workdir,
+                (place.address, port, controller_port),
+                settings or {},
+                security,
+                listener_ports,
             )
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
@@ -196,7 +203,7 @@ class LocalKafka:
             recording = (
                 None if use_archive else archive.with_name(f"{archive.name}.{uuid.uuid4().hex}")
             )
-            process = _spawn(java, libs, workdir, properties, use_archive, recording)
+            process = _spawn(java, libs, workdir, properties, use_archive, recording, place)
         kafka = cls(
             port=port,
             controller_port=controller_port,
@@ -204,6 +211,7 @@ class LocalKafka:
             process=process,
             cluster_id=cluster_id,
             listener_ports=listener_ports,
+            place=place,
             _remove_workdir=remove,
             _cds_recording=recording,
         )
@@ -258,7 +266,7 @@ class LocalKafka:
         archive = _cds_archive(java, libs)
         properties = self.workdir / "server.properties"
         use_archive = archive if archive.is_file() else None
-        self.process = _spawn(java, libs, self.workdir, properties, use_archive, None)
+        self.process = _spawn(java, libs, self.workdir, properties, use_archive, None, self.place)
         try:
             self._wait_ready(timeout=timeout)
         except Exception as exc:
@@ -346,34 +354,39 @@ class LocalKafka:
         ``__consumer_offsets`` topic, created on first use.
         """
         deadline = time.monotonic() + timeout
-        wait_for_port(self.port, timeout=timeout, process=self.process.popen)
+        wait_for_port(
+            self.port, timeout=timeout, process=self.process.popen, host=self.place.address
+        )
         _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline))
 
 
 def _write_config(
     workdir: Path,
-    port: int,
-    controller_port: int,
+    listen: tuple[str, int, int],
     overrides: Mapping[str, str],
     security: BrokerSecurity | None = None,
     listener_ports: Mapping[str, int] | None = None,
 ) -> Path:
-    """Write ``server.properties`` and ``log4j2.properties``; return the former."""
+    """Write ``server.properties`` and ``log4j2.properties``; return the former.
+
+    ``listen``: the address, the client port and the controller port.
+    """
+    host, port, controller_port = listen
     secured = dict(listener_ports or {})
-    advertised = [f"PLAINTEXT://{LOOPBACK}:{port}"]
-    advertised += [f"{name}://{LOOPBACK}:{p}" for name, p in secured.items()]
+    advertised = [f"PLAINTEXT://{host}:{port}"]
+    advertised += [f"{name}://{host}:{p}" for name, p in secured.items()]
     protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
     if security is not None:
         protocols += [f"{name}:{security.protocol(name)}" for name in secured]
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(NODE_ID),
-        "listeners": ",".join([*advertised, f"CONTROLLER://{LOOPBACK}:{controller_port}"]),
+        "listeners": ",".join([*advertised, f"CONTROLLER://{host}:{controller_port}"]),
         "advertised.listeners": ",".join(advertised),
         "listener.security.protocol.map": ",".join(protocols),
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
-        "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{controller_port}",
+        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
         "log.dirs": str(workdir / "data"),
         **BROKER_SETTINGS,
         **(broker_settings(security) if security is not None else {}),

@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._proc import LocalProcess, cache_dir, run_captured
+from ._proc import HERE, LocalProcess, Place, cache_dir, run_captured
 from ._shipped import ToolMissingError, shipped
 
 POM = "deploy/local/kafka/pom.xml"
@@ -229,10 +229,11 @@ def _spawn(
     properties: Path,
     archive: Path | None,
     recording: Path | None,
+    place: Place = HERE,
 ) -> LocalProcess:
-    """Start ``kafka.Kafka`` in the foreground, logging to ``kafka.log``.
+    """Start ``kafka.Kafka`` in the foreground at ``place``, logging to ``kafka.log``.
 
     With ``recording`` the JVM writes a class-data archive there when it exits.
     """
     argv = [*_java_argv(java, libs, workdir, archive, recording), "kafka.Kafka", str(properties)]
-    return LocalProcess.spawn("kafka", argv, log_path=workdir / "kafka.log")
+    return LocalProcess.spawn("kafka", place.argv(argv), log_path=workdir / "kafka.log")

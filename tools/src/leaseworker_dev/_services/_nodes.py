@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar, final
 import anyio.to_thread
 import redis
 
-from ._proc import LOOPBACK, LocalProcess
+from ._proc import HERE, LocalProcess, Place
 from ._redis import spawn_redis
 from ._tls import ServiceTLS
 
@@ -49,6 +49,7 @@ class RedisNode:
     log_path: Path
     process: LocalProcess
     tls: ServiceTLS | None = None
+    place: Place = HERE
 
     @classmethod
     def start(
@@ -59,15 +60,16 @@ class RedisNode:
         port: int,
         log_path: Path,
         tls: ServiceTLS | None = None,
+        place: Place = HERE,
     ) -> Self:
-        """Start ``argv`` and wait until it answers PING on ``port`` (over TLS with ``tls``)."""
-        process = _spawn(name, argv, port, log_path, tls)
-        return cls(name=name, port=port, argv=argv, log_path=log_path, process=process, tls=tls)
+        """Start ``argv`` at ``place``; wait until it answers PING on ``port`` (TLS: ``tls``)."""
+        process = _spawn(name, argv, port, log_path, tls, place)
+        return cls(name, port, argv, log_path, process, tls=tls, place=place)
 
     @property
     def address(self) -> tuple[str, int]:
         """``(host, port)``, as clients and ``SENTINEL`` replies name it."""
-        return (LOOPBACK, self.port)
+        return (self.place.address, self.port)
 
     @property
     def pid(self) -> int:
@@ -88,7 +90,7 @@ class RedisNode:
         """Return a new synchronous client for control commands; close it (``with``) after use."""
         tls: dict[str, Any] = {} if self.tls is None else self.tls.redis_kwargs()
         return redis.Redis(
-            host=LOOPBACK,
+            host=self.place.address,
             port=self.port,
             decode_responses=decode,
             protocol=2,  # the reply shapes below are RESP2's (redis-py 8 defaults to RESP3)
@@ -138,7 +140,7 @@ class RedisNode:
             raise RuntimeError(f"{self.name} is still running (pid {self.pid})")
         self.process.stop()  # closes the dead process's log handle
         argv = [*self.argv, *extra_args]
-        self.process = _spawn(self.name, argv, self.port, self.log_path, self.tls)
+        self.process = _spawn(self.name, argv, self.port, self.log_path, self.tls, self.place)
 
     def stop(self) -> None:
         """Stop the process by PID (continuing it first, or SIGTERM would wait for SIGKILL)."""
@@ -169,10 +171,12 @@ def cut_off(replica: RedisNode, master: RedisNode) -> None:
 
 
 def _spawn(
-    name: str, argv: list[str], port: int, log_path: Path, tls: ServiceTLS | None
+    name: str, argv: list[str], port: int, log_path: Path, tls: ServiceTLS | None, place: Place
 ) -> LocalProcess:
-    """Start one node and wait for its PONG; never leave it running on failure."""
-    return spawn_redis(name, argv, port=port, log_path=log_path, what=name, tls=tls)
+    """Start one node at ``place`` and wait for its PONG; never leave it running on failure."""
+    return spawn_redis(
+        name, place.argv(argv), port=port, log_path=log_path, what=name, tls=tls, host=place.address
+    )
 
 
 def listen_config(port: int, tls: ServiceTLS | None) -> list[str]:

@@ -29,7 +29,7 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
 from leaseworker.toolkit import ChaosProxy, History, merge
 
-from ._proc import free_port
+from ._proc import HERE, LOOPBACK, Place, free_port
 
 Exit = tuple[int | None, bool, float]
 """One exit of a pod's process: its code, whether its owner killed it, when (monotonic)."""
@@ -49,6 +49,7 @@ class PodProcess:
     cwd: Path
     log: Path
     health_port: int | None = None
+    health_host: str = LOOPBACK
     history: Path | None = None
     proxy: ChaosProxy | None = None
     exits: list[Exit] = field(default_factory=list)
@@ -111,7 +112,7 @@ class PodProcess:
         """Return the pod's ``/readyz`` answer (``None`` while it does not answer)."""
         if self.health_port is None:
             raise RuntimeError(f"pod {self.name} serves no health endpoints")
-        url = f"http://127.0.0.1:{self.health_port}/readyz"
+        url = f"http://{self.health_host}:{self.health_port}/readyz"
         try:
             with urllib.request.urlopen(url, timeout=2.0) as reply:
                 answer: dict[str, Any] = json.loads(reply.read())
@@ -190,19 +191,23 @@ def pod_process(
     record_history: bool = True,
     health: bool = True,
     log_level: str = "INFO",
+    place: Place = HERE,
 ) -> PodProcess:
     """Describe pod ``name`` running ``job`` (not started yet; :meth:`PodProcess.start`).
 
     Its log (and history file) go to ``workdir``; ``env`` adds to this
-    process's environment; ``health`` serves ``/readyz`` on a free loopback port.
+    process's environment; ``health`` serves ``/readyz`` on a free port of its
+    place's address; ``place``: where it runs (loopback, or a network namespace).
     """
     history = workdir / f"history-{name}.jsonl" if record_history else None
     health_port = free_port() if health else None
+    serve = ("--health-port", str(health_port), "--health-host", place.address)
     argv = [
+        *place.prefix,
         *(sys.executable, "-m", "leaseworker._cli", "--log-level", log_level, "run", job),
         *("--pod", name),
         *(("--redis-url", redis_url) if redis_url else ()),
-        *(("--health-port", str(health_port), "--health-host", "127.0.0.1") if health_port else ()),
+        *(serve if health_port else ()),
         *(("--record-history", str(history)) if history else ()),
         *flags,
     ]
@@ -213,6 +218,7 @@ def pod_process(
         cwd=cwd or Path.cwd(),
         log=workdir / f"{name}.log",
         health_port=health_port,
+        health_host=place.address,
         history=history,
         proxy=proxy,
     )

@@ -22,6 +22,27 @@ from typing import IO, Self
 LOOPBACK = "127.0.0.1"
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a service process runs and listens: an address, and how to start a process there.
+
+    The default is this host's loopback. A network namespace of
+    :class:`~leaseworker_dev._services._hosts.Hosts` is another place: its
+    address on the bridge, and ``ip netns exec <namespace>`` before the argv.
+    """
+
+    address: str = LOOPBACK
+    prefix: tuple[str, ...] = ()
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """Return ``argv`` as started at this place."""
+        return [*self.prefix, *argv]
+
+
+HERE = Place()
+"""This host's loopback: where every service runs unless told otherwise."""
+
+
 def cache_dir(*parts: str) -> Path:
     """Return (and create) a cache directory outside the clone.
 
@@ -184,8 +205,9 @@ def wait_for_port(
     timeout: float,
     process: subprocess.Popen[bytes] | None = None,
     probe: Callable[[socket.socket], bool] | None = None,
+    host: str = LOOPBACK,
 ) -> None:
-    """Block until something accepts TCP connections on ``port`` (and answers ``probe``).
+    """Block until something accepts TCP connections on ``host:port`` (and answers ``probe``).
 
     Raises ``RuntimeError`` early when ``process`` exits first, so a service that
     fails to start is reported at once instead of after the whole timeout.
@@ -196,12 +218,12 @@ def wait_for_port(
     while True:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"process {process.pid} exited with {process.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.5) as sock:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.5) as sock:
             sock.settimeout(0.5)
             if probe is None or (probe(sock) and (process is None or process.poll() is None)):
                 return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"nothing answered on {LOOPBACK}:{port} within {timeout}s")
+            raise TimeoutError(f"nothing answered on {host}:{port} within {timeout}s")
         time.sleep(0.05)
 
 

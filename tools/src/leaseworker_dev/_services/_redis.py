@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port, service_workdir, wait_for_port
+from ._proc import HERE, LOOPBACK, LocalProcess, Place, free_port, service_workdir, wait_for_port
 from ._shipped import ToolMissingError
 from ._tls import ServiceTLS
 
@@ -30,22 +30,29 @@ class LocalRedis:
     process: LocalProcess
     remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
     tls: ServiceTLS | None = None
+    place: Place = HERE
 
     @property
     def url(self) -> str:
         """The ``redis://`` URL clients connect to (``rediss://`` with the CA and client cert)."""
         if self.tls is None:
-            return f"redis://{LOOPBACK}:{self.port}/0"
-        return f"rediss://{LOOPBACK}:{self.port}/0?" + tls_query(self.tls)
+            return f"redis://{self.place.address}:{self.port}/0"
+        return f"rediss://{self.place.address}:{self.port}/0?" + tls_query(self.tls)
 
     @classmethod
     def start(
-        cls, *, port: int | None = None, workdir: Path | None = None, tls: ServiceTLS | None = None
+        cls,
+        *,
+        port: int | None = None,
+        workdir: Path | None = None,
+        tls: ServiceTLS | None = None,
+        place: Place = HERE,
     ) -> Self:
         """Start the server and wait until it accepts connections.
 
         ``tls``: serve TLS only (``port 0``, ``tls-port``), asking clients for a
-        certificate if ``tls.auth_clients``.
+        certificate if ``tls.auth_clients``. ``place``: run and listen there
+        (a network namespace of ``Hosts``) instead of on this host's loopback.
         """
         binary = shutil.which("redis-server")
         if binary is None:
@@ -55,7 +62,7 @@ class LocalRedis:
             )
         port = port or free_port()
         with service_workdir(workdir, "redis") as (workdir, remove):
-            process = _spawn(binary, port, workdir, tls)
+            process = _spawn(binary, port, workdir, tls, place)
         return cls(
             binary=binary,
             port=port,
@@ -63,13 +70,14 @@ class LocalRedis:
             process=process,
             remove_workdir=remove,
             tls=tls,
+            place=place,
         )
 
     def restart_empty(self) -> None:
         """Stop the server and start it again on the same port with no data."""
         self.process.stop()
         (self.workdir / "dump.rdb").unlink(missing_ok=True)  # left by restart_with_data
-        self.process = _spawn(self.binary, self.port, self.workdir, self.tls)
+        self.process = _spawn(self.binary, self.port, self.workdir, self.tls, self.place)
 
     def restart_with_data(self) -> None:
         """Snapshot the data (``SAVE``), stop the server, start it again on it, same port.
@@ -78,12 +86,12 @@ class LocalRedis:
         drop, and the keys (leases with their remaining TTL, fence counters) are
         back once it answers again.
         """
-        with socket.create_connection((LOOPBACK, self.port), timeout=10) as sock:
+        with socket.create_connection((self.place.address, self.port), timeout=10) as sock:
             sock.sendall(b"SAVE\r\n")
             if not sock.recv(64).startswith(b"+OK"):
                 raise RuntimeError("redis-server refused SAVE")
         self.process.stop()
-        self.process = _spawn(self.binary, self.port, self.workdir, self.tls)
+        self.process = _spawn(self.binary, self.port, self.workdir, self.tls, self.place)
 
     def stop(self) -> None:
         """Stop the server by PID and remove its temporary work directory (if it made one)."""
@@ -102,14 +110,16 @@ def tls_query(tls: ServiceTLS) -> str:
     return "&".join(f"{name}={path}" for name, path in files.items())
 
 
-def _spawn(binary: str, port: int, workdir: Path, tls: ServiceTLS | None) -> LocalProcess:
+def _spawn(
+    binary: str, port: int, workdir: Path, tls: ServiceTLS | None, place: Place
+) -> LocalProcess:
     listen = ["--port", str(port)]
     if tls is not None:
         listen = [part for line in tls.redis_config(port) for part in _as_args(line)]
     argv = [
         binary,
         "--bind",
-        LOOPBACK,
+        place.address,
         *listen,
         "--save",
         "",
@@ -120,7 +130,14 @@ def _spawn(binary: str, port: int, workdir: Path, tls: ServiceTLS | None) -> Loc
         "--daemonize",
         "no",
     ]
-    return spawn_redis("redis", argv, port=port, log_path=workdir / "redis.log", tls=tls)
+    return spawn_redis(
+        "redis",
+        place.argv(argv),
+        port=port,
+        log_path=workdir / "redis.log",
+        tls=tls,
+        host=place.address,
+    )
 
 
 def _as_args(line: str) -> list[str]:
@@ -137,8 +154,9 @@ def spawn_redis(
     log_path: Path,
     what: str = "redis-server",
     tls: ServiceTLS | None = None,
+    host: str = LOOPBACK,
 ) -> LocalProcess:
-    """Start a Redis process and wait for its PONG on ``port``; never leave it running.
+    """Start a Redis process and wait for its PONG on ``host:port``; never leave it running.
 
     ``label`` names the process in logs, ``what`` names it in the error; with
     ``tls`` the PING goes over TLS, presenting the service's client certificate.
@@ -146,7 +164,7 @@ def spawn_redis(
     process = LocalProcess.spawn(label, argv, log_path=log_path)
     probe = _answers_ping if tls is None else _answers_ping_over(tls.client_context(verify=False))
     try:
-        wait_for_port(port, timeout=15, process=process.popen, probe=probe)
+        wait_for_port(port, timeout=15, process=process.popen, probe=probe, host=host)
     except BaseException as exc:  # interrupted too (Ctrl-C, a test timeout): never leak it
         process.stop()
         if not isinstance(exc, Exception):

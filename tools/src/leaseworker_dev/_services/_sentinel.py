@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, cast, final
@@ -29,7 +29,7 @@ from ._nodes import (
     poll_until,
     write_config,
 )
-from ._proc import LOOPBACK, distinct_free_ports
+from ._proc import HERE, Place, distinct_free_ports
 from ._redis import tls_query
 from ._sentinel_nodes import Role, follows, in_tilt, role_of
 from ._tls import ServiceTLS
@@ -84,6 +84,7 @@ class LocalSentinelGroup:
     sentinels: list[RedisNode] = field(default_factory=list)
     timeout: float = 30.0
     tls: ServiceTLS | None = None
+    places: Sequence[Place] = ()
 
     @classmethod
     def start(
@@ -95,19 +96,25 @@ class LocalSentinelGroup:
         failover_timeout_ms: int = 3000,
         timeout: float = 30.0,
         tls: ServiceTLS | None = None,
+        places: Sequence[Place] = (),
     ) -> Self:
         """Start the master, ``replicas`` replicas and three sentinels; wait until settled.
 
         Settled means: every replica replicates from the master, and every
         sentinel names that master, sees every replica and both other sentinels.
         ``tls``: every server and sentinel serves TLS only, replication and
-        the sentinels' links included.
+        the sentinels' links included. ``places``: where each node runs and
+        listens, the master first, then the replicas and the sentinels (a host
+        of its own each, in a network namespace of ``Hosts``); all on this
+        host's loopback without.
         """
         if replicas < 1:
             raise ValueError("a Sentinel group needs at least one replica to fail over to")
+        if places and len(places) != 1 + replicas + SENTINELS:
+            raise ValueError(f"places: one per node, {1 + replicas + SENTINELS}, not {len(places)}")
         server_bin, sentinel_bin = _binaries()
         workdir = Path(tempfile.mkdtemp(prefix="leaseworker-sentinel-"))
-        group = cls(service=service, workdir=workdir, timeout=timeout, tls=tls)
+        group = cls(service=service, workdir=workdir, timeout=timeout, tls=tls, places=places)
         try:
             ports = distinct_free_ports(1 + replicas + SENTINELS)
             group._start_servers(server_bin, ports[: 1 + replicas])
@@ -243,16 +250,24 @@ class LocalSentinelGroup:
 
     def _start_servers(self, binary: str, ports: list[int]) -> None:
         """Start the master on ``ports[0]`` and a replica of it on each other port."""
-        master_port = ports[0]
+        master = self._place(0).address, ports[0]
         for index, port in enumerate(ports):
             name = "master" if index == 0 else f"replica{index}"
-            replicaof = [] if index == 0 else [f"replicaof {LOOPBACK} {master_port}"]
+            replicaof = [] if index == 0 else [f"replicaof {master[0]} {master[1]}"]
             config = self.workdir / name / "redis.conf"
-            write_config(config, [*_server_config(port, config.parent, self.tls), *replicaof])
-            log = self.workdir / f"{name}.log"
-            self.servers.append(
-                RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
+            place = self._place(index)
+            write_config(
+                config, [*_server_config(port, config.parent, self.tls, place), *replicaof]
             )
+            log = self.workdir / f"{name}.log"
+            argv = [binary, str(config)]
+            self.servers.append(
+                RedisNode.start(name, argv, port=port, log_path=log, tls=self.tls, place=place)
+            )
+
+    def _place(self, index: int) -> Place:
+        """Where node ``index`` runs (servers first, then sentinels)."""
+        return self.places[index] if self.places else HERE
 
     def _wait_replicating(self, master: RedisNode) -> None:
         """Wait until every replica is online at the master.
@@ -274,23 +289,26 @@ class LocalSentinelGroup:
     ) -> RedisNode:
         """Start one sentinel monitoring the master (the first server)."""
         name = f"sentinel{index}"
+        place = self._place(len(self.servers) + index)
+        master = self.servers[0]
         down_after_ms, failover_timeout_ms = settings
         config = self.workdir / name / "sentinel.conf"
         write_config(
             config,
             [
                 *listen_config(port, self.tls),
-                f"bind {LOOPBACK}",
+                f"bind {place.address}",
                 "daemonize no",
                 f"dir {config.parent}",
-                f"sentinel monitor {self.service} {LOOPBACK} {self.servers[0].port} {QUORUM}",
+                f"sentinel monitor {self.service} {master.address[0]} {master.port} {QUORUM}",
                 f"sentinel down-after-milliseconds {self.service} {down_after_ms}",
                 f"sentinel failover-timeout {self.service} {failover_timeout_ms}",
                 f"sentinel parallel-syncs {self.service} 1",
             ],
         )
         log = self.workdir / f"{name}.log"
-        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
+        argv = [binary, str(config)]
+        return RedisNode.start(name, argv, port=port, log_path=log, tls=self.tls, place=place)
 
     # -- observing
 
@@ -441,7 +459,7 @@ class LocalSentinelGroup:
             if node is master or not node.alive or node.paused:
                 continue
             if node.role()[0] == "master":
-                node.command("REPLICAOF", LOOPBACK, master.port)
+                node.command("REPLICAOF", master.address[0], master.port)
 
     def _wait_switched(self, old: RedisNode) -> RedisNode:
         found: list[RedisNode] = []
@@ -461,16 +479,16 @@ class LocalSentinelGroup:
         master = self._wait_agreed_master()
         for node in self.servers:
             if node is not master and not node.alive:
-                node.restart(["--replicaof", LOOPBACK, str(master.port)])
+                node.restart(["--replicaof", master.address[0], str(master.port)])
         self._put_back(master)  # demoted, not yet reconfigured by Sentinel
         return master
 
 
-def _server_config(port: int, directory: Path, tls: ServiceTLS | None) -> list[str]:
-    """Return the settings of every server: loopback, no persistence, no sync delay."""
+def _server_config(port: int, directory: Path, tls: ServiceTLS | None, place: Place) -> list[str]:
+    """Return the settings of every server: its place's address, no persistence, no sync delay."""
     return [
         *listen_config(port, tls),
-        f"bind {LOOPBACK}",
+        f"bind {place.address}",
         "daemonize no",
         f"dir {directory}",
         'save ""',
