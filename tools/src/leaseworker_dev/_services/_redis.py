@@ -120,6 +120,7 @@ def _spawn(
         binary,
         "--bind",
         place.address,
+        *("--protected-mode", protected_mode(place)),
         *listen,
         "--save",
         "",
@@ -138,6 +139,15 @@ def _spawn(
         tls=tls,
         host=place.address,
     )
+
+
+def protected_mode(place: Place) -> str:
+    """``yes`` on loopback, ``no`` elsewhere: a namespace's clients are not local to Redis.
+
+    Protected mode refuses every client from another address when no password
+    is set; on a private bridge those clients are the test's own hosts.
+    """
+    return "yes" if place.address == LOOPBACK else "no"
 
 
 def _as_args(line: str) -> list[str]:

@@ -30,7 +30,7 @@ from ._nodes import (
     write_config,
 )
 from ._proc import HERE, Place, distinct_free_ports
-from ._redis import tls_query
+from ._redis import protected_mode, tls_query
 from ._sentinel_nodes import Role, follows, in_tilt, role_of
 from ._tls import ServiceTLS
 
@@ -298,6 +298,7 @@ class LocalSentinelGroup:
             [
                 *listen_config(port, self.tls),
                 f"bind {place.address}",
+                f"protected-mode {protected_mode(place)}",
                 "daemonize no",
                 f"dir {config.parent}",
                 f"sentinel monitor {self.service} {master.address[0]} {master.port} {QUORUM}",
@@ -489,6 +490,7 @@ def _server_config(port: int, directory: Path, tls: ServiceTLS | None, place: Pl
     return [
         *listen_config(port, tls),
         f"bind {place.address}",
+        f"protected-mode {protected_mode(place)}",
         "daemonize no",
         f"dir {directory}",
         'save ""',

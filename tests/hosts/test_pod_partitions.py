@@ -1,0 +1,245 @@
+"""A pod on a host of its own, cut apart from its Redis: it stops before the other pod takes over.
+
+Five hosts on one bridge: Redis, Kafka, and two pods (``leaseworker run`` of
+the takeover trials' :class:`CpuReport`, each in a consumer group of its own so
+both receive every trigger, a 3 s lease). A trigger's first execution computes
+in a child process through ``ctx.run_in_process``, marking on the monotonic
+clock every process here shares (namespaces do not change clocks). Once it
+marked for a while, its pod's host is cut: from Redis only (Kafka and the
+store still reached), from everything, or with Redis's replies lost one way
+(its requests still arrive: a renewal may be applied that the pod never hears
+of). The other pod starts the key once Redis lets it.
+
+Judged from clocks, not from what the holder logged: its code ran until its
+last mark and its child until the kernel said it exited (a pidfd); both are
+before the other pod's acquire was answered, and before Redis could first
+expire the key by the holder's own record.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+from leaseworker.toolkit import Execution, create_topics
+from leaseworker_dev._campaign._takeover import LEASE, POD_FLAGS, TOPIC_VARIABLE
+from leaseworker_dev._services import (
+    MARKS_VARIABLE,
+    ExitWatch,
+    Host,
+    Hosts,
+    LocalKafka,
+    LocalRedis,
+    PodProcess,
+    committed_total,
+    histories,
+    pod_process,
+    read_marks,
+    until_ready,
+)
+
+T = TypeVar("T")
+COMPUTE = 4 * LEASE
+"""Seconds the key's first execution would compute: the cut must stop it."""
+
+
+@dataclass
+class Bed:
+    """The hosts, the services on them, the two pods and the trigger producer."""
+
+    hosts: Hosts
+    redis: LocalRedis
+    kafka: LocalKafka
+    pods: dict[str, PodProcess]
+    groups: list[str]
+    topic: str
+    marks: Path
+    sent: int = 0
+
+
+@pytest.fixture(scope="module")
+def services(hosts: Hosts) -> Iterator[tuple[LocalRedis, LocalKafka]]:
+    """Redis and Kafka, each on a host of its own, for the module."""
+    redis = LocalRedis.start(place=hosts.add("redis").place)
+    try:
+        kafka = LocalKafka.start(place=hosts.add("kafka").place)
+        try:
+            yield redis, kafka
+        finally:
+            kafka.stop()
+    finally:
+        redis.stop()
+
+
+@pytest.fixture(scope="module")
+def bed(
+    hosts: Hosts,
+    services: tuple[LocalRedis, LocalKafka],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Bed]:
+    """Two pods, each on a host of its own, ready with their partition; stopped after the module.
+
+    Sync (its async steps on a loop of their own): the tests' loops are theirs alone.
+    """
+    redis, kafka = services
+    workdir = tmp_path_factory.mktemp("partitions")
+    topic = f"partitions-{secrets.token_hex(3)}"
+    anyio.run(lambda: create_topics(kafka.bootstrap_servers, [topic], partitions=1))
+    env = {
+        TOPIC_VARIABLE: topic,
+        MARKS_VARIABLE: str(workdir / "marks"),
+        "LEASEWORKER_STORE_URL": f"sqlite:///{workdir / 'completions.sqlite3'}",
+    }
+    pods: dict[str, PodProcess] = {}
+    try:
+        for name in ("pod-a", "pod-b"):
+            group = ("--group", f"{topic}-{name}")
+            pods[name] = pod_process(
+                name,
+                "leaseworker_dev._campaign._takeover:CpuReport",
+                workdir=workdir,
+                redis_url=redis.url,
+                flags=[*("--bootstrap-servers", kafka.bootstrap_servers), *group, *POD_FLAGS],
+                env={**env, "LEASEWORKER_NAMESPACE": topic},
+                place=hosts.add(name).place,
+            ).start()
+        anyio.run(lambda: until_ready(list(pods.values()), within=120, partitions=True))
+        groups = [f"{topic}-{name}" for name in pods]
+        yield Bed(hosts, redis, kafka, pods, groups, topic, workdir / "marks")
+    finally:
+        for pod in pods.values():
+            anyio.run(pod.stop, 10.0)
+
+
+def _redis_only(bed: Bed, holder: Host) -> None:
+    bed.hosts.cut(holder, bed.hosts["redis"])
+
+
+def _everything(bed: Bed, holder: Host) -> None:
+    bed.hosts.isolate(holder)
+
+
+def _replies_lost(bed: Bed, holder: Host) -> None:
+    bed.hosts.cut_one_way(bed.hosts["redis"], holder)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "cut", [_redis_only, _everything, _replies_lost], ids=["redis-only", "everything", "one-way"]
+)
+async def test_the_cut_pods_code_ends_before_the_other_pod_takes_the_key(
+    bed: Bed, cut: Callable[[Bed, Host], None]
+) -> None:
+    """The holder's child is dead and its last mark made before the other pod's acquire.
+
+    Both also fall before Redis could first expire the holder's key (its
+    recorded last renewal plus the lease). Cut from Redis only, the holder
+    still reaches Kafka throughout (a connect succeeds while it is cut).
+    """
+    key = f"cut-{secrets.token_hex(3)}"
+    await _send(bed, key, {"seconds": COMPUTE, "where": "process"})
+    first = (await _until(lambda: _of_key(bed, key)[:1], within=60, what="the first start"))[0]
+    holder = bed.pods[first.pod]
+    taker = next(pod for pod in bed.pods.values() if pod is not holder)
+    marks = bed.marks / f"{key}.{first.execution_id}"
+    pid = await _until(lambda: _child(marks, holder), within=30, what="the holder's child marks")
+    with ExitWatch() as watch:
+        assert watch.add(pid)
+        cut(bed, bed.hosts[holder.name])
+        try:
+            if cut is _redis_only:
+                kafka = bed.hosts["kafka"]
+                reached = bed.hosts.reach(bed.hosts[holder.name], kafka, bed.kafka.port, 1.0)
+                assert reached == "open"
+            taken = await _until(
+                lambda: [e for e in _of_key(bed, key) if e.pod == taker.name],
+                within=COMPUTE + 30,
+                what="the takeover",
+            )
+            ended = await _until(
+                lambda: [
+                    e
+                    for e in _of_key(bed, key)
+                    if e.execution_id == first.execution_id and e.end is not None
+                ],
+                within=COMPUTE + 30,
+                what="the holder's end",
+            )
+        finally:
+            bed.hosts.heal()
+        exited = await anyio.to_thread.run_sync(lambda: watch.exited(pid, within=5))
+    assert exited is not None, "the holder's child still runs 5 s after its execution ended"
+    last_mark = max(max(at) for at in read_marks(marks).values())
+    took = taken[0].start
+    ran_until = max(last_mark, exited)
+    assert ran_until < took, f"the holder's code ran {ran_until - took:.3f}s into the takeover"
+    expires = _expires(ended[0])
+    assert expires is not None, ended[0]
+    assert ran_until < expires, f"the holder's code ran {ran_until - expires:.3f}s past expiry"
+    assert ended[0].outcome == "lost", ended[0]
+    print(f"{cut.__name__}: holder stopped {(took - ran_until) * 1000:.0f} ms before the takeover")
+    await _quiet(bed, within=120)
+
+
+async def _send(bed: Bed, key: str, payload: dict[str, object]) -> None:
+    """Send one trigger of ``key`` (acknowledged by the broker)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bed.kafka.bootstrap_servers, acks="all")
+    with anyio.fail_after(30):
+        await producer.start()
+        try:
+            await producer.send_and_wait(
+                bed.topic, key=key.encode(), value=json.dumps(payload).encode()
+            )
+        finally:
+            await producer.stop()
+    bed.sent += 1
+
+
+async def _until(check: Callable[[], T], *, within: float, what: str) -> T:
+    """Poll the pods' files (histories, marks) until ``check()`` is truthy; return it."""
+    with anyio.move_on_after(within):
+        while not (found := check()):  # noqa: ASYNC110 - other processes cannot set our Event
+            await anyio.sleep(0.01)
+        return found
+    raise TimeoutError(f"waited {within:.0f}s for {what}")
+
+
+def _of_key(bed: Bed, key: str) -> list[Execution]:
+    """The executions of ``key`` the pods recorded so far, in start order."""
+    executions = histories(list(bed.pods.values())).executions
+    return sorted((e for e in executions if e.job_key == key), key=lambda e: e.start)
+
+
+def _child(marks: Path, holder: PodProcess) -> int:
+    """The pid of the holder's child once it marked for half a second, else 0."""
+    for pid, at in read_marks(marks).items():
+        if pid != holder.process.pid and at[-1] - at[0] >= 0.5:
+            return pid
+    return 0
+
+
+def _expires(execution: Execution) -> float | None:
+    """When Redis could first expire the execution's key, from its ``stopped`` step."""
+    for step in execution.steps:
+        if step.name == "stopped" and "margin_ms" in step.attrs:
+            return step.at + float(step.attrs["margin_ms"]) / 1000
+    return None
+
+
+async def _quiet(bed: Bed, *, within: float) -> None:
+    """Wait until both groups committed every trigger sent: the pods are idle again."""
+    began = time.monotonic()
+    for group in bed.groups:
+        while await committed_total(bed.kafka.bootstrap_servers, group, bed.topic) < bed.sent:
+            if time.monotonic() - began > within:
+                raise TimeoutError(f"{group} did not commit {bed.sent} triggers in {within:.0f}s")
+            await anyio.sleep(0.1)
