@@ -1,10 +1,11 @@
 """A pod on a host of its own, cut apart from its Redis: it stops before the other pod takes over.
 
-Five hosts on one bridge: Redis, Kafka, and two pods (``leaseworker run`` of
-the takeover trials' :class:`CpuReport`, each in a consumer group of its own so
-both receive every trigger, a 3 s lease). A trigger's first execution computes
-in a child process through ``ctx.run_in_process``, marking on the monotonic
-clock every process here shares (namespaces do not change clocks). Once it
+Six hosts on one bridge: Redis, Kafka, PostgreSQL (the completion store) and
+two pods (``leaseworker run`` of the takeover trials' :class:`CpuReport`, each
+in a consumer group of its own so both receive every trigger, a 3 s lease).
+A trigger's first execution computes in a child process through
+``ctx.run_in_process``, marking on the monotonic clock every process here
+shares (namespaces do not change clocks). Once it
 marked for a while, its pod's host is cut: from Redis only (Kafka and the
 store still reached), from everything, or with Redis's replies lost one way
 (its requests still arrive: a renewal may be applied that the pod never hears
@@ -18,6 +19,7 @@ expire the key by the holder's own record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -38,6 +40,7 @@ from leaseworker_dev._services import (
     Host,
     Hosts,
     LocalKafka,
+    LocalPostgres,
     LocalRedis,
     PodProcess,
     committed_total,
@@ -59,6 +62,7 @@ class Bed:
     hosts: Hosts
     redis: LocalRedis
     kafka: LocalKafka
+    store: LocalPostgres
     pods: dict[str, PodProcess]
     groups: list[str]
     topic: str
@@ -67,37 +71,36 @@ class Bed:
 
 
 @pytest.fixture(scope="module")
-def services(hosts: Hosts) -> Iterator[tuple[LocalRedis, LocalKafka]]:
-    """Redis and Kafka, each on a host of its own, for the module."""
-    redis = LocalRedis.start(place=hosts.add("redis").place)
-    try:
+def services(hosts: Hosts) -> Iterator[tuple[LocalRedis, LocalKafka, LocalPostgres]]:
+    """Redis, Kafka and PostgreSQL, each on a host of its own, for the module."""
+    with contextlib.ExitStack() as stack:
+        redis = LocalRedis.start(place=hosts.add("redis").place)
+        stack.callback(redis.stop)
+        store = LocalPostgres.start(place=hosts.add("store").place)
+        stack.callback(store.stop)
         kafka = LocalKafka.start(place=hosts.add("kafka").place)
-        try:
-            yield redis, kafka
-        finally:
-            kafka.stop()
-    finally:
-        redis.stop()
+        stack.callback(kafka.stop)
+        yield redis, kafka, store
 
 
 @pytest.fixture(scope="module")
 def bed(
     hosts: Hosts,
-    services: tuple[LocalRedis, LocalKafka],
+    services: tuple[LocalRedis, LocalKafka, LocalPostgres],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Bed]:
     """Two pods, each on a host of its own, ready with their partition; stopped after the module.
 
     Sync (its async steps on a loop of their own): the tests' loops are theirs alone.
     """
-    redis, kafka = services
+    redis, kafka, store = services
     workdir = tmp_path_factory.mktemp("partitions")
     topic = f"partitions-{secrets.token_hex(3)}"
     anyio.run(lambda: create_topics(kafka.bootstrap_servers, [topic], partitions=1))
     env = {
         TOPIC_VARIABLE: topic,
         MARKS_VARIABLE: str(workdir / "marks"),
-        "LEASEWORKER_STORE_URL": f"sqlite:///{workdir / 'completions.sqlite3'}",
+        "LEASEWORKER_STORE_URL": store.url,
     }
     pods: dict[str, PodProcess] = {}
     try:
@@ -114,7 +117,7 @@ def bed(
             ).start()
         anyio.run(lambda: until_ready(list(pods.values()), within=120, partitions=True))
         groups = [f"{topic}-{name}" for name in pods]
-        yield Bed(hosts, redis, kafka, pods, groups, topic, workdir / "marks")
+        yield Bed(hosts, redis, kafka, store, pods, groups, topic, workdir / "marks")
     finally:
         for pod in pods.values():
             anyio.run(pod.stop, 10.0)
@@ -143,7 +146,7 @@ async def test_the_cut_pods_code_ends_before_the_other_pod_takes_the_key(
 
     Both also fall before Redis could first expire the holder's key (its
     recorded last renewal plus the lease). Cut from Redis only, the holder
-    still reaches Kafka throughout (a connect succeeds while it is cut).
+    still reaches Kafka and the store (connects succeed while it is cut).
     """
     key = f"cut-{secrets.token_hex(3)}"
     await _send(bed, key, {"seconds": COMPUTE, "where": "process"})
@@ -157,9 +160,10 @@ async def test_the_cut_pods_code_ends_before_the_other_pod_takes_the_key(
         cut(bed, bed.hosts[holder.name])
         try:
             if cut is _redis_only:
-                kafka = bed.hosts["kafka"]
-                reached = bed.hosts.reach(bed.hosts[holder.name], kafka, bed.kafka.port, 1.0)
-                assert reached == "open"
+                cut_off = bed.hosts[holder.name]
+                for name, port in (("kafka", bed.kafka.port), ("store", bed.store.port)):
+                    assert bed.hosts.reach(cut_off, bed.hosts[name], port, 1.0) == "open"
+                assert bed.hosts.reach(cut_off, bed.hosts["redis"], bed.redis.port, 0.3) == "silent"
             taken = await _until(
                 lambda: [e for e in _of_key(bed, key) if e.pod == taker.name],
                 within=COMPUTE + 30,

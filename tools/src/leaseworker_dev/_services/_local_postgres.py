@@ -25,7 +25,16 @@ from glob import glob
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from ._proc import LOOPBACK, LocalProcess, free_port, run_captured, service_workdir, wait_for_port
+from ._proc import (
+    HERE,
+    LOOPBACK,
+    LocalProcess,
+    Place,
+    free_port,
+    run_captured,
+    service_workdir,
+    wait_for_port,
+)
 from ._shipped import ToolMissingError
 from ._tls import TLSFiles
 
@@ -155,6 +164,7 @@ class LocalPostgres:
     process: LocalProcess
     password: str = field(repr=False)
     tls: TLSFiles | None = None
+    place: Place = HERE
     _remove_workdir: bool = field(default=False, repr=False)
     _argv: tuple[dict[str, str], Mapping[str, str] | None] = field(
         default=({}, None), repr=False
@@ -177,7 +187,7 @@ class LocalPostgres:
         if self.tls is not None:
             params = {"sslmode": "verify-full", "sslrootcert": str(self.tls.ca), **params}
         query = "&".join(f"{name}={value}" for name, value in params.items())
-        where = f"{role}:{secret}@{LOOPBACK}:{self.port}/{database}"
+        where = f"{role}:{secret}@{self.place.address}:{self.port}/{database}"
         return f"postgresql://{where}" + (f"?{query}" if query else "")
 
     def create_role(self, name: str, *, password: str) -> None:
@@ -214,6 +224,7 @@ class LocalPostgres:
         tls: TLSFiles | None = None,
         settings: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
+        place: Place = HERE,
     ) -> Self:
         """Create a fresh cluster, start the server, and wait until it serves queries.
 
@@ -223,8 +234,12 @@ class LocalPostgres:
         ``workdir`` a temporary directory is used and removed again by :meth:`stop`.
         ``tls``: serve TLS only, with this certificate and key (see :data:`TLS_ONLY_HBA`).
         ``settings`` are added to the server's (``lc_messages``, say), ``env`` to its
-        environment (``LOCPATH`` for a locale compiled apart).
+        environment (``LOCPATH`` for a locale compiled apart). ``place``: run and
+        listen there (a network namespace of ``Hosts``; not with ``tls``), taking
+        SCRAM logins from its /24.
         """
+        if tls is not None and place != HERE:
+            raise ValueError("a TLS server runs on loopback only")
         bindir = find_bindir()
         run_as = _RunAs.for_current_process()
         password = secrets.token_hex(16)
@@ -232,16 +247,20 @@ class LocalPostgres:
             workdir.chmod(0o700)
             run_as.give(workdir)
             _initdb(bindir, workdir, password, run_as, timeout=timeout)
+            if place != HERE:
+                with (workdir / "data" / "pg_hba.conf").open("a") as hba:
+                    hba.write(f"host all all {place.address}/24 scram-sha-256\n")
             chosen = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
             port = free_port()
             server_settings = {**chosen, **(settings or {})}
-            process = _spawn(bindir, workdir, port, run_as, server_settings, env)
+            process = _spawn(bindir, workdir, port, run_as, server_settings, env, place)
         pg = cls(
             port=port,
             workdir=workdir,
             process=process,
             password=password,
             tls=tls,
+            place=place,
             _remove_workdir=remove,
             _argv=(server_settings, env),
         )
@@ -304,7 +323,9 @@ class LocalPostgres:
         self.process.stop(timeout, signals=(signal.SIGINT, signal.SIGQUIT, signal.SIGTERM))
         settings, env = self._argv
         run_as = _RunAs.for_current_process()
-        self.process = _spawn(find_bindir(), self.workdir, self.port, run_as, settings, env)
+        self.process = _spawn(
+            find_bindir(), self.workdir, self.port, run_as, settings, env, self.place
+        )
         self._wait_ready(timeout=timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -329,7 +350,9 @@ class LocalPostgres:
         import psycopg
 
         deadline = time.monotonic() + timeout
-        wait_for_port(self.port, timeout=timeout, process=self.process.popen)
+        wait_for_port(
+            self.port, timeout=timeout, process=self.process.popen, host=self.place.address
+        )
         while True:
             if self.process.popen.poll() is not None:
                 raise RuntimeError(
@@ -435,14 +458,18 @@ def _spawn(
     run_as: _RunAs,
     settings: dict[str, str],
     env: Mapping[str, str] | None,
+    place: Place = HERE,
 ) -> LocalProcess:
-    """Start the ``postgres`` server in the foreground, logging to ``postgres.log``."""
+    """Start the ``postgres`` server in the foreground at ``place``, logging to ``postgres.log``.
+
+    Entering a namespace needs root, so there ``setpriv`` drops to ``run_as`` inside it.
+    """
     argv = [
         str(bindir / "postgres"),
         "-D",
         str(workdir / "data"),
         "-h",
-        LOOPBACK,
+        place.address,
         "-p",
         str(port),
         "-k",
@@ -450,13 +477,19 @@ def _spawn(
     ]
     for name, value in settings.items():
         argv += ["-c", f"{name}={value}"]
+    drop = (run_as.uid, run_as.gid, run_as.extra_groups)
+    if place.prefix:
+        if run_as.uid is not None:
+            ids = (f"--reuid={run_as.uid}", f"--regid={run_as.gid}", "--clear-groups")
+            argv = ["setpriv", *ids, *argv]
+        argv, drop = place.argv(argv), (None, None, None)
     return LocalProcess.spawn(
         "postgres",
         argv,
         log_path=workdir / "postgres.log",
         env={**run_as.env(), **(env or {})},
         cwd=workdir,
-        user=run_as.uid,
-        group=run_as.gid,
-        extra_groups=run_as.extra_groups,
+        user=drop[0],
+        group=drop[1],
+        extra_groups=drop[2],
     )
