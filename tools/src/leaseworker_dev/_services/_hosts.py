@@ -23,6 +23,7 @@ route; a subnet the machine already reaches is skipped) and the names
 is held by a lock on byte ``n`` of :data:`HOSTS_LOCK`, which the kernel drops
 when the process ends, however it ends: anything named after a number nobody
 holds belongs to a crashed run and is removed by the next :meth:`Hosts.create`.
+See docs/design.md#development-services.
 """
 
 from __future__ import annotations
