@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self, final
@@ -28,8 +28,8 @@ from ._nodes import (
     poll_until,
     write_config,
 )
-from ._proc import LOOPBACK, distinct_free_ports, run_captured
-from ._redis import tls_query
+from ._proc import HERE, Place, distinct_free_ports, run_captured
+from ._redis import protected_mode, tls_query
 from ._tls import ServiceTLS
 
 SHARDS = 3
@@ -80,12 +80,21 @@ class LocalRedisCluster:
 
     @classmethod
     def start(
-        cls, *, node_timeout_ms: int = 2000, timeout: float = 60.0, tls: ServiceTLS | None = None
+        cls,
+        *,
+        node_timeout_ms: int = 2000,
+        timeout: float = 60.0,
+        tls: ServiceTLS | None = None,
+        places: Sequence[Place] = (),
     ) -> Self:
         """Start six nodes, join them with ``redis-cli --cluster create``; wait until ok.
 
         ``tls``: every node serves TLS only, the cluster bus included (``tls-cluster yes``).
+        ``places``: where each node runs and listens (a network namespace of
+        ``Hosts`` each); all on this host's loopback without.
         """
+        if places and len(places) != NODES:
+            raise ValueError(f"places: one per node, {NODES}, not {len(places)}")
         server_bin, cli_bin = _binaries()
         workdir = Path(tempfile.mkdtemp(prefix="leaseworker-cluster-"))
         cluster = cls(workdir=workdir, timeout=timeout, tls=tls)
@@ -93,8 +102,11 @@ class LocalRedisCluster:
             ports = distinct_free_ports(2 * NODES)  # a client port and a bus port each
             for index in range(NODES):
                 bus_port = ports[NODES + index]
+                place = places[index] if places else HERE
                 cluster.nodes.append(
-                    cluster._start_node(server_bin, index, ports[index], bus_port, node_timeout_ms)
+                    cluster._start_node(
+                        server_bin, index, (place, ports[index], bus_port), node_timeout_ms
+                    )
                 )
             cluster._create(cli_bin)
             cluster._ids = {
@@ -115,12 +127,12 @@ class LocalRedisCluster:
         New on every call: redis-py's ``ClusterNode`` holds its connections, so
         two clients must not share one.
         """
-        return [ClusterNode(LOOPBACK, node.port) for node in self.nodes if node.alive]
+        return [ClusterNode(*node.address) for node in self.nodes if node.alive]
 
     @property
     def url(self) -> str:
         """``redis+cluster://host:port,...`` over every node, the URL ``--redis-url`` takes."""
-        hosts = ",".join(f"{LOOPBACK}:{node.port}" for node in self.nodes)
+        hosts = ",".join(f"{host}:{port}" for host, port in (n.address for n in self.nodes))
         if self.tls is None:
             return f"redis+cluster://{hosts}"
         return f"rediss+cluster://{hosts}?{tls_query(self.tls)}"
@@ -238,14 +250,17 @@ class LocalRedisCluster:
     # -- starting
 
     def _start_node(
-        self, binary: str, index: int, port: int, bus_port: int, node_timeout_ms: int
+        self, binary: str, index: int, listen: tuple[Place, int, int], node_timeout_ms: int
     ) -> RedisNode:
         """Start one cluster-enabled node, its config file and data in its own directory.
+
+        ``listen``: where it runs, its client port and its bus port.
 
         The bus port is set (``cluster-port``) rather than left at port + 10000:
         that one would fall in the kernel's ephemeral range, where an outgoing
         connection may take it before the node binds it (see ``free_port``).
         """
+        place, port, bus_port = listen
         name = f"node{index}"
         directory = self.workdir / name
         config = directory / "redis.conf"
@@ -254,7 +269,8 @@ class LocalRedisCluster:
             [
                 *listen_config(port, self.tls),
                 *([] if self.tls is None else ["tls-cluster yes"]),
-                f"bind {LOOPBACK}",
+                f"bind {place.address}",
+                f"protected-mode {protected_mode(place)}",
                 "daemonize no",
                 f"dir {directory}",
                 'save ""',
@@ -272,11 +288,12 @@ class LocalRedisCluster:
             ],
         )
         log = self.workdir / f"{name}.log"
-        return RedisNode.start(name, [binary, str(config)], port=port, log_path=log, tls=self.tls)
+        argv = [binary, str(config)]
+        return RedisNode.start(name, argv, port=port, log_path=log, tls=self.tls, place=place)
 
     def _create(self, cli: str) -> None:
         """Run ``redis-cli --cluster create`` over the nodes, one replica per master."""
-        addresses = [f"{LOOPBACK}:{node.port}" for node in self.nodes]
+        addresses = [f"{host}:{port}" for host, port in (node.address for node in self.nodes)]
         argv = [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"]
         if self.tls is not None:
             argv += ["--tls", "--cacert", str(self.tls.server.ca)]
@@ -369,7 +386,8 @@ class LocalRedisCluster:
         source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", self._ids[to.port])
         while keys := source.command("CLUSTER", "GETKEYSINSLOT", slot, 100):
             with source.client(decode=False) as client:  # keys may not be text
-                client.execute_command("MIGRATE", LOOPBACK, to.port, "", 0, 5000, "KEYS", *keys)
+                host, port = to.address
+                client.execute_command("MIGRATE", host, port, "", 0, 5000, "KEYS", *keys)
         self._migrating[slot] = to
         if finish:
             self._finish_migration(slot)

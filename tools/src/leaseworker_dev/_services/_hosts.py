@@ -59,6 +59,7 @@ HOSTS_LOCK = Path("/tmp/leaseworker-hosts.lock")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,19}")
 _OUR_LINK = re.compile(r"lwh(\d{1,3})(?:v\d+)?")
 _OUR_NAMESPACE = re.compile(r"lwh(\d{1,3})-.+")
+_PROBE = re.compile(r"lwhprobe-(\d+)")
 _RATE = re.compile(r"\d+(?:kbit|mbit)")
 _TABLE = (
     "table inet lwh {\n chain input {\n type filter hook input priority 0; policy accept;\n }\n}\n"
@@ -108,7 +109,7 @@ class Hosts:
         missing = [tool for tool in ("ip", "nft", "tc") if shutil.which(tool) is None]
         if missing:
             return f"{' and '.join(missing)} not installed (iproute2, nftables)"
-        probe = f"lwhprobe{os.getpid()}"
+        probe = f"lwhprobe-{os.getpid()}"
         try:
             _run("ip", "netns", "add", probe)
         except RuntimeError as exc:
@@ -343,6 +344,9 @@ def _sweep() -> None:
     """Remove the namespaces, veths and bridges of numbers no live process holds."""
     numbers = {int(m[1]) for m in map(_OUR_NAMESPACE.fullmatch, _namespaces()) if m}
     numbers |= {int(m[1]) for m in map(_OUR_LINK.fullmatch, _links()) if m}
+    for namespace in _namespaces():  # a probe of a process killed in available()
+        if (m := _PROBE.fullmatch(namespace)) and not _alive(int(m[1])):
+            _run("ip", "netns", "del", namespace)
     for number in sorted(numbers):
         if _LOCKS.take(number):
             try:
@@ -364,6 +368,14 @@ def _remove(number: int) -> None:
     for link in sorted(links, key=lambda name: name == prefix):  # the bridge last
         with contextlib.suppress(RuntimeError):  # a veth goes with its namespace, maybe just now
             _run("ip", "link", "del", link)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _namespaces() -> list[str]:
