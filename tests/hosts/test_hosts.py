@@ -198,3 +198,15 @@ def test_without_root_the_probe_says_why_in_one_line(monkeypatch: pytest.MonkeyP
         pytest.skip("namespaces cannot be made here at all")
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert Hosts.available() == "network namespaces need root (ip netns add)"
+
+
+def test_a_failure_inside_leaves_nothing_behind() -> None:
+    """An error while hosts are cut and slowed: leaving the block removes namespaces and links."""
+    with pytest.raises(RuntimeError, match="the test failed"), Hosts.create() as made:
+        a, b = made.add("a"), made.add("b")
+        made.cut(a, b)
+        made.slow(a, "1mbit")
+        raise RuntimeError("the test failed")
+    assert not [name for name in _ip("netns", "list").split() if name.startswith(f"{made.bridge}-")]
+    ours = [link for link in _links() if link == made.bridge or link.startswith(f"{made.bridge}v")]
+    assert not ours
