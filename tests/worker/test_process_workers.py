@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess
 
 from ..kafka_util import KafkaNames, produce
 from ..pods import ready, recorded, spawn_pod
-from ..processes import stats
+from ..processes import pool_processes
 from ..waiting import eventually
 
 
@@ -45,19 +44,6 @@ def pod(
         one.kill()
 
 
-def _pool_processes(pid: int) -> list[str]:
-    """The command lines of ``pid``'s children that are its pool's (workers, keeper).
-
-    Not the SQLite store's fsync helper, the pod's other child.
-    """
-    found = []
-    for child, parent, _ in stats():
-        if parent == pid:
-            with contextlib.suppress(OSError):  # it exited meanwhile
-                found.append(Path(f"/proc/{child}/cmdline").read_bytes().decode())
-    return [line for line in found if "leaseworker/_process/" in line or "_process._child" in line]
-
-
 @pytest.mark.parametrize(("workers", "children"), [("0", 0), ("1", 2)])
 async def test_a_pod_starts_its_workers_and_the_keeper_before_consuming_and_none_with_0(
     kafka_server: LocalKafka,
@@ -75,7 +61,7 @@ async def test_a_pod_starts_its_workers_and_the_keeper_before_consuming_and_none
     kafka_server.create_topics([kafka_names.topic], partitions=1)
     started = pod("--process-workers", workers)
     await eventually(lambda: ready(started), within=60)
-    assert len(_pool_processes(started.process.pid)) == children
+    assert len(pool_processes(started.process.pid)) == children
     body = json.dumps({"add": [1, 2]}).encode()
     await produce(kafka_server.bootstrap_servers, kafka_names.topic, [(b"sum", body)])
 
@@ -92,4 +78,4 @@ async def test_a_pod_starts_its_workers_and_the_keeper_before_consuming_and_none
     assert "run_in_process(add) has no process worker to run in" in line
     assert "--process-workers 0" in line
     assert "Traceback" not in started.log_text()
-    assert _pool_processes(started.process.pid) == []
+    assert pool_processes(started.process.pid) == []
