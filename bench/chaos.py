@@ -9,11 +9,13 @@ faults have been played (about eight in ten planned faults play; the rest find
 their target busy or idle), then prints the faults played by kind, the
 violations, the worst stop latency, the smallest margin before Redis could
 expire a key, the CPU-bound executions' processes (how close to its
-execution's end each last ran), the effects (each completion publishes one message: committed,
-delivered, processed once, duplicates dropped, lost, stale, claimed again),
-what the campaigns exercised, and the wall time. A fault starts every second on average (a
-pod, or the shared services, has one at a time), so 1,000 faults take about
-30 minutes with the campaigns' start-ups and drains.
+execution's end each last ran) and their children's CPU (committed, and
+wasted by executions that did not commit, by outcome), the effects (each
+completion publishes one message: committed, delivered, processed once,
+duplicates dropped, lost, stale, claimed again), what the campaigns exercised,
+and the wall time. A fault starts every second on average (a pod, or the shared
+services, has one at a time), so 1,000 faults take about 30 minutes with the
+campaigns' start-ups and drains.
 
     .venv/bin/python bench/chaos.py [--faults-total 1000] [--per-campaign 250]
 
@@ -91,6 +93,10 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         if i["name"] == CODE_AFTER_STOP and i["counts"]["executions"]
     ]
     effects = _summed(reports)
+    cpu = [r["child_cpu"] for r in reports if r.get("child_cpu")]
+    wasted: Counter[str] = Counter()
+    for one in cpu:
+        wasted.update(one["wasted_by_outcome"])
     exercised = [r["exercised"] for r in reports if r.get("exercised")]
     through = ", ".join(f"{k[7:]} {n}" for k, n in effects.items() if k.startswith("across_"))
     lines = [
@@ -111,6 +117,11 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"{sum(c['processes'] for c in marked)} processes ({sum(c['marks'] for c in marked)} "
         f"marks); last mark at least {min((c['min_margin_ms'] for c in marked), default=0.0):.1f}"
         " ms before its execution's end",
+        f"child CPU          {sum(c['committed_seconds'] for c in cpu):.1f} s committed, "
+        f"{sum(c['wasted_seconds'] for c in cpu):.1f} s in "
+        f"{sum(c['wasted_executions'] for c in cpu)} executions that did not commit ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(wasted.items()))
+        + ")",
         f"effects            {effects['effects']} committed, {effects['delivered']} delivered, "
         f"{effects['processed']} processed (twice: {effects['processed_twice']}), "
         f"{effects['duplicates_dropped']} duplicates dropped, {effects['lost']} lost, "

@@ -20,6 +20,8 @@ import anyio
 
 from leaseworker import JobContext, ReportJob
 
+from .process_work import add
+
 
 @dataclass
 class Run:
@@ -129,7 +131,8 @@ class MarkerJob(ReportJob):
     Settings come from the environment, since ``leaseworker run`` builds it: ``LW_TEST_TOPIC``,
     ``LW_TEST_LEASE`` (seconds). When ``LW_TEST_SLOW_POD`` names a pod, only
     that pod sleeps the payload's ``seconds``; the others take 0.1 s (a
-    takeover should not wait for a whole slow job again).
+    takeover should not wait for a whole slow job again). A payload's ``add``
+    (two numbers) makes it return their sum from ``ctx.run_in_process`` instead.
     """
 
     topic = os.environ.get("LW_TEST_TOPIC", "unset")
@@ -137,6 +140,8 @@ class MarkerJob(ReportJob):
 
     async def run(self, ctx: JobContext) -> object:
         """Sleep in small steps with checkpoints."""
+        if "add" in ctx.trigger.payload:
+            return await ctx.run_in_process(add, *ctx.trigger.payload["add"])
         seconds = float(ctx.trigger.payload.get("seconds", 0))
         slow_pod = os.environ.get("LW_TEST_SLOW_POD")
         if slow_pod and ctx.pod != slow_pod:

@@ -7,6 +7,7 @@ so a test can check that every one of them is gone once the command exited.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -61,6 +62,19 @@ def stats() -> Iterator[tuple[int, int, str]]:
             continue
         fields = text.rsplit(")", 1)[1].split()  # the name may contain spaces
         yield int(entry.name), int(fields[1]), fields[19]
+
+
+def pool_processes(pid: int) -> list[str]:
+    """The command lines of ``pid``'s children that run ``leaseworker._process`` (workers, keeper).
+
+    Not the pod's other children (the SQLite store's fsync helper).
+    """
+    found = []
+    for child, parent, _ in stats():
+        if parent == pid:
+            with contextlib.suppress(OSError):  # it exited meanwhile
+                found.append((Path("/proc") / str(child) / "cmdline").read_bytes().decode())
+    return [line for line in found if "leaseworker/_process/" in line or "_process._child" in line]
 
 
 def alive(processes: set[tuple[int, str]]) -> set[tuple[int, str]]:

@@ -1,8 +1,8 @@
 """The CPU-bound example job: its computation runs in a child process killed with the lease.
 
 In ``JobEnvironment`` first (real children, in-memory lease and store), then
-in an embedded pod on a real Kafka and Redis, whose process pool preloads the
-example's module.
+in an embedded pod on a real Kafka and Redis, whose process pool starts on the
+job's first call.
 """
 
 from __future__ import annotations

@@ -146,3 +146,44 @@ def test_inspect_with_redis_unreachable_or_malformed_exits_2_with_one_line(
     assert says in err
     assert "\n" not in err
     assert "s3cret" not in err
+
+
+def test_inspect_shows_what_the_winning_execution_spent_in_its_children(
+    redis_server: LocalRedis, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CPU seconds and peak memory of its run_in_process calls, as JSON and as text."""
+    namespace, key = f"t{uuid.uuid4().hex[:12]}", "report:acme:2026-11"
+
+    async def record() -> None:
+        async with open_store(store_url) as store:
+            await store.complete(
+                CompletionRequest(
+                    job_key=completion_key(namespace, key),
+                    input_version="v1",
+                    fence=10,
+                    result={},
+                    execution_id="e10",
+                    pod="pod-b",
+                    cpu_seconds=1.5,
+                    peak_memory=40 * 2**20,
+                )
+            )
+
+    anyio.run(record)
+    argv = [
+        key,
+        "--redis-url",
+        redis_server.url,
+        "--namespace",
+        namespace,
+        "--store-url",
+        store_url,
+    ]
+    completion = _inspect(capsys, *argv)["completion"]
+    assert isinstance(completion, dict)
+    assert (completion["cpu_seconds"], completion["peak_memory"]) == (1.5, 40 * 2**20)
+    assert main(["inspect", *argv, "--text"]) == 0
+    (line,) = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("completion")
+    ]
+    assert line.endswith("execution e10 on pod-b, CPU 1.500s, peak 40.0 MiB in run_in_process")

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
         (["run", "tests.jobs:Recorder"], "not a ReportJob subclass"),
         (["run", "leaseworker:ReportJob"], "is abstract"),
         (["run", "--concurrency", "0", "tests.jobs:MarkerJob"], "must be >= 1"),
+        (["run", "--process-workers", "-1", "tests.jobs:MarkerJob"], "must be >= 0"),
         (["run", "--shutdown-timeout", "soon", "tests.jobs:MarkerJob"], "not a number"),
         (["run", "--redis-url", "http://x", "tests.jobs:MarkerJob"], "redis_url"),
         (

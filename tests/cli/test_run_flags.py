@@ -39,6 +39,7 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--max-payload-bytes", "4096", "max_payload_bytes", 4096),
     ("--loss-budget", "3", "loss_budget", 3),
     ("--max-result-bytes", "2048", "max_result_bytes", 2048),
+    ("--process-workers", "0", "process_workers", 0),
     ("--auto-offset-reset", "latest", "auto_offset_reset", "latest"),
     ("--outbox-retention", "3600", "outbox_retention", 3600.0),
     ("--outbox-claim-timeout", "45", "outbox_claim_timeout", 45.0),

@@ -124,7 +124,7 @@ async def test_a_preload_that_fails_is_a_config_error_naming_it() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "value"),
-    [("workers", 0), ("max_tasks_per_child", -1), ("max_memory_per_child", 0), ("reap_timeout", 0)],
+    [("workers", -1), ("max_tasks_per_child", 0), ("max_memory_per_child", 0), ("reap_timeout", 0)],
 )
 def test_bad_settings_are_config_errors(setting: str, value: int) -> None:
     """Each bad value is refused at construction."""

@@ -3,7 +3,9 @@
 The owner is shown masked (``pod-a:***``): the token's random part lets
 whoever knows it renew or release the lease, so it never leaves the pod. The
 completion part reads the fenced completion store: the winning fence, the
-input version that won, when and by which execution and pod. The stored
+input version that won, when and by which execution and pod, and what that
+execution's ``run_in_process`` children cost (CPU seconds, peak memory; ``null``
+if it ran none, or completed before the store kept it). The stored
 result is shown only with ``--show-result`` (results may carry personal data),
 cut to ``--result-limit`` characters of JSON, saying so.
 An embedded SQLite store that does not exist yet is reported as "no
@@ -176,6 +178,7 @@ def render_text(shown: dict[str, Any]) -> str:
         lines.append(
             f"completion  fence {done['winning_fence']}, input {done['input_version']}, "
             f"{done['completed_at']}, execution {done['execution_id']} on {done['pod']}"
+            f"{_cost(done)}"
         )
         if "result" in done or "result_preview" in done:
             result = done.get("result_preview") or json.dumps(done.get("result"))
@@ -205,6 +208,16 @@ def render_text(shown: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cost(done: dict[str, Any]) -> str:
+    """``, CPU 1.234s, peak 42.0 MiB`` in its children, or nothing when it ran none."""
+    cpu, peak = done.get("cpu_seconds"), done.get("peak_memory")
+    if cpu is None and peak is None:
+        return ""
+    shown = "" if cpu is None else f", CPU {cpu:.3f}s"
+    shown += "" if peak is None else f", peak {peak / 2**20:.1f} MiB"
+    return shown + " in run_in_process"
+
+
 def _note(text: str) -> None:
     print(f"leaseworker inspect: note: {text}", file=sys.stderr)
 
@@ -217,6 +230,8 @@ def _shown(completion: Completion, args: argparse.Namespace) -> dict[str, object
         "completed_at": completion.completed_at.isoformat(),
         "execution_id": completion.execution_id,
         "pod": completion.pod,
+        "cpu_seconds": completion.cpu_seconds,
+        "peak_memory": completion.peak_memory,
     }
     if args.show_result:
         shown.update(_result(completion.result, args.result_limit))

@@ -157,8 +157,8 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     Setting(
         flag="--process-workers",
         help="child processes ctx.run_in_process runs the job's blocking work in, started "
-        "with the pod; unset: the machine's cores",
-        kind=positive_int,
+        "with the pod; unset: the machine's cores; 0: none (run_in_process then fails)",
+        kind=non_negative_int,
         field="process_workers",
     ),
     Setting(

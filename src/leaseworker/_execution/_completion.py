@@ -152,14 +152,21 @@ class Completer:
         self.called = False
 
     def request(self, result: object) -> CompletionRequest:
-        """Return the completion request of ``result`` with this execution's identity and fence."""
+        """Return the completion request of ``result`` with this execution's identity and fence.
+
+        It carries what the execution's ``run_in_process`` children cost so far, if it ran any.
+        """
+        held = self.held
+        ran = held.process_calls > 0
         return CompletionRequest(
             job_key=self.key,
             input_version=self.input_version,
-            fence=self.held.fence,
+            fence=held.fence,
             result=result,
             execution_id=self._execution_id,
             pod=self._pod,
+            cpu_seconds=held.cpu_seconds if ran else None,
+            peak_memory=held.peak_memory if ran else None,
         )
 
     def publish(

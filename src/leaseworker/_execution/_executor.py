@@ -143,7 +143,7 @@ class Executor:
         processes: ProcessPool | None = None,
     ) -> None:
         check_job_class(type(job))
-        if processes is not None:
+        if processes is not None and processes.workers:  # none: no child to stop in time
             leases.policy.check_stop_room(processes.stop_allowance)
         self._processes = processes
         self._loss_budget = job.loss_budget if loss_budget is None else loss_budget

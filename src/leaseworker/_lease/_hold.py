@@ -113,7 +113,7 @@ def hold(
         max_runtime=max_runtime,
         policy=leases.policy,
     )
-    if processes is not None:  # checked once, as the timing is (the executor: in its __init__)
+    if processes is not None and processes.workers:  # checked once, as the timing is
         leases.policy.check_stop_room(processes.stop_allowance)
     return HeldLease(
         leases,

@@ -49,11 +49,17 @@ child reaped, a child in a CPU loop each time; 2 shared cores): p50 4.1 ms, p99
 1 ms. The allowance is the loaded maximum with half again on top.
 """
 
+_NO_WORKERS: Final = (
+    "run_in_process({}) has no process worker to run in: the pool has 0 "
+    "(--process-workers 0, LEASEWORKER_PROCESS_WORKERS=0 or ProcessPool(0)); give it 1 or more"
+)
+
 
 class ProcessPool:
     """A pool of warm, supervised child processes for a job's synchronous, CPU-bound work.
 
-    - ``workers``: how many children (default ``os.cpu_count()``).
+    - ``workers``: how many children (default ``os.cpu_count()``); 0: none at all, and
+      ``run()`` raises ``ConfigError`` (a pod whose job never calls ``run_in_process``).
     - ``max_tasks_per_child``: a worker is replaced after that many calls (default: never).
     - ``max_memory_per_child``: bytes; a worker whose call peaked above it is replaced
       after that call (default: never).
@@ -75,7 +81,7 @@ class ProcessPool:
         preload: Sequence[str] = (),
         reap_timeout: float = 1.0,
     ) -> None:
-        self._workers = _positive("workers", os.cpu_count() or 1 if workers is None else workers)
+        self._workers = _whole("workers", os.cpu_count() or 1 if workers is None else workers, 0)
         self._max_tasks = _optional("max_tasks_per_child", max_tasks_per_child)
         self._max_memory = _optional("max_memory_per_child", max_memory_per_child)
         if isinstance(preload, str) or not all(isinstance(name, str) for name in preload):
@@ -125,8 +131,9 @@ class ProcessPool:
         """Start every worker and the keeper, wait until each is ready; idempotent.
 
         ``ConfigError`` (one line, naming the module) if a preload module fails to import.
+        A pool of 0 workers starts nothing, not even the keeper.
         """
-        if self._keeper is not None and self._starting is None:
+        if not self._workers or (self._keeper is not None and self._starting is None):
             return
         if self._starting is not None:
             await self._starting.wait()
@@ -208,6 +215,8 @@ class ProcessPool:
         group is killed and reaped, then the cancellation goes on. ``usage`` is called
         once for every call a worker took, before ``run`` returns or raises.
         """
+        if not self._workers:
+            raise ConfigError(_NO_WORKERS.format(getattr(fn, "__qualname__", repr(fn))))
         data = _pickled(fn, args, kwargs, identity)
         # Followed before waiting for a worker: renewals meanwhile move the deadline.
         mirror = CallMirror(deadline, lost)
@@ -369,14 +378,14 @@ class ProcessPool:
         self._dying = [worker for worker in self._dying if not worker.gone()]
 
 
-def _positive(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name} must be a positive whole number: {value!r}")
+def _whole(name: str, value: object, least: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ConfigError(f"{name} must be a whole number >= {least}: {value!r}")
     return value
 
 
 def _optional(name: str, value: object) -> int | None:
-    return None if value is None else _positive(name, value)
+    return None if value is None else _whole(name, value)
 
 
 def _pickled(

@@ -9,10 +9,11 @@ See docs/design.md#the-completion-store.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from .._errors import ConfigError
 
@@ -40,6 +41,9 @@ class Completion:
     ``result`` is the job's result row as decoded JSON. It is left out of the
     repr because report results may carry personal data and reprs end up in logs.
     ``completed_at`` is the store's commit-side clock, timezone-aware UTC.
+    ``cpu_seconds`` and ``peak_memory`` (bytes): what the execution's
+    ``run_in_process`` children had cost when it completed, if it ran any; read
+    by :meth:`CompletionStore.state` (``None`` in the other answers on PostgreSQL).
     """
 
     job_key: str
@@ -49,6 +53,8 @@ class Completion:
     execution_id: str
     pod: str
     completed_at: datetime
+    cpu_seconds: float | None = None
+    peak_memory: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +75,8 @@ class CompletionRequest:
     - ``result``: the job's result row, any JSON value; left out of the repr
       (it may carry personal data).
     - ``execution_id`` and ``pod``: which execution, in which pod, produced it.
+    - ``cpu_seconds`` and ``peak_memory`` (bytes): what its ``run_in_process``
+      children cost, kept with an accepted completion (``None``: it ran none).
 
     Built by the caller, checked by the store when it is completed: text no
     store could keep raises :class:`ConfigError`, a result that is not strict
@@ -81,6 +89,8 @@ class CompletionRequest:
     result: JsonValue = field(repr=False)
     execution_id: str
     pod: str
+    cpu_seconds: float | None = None
+    peak_memory: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,11 +297,24 @@ def _unstorable_text(value: object) -> bool:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def completion_params(request: CompletionRequest) -> dict[str, object]:
     """Check a ``complete()`` request and return its named SQL parameters (result as JSON)."""
     check_call(request.job_key, request.fence, request.input_version)
     check_text("execution id", request.execution_id)
     check_text("pod", request.pod)
+    cpu, peak = request.cpu_seconds, request.peak_memory
+    if cpu is not None and not (_number(cpu) and 0 <= cpu < math.inf):
+        raise ConfigError(f"cpu_seconds must be None or a finite number >= 0, got {cpu!r}")
+    if peak is not None and not (_whole(peak) and 0 <= peak <= MAX_FENCE):
+        raise ConfigError(f"peak_memory must be None or a whole number >= 0, got {peak!r}")
     return {
         "job_key": request.job_key,
         "input_version": request.input_version,
@@ -299,4 +322,6 @@ def completion_params(request: CompletionRequest) -> dict[str, object]:
         "result": encode_result(request.job_key, request.result),
         "execution_id": request.execution_id,
         "pod": request.pod,
+        "cpu_seconds": None if cpu is None else float(cpu),
+        "peak_memory": peak,
     }

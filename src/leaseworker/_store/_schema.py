@@ -58,6 +58,41 @@ Migration 3 changed only what is stale; the text is shared so the two cannot dri
 """
 
 
+_CALLS = """
+            CREATE OR REPLACE FUNCTION leaseworker_calls(p_calls jsonb)
+            RETURNS TABLE (
+                o_call integer, o_status text, o_seen_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            DECLARE
+                i integer;
+                c jsonb;
+            BEGIN
+                FOR i, c IN
+                    SELECT e.n::integer, e.v FROM jsonb_array_elements(p_calls)
+                        WITH ORDINALITY AS e(v, n)
+                    ORDER BY e.v->>1, e.n
+                LOOP
+                    IF c->>0 = 'complete' THEN
+                        RETURN QUERY SELECT i, r.* FROM leaseworker_complete(
+                            c->>1, c->>2, (c->>3)::bigint, c->6, c->>4, c->>5{cost}) AS r;
+                    ELSIF c->>0 = 'claim' THEN
+                        RETURN QUERY SELECT i, r.* FROM leaseworker_claim(
+                            c->>1, c->>2, (c->>3)::bigint) AS r;
+                    ELSE
+                        RETURN QUERY SELECT i, 'found'::text, f.fence, f.input_version,
+                               f.fence, f.result, f.execution_id, f.pod, f.completed_at
+                        FROM leaseworker_completions f
+                        WHERE f.job_key = c->>1 AND f.input_version = c->>2;
+                    END IF;
+                END LOOP;
+            END
+            $fn$
+            """
+"""``leaseworker_calls()`` of migrations 4 and 12; ``{cost}``: what its completions pass on."""
+
+
 def _without_rowid(table: str, columns: str, names: str) -> tuple[str, ...]:
     """Return the SQLite statements that rebuild ``table`` as ``WITHOUT ROWID``, rows kept."""
     return (
@@ -242,38 +277,7 @@ _JOBS: tuple[Migration, ...] = (
             # p_calls is a JSON array of [kind, job key, input version, fence,
             # execution id, pod, result]: one parameter, cheap for the client to
             # build. A lookup only reads: one row if the identity completed.
-            """
-            CREATE OR REPLACE FUNCTION leaseworker_calls(p_calls jsonb)
-            RETURNS TABLE (
-                o_call integer, o_status text, o_seen_fence bigint, o_input_version text,
-                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
-                o_completed_at timestamptz
-            ) LANGUAGE plpgsql AS $fn$
-            DECLARE
-                i integer;
-                c jsonb;
-            BEGIN
-                FOR i, c IN
-                    SELECT e.n::integer, e.v FROM jsonb_array_elements(p_calls)
-                        WITH ORDINALITY AS e(v, n)
-                    ORDER BY e.v->>1, e.n
-                LOOP
-                    IF c->>0 = 'complete' THEN
-                        RETURN QUERY SELECT i, r.* FROM leaseworker_complete(
-                            c->>1, c->>2, (c->>3)::bigint, c->6, c->>4, c->>5) AS r;
-                    ELSIF c->>0 = 'claim' THEN
-                        RETURN QUERY SELECT i, r.* FROM leaseworker_claim(
-                            c->>1, c->>2, (c->>3)::bigint) AS r;
-                    ELSE
-                        RETURN QUERY SELECT i, 'found'::text, f.fence, f.input_version,
-                               f.fence, f.result, f.execution_id, f.pod, f.completed_at
-                        FROM leaseworker_completions f
-                        WHERE f.job_key = c->>1 AND f.input_version = c->>2;
-                    END IF;
-                END LOOP;
-            END
-            $fn$
-            """,
+            _CALLS.replace("{cost}", ""),
         ),
         sqlite=(),  # SQLite batches its calls in the store (group commit)
     ),
@@ -313,6 +317,51 @@ _JOBS: tuple[Migration, ...] = (
                     updated_at = excluded.updated_at;
             END
             """,
+        ),
+    ),
+    Migration(
+        version=12,
+        description="what an execution's run_in_process children cost, kept with its completion",
+        postgresql=(
+            # Nullable, no default: a catalog-only change; completions of
+            # earlier code, and of executions that ran no child, keep NULL.
+            "ALTER TABLE leaseworker_completions"
+            " ADD COLUMN cpu_seconds double precision, ADD COLUMN peak_memory bigint",
+            # A second leaseworker_complete (two more arguments) around the
+            # first: the rule stays in one function, and pods of earlier code
+            # keep calling the six-argument one. The cost is written by its
+            # own UPDATE in the same transaction, only when there is one:
+            # the row this execution just recorded (or had recorded, on a
+            # retried commit), never another execution's.
+            """
+            CREATE OR REPLACE FUNCTION leaseworker_complete(
+                p_job_key text, p_input_version text, p_fence bigint, p_result jsonb,
+                p_execution_id text, p_pod text,
+                p_cpu_seconds double precision, p_peak_memory bigint
+            ) RETURNS TABLE (
+                o_status text, o_winning_fence bigint, o_input_version text,
+                o_fence bigint, o_result jsonb, o_execution_id text, o_pod text,
+                o_completed_at timestamptz
+            ) LANGUAGE plpgsql AS $fn$
+            BEGIN
+                RETURN QUERY SELECT * FROM leaseworker_complete(
+                    p_job_key, p_input_version, p_fence, p_result, p_execution_id, p_pod);
+                IF p_cpu_seconds IS NOT NULL OR p_peak_memory IS NOT NULL THEN
+                    UPDATE leaseworker_completions
+                    SET cpu_seconds = p_cpu_seconds, peak_memory = p_peak_memory
+                    WHERE job_key = p_job_key AND input_version = p_input_version
+                      AND execution_id = p_execution_id AND fence = p_fence;
+                END IF;
+            END
+            $fn$
+            """,
+            # A completion's entry may carry the cost as its elements 7 and 8
+            # (missing from earlier code's entries: NULL).
+            _CALLS.replace("{cost}", ", (c->>7)::double precision, (c->>8)::bigint"),
+        ),
+        sqlite=(
+            "ALTER TABLE leaseworker_completions ADD COLUMN cpu_seconds REAL",
+            "ALTER TABLE leaseworker_completions ADD COLUMN peak_memory INTEGER",
         ),
     ),
 )

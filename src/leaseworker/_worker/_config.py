@@ -208,6 +208,7 @@ class PodConfig:
     """Child processes ``ctx.run_in_process`` runs calls in, started with the pod.
 
     ``None``: the machine's cores. Each imports the job's module once, at start.
+    0: none (a job that calls ``run_in_process`` then fails with ``ConfigError``).
     """
 
     max_tasks_per_child: int | None = None
@@ -239,10 +240,13 @@ class PodConfig:
         _require(bool(self.pod) and self.pod.isprintable(), "pod must be a printable name")
         _require(self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency}")
         _require(self.max_payload_bytes >= 1, "max_payload_bytes must be >= 1")
+        _require(
+            self.process_workers is None or self.process_workers >= 0,
+            f"process_workers must be None or >= 0, got {self.process_workers}",
+        )
         for name in (
             "loss_budget",
             "max_result_bytes",
-            "process_workers",
             "max_tasks_per_child",
             "max_memory_per_child",
         ):

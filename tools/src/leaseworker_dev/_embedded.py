@@ -21,6 +21,7 @@ from leaseworker.toolkit import (
     JobResult,
     Pod,
     PodConfig,
+    ProcessPool,
     ReportJob,
     SourceEvent,
     ended,
@@ -89,7 +90,12 @@ class PodFactory:
 
 @final
 class EmbeddedPod:
-    """A pod running one job class in the test's event loop; :meth:`send` waits for the outcome."""
+    """A pod running one job class in the test's event loop; :meth:`send` waits for the outcome.
+
+    Unlike ``leaseworker run``, its ``run_in_process`` pool (``process_workers``)
+    starts on the job's first call, not with the pod: a test whose job never
+    calls it starts no process; the first call waits for the workers' start.
+    """
 
     def __init__(self, job: ReportJob, config: PodConfig, bootstrap_servers: str) -> None:
         self.job = job
@@ -99,11 +105,20 @@ class EmbeddedPod:
         self._began = now()
         self._ended: dict[tuple[int, int], anyio.Event] = {}
         self._malformed: set[tuple[int, int]] = set()
-        self.worker = Pod(job, config, hooks=(self,))
+        self._processes = ProcessPool(
+            config.process_workers,
+            max_tasks_per_child=config.max_tasks_per_child,
+            max_memory_per_child=config.max_memory_per_child,
+        )
+        self.worker = Pod(job, config, hooks=(self,), processes=self._processes)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Run the worker until stopped (``task_status``: once Kafka is connected)."""
-        await self.worker.run(task_status=task_status)
+        try:
+            await self.worker.run(task_status=task_status)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._processes.aclose()  # started by a call, if any: none left after
 
     async def send(
         self,

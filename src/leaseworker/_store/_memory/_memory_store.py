@@ -46,6 +46,8 @@ class _Row:
     execution_id: str
     pod: str
     completed_at: datetime
+    cpu_seconds: float | None = None
+    peak_memory: int | None = None
 
     def completion(self, job_key: str, input_version: str) -> Completion:
         return Completion(
@@ -56,6 +58,8 @@ class _Row:
             execution_id=self.execution_id,
             pod=self.pod,
             completed_at=self.completed_at,
+            cpu_seconds=self.cpu_seconds,
+            peak_memory=self.peak_memory,
         )
 
 
@@ -113,6 +117,8 @@ class MemoryStore:
             request.execution_id,
             request.pod,
             datetime.now(UTC),
+            request.cpu_seconds,
+            request.peak_memory,
         )
         self._rows[(key, version)] = row
         self._heads[key] = Head(fence=request.fence, input_version=version)

@@ -51,7 +51,8 @@ _LOCK_HEAD = """
 """
 _COMPLETE = """
     SELECT * FROM leaseworker_complete(
-        %(job_key)s, %(input_version)s, %(fence)s, %(result)s::jsonb, %(execution_id)s, %(pod)s)
+        %(job_key)s, %(input_version)s, %(fence)s, %(result)s::jsonb, %(execution_id)s, %(pod)s,
+        %(cpu_seconds)s::double precision, %(peak_memory)s::bigint)
 """
 # The row and its place in the queue of unsent ids, in one statement.
 _INSERT = """

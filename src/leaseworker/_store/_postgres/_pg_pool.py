@@ -177,8 +177,12 @@ def maybe_completion_of(job_key: str, row: TupleRow) -> Completion | None:
 
 
 def completion_of(job_key: str, row: TupleRow) -> Completion:
-    """Return the completion a ``leaseworker_completions`` row (from its input version) holds."""
-    input_version, fence, result, execution_id, pod, completed_at = row
+    """Return the completion a ``leaseworker_completions`` row (from its input version) holds.
+
+    The row may end with the cost columns (``state()`` reads them).
+    """
+    input_version, fence, result, execution_id, pod, completed_at, *cost = row
+    cpu, peak = cost or (None, None)
     return Completion(
         job_key=job_key,
         input_version=input_version,
@@ -187,4 +191,6 @@ def completion_of(job_key: str, row: TupleRow) -> Completion:
         execution_id=execution_id,
         pod=pod,
         completed_at=completed_at.astimezone(UTC),  # the session's TimeZone may be anything
+        cpu_seconds=cpu,
+        peak_memory=peak,
     )

@@ -60,7 +60,8 @@ would only help while a batch waits for a head row another session holds.
 """
 
 _STATE = """
-    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
+    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at,
+           c.cpu_seconds, c.peak_memory
     FROM leaseworker_jobs j
     JOIN leaseworker_completions c
       ON c.job_key = j.job_key AND c.input_version = j.input_version
@@ -313,7 +314,8 @@ def _batch_params(ops: Sequence[_Op]) -> tuple[str]:
     """Return ``leaseworker_calls()``'s argument for ``ops``: a JSON array, one entry per call.
 
     Each entry is ``[kind, job key, input version, fence, execution id, pod,
-    result]``; a completion's result is its JSON text already, spliced in as is.
+    result, cpu seconds, peak memory]`` (a claim's and a lookup's end at the
+    fence); a completion's result is its JSON text already, spliced in as is.
     """
     entries = []
     for op in ops:
@@ -323,12 +325,18 @@ def _batch_params(ops: Sequence[_Op]) -> tuple[str]:
             entries.append(f"{head}]")
         else:
             execution = f"{_string(request.execution_id)},{_string(request.pod)}"
-            entries.append(f"{head},{execution},{op.result}]")
+            cost = f"{_number(request.cpu_seconds)},{_number(request.peak_memory)}"
+            entries.append(f"{head},{execution},{op.result},{cost}]")
     return (f"[{','.join(entries)}]",)
 
 
 _string = json.encoder.encode_basestring_ascii
 """A JSON string literal of a str, as ``json.dumps`` writes it (the C encoder's, no list)."""
+
+
+def _number(value: float | None) -> str:
+    """Return a checked cost (finite, at least 0) as a JSON number, or ``null``."""
+    return "null" if value is None else repr(value)
 
 
 def _own_landed(answer: CompletionResult, execution_id: str) -> bool:

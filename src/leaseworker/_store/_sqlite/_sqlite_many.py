@@ -134,7 +134,7 @@ def record_many(conn: sqlite3.Connection, records: Sequence[Record]) -> list[Com
         for record in part:
             p = record.params
             params += (p["job_key"], p["input_version"], p["fence"], p["result"])
-            params += (p["execution_id"], p["pod"], now)
+            params += (p["execution_id"], p["pod"], now, p["cpu_seconds"], p["peak_memory"])
         accepted = {key for (key,) in conn.execute(_records_sql(len(part)), params)}
         for record in part:
             request = record.request
@@ -182,9 +182,11 @@ def _claims_sql(rows: int) -> str:
 def _records_sql(rows: int) -> str:
     return (
         "INSERT INTO leaseworker_completions"
-        " (job_key, input_version, fence, result, execution_id, pod, completed_at)"
-        " SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7"
-        f" FROM (VALUES {_places(rows, '(?, ?, ?, ?, ?, ?, ?)')}) AS v"
+        " (job_key, input_version, fence, result, execution_id, pod, completed_at,"
+        " cpu_seconds, peak_memory)"
+        " SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7,"
+        " v.column8, v.column9"
+        f" FROM (VALUES {_places(rows, '(?, ?, ?, ?, ?, ?, ?, ?, ?)')}) AS v"
         " WHERE NOT EXISTS (SELECT 1 FROM leaseworker_jobs"
         " WHERE job_key = v.column1 AND max(fence, claimed_fence) > v.column3)"
         " ON CONFLICT (job_key, input_version) DO NOTHING"
@@ -199,7 +201,7 @@ def _finds_sql(rows: int) -> str:
     return (
         f"WITH w (k, v) AS (VALUES {_places(rows, '(?, ?)')})"
         " SELECT c.job_key, c.input_version, c.fence, c.result, c.execution_id, c.pod,"
-        " c.completed_at FROM w JOIN leaseworker_completions AS c"
+        " c.completed_at, c.cpu_seconds, c.peak_memory FROM w JOIN leaseworker_completions AS c"
         " ON c.job_key = w.k AND c.input_version = w.v"
     )
 

@@ -30,17 +30,20 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _HEAD = "SELECT fence, input_version, claimed_fence FROM leaseworker_jobs WHERE job_key = ?"
 _FIND = """
-    SELECT input_version, fence, result, execution_id, pod, completed_at
+    SELECT input_version, fence, result, execution_id, pod, completed_at, cpu_seconds, peak_memory
     FROM leaseworker_completions WHERE job_key = ? AND input_version = ?
 """
-# Binds :job_key, :input_version, :fence, :result, :execution_id, :pod and
-# :now. Inserts nothing when the identity completed already or a higher fence
-# holds the job key, accepted or claimed (an equal one may complete a new
-# identity); an insert moves the job key's head (trigger leaseworker_move_head).
+# Binds :job_key, :input_version, :fence, :result, :execution_id, :pod,
+# :cpu_seconds, :peak_memory and :now. Inserts nothing when the identity
+# completed already or a higher fence holds the job key, accepted or claimed
+# (an equal one may complete a new identity); an insert moves the job key's
+# head (trigger leaseworker_move_head).
 _RECORD_IF_CURRENT = """
     INSERT INTO leaseworker_completions
-        (job_key, input_version, fence, result, execution_id, pod, completed_at)
-    SELECT :job_key, :input_version, :fence, :result, :execution_id, :pod, :now
+        (job_key, input_version, fence, result, execution_id, pod, completed_at,
+         cpu_seconds, peak_memory)
+    SELECT :job_key, :input_version, :fence, :result, :execution_id, :pod, :now,
+           :cpu_seconds, :peak_memory
     WHERE NOT EXISTS (
         SELECT 1 FROM leaseworker_jobs
         WHERE job_key = :job_key AND max(fence, claimed_fence) > :fence
@@ -62,7 +65,8 @@ _CLAIM = """
     )
 """
 _STATE = """
-    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at
+    SELECT c.input_version, c.fence, c.result, c.execution_id, c.pod, c.completed_at,
+           c.cpu_seconds, c.peak_memory
     FROM leaseworker_jobs j
     JOIN leaseworker_completions c
       ON c.job_key = j.job_key AND c.input_version = j.input_version
@@ -90,6 +94,8 @@ def _accepted(request: CompletionRequest, params: dict[str, Any], now: int) -> C
         execution_id=request.execution_id,
         pod=request.pod,
         completed_at=_EPOCH + timedelta(microseconds=now),
+        cpu_seconds=params["cpu_seconds"],
+        peak_memory=params["peak_memory"],
     )
     return answer_to(request, "accepted", winning_fence=request.fence, completion=recorded)
 
@@ -149,7 +155,7 @@ def _state(conn: sqlite3.Connection, job_key: str) -> Completion | None:
 
 
 def _completion(job_key: str, row: tuple[Any, ...]) -> Completion:
-    input_version, fence, result, execution_id, pod, completed_at = row
+    input_version, fence, result, execution_id, pod, completed_at, cpu, peak = row
     return Completion(
         job_key=job_key,
         input_version=input_version,
@@ -158,4 +164,6 @@ def _completion(job_key: str, row: tuple[Any, ...]) -> Completion:
         execution_id=execution_id,
         pod=pod,
         completed_at=_EPOCH + timedelta(microseconds=completed_at),
+        cpu_seconds=cpu,
+        peak_memory=peak,
     )

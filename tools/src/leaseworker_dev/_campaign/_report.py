@@ -23,6 +23,47 @@ def faults_by_kind(result: Result) -> dict[str, int]:
     return dict(sorted(Counter(f.kind for f in result.history.faults).items()))
 
 
+def child_cpu(result: Result) -> dict[str, Any] | None:
+    """CPU seconds the executions' ``run_in_process`` children spent: committed or wasted.
+
+    ``committed``: executions whose completion the store accepted; ``wasted``:
+    every other execution that ran a child (lost, timed out, stale, a
+    duplicate, failed, cancelled, or open-ended: its pod was killed), by
+    outcome. ``None`` when no execution ran a child.
+    """
+    ran = [e for e in result.history.executions if e.cpu_seconds is not None]
+    if not ran:
+        return None
+    wasted: dict[str, float] = {}
+    counts: Counter[str] = Counter()
+    committed = 0.0
+    for execution in ran:
+        assert execution.cpu_seconds is not None
+        if execution.completion == "accepted":
+            committed += execution.cpu_seconds
+            continue
+        ended = execution.completion if execution.completion in ("stale", "duplicate") else None
+        label = ended or execution.outcome or "open-ended"
+        wasted[label] = wasted.get(label, 0.0) + execution.cpu_seconds
+        counts[label] += 1
+    return {
+        "executions": len(ran),
+        "committed_seconds": round(committed, 3),
+        "wasted_seconds": round(sum(wasted.values()), 3),
+        "wasted_executions": sum(counts.values()),
+        "wasted_by_outcome": {k: round(v, 3) for k, v in sorted(wasted.items())},
+    }
+
+
+def _cpu_line(cpu: dict[str, Any]) -> str:
+    parts = ", ".join(f"{k} {v:.1f}s" for k, v in cpu["wasted_by_outcome"].items())
+    return (
+        f"  child CPU      {cpu['committed_seconds']:.1f}s committed, "
+        f"{cpu['wasted_seconds']:.1f}s in {cpu['wasted_executions']} executions that did not "
+        f"commit{f' ({parts})' if parts else ''}"
+    )
+
+
 def render(result: Result) -> str:
     """Return the printed report: one PASS/FAIL line per invariant, then the figures."""
     settings = result.settings
@@ -36,6 +77,7 @@ def render(result: Result) -> str:
         f"  triggers       {len(result.records.produced)} sent, "
         f"{len(result.history.executions)} executions recorded",
         *([f"  exercised      {result.exercised.line()}"] if result.exercised else []),
+        *([_cpu_line(cpu)] if (cpu := child_cpu(result)) else []),
         *(f"  note           {note}" for note in result.notes),
         *(verdict.line() for verdict in result.verdicts),
         f"  wall time      {result.wall:.1f}s",
@@ -76,6 +118,7 @@ def to_json(result: Result) -> str:
         "exercised": None if result.exercised is None else asdict(result.exercised),
         "inconclusive": result.inconclusive,
         "effects": len(result.records.outbox),
+        "child_cpu": child_cpu(result),
         "notes": result.notes,
         "invariants": [asdict(v) for v in result.verdicts],
         "faults": [asdict(f) for f in result.history.faults],

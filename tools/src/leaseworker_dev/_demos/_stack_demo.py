@@ -69,6 +69,7 @@ PERIODS = ("2026-09", "2026-10", "2026-11")
 POD_FLAGS = (
     *("--concurrency", "4", "--session-timeout", "6", "--heartbeat-interval", "1"),
     *("--revoke-timeout", "2", "--shutdown-timeout", "2", "--redis-timeout", "0.5"),
+    *("--process-workers", "0"),  # DemoMonthlyReport never calls run_in_process
 )
 """Short Kafka timings, so a hand-over takes seconds (the defaults suit production)."""
 
