@@ -70,34 +70,42 @@ def ending_older_holders(pool: PgPool, conn: Conn, fences: Mapping[str, int]) ->
         yield
         return
     loop = asyncio.get_running_loop()
-    looks: list[asyncio.Task[None]] = []
-    waiter = conn.info.backend_pid
+    waited = asyncio.Event()
     wanted = {tag(key): fence for key, fence in fences.items()}
+    waiter = conn.info.backend_pid
 
     def start() -> None:
-        looks.append(loop.create_task(_look(pool, waiter, wanted)))
+        look = loop.create_task(_look(pool, waiter, wanted, waited))
+        _LOOKS.add(look)
+        look.add_done_callback(_LOOKS.discard)
 
     timer = loop.call_later(LOOK_AFTER, start)
     try:
         yield
     finally:
         timer.cancel()
-        for look in looks:
-            look.cancel()
+        waited.set()  # a look ends after its statement: not cancelled in the middle of one
 
 
-async def _look(pool: PgPool, waiter: int, wanted: Mapping[str, int]) -> None:
-    """Every LOOK_AFTER while ``waiter`` waits: end its blockers marked with a lower fence."""
+_LOOKS: set[asyncio.Task[None]] = set()
+"""The looks running (the loop keeps only weak references to its tasks)."""
+
+
+async def _look(
+    pool: PgPool, waiter: int, wanted: Mapping[str, int], waited: asyncio.Event
+) -> None:
+    """Every LOOK_AFTER until ``waited``: end ``waiter``'s blockers marked with a lower fence."""
     told: set[int] = set()
     try:
         async with pool.pool.connection(timeout=pool.timeout) as conn:
-            while True:
+            while not waited.is_set():
                 rows = await (await conn.execute(_BLOCKERS, (waiter, _PREFIX))).fetchall()
                 for pid, name in rows:
                     marked = _marked(name)
                     if marked is not None and marked[1] < wanted.get(marked[0], -1):
                         await _end(conn, pid, marked[1], told)
-                await asyncio.sleep(LOOK_AFTER)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waited.wait(), LOOK_AFTER)
     except (psycopg.Error, PoolTimeout, PoolClosed) as exc:
         logger.warning(
             "completion store: could not look at what holds a job key's head row (%s);"
