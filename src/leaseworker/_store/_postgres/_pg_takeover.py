@@ -71,10 +71,10 @@ def ending_older_holders(pool: PgPool, conn: Conn, fences: Mapping[str, int]) ->
         return
     loop = asyncio.get_running_loop()
     waited = asyncio.Event()
-    wanted = {tag(key): fence for key, fence in fences.items()}
     waiter = conn.info.backend_pid
 
-    def start() -> None:
+    def start() -> None:  # only now the keys' tags: most waits are short
+        wanted = {tag(key): fence for key, fence in fences.items()}
         look = loop.create_task(_look(pool, waiter, wanted, waited))
         _LOOKS.add(look)
         look.add_done_callback(_LOOKS.discard)
