@@ -3,7 +3,7 @@
 The report pod runs one trigger whose block sends ``T`` statements of one
 second each (``pg_sleep(1)``, then its row) while its lease (10 s) renews;
 ``--single`` adds reports whose block is one statement of ``T`` seconds
-(longer than the lease's validity: the server ends it, see
+(longer than the lease's validity: it lasts while the lease renews, see
 docs/effects.md). Beside it, the other pod (its own store pool, the same
 Redis) runs short transactions (a row each) on other job keys, ``--others``
 at a time. Per report: its outcome, whether it committed, its renewals, its

@@ -11,6 +11,12 @@ store's timeout (before this bound, A's session lived until its 8 s idle
 timeout, and B's claim waited behind it). A, resumed, writes nothing and
 ends ``lost`` with reason ``loop_blocked`` (its event loop woke past its
 deadline). About 30 s.
+
+Paused inside a statement (a 10 s ``pg_sleep``, which no bound of the lease's
+ends any more: the pod itself would, were it running), A's session is ended
+by B: B's claim waits for the head row, looks at who holds it, finds A's
+transaction marked with the key and a lower fence, and terminates it. B
+commits within A's lease as above, not after A's statement.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ STORE_TIMEOUT = "8"
 
 
 class InsideJob(ReportJob):
-    """Writes its row, marks ``inside <pod> <fence> <time>``, waits in the block, commits.
+    """Writes its row, marks ``inside <pod> <fence> <time> <backend pid>``, waits, commits.
 
-    Payload ``wait_for``: inside the block, wait until that file exists.
-    Markers also: ``committed <pod> <fence> <time>``.
+    Payload ``wait_for``: inside the block, wait until that file exists;
+    ``sleep``: then run ``pg_sleep`` that long. Markers also:
+    ``committed <pod> <fence> <time>``.
     """
 
     topic = os.environ.get("LW_TEST_TOPIC", "unset")
@@ -52,7 +59,11 @@ class InsideJob(ReportJob):
                 "INSERT INTO report_rows (pod, fence, version) VALUES (%s, %s, %s)",
                 (ctx.pod, ctx.fence, version),
             )
-            _mark(f"inside {ctx.pod} {ctx.fence} {time.time()}")
+            assert isinstance(tx.connection, psycopg.AsyncConnection)
+            pid = tx.connection.info.backend_pid
+            _mark(f"inside {ctx.pod} {ctx.fence} {time.time()} {pid}")
+            if "sleep" in ctx.trigger.payload:
+                await tx.execute("SELECT pg_sleep(%s)", (ctx.trigger.payload["sleep"],))
             if isinstance(wait_for, str):
                 # Another process creates the file: no in-process event can say so.
                 while not os.path.exists(wait_for):  # noqa: ASYNC240, ASYNC110
@@ -85,7 +96,7 @@ async def test_a_pod_paused_in_its_transaction_is_taken_over_within_the_lease(
     a = await pods.spawn("pod-a", "a", *flags, lease=LEASE, job=job)
     b = await pods.spawn("pod-b", "b", *flags, lease=LEASE, job=job)
     await pods.send("a", inputVersion="request-a", wait_for=str(go))
-    [[fence_a, _]] = await pods.until("inside", "pod-a")
+    [[fence_a, _, _]] = await pods.until("inside", "pod-a")
     a.signal(signal.SIGSTOP)
     stopped = time.time()
     await pods.send("b", inputVersion="request-b")
@@ -107,3 +118,42 @@ async def test_a_pod_paused_in_its_transaction_is_taken_over_within_the_lease(
     outbox = _query(pg_url, "SELECT fence FROM leaseworker_outbox")
     assert outbox == [(int(fence_b),)]
     assert "completed" in b.log_text()
+
+
+@pytest.mark.timeout(150)
+async def test_a_pod_paused_in_a_long_statement_is_ended_by_the_pod_that_takes_over(
+    pods: Pods,  # noqa: F811
+    pg_url: str,  # noqa: F811
+) -> None:
+    """A paused in a 10 s statement: B ends A's session and commits within A's lease."""
+    flags = ("--store-timeout", STORE_TIMEOUT, "--session-timeout", "30")
+    job = f"{__name__}:InsideJob"
+    a = await pods.spawn("pod-a", "a", *flags, lease=LEASE, job=job)
+    b = await pods.spawn("pod-b", "b", *flags, lease=LEASE, job=job)
+    await pods.send("a", inputVersion="request-a", sleep=10.0)
+    [[fence_a, _, pid_a]] = await pods.until("inside", "pod-a")
+
+    async def sleeping() -> bool:
+        sql = f"SELECT wait_event FROM pg_stat_activity WHERE pid = {int(pid_a)}"
+        return _query(pg_url, sql) == [("PgSleep",)]
+
+    await eventually(sleeping)
+    a.signal(signal.SIGSTOP)
+    stopped = time.time()
+    await pods.send("b", inputVersion="request-b")
+    [[fence_b, at_b]] = await pods.until("committed", "pod-b", within=40)
+    taken_over = float(at_b) - stopped
+    print(f"takeover: B committed {taken_over:.2f}s after A stopped in its statement")
+    assert taken_over < float(LEASE) + 2.0 < 10.0
+    assert int(fence_b) > int(fence_a)
+    assert _query(pg_url, f"SELECT pid FROM pg_stat_activity WHERE pid = {int(pid_a)}") == []
+    assert "ended the session of an older execution" in b.log_text()
+    a.signal(signal.SIGCONT)
+
+    async def a_ended() -> bool:
+        return "lost (" in a.log_text()
+
+    await eventually(a_ended, within=20)
+    assert pods.marks("committed", "pod-a") == []
+    assert _query(pg_url, "SELECT pod, fence FROM report_rows") == [("pod-b", int(fence_b))]
+    assert _query(pg_url, "SELECT fence FROM leaseworker_outbox") == [(int(fence_b),)]

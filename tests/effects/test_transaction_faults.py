@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from redis.asyncio import Redis
 
 from leaseworker import (
     Backoff,
@@ -37,13 +38,14 @@ from leaseworker import (
     StoreUnavailable,
     open_store,
 )
-from leaseworker._events import Event, ExecutionEvent
+from leaseworker._events import Event, ExecutionEvent, LeaseEvent
 from leaseworker._execution import Ending, Executor, completion_key
 from leaseworker._store import StoreTransaction, effect_store
 from leaseworker.testing import make_trigger
 from leaseworker_dev._services import LocalPostgres
 
 from ..store.test_store import raw
+from ..waiting import eventually
 
 KEY = "report:acme:2026-11"
 TABLE = "CREATE TABLE report (k text NOT NULL, fence bigint NOT NULL)"
@@ -329,28 +331,32 @@ async def test_a_statement_longer_than_the_store_timeout_commits_while_the_lease
     await committed_once(pg_url, namespace)
 
 
-async def _lock_free(url: str) -> bool:
+async def _activity(url: str, pid: int) -> list[tuple[Any, ...]]:
+    """The state and wait event of backend ``pid`` (``[]``: no such backend)."""
+    sql = "SELECT state, wait_event FROM pg_stat_activity WHERE pid = %s"
+    return await raw(url, sql, (pid,))
+
+
+async def _lock_free(url: str, namespace: str = "ns") -> bool:
     """Whether the job key's head row can be locked now (no transaction holds it)."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         try:
             await conn.execute(
                 "SELECT 1 FROM leaseworker_jobs WHERE job_key = %s FOR UPDATE NOWAIT",
-                (completion_key("ns", KEY),),
+                (completion_key(namespace, KEY),),
             )
         except psycopg.errors.LockNotAvailable:
             return False
         return True
 
 
-@pytest.mark.parametrize("where", ["in a statement", "between statements"])
-async def test_the_server_ends_the_transaction_when_the_lease_budget_runs_out(
-    pg_url: str, where: str
+async def test_the_server_ends_an_idle_transaction_when_the_lease_budget_runs_out(
+    pg_url: str,
 ) -> None:
-    """Nothing of the pod acts (as if paused): the server frees the head row at the budget.
+    """Nothing of the pod acts between statements (as if paused): the server frees the head row.
 
     The budget is 1 s, the store's timeout 10 s: the lock is free after about
-    1 s (a statement, ended by ``statement_timeout``; or an idle session, by
-    ``idle_in_transaction_session_timeout``), long before 10 s.
+    1 s (``idle_in_transaction_session_timeout``), long before 10 s.
     """
     async with open_store(pg_url, call_timeout=10.0) as store:
         await store.claim(completion_key("ns", KEY), "v1", 7)
@@ -360,15 +366,122 @@ async def test_the_server_ends_the_transaction_when_the_lease_budget_runs_out(
             completion_key("ns", KEY), "v1", 7, budget=lambda: deadline - time.monotonic()
         ) as tx:
             assert not await _lock_free(pg_url)
-            if where == "in a statement":
-                with pytest.raises(StoreUnavailable, match="QueryCanceled"):
-                    await tx.execute("SELECT pg_sleep(8)")
-                assert time.monotonic() - begun < 2.0  # aborted: its locks released
-            else:
-                await tx.execute("SELECT 1")
-                await anyio.sleep(max(0.0, deadline - time.monotonic()) + 0.3)
+            await tx.execute("SELECT 1")
+            await anyio.sleep(max(0.0, deadline - time.monotonic()) + 0.3)
             assert await _lock_free(pg_url)
             assert time.monotonic() - begun < 3.0
+
+
+class LongStatementJob(ReportJob):
+    """Its first run sends one long statement in its transaction (``sleep``), then writes its row.
+
+    A 3 s lease renewed every 0.5 s; ``inside`` is set as the statement is
+    sent; ``took`` is how long the statement ran, or ran until it was ended.
+    """
+
+    topic = "reports.requested"
+    lease_duration = 3.0
+    renewal_interval = 0.5
+
+    def __init__(self, sleep: float) -> None:
+        self.sleep = sleep
+        self.runs = 0
+        self.inside = anyio.Event()
+        self.took = 0.0
+        self.backend_pid = 0
+
+    async def run(self, ctx: JobContext) -> object:
+        """The long statement (first run only), the row, the completion: one transaction."""
+        self.runs += 1
+        async with ctx.transaction() as tx:
+            if self.runs == 1:
+                assert isinstance(tx.connection, psycopg.AsyncConnection)
+                self.backend_pid = tx.connection.info.backend_pid
+                self.inside.set()
+                begun = time.monotonic()
+                try:
+                    await tx.execute("SELECT pg_sleep(%s)", (self.sleep,))
+                finally:
+                    self.took = time.monotonic() - begun
+            await tx.execute(
+                "INSERT INTO report (k, fence) VALUES (%s, %s)", (ctx.job_key, ctx.fence)
+            )
+            tx.complete({"fence": ctx.fence})
+        return None
+
+
+async def test_a_statement_longer_than_the_lease_commits_while_the_lease_renews(
+    pg_url: str, leases: RedisLeases, namespace: str
+) -> None:
+    """A 5 s statement on a 3 s lease that renews commits once (before: ended at 3 s, lost)."""
+    job, events = LongStatementJob(sleep=5.0), Events()
+    renewed: list[LeaseEvent] = []
+
+    def renewals(event: Event) -> None:
+        if isinstance(event, LeaseEvent) and event.name == "renewed":
+            renewed.append(event)
+
+    async with open_store(pg_url, call_timeout=1.0) as store:
+        run = Executor(
+            job,
+            leases,
+            pod="pod-a",
+            store=store,
+            store_namespace=namespace,
+            hooks=[events, renewals],
+        )
+        with anyio.fail_after(30):
+            ending = await run.run(make_trigger({"tenant": "acme"}, key=KEY), KEY)
+    assert ending == Ending("completed")
+    assert events.finished == [("completed", None)]
+    assert job.took >= 5.0
+    assert len(renewed) >= 5  # the lease was renewed all along the statement
+    assert len(await raw(pg_url, "SELECT k FROM report")) == 1
+
+
+async def test_a_statement_whose_lease_is_lost_is_ended_by_the_pod_and_commits_nothing(
+    pg_url: str, leases: RedisLeases, redis: Redis, namespace: str
+) -> None:
+    """A lease lost in a 30 s statement: the pod ends it on the server, then ends ``lost``.
+
+    The lease's key is deleted while the statement runs; the next renewal is
+    rejected. Right then no statement of it runs, its session is alive and idle (reused,
+    not left dirty), the head row is free and nothing was written. Before the
+    pod ended it itself, psycopg's interrupted cancel closed the connection and
+    the server slept on, holding the row.
+    """
+    job, events = LongStatementJob(sleep=30.0), Events()
+    async with open_store(pg_url, call_timeout=1.0) as store:
+        run = Executor(
+            job,
+            leases,
+            pod="pod-a",
+            store=store,
+            store_namespace=namespace,
+            hooks=[events],
+            loss_budget=1,
+        )
+        ending: list[Ending] = []
+
+        async def one() -> None:
+            ending.append(await run.run(make_trigger({"tenant": "acme"}, key=KEY), KEY))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one)
+                await job.inside.wait()
+
+                async def sleeping() -> bool:
+                    return await _activity(pg_url, job.backend_pid) == [("active", "PgSleep")]
+
+                await eventually(sleeping)
+                assert await redis.delete(leases.lease_key(KEY)) == 1
+        assert await _activity(pg_url, job.backend_pid) == [("idle", "ClientRead")]
+        assert await _lock_free(pg_url, namespace)
+    assert (ending[0].outcome, ending[0].loss_reason) == ("lost", "rejected")
+    assert job.took < 3.0
+    assert await raw(pg_url, "SELECT k FROM report") == []
+    assert await raw(pg_url, "SELECT job_key FROM leaseworker_completions") == []
 
 
 class SleepyJob(ReportJob):

@@ -27,7 +27,7 @@ from leaseworker._store import (
     effect_store,
     parse_store_url,
 )
-from leaseworker._store._postgres import PostgresStore, _pg_claims
+from leaseworker._store._postgres import PostgresStore, _pg_claims, _pg_takeover
 
 from ..waiting import eventually
 from .test_store import now_fence, raw
@@ -154,13 +154,16 @@ async def test_a_completed_identity_is_refused_as_duplicate(any_store: EffectSto
 
 
 async def test_a_claim_waits_for_the_open_transaction_then_sees_its_completion(
-    any_store: EffectStore,
+    any_store: EffectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A newer claim arriving mid-transaction waits for the head lock; it then finds the completion.
 
     So the open transaction's fence check still holds when it commits: no
-    newer execution can start between its check and its commit.
+    newer execution can start between its check and its commit. (PostgreSQL:
+    a newer claim that waits past ``LOOK_AFTER`` ends the older session
+    instead, see test_store_postgres; here the look is put off.)
     """
+    monkeypatch.setattr(_pg_takeover, "LOOK_AFTER", 30.0)
     claimed: list[str] = []
     answered = anyio.Event()
     async with anyio.create_task_group() as tg, any_store.transaction(KEY, "v1", 10) as tx:

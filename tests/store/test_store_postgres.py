@@ -20,6 +20,8 @@ import pytest
 from psycopg import sql
 
 from leaseworker import CompletionRequest, CompletionStore, StoreUnavailable, open_store
+from leaseworker._store import effect_store
+from leaseworker._store._postgres import _pg_takeover
 from leaseworker.testing import ChaosProxy
 from leaseworker_dev._services import LocalPostgres, free_port
 
@@ -307,3 +309,82 @@ def test_a_first_attempt_that_found_no_server_is_no_refusal_once_it_answers(
     reason = refusal(parse_store_url(wrong), refused.value, timeout=2)
     assert reason is not None
     assert "refused the connection after the password" in str(reason)
+
+
+async def _sleeping(url: str, pid: int) -> bool:
+    """Whether backend ``pid`` is inside ``pg_sleep``."""
+    sql_text = "SELECT wait_event FROM pg_stat_activity WHERE pid = %s"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        return await (await conn.execute(sql_text, (pid,))).fetchall() == [("PgSleep",)]
+
+
+async def test_a_higher_fence_ends_the_older_transaction_holding_the_head_row(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transaction at fence 10 sleeps in a statement (as a paused pod's would, unbounded).
+
+    A claim at fence 5 (another pod's store) waits past ``LOOK_AFTER`` and
+    leaves it alone: it times out. A claim at fence 20 ends its session
+    (it is marked with the key and fence 10) and is answered ``claimed``
+    long before the statement's 30 s; the older transaction's statement
+    fails, and its commit writes nothing.
+    """
+    caplog.set_level(logging.INFO, logger="leaseworker.store")
+    async with (
+        open_store(pg_url, call_timeout=10.0) as older,
+        open_store(pg_url, call_timeout=2 * _pg_takeover.LOOK_AFTER + 0.3) as newer,
+    ):
+        failed: list[BaseException] = []
+        async with effect_store(older).transaction("k", "v1", 10) as tx:
+            pid = tx.connection.info.backend_pid
+            async with anyio.create_task_group() as tg:
+
+                async def sleep() -> None:
+                    with pytest.raises(StoreUnavailable) as ended:
+                        await tx.execute("SELECT pg_sleep(30)")
+                    failed.append(ended.value)
+
+                tg.start_soon(sleep)
+                await eventually(lambda: _sleeping(pg_url, pid))
+                with pytest.raises(StoreUnavailable):
+                    await newer.claim("k", "v1", 5)
+                assert await _sleeping(pg_url, pid)
+                started = time.monotonic()
+                assert (await newer.claim("k", "v1", 20)).status == "claimed"
+                assert time.monotonic() - started < 5.0
+            assert "AdminShutdown" in str(failed[0])
+            with pytest.raises(StoreUnavailable):
+                request = CompletionRequest(
+                    job_key="k", input_version="v1", fence=10, result=1, execution_id="e", pod="p"
+                )
+                await tx.commit(request, [])
+        assert await older.lookup("k", "v1") is None
+    assert "ended the session of an older execution (fence 10)" in caplog.text
+
+
+async def test_a_holder_this_role_may_not_end_is_waited_for_with_one_log_line(
+    postgres_server: LocalPostgres, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The older transaction is the superuser's; the newer claim's role may not end it.
+
+    The claim waits as before (its call times out), and says why once.
+    """
+    database = pg_url.rsplit("/", 1)[1]
+    role = f"r{uuid.uuid4().hex[:10]}"
+    postgres_server.create_role(role, password="pw")
+    async with open_store(pg_url, call_timeout=10.0) as older:
+        for grant in (
+            "GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
+            "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
+            "GRANT USAGE, CREATE ON SCHEMA public TO {}",
+        ):
+            postgres_server.execute(sql.SQL(grant).format(sql.Identifier(role)), database=database)
+        caplog.set_level(logging.INFO, logger="leaseworker.store")
+        url = postgres_server.url_for(database, role=role, password="pw")
+        async with (
+            open_store(url, call_timeout=4 * _pg_takeover.LOOK_AFTER + 0.3) as newer,
+            effect_store(older).transaction("k", "v1", 10),
+        ):
+            with pytest.raises(StoreUnavailable):
+                await newer.claim("k", "v1", 20)
+    assert caplog.text.count("this role may not end it") == 1

@@ -82,9 +82,9 @@ class Transaction:
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
         """Run one statement in the transaction; return its rows (``[]`` when it has none).
 
-        The database ends it when the lease's validity left at its start runs
-        out (PostgreSQL); raises :class:`~leaseworker.LeaseLost` first if the
-        lease is already uncertain.
+        It runs while the lease holds, renewals included; on PostgreSQL it is
+        ended on the server when the execution's scope fires. Raises
+        :class:`~leaseworker.LeaseLost` first if the lease is already uncertain.
         """
         held = self._completer.held
         if not held.owned:  # not a checkpoint of the job's own: only a known loss counts

@@ -314,7 +314,9 @@ class EffectStore(CompletionStore, Protocol):
 
         ``budget()``: the seconds the transaction may still live (the lease's
         remaining validity, read before each statement); the database ends it
-        when they run out, where it can (``None``: the store's own timeout).
+        when they run out between statements, where it can (``None``: the
+        store's own timeout). A statement is ended by the store when the
+        calling task is cancelled.
         """
         ...
 

@@ -10,6 +10,8 @@ and :func:`~leaseworker._store.migrate_store` do so only for a
   one deadline per call, psycopg's errors as ``StoreUnavailable``);
 - ``_pg_effects``: the jobs' transactions and the outbox's reads and prune;
 - ``_pg_claims``: the relays' claims of the outbox queue (row locks);
+- ``_pg_takeover``: a newer fence waiting for a key's head row ends the
+  session of the older execution holding it (marked by its transaction);
 - ``_pg_schema``: the first connection and the schema's migrations at open;
 - ``_pg_grants``: the runtime role's privileges (checked at open, granted by
   ``store migrate``); ``_pg_refusal``: a refused connection told from a

@@ -6,10 +6,13 @@ and reads the identity after the lock, as ``leaseworker_complete()`` does;
 its commit calls that same function, then inserts the messages, in the same
 transaction. It locks one head row and waits for no batch, so it cannot
 close a cycle with the batches' key-ordered locks (docs/design.md).
-Its budget is the lease, not the store's timeout: each statement goes after
-``SET LOCAL`` limits from the lease's remaining validity (:class:`Limits`),
-so the server itself ends it when the lease's local deadline passes, also
-while the pod is paused.
+Its budget is the lease, renewals included, not the store's timeout: a
+statement has no bound of its own on the server; the pod ends it (a
+cancel request) when the execution's scope fires (:meth:`PgTransaction.execute`).
+The time between statements is bounded by the lease's remaining validity
+(:class:`Limits`), so the server ends a session paused there; a session
+paused inside a statement is ended by the execution that takes the key
+over (the transaction carries its key and fence: :mod:`._pg_takeover`).
 What is unsent is a row of ``leaseworker_outbox_unsent`` (the queue, which
 the committing statement fills with the outbox rows); the relays' claims of
 it are :mod:`._pg_claims`. Here too: the outbox's state, backlog and prune.
@@ -18,6 +21,7 @@ See docs/effects.md.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -42,12 +46,15 @@ from .._fencing import (
     completion_params,
 )
 from ._pg_pool import Attempt, Conn, PgPool, completion_of, maybe_completion_of, rollback
+from ._pg_takeover import ending_older_holders, marker
 
+# The lock, and the session's mark once it holds it (RETURNING runs under it).
 _LOCK_HEAD = """
     INSERT INTO leaseworker_jobs AS j (job_key, fence, input_version, updated_at)
     VALUES (%s, -1, '', now())
     ON CONFLICT (job_key) DO UPDATE SET job_key = j.job_key
-    RETURNING j.fence, j.input_version, j.claimed_fence
+    RETURNING j.fence, j.input_version, j.claimed_fence,
+              set_config('application_name', %s, true)
 """
 _COMPLETE = """
     SELECT * FROM leaseworker_complete(
@@ -98,19 +105,16 @@ PRUNE = """
 
 
 # Set before each statement of the job's (and again after one that took a
-# while): its own bound, and the idle bound after it, from the lease's validity
-# left. Not pipelined with the statement: after psycopg's pipeline the server
-# sat idle with no idle bound armed (PostgreSQL 15, psycopg 3.3). A failed
-# statement aborts its transaction, which frees its locks at once.
+# while): the idle bound after it, from the lease's validity left, and the
+# statement's own (none: '0'; the commit's: the store's timeout at most). Not
+# pipelined with the statement: after psycopg's pipeline the server sat idle
+# with no idle bound armed (PostgreSQL 15, psycopg 3.3). A failed statement
+# aborts its transaction, which frees its locks at once. PostgreSQL 17's
+# transaction_timeout is not set: it would end a statement the lease's
+# renewals keep legitimate, and the two bounds here cover what it would.
 _SET = (
     "set_config('statement_timeout', %(statement)s, true),"
     " set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
-)
-# PostgreSQL 17: the whole transaction, running, idle or aborted, ends at the
-# deadline (the session is terminated). Setting 0 first re-arms the timer.
-_SET_17 = (
-    _SET + ", set_config('transaction_timeout', '0', true),"
-    " set_config('transaction_timeout', %(statement)s, true)"
 )
 # The identity's completion, read with the first bounds set: one row always
 # (the settings' columns are read, so the planner keeps them).
@@ -147,10 +151,11 @@ async def transaction(
         try:
             with anyio.fail_after(pool.timeout):
                 conn = await stack.enter_async_context(pool.pool.connection(timeout=pool.timeout))
-                limits = Limits(budget or (lambda: pool.timeout), conn.info.server_version)
+                limits = Limits(budget or (lambda: pool.timeout))
                 await conn.execute("BEGIN")
                 stack.push_async_callback(rollback, conn)
-                opened = await _open(conn, job_key, input_version, fence, limits)
+                with ending_older_holders(pool, conn, {job_key: fence}):
+                    opened = await _open(conn, job_key, input_version, fence, limits)
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(job_key, pool.detail(exc)) from exc
         yield PgTransaction(pool, conn, opened, limits)
@@ -160,28 +165,32 @@ async def transaction(
 class Limits:
     """The server-side bounds of a job's transaction, from its budget (the lease's validity).
 
-    Before PostgreSQL 17 a statement is bounded by ``statement_timeout`` and
-    the time after it by ``idle_in_transaction_session_timeout``; from 17 on
-    ``transaction_timeout`` also ends the session itself at the deadline,
-    whatever it is doing.
+    The time between statements is bounded by
+    ``idle_in_transaction_session_timeout``, the budget left when the last
+    statement was sent; a statement of the job's is not bounded (the pod, or
+    a takeover, ends it); the commit is, by the budget and the store's timeout.
     """
 
-    def __init__(self, budget: Callable[[], float], server_version: int) -> None:
+    def __init__(self, budget: Callable[[], float]) -> None:
         self._budget = budget
-        setting = _SET_17 if server_version >= 170000 else _SET
-        self.sql = "SELECT " + setting
-        self.find = _FIND_SETTING.format(setting)
+        self.sql = "SELECT " + _SET
+        self.find = _FIND_SETTING.format(_SET)
         self.left = 0.0  # the budget when the limits were set last
         self._set_at = -math.inf  # when (time.monotonic())
 
-    def params(self, *, cap: float = math.inf) -> dict[str, str]:
-        """Read the budget; return ``_LIMITS``' parameters (the statement's at most ``cap``)."""
+    def params(self, *, cap: float | None = None) -> dict[str, str]:
+        """Read the budget; return ``_SET``'s parameters (a statement bound: ``cap`` at most)."""
         self.left = left = max(0.001, self._budget())
         self._set_at = time.monotonic()
-        return {"statement": _ms(min(left, cap)), "idle": _ms(left)}
+        return {"statement": "0" if cap is None else _ms(min(left, cap)), "idle": _ms(left)}
 
-    async def set(self, conn: Conn, *, cap: float = math.inf) -> None:
-        """Set the bounds on ``conn`` from the budget left now, unless set within RESET_AFTER."""
+    async def set(self, conn: Conn, *, cap: float | None = None) -> None:
+        """Set the bounds on ``conn`` from the budget left now, unless set within RESET_AFTER.
+
+        A commit within it goes under the job's bounds, no round trip more: its
+        statements are then bounded by the client (the store's timeout), and
+        on 14+ by the server once the client went (``CHECK_CLIENT``).
+        """
         if time.monotonic() - self._set_at >= RESET_AFTER:
             await conn.execute(self.sql, self.params(cap=cap))
 
@@ -194,9 +203,9 @@ async def _open(
     conn: Conn, job_key: str, input_version: str, fence: int, limits: Limits
 ) -> ClaimResult:
     """Lock the head row; read the identity and bound the session by the lease from now on."""
-    row = await (await conn.execute(_LOCK_HEAD, (job_key,))).fetchone()
+    row = await (await conn.execute(_LOCK_HEAD, (job_key, marker(job_key, fence)))).fetchone()
     assert row is not None  # INSERT ... ON CONFLICT DO UPDATE ... RETURNING: always one row
-    head_fence, head_version, claimed = row
+    head_fence, head_version, claimed, _ = row
     head = None if head_fence == NO_FENCE else Head(head_fence, head_version)
     identity = {"job_key": job_key, "input_version": input_version, **limits.params()}
     found = await (await conn.execute(limits.find, identity)).fetchone()
@@ -226,20 +235,20 @@ class PgTransaction:
         return self._conn
 
     async def execute(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Run one of the job's statements under the lease's bound; return its rows.
+        """Run one of the job's statements; return its rows. It lasts while the lease does.
 
-        The bounds first, then the statement, then (if it took a while) the
-        bounds again (see RESET_AFTER). A session the server ended, or a statement it
-        cancelled (the lease's bound), raises StoreUnavailable; the job's own
-        errors are psycopg's.
+        The idle bound first, then the statement, then (if it took a while)
+        the bound again (see RESET_AFTER). The statement has no bound of its
+        own: cancelled (the execution's scope fired), it is ended on the
+        server before this raises (:func:`_statement`). A session the server
+        ended raises StoreUnavailable; the job's own errors are psycopg's.
         """
         self._check()
         self.statements.append((sql, params))
         conn, limits = self._conn, self._limits
         try:
             await limits.set(conn)
-            cursor = await conn.execute(sql, params)
-            rows = list(await cursor.fetchall()) if cursor.description else []
+            rows = await _statement(conn, sql, params, self._pool.timeout)
             await limits.set(conn)  # after a statement that took a while: the idle bound
         except psycopg.Error as exc:
             if not self._failed_store(exc):
@@ -298,6 +307,47 @@ class PgTransaction:
     def _check(self) -> None:
         if self._done or self.opened.status != "claimed":
             raise StoreUnavailable(self.opened.job_key, "the transaction is not open")
+
+
+async def _statement(conn: Conn, sql: str, params: Params, bound: float) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``conn``; a cancelled caller ends it on the server before raising.
+
+    psycopg's own answer to a cancelled task (send a cancel request, wait for
+    the statement's end) is cancelled again by anyio's scope; psycopg then
+    closes the connection and the server runs the statement on, its locks
+    held. Here it runs in a task of its own, shielded; cancelled, the caller
+    sends the cancel request and waits up to ``bound`` for the statement to
+    end, else shuts the socket down (the server notices within
+    ``client_connection_check_interval``, :class:`SessionSetup`), then
+    raises. A bare asyncio task: an anyio task group cost some 80 µs more
+    per statement.
+    """
+    ran = asyncio.get_running_loop().create_task(_rows(conn, sql, params))
+    try:
+        return await asyncio.shield(ran)
+    except asyncio.CancelledError:
+        with anyio.CancelScope(shield=True):
+            await _stop(conn, ran, bound)
+        raise
+
+
+async def _rows(conn: Conn, sql: str, params: Params) -> list[tuple[Any, ...]]:
+    cursor = await conn.execute(sql, params)
+    return list(await cursor.fetchall()) if cursor.description else []
+
+
+async def _stop(conn: Conn, ran: asyncio.Task[list[tuple[Any, ...]]], bound: float) -> None:
+    """Cancel the statement ``ran`` runs; shut the socket down unless it ended within ``bound``."""
+    with anyio.move_on_after(bound):
+        if not ran.done():
+            with contextlib.suppress(psycopg.Error):
+                await conn.cancel_safe(timeout=bound)
+        await asyncio.wait((ran,))
+    if not ran.done():
+        Attempt().sever(conn)  # the pending read fails at once
+        await asyncio.wait((ran,))
+    if not ran.cancelled():
+        ran.exception()  # retrieved: its error (the cancel's) is not the caller's
 
 
 async def prune(pool: PgPool, older_than: float, limit: int) -> int:

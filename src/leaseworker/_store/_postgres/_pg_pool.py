@@ -155,7 +155,10 @@ class SessionSetup:
     failures). Set twice: psycopg's setting for the transactions it begins
     (``conn.transaction()``), and the session's default for the single
     statements an autocommit connection runs, which psycopg's setting does not
-    reach. The server-side timeouts equal the store's bound.
+    reach. The server-side timeouts equal the store's bound. From PostgreSQL
+    14 on, a statement whose client went away (a pod killed, a socket shut
+    down) ends within :data:`CHECK_CLIENT` (``client_connection_check_interval``),
+    not when it next sends a row.
     """
 
     def __init__(self, call_timeout: float) -> None:
@@ -163,12 +166,18 @@ class SessionSetup:
 
     async def __call__(self, conn: Conn) -> None:
         await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+        check = conn.info.server_version >= 140000
         await conn.execute(
             "SELECT set_config('default_transaction_isolation', 'read committed', false),"
             " set_config('statement_timeout', %s, false),"
-            " set_config('idle_in_transaction_session_timeout', %s, false)",
-            (self._ms, self._ms),
+            " set_config('idle_in_transaction_session_timeout', %s, false)"
+            + (", set_config('client_connection_check_interval', %s, false)" if check else ""),
+            (self._ms, self._ms, CHECK_CLIENT) if check else (self._ms, self._ms),
         )
+
+
+CHECK_CLIENT = "1s"
+"""How often (PostgreSQL 14+) a session's running statement checks that its client is there."""
 
 
 def maybe_completion_of(job_key: str, row: TupleRow) -> Completion | None:

@@ -46,6 +46,7 @@ from . import _pg_effects
 from ._pg_claims import MARK, RELEASE, OutboxClaims
 from ._pg_pool import Attempt, Conn, PgPool, SessionSetup, completion_of, maybe_completion_of
 from ._pg_schema import first_connection, migrate, reread_url
+from ._pg_takeover import ending_older_holders
 
 _CALLS = "SELECT * FROM leaseworker_calls(%s::jsonb)"
 MAX_BATCH = 64
@@ -249,8 +250,11 @@ class PostgresStore:
         ops: list[_Op] = [op for call in live for op in call.op]
         params = _batch_params(ops)
 
+        fences = _fences(ops)
+
         async def attempt_once(conn: Conn, attempt: Attempt) -> tuple[list[TupleRow], bool]:
-            rows = await (await conn.execute(_CALLS, params, prepare=True)).fetchall()
+            with ending_older_holders(self._pool, conn, fences):
+                rows = await (await conn.execute(_CALLS, params, prepare=True)).fetchall()
             return rows, attempt.retry
 
         try:
@@ -308,6 +312,15 @@ class _Op:
         if retried and _own_landed(answer, self.request.execution_id):
             return dataclasses.replace(answer, status="accepted")
         return answer
+
+
+def _fences(ops: Sequence[_Op]) -> dict[str, int]:
+    """Return the highest fence of each job key whose head row ``ops`` lock (not lookups)."""
+    fences: dict[str, int] = {}
+    for op in ops:
+        if op.kind != "lookup" and op.fence > fences.get(op.job_key, -1):
+            fences[op.job_key] = op.fence
+    return fences
 
 
 def _batch_params(ops: Sequence[_Op]) -> tuple[str]:
