@@ -25,6 +25,11 @@ def identity(pctx: ProcessContext) -> tuple[str, int, bool]:
     return pctx.job_key, pctx.fence, pctx.owned
 
 
+def execution(pctx: ProcessContext) -> str:
+    """Return the execution id the child's call carries."""
+    return pctx.execution_id
+
+
 def spin(pctx: ProcessContext, marker: str) -> None:
     """Announce the pid, then burn CPU forever without ever looking at the lease."""
     Path(marker).write_text(str(os.getpid()))

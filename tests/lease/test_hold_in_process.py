@@ -48,6 +48,16 @@ async def test_a_call_returns_its_result_and_what_it_cost(pool: ProcessPool) -> 
     assert held.peak_memory > 0
 
 
+async def test_the_calls_of_one_block_carry_one_execution_id(pool: ProcessPool) -> None:
+    """A hold() without an attempt names its execution once; another block, another name."""
+    leases = MemoryLeases()
+    async with hold(leases, "k", lease_duration=5, processes=pool) as held:
+        first = await held.run_in_process(process_work.execution)
+        assert await held.run_in_process(process_work.execution) == first
+    async with hold(leases, "k", lease_duration=5, processes=pool) as held:
+        assert await held.run_in_process(process_work.execution) != first
+
+
 async def test_a_lost_lease_kills_a_child_that_never_looks(
     pool: ProcessPool, tmp_path: Path
 ) -> None:

@@ -98,6 +98,11 @@ def allocate(pctx: ProcessContext, size: int) -> int:
     return os.getpid()
 
 
+def big_result(pctx: ProcessContext, size: int) -> bytes:
+    """Return ``size`` bytes, every page touched."""
+    return b"x" * size
+
+
 def pid(pctx: ProcessContext) -> int:
     """The child's pid."""
     return os.getpid()

@@ -199,3 +199,24 @@ async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -
     finally:
         os.close(exits)
     assert await call.run(pool, jobs.pid) not in {first, None}
+
+
+def test_a_pool_serves_one_event_loop_after_another() -> None:
+    """A pool used from a second loop, after the first closed, gets its replies there.
+
+    Each worker's reply pipe stays registered with the loop that used it last; the
+    next loop takes it over. The call sleeps, so its reply is awaited, not found.
+    """
+    pool = ProcessPool(1)
+    call = Call()
+
+    async def one(a: int) -> object:
+        with anyio.fail_after(10):
+            return await call.run(pool, jobs.sleep_then_add, 0.05, a, 1)
+
+    try:
+        assert anyio.run(one, 1) == 2
+        assert anyio.run(one, 2) == 3
+    finally:
+        anyio.run(pool.aclose)
+    assert len({usage.pid for usage in call.usages}) == 1

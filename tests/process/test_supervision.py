@@ -58,6 +58,47 @@ async def test_the_watchdog_kills_the_group_while_the_pod_loop_is_blocked(tmp_pa
     assert not call.usages[0].killed  # not by the pod: by its own watchdog
 
 
+async def test_a_call_due_before_the_watchdogs_wake_up_wakes_it(tmp_path: Path) -> None:
+    """A call due before the watchdog's next look is killed at its deadline by the watchdog.
+
+    The first call's far deadline set the watchdog's sleep; the second, due sooner, dies by
+    SIGKILL with its grandchild (the watchdog), not by the kernel timer's SIGALRM.
+    """
+    marker = tmp_path / "started"
+    call = Call()
+    died: list[ChildProcessDied] = []
+
+    async def run(pool: ProcessPool) -> None:
+        try:
+            await call.run(pool, jobs.spin_with_grandchild, str(marker), deadline=0.4)
+        except ChildProcessDied as exc:
+            died.append(exc)
+
+    async with ProcessPool(1) as pool:
+        assert await call.run(pool, jobs.add, 1, 1, deadline=60.0) == 2
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, pool)
+            child, grandchild = (int(pid) for pid in (await marked(marker)).split())
+            time.sleep(0.8)  # noqa: ASYNC251 - the point: the pod's loop cannot act
+            assert not alive(child)
+            assert not alive(grandchild)
+    [exc] = died
+    assert exc.signal == signal.SIGKILL
+
+
+async def test_a_watchdog_that_wakes_at_an_earlier_deadline_spares_a_later_call() -> None:
+    """A call due later than the watchdog's next look outlives that look.
+
+    The first call's near deadline set the watchdog's sleep; the second, still running when
+    that deadline passes, returns.
+    """
+    call = Call()
+    async with ProcessPool(1) as pool:
+        assert await call.run(pool, jobs.add, 1, 1, deadline=0.2) == 2
+        assert await call.run(pool, jobs.sleep_then_add, 0.5, 1, 2, deadline=5.0) == 3
+    assert len({usage.pid for usage in call.usages}) == 1
+
+
 async def test_the_kernel_timer_kills_a_child_that_holds_the_gil(tmp_path: Path) -> None:
     """A C call holding the GIL past the deadline: ITIMER_REAL's SIGALRM ends the child."""
     marker = tmp_path / "started"
@@ -110,6 +151,19 @@ async def test_peak_memory_is_the_calls_own() -> None:
         assert await call.run(pool, jobs.allocate, 1 << 20) == big
     assert call.usages[0].peak_memory > 160 << 20
     assert call.usages[1].peak_memory < 128 << 20  # an interpreter with leaseworker: ~30 MiB
+
+
+async def test_a_call_that_touched_no_new_page_reports_the_resident_set() -> None:
+    """A call that allocates nothing reports the resident set it ran in as its peak.
+
+    It runs after a call whose 64 MiB result was sent: that result and its reply are not in it.
+    """
+    call = Call()
+    async with ProcessPool(1) as pool:
+        assert len(await call.run(pool, jobs.big_result, 64 << 20)) == 64 << 20  # type: ignore[arg-type]
+        assert await call.run(pool, jobs.add, 1, 2) == 3
+    assert call.usages[0].peak_memory > 64 << 20
+    assert 4 << 20 < call.usages[1].peak_memory < 64 << 20  # an interpreter with leaseworker
 
 
 async def test_a_preload_that_fails_is_a_config_error_naming_it() -> None:

@@ -176,6 +176,7 @@ class HeldLease:
         self._cpu_seconds = 0.0
         self._peak_memory = 0
         self._process_calls = 0
+        self._identity: Identity | None = None  # what its run_in_process calls carry
         self._leases = leases
         self._attempt = attempt
         self._log_fields = log_fields or {}  # read only when a record is logged
@@ -307,17 +308,18 @@ class HeldLease:
         if pool is None:
             pool = ProcessPool.default()
             self._leases.policy.check_stop_room(pool.stop_allowance)
-        attempt = self._attempt
-        identity = Identity(
-            job_key=self._key,
-            execution_id=uuid.uuid4().hex if attempt is None else attempt.execution_id,
-            fence=self.fence,
-        )
+        if self._identity is None:  # one per block: a hold() without an attempt names it once
+            attempt = self._attempt
+            self._identity = Identity(
+                job_key=self._key,
+                execution_id=uuid.uuid4().hex if attempt is None else attempt.execution_id,
+                fence=self.fence,
+            )
         return await pool.run(
             fn,
             args,
             dict(kwargs),
-            identity=identity,
+            identity=self._identity,
             deadline=_on_monotonic(self._body_deadline()),
             follow=self._follow,
             usage=self._used,

@@ -31,13 +31,14 @@ import traceback
 from typing import Final
 
 from ._context import ProcessContext
-from ._frames import read_blocking, write_blocking
+from ._frames import COST, BlockingReader, write_blocking
 from ._slot import SIZE, read
 
 _PR_SET_PDEATHSIG: Final = 1
 # The kernel timer fires this long after the deadline: five GIL switch intervals, time for the
 # watchdog thread to take the GIL from a job computing in Python and kill the whole group first.
 _KERNEL_SLACK: Final = 0.025
+_PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 _EARLY: Final = 0.001  # select() may wake this much before the deadline: that is the deadline
 
 
@@ -50,7 +51,8 @@ def main(argv: list[str]) -> int:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting job leaves no core file
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     slot = mmap.mmap(fd_slot, SIZE)
-    hello = read_blocking(fd_in)
+    calls = BlockingReader(fd_in)
+    hello = calls.read()
     if hello is None:
         return 0
     path, preload = pickle.loads(hello)
@@ -62,11 +64,16 @@ def main(argv: list[str]) -> int:
             write_blocking(fd_out, pickle.dumps(("failed", name, _one_line(exc))))
             return 1
     watchdog = Watchdog(slot, fd_wake)
-    _reset_peak()
-    write_blocking(fd_out, pickle.dumps(("ready", _cpu())))
-    while (body := read_blocking(fd_in)) is not None:
-        write_blocking(fd_out, _call(body, slot, watchdog))
-        _reset_peak()  # for the next call, while the pod reads this one's reply
+    memory = Memory()
+    spent, faults = _usage()
+    memory.reset(faults)
+    write_blocking(fd_out, pickle.dumps(("ready", spent)))
+    while (body := calls.read()) is not None:
+        reply, spent, faults = _call(body, slot, watchdog, memory, spent)
+        del body
+        write_blocking(fd_out, reply)
+        del reply  # neither the call's bytes nor its reply's count in the next call's peak
+        memory.reset(faults)  # for the next call, while the pod reads this one's reply
     return 0
 
 
@@ -78,8 +85,14 @@ def _die_with_parent(ppid: int) -> None:
         os._exit(1)
 
 
-def _call(body: bytes, slot: mmap.mmap, watchdog: Watchdog) -> bytes:
-    before = _cpu()
+def _call(
+    body: bytes, slot: mmap.mmap, watchdog: Watchdog, memory: Memory, before: float
+) -> tuple[bytes, float, int]:
+    """Run one call; return its reply, the child's CPU total and page faults at its end.
+
+    ``before``: the total at the previous reply, so a call's CPU includes the
+    child's work for it (reading and unpickling it), as a killed call's does.
+    """
     watchdog.begin()
     try:
         (job_key, execution_id, fence), fn, args, kwargs = pickle.loads(body)
@@ -90,15 +103,15 @@ def _call(body: bytes, slot: mmap.mmap, watchdog: Watchdog) -> bytes:
         reply = _raised(exc)
     else:
         watchdog.end()
-    after = _cpu()
-    cost = (after - before, _peak(), after)
+    after, faults = _usage()
+    peak = memory.peak(faults)
     try:
         payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         problem = TypeError(f"the function's result cannot be pickled: {_one_line(exc)}")
         payload = pickle.dumps(_raised(problem))
-    # Pickled apart, so the cost crosses even when the pod cannot rebuild the payload.
-    return pickle.dumps((cost, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    # The cost ahead of the payload, so it crosses even when the pod cannot rebuild the payload.
+    return COST.pack(after - before, peak, after) + payload, after, faults
 
 
 def _raised(exc: BaseException) -> tuple[object, ...]:
@@ -116,45 +129,85 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def _cpu() -> float:
+def _usage() -> tuple[float, int]:
+    """Return the CPU seconds of the child and its waited children, and its page faults."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     waited = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + waited.ru_utime + waited.ru_stime
+    cpu = me.ru_utime + me.ru_stime + waited.ru_utime + waited.ru_stime
+    return cpu, me.ru_minflt + me.ru_majflt
 
 
-def _reset_peak() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")  # resets VmHWM to the current RSS
-    except OSError:
-        pass  # then the peak read after the call is the child's lifetime peak
+class Memory:
+    """A call's peak resident set: ``VmHWM``, reset before each call.
 
-
-def _peak() -> int:
-    """Return VmHWM in bytes: the peak RSS since the last reset (one read, no line loop).
-
-    Not ``ru_maxrss``: it keeps the peak of the address space the child was
-    exec'd from, which is the pod's own when Popen spawns through vfork.
+    The reset writes ``5`` to ``/proc/self/clear_refs`` (VmHWM back to the
+    current RSS) and reads that RSS from ``/proc/self/statm``. The resident
+    set grows by this process's page faults, which ``getrusage`` counts
+    (``MAP_POPULATE`` and ``mlock`` included): a call that took none since the
+    count given to :meth:`reset` (read before it) did not raise VmHWM, and
+    its peak is that RSS. Pages that come without a fault of ours (khugepaged
+    filling a huge page, 2 MiB; another process writing into this one) are
+    the corner this misses. A call that faulted reads VmHWM from
+    ``/proc/self/status``, whose every read formats some forty lines (about
+    8 µs, a no-op call's largest cost in the child). The files stay open (an
+    open costs as much again). Not ``ru_maxrss``: it keeps the peak of the
+    address space the child was exec'd from, which is the pod's own when
+    Popen spawns through vfork. Without ``/proc`` the peak is the child's
+    lifetime one.
     """
-    try:
-        fd = os.open("/proc/self/status", os.O_RDONLY)
-        try:
-            status = os.read(fd, 8192)
-        finally:
-            os.close(fd)
-        at = status.index(b"VmHWM:") + 6
-        return int(status[at : status.index(b"kB", at)]) * 1024
-    except (OSError, ValueError):
+
+    def __init__(self) -> None:
+        self._status = _open("/proc/self/status", os.O_RDONLY)
+        self._statm = _open("/proc/self/statm", os.O_RDONLY)
+        self._clear = _open("/proc/self/clear_refs", os.O_WRONLY)
+        self._faults = -1  # the count at the last reset; -1: no resident set known
+        self._resident = 0
+
+    def reset(self, faults: int) -> None:
+        """Start a new peak at the current resident set; ``faults``: the count before."""
+        self._faults = -1
+        if self._clear is not None and self._statm is not None:
+            try:
+                os.write(self._clear, b"5")
+                pages = int(os.pread(self._statm, 128, 0).split()[1])
+            except (OSError, ValueError, IndexError):
+                return
+            self._faults, self._resident = faults, pages * _PAGE
+
+    def peak(self, faults: int) -> int:
+        """Return the peak resident set in bytes since the last :meth:`reset`.
+
+        ``faults``: the page faults so far, as :func:`_usage` counts them.
+        """
+        if faults == self._faults:
+            return self._resident
+        if self._status is not None:
+            try:
+                status = os.pread(self._status, 8192, 0)
+                at = status.index(b"VmHWM:") + 6
+                return int(status[at : status.index(b"kB", at)]) * 1024
+            except (OSError, ValueError):
+                pass
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _open(path: str, flags: int) -> int | None:
+    try:
+        return os.open(path, flags)  # not inheritable: the job's subprocesses get neither
+    except OSError:
+        return None
 
 
 class Watchdog:
     """Kills the child's group at the deadline in the slot while a call runs.
 
     A thread waits on the pod's wake pipe (the deadline moved) and on its own
-    (a call began) with a timeout to the deadline; at the deadline it
-    kills the group (``os.killpg(0, SIGKILL)``). Each time it looks, it re-arms the
-    kernel timer, the backstop for when this thread cannot get the GIL.
+    with a timeout to the deadline; at the deadline it kills the group
+    (``os.killpg(0, SIGKILL)``). Each time it looks, it re-arms the kernel
+    timer, the backstop for when this thread cannot get the GIL. A call that
+    begins wakes the thread only when it would sleep past the call's deadline
+    (idle, or sleeping to a later one): waking it costs the call a GIL hand-over,
+    and a thread that wakes early finds the later deadline and sleeps on.
     """
 
     def __init__(self, slot: mmap.mmap, wake: int) -> None:
@@ -162,16 +215,19 @@ class Watchdog:
         self._wake = wake
         self._lock = threading.Lock()
         self._active = False
+        self._until: float | None = None  # when the thread looks again by itself (None: never)
         self._poke_r, self._poke_w = os.pipe()
         thread = threading.Thread(target=self._watch, name="leaseworker-watchdog", daemon=True)
         thread.start()
 
     def begin(self) -> None:
-        """Arm the timer to the slot's deadline and wake the thread: a call starts."""
+        """Arm the timer to the slot's deadline, wake the thread if it would look too late."""
         with self._lock:
             self._active = True
-            self._arm()
-        os.write(self._poke_w, b"b")
+            deadline, _ = self._arm()
+            late = self._until is None or self._until > deadline
+        if late:
+            os.write(self._poke_w, b"b")
 
     def end(self) -> None:
         """Disarm: the call ended (before its reply is sent, so a late kill cannot race it)."""
@@ -180,13 +236,13 @@ class Watchdog:
             signal.setitimer(signal.ITIMER_REAL, 0)
         # No wake-up: the thread finds the call over when its timeout comes, and sleeps on.
 
-    def _arm(self) -> float:
+    def _arm(self) -> tuple[float, float]:
         deadline, _, _ = read(self._slot)
         left = deadline - time.monotonic()
         if left <= _EARLY:
             os.killpg(0, signal.SIGKILL)
         signal.setitimer(signal.ITIMER_REAL, left + _KERNEL_SLACK)
-        return left
+        return deadline, left
 
     def _watch(self) -> None:
         timeout: float | None = None
@@ -195,7 +251,10 @@ class Watchdog:
             for fd in ready:
                 os.read(fd, 4096)
             with self._lock:
-                timeout = self._arm() if self._active else None
+                if self._active:
+                    self._until, timeout = self._arm()
+                else:
+                    self._until = timeout = None
 
 
 if __name__ == "__main__":

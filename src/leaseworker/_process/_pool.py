@@ -15,8 +15,13 @@ process, shared memory under /dev/shm and a bootstrap we would work around (a ne
 session, our own frames). A plain child started with ``start_new_session=True``,
 pipes and a memfd passed by ``pass_fds`` give the pool what it needs (one process
 group to kill, no tracker, nothing left in /dev/shm) and nothing more. The pool
-holds no object bound to an event loop between calls, but is used from one thread
-(one loop) at a time.
+is used from one thread (one loop) at a time: each worker's reply pipe stays
+registered with the loop that last used it, and moves when another loop uses the pool.
+
+A call takes the ready worker used last: its child's memory is the likeliest still
+in the CPU's caches (one call at a time on two loaded cores, a no-op round trip took
+67-76 µs so and 90-100 µs going round the workers, the pod's CPU per call 33-36 µs
+against 44-49 µs).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import anyio
 from .._errors import ChildProcessDied, ConfigError
 from .._outcome import LeaseLostReason
 from ._call import Identity, Mirror, Usage
+from ._frames import COST
 from ._pool_worker import CallMirror, Keeper, PoolWorker, died
 
 T = TypeVar("T")
@@ -256,7 +262,7 @@ class ProcessPool:
                 died = await self._died(worker)
             _report(usage, died[1])
             raise died[0]
-        (cpu, peak, total), payload = pickle.loads(body)
+        cpu, peak, total = COST.unpack_from(body)
         worker.cpu_base = total
         _report(usage, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
         if self._spent(worker, peak) or worker not in self._live:  # or the pool closed meanwhile
@@ -264,7 +270,7 @@ class ProcessPool:
         else:
             self._give_back(worker)
         try:
-            return tuple(pickle.loads(payload))
+            return tuple(pickle.loads(memoryview(body)[COST.size :]))
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
             raise RuntimeError(f"the pod cannot unpickle the child's reply: {detail}") from exc
@@ -320,9 +326,9 @@ class ProcessPool:
                 self._waiters.popleft().set()
 
     async def _take(self) -> PoolWorker:
-        await self.start()
-        self._pay()  # if the loop closed before its callback ran
-        self._reap_dying()
+        if self._keeper is None or self._starting is not None:
+            await self.start()
+        self._tidy()
         while True:
             worker = self._warm()
             if worker is not None:
@@ -342,16 +348,25 @@ class ProcessPool:
                     self._waiters.popleft().set()  # pass on the wake-up this task will not use
                 raise
 
+    def _tidy(self) -> None:
+        if self._owed:
+            self._pay()  # if the loop closed before its callback ran
+        if self._dying:
+            self._reap_dying()
+
     def _warm(self) -> PoolWorker | None:
-        for worker in list(self._idle):
+        """Take the ready worker used last: its child's memory is the likeliest still cached."""
+        idle = self._idle
+        for index in range(len(idle) - 1, -1, -1):
+            worker = idle[index]
             try:
                 ready = worker.poll_ready()
             except Exception:
-                self._idle.remove(worker)
+                del idle[index]
                 self._drop(worker)
                 raise
             if ready:
-                self._idle.remove(worker)
+                del idle[index]
                 if not worker.exited():
                     return worker
                 self._drop(worker)  # died idle: the OOM killer, a kill by hand, its pod thread
@@ -394,16 +409,23 @@ def _pickled(
     kwargs: dict[str, object],
     identity: Identity,
 ) -> bytes:
-    name = getattr(fn, "__qualname__", repr(fn))
     if getattr(fn, "__module__", None) == "__main__":
-        raise ConfigError(f"{name} is defined in __main__, which a process worker cannot import")
+        raise ConfigError(
+            f"{_name(fn)} is defined in __main__, which a process worker cannot import"
+        )
     head = (identity.job_key, identity.execution_id, identity.fence)
     try:
         return pickle.dumps((head, fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         what = _unpicklable(fn, args, kwargs)
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        raise ConfigError(f"cannot send {what} of {name} to a process worker: {detail}") from None
+        raise ConfigError(
+            f"cannot send {what} of {_name(fn)} to a process worker: {detail}"
+        ) from None
+
+
+def _name(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
 
 
 def _unpicklable(fn: object, args: tuple[object, ...], kwargs: dict[str, object]) -> str:

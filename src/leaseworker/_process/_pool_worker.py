@@ -151,7 +151,7 @@ class PoolWorker:
         self._pidfd = os.pidfd_open(self.pid)
         for fd in (self._call, self._reply, self._wake):
             os.set_blocking(fd, False)
-        self._buffer = bytearray()
+        self._replies = _frames.Receiver(self._reply)
         self.writer = _slot.SlotWriter(self._map)
         self.calls = 0
         self.cpu_base = 0.0
@@ -167,7 +167,7 @@ class PoolWorker:
         """Whether the child said ready (without waiting); raises as ``wait_ready`` would."""
         if not self.ready:
             try:
-                hello = _frames.receive_now(self._reply, self._buffer)
+                hello = self._replies.receive_now()
             except EOFError:
                 self._raise_dead()
             if hello is not None:
@@ -178,7 +178,7 @@ class PoolWorker:
         """Wait for the child's hello; ``ConfigError`` if a preload failed."""
         if not self.ready:
             with on_child():
-                hello = await _frames.receive(self._reply, self._buffer)
+                hello = await self._replies.receive()
             if hello is None:
                 self._raise_dead()
             else:
@@ -205,7 +205,7 @@ class PoolWorker:
                 await _frames.send(self._call, _frames.frame(data))
             except BrokenPipeError:  # it died before it read the call
                 return None
-            return await _frames.receive(self._reply, self._buffer)
+            return await self._replies.receive()
 
     def exited(self) -> bool:
         """Whether the child exited (its pidfd is readable), without waiting."""
@@ -244,6 +244,7 @@ class PoolWorker:
         return None
 
     def _close(self) -> None:
+        self._replies.close()
         for fd in (self._call, self._reply, self._wake, self._pidfd):
             os.close(fd)
         self._map.close()
