@@ -1,0 +1,188 @@
+"""The store on a PostgreSQL primary and streaming standby: the primary killed, the standby up.
+
+Real servers (:class:`LocalPostgresPair`), the store opened once on the pair's
+multi-host URL (``target_session_attrs=read-write``) and used on across the
+promotion, with no restart. The primary's WAL sender is stopped (SIGSTOP)
+before the kill where a test needs the standby to miss what came after:
+that is what a lagging standby is, made certain.
+
+- Synchronous standby: every completion and claim acknowledged before the
+  kill is on the promoted node, the one whose commit was in flight was never
+  acknowledged (``StoreUnavailable``), fences per key stay strictly
+  increasing (a lower fence is refused after the promotion), and the same
+  store object answers from the new primary.
+- Asynchronous standby: the completions acknowledged while the standby
+  lagged are lost with the primary (counted: 8 of 16), and a former holder's
+  lower fence for such a key is accepted on the promoted node: the stale write
+  the promotion let through.
+- A pod's transaction whose commit was in flight ends ``lost
+  (store_unavailable)`` and its trigger completes once on the new primary.
+
+Each test starts a pair of its own (about 2 s; the kill ends it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import anyio
+import psycopg
+import pytest
+
+from leaseworker import (
+    CompletionRequest,
+    CompletionStore,
+    RedisLeases,
+    StoreUnavailable,
+    open_store,
+)
+from leaseworker_dev._services import LocalPostgresPair
+
+from ..store.test_store import raw
+from .test_transaction_faults import TABLE, Events, GatedJob, committed_once, executor, run_gated
+
+
+@pytest.fixture
+def sync_pair() -> Iterator[LocalPostgresPair]:
+    """A primary and its synchronous standby, of this test's own."""
+    yield from _pair(synchronous=True)
+
+
+@pytest.fixture
+def async_pair() -> Iterator[LocalPostgresPair]:
+    """A primary and its asynchronous standby, of this test's own."""
+    yield from _pair(synchronous=False)
+
+
+def _pair(*, synchronous: bool) -> Iterator[LocalPostgresPair]:
+    pair = LocalPostgresPair.start(synchronous=synchronous)
+    nodes = [pair.primary, pair.standby]
+    try:
+        yield pair
+    finally:
+        pair.stop()
+    for node in nodes:  # nothing left behind
+        assert node is not None
+        assert node.process.popen.returncode is not None
+        assert not node.workdir.exists()
+
+
+def request(key: str, fence: int, version: str = "v1") -> CompletionRequest:
+    """A completion of ``key``'s input ``version`` at ``fence``."""
+    return CompletionRequest(
+        job_key=key,
+        input_version=version,
+        fence=fence,
+        result={"fence": fence},
+        execution_id=f"{key}-{fence}",
+        pod="pod-a",
+    )
+
+
+async def fail_over(pair: LocalPostgresPair) -> None:
+    """Kill the primary's process group, then promote the standby (in a thread: blocking)."""
+    await anyio.to_thread.run_sync(pair.kill_primary)
+    await anyio.to_thread.run_sync(pair.promote)
+
+
+async def complete_all(store: CompletionStore, keys: list[str], fence: int) -> None:
+    """Complete every key at ``fence``: each acknowledged ``accepted``."""
+    for key in keys:
+        assert (await store.complete(request(key, fence))).status == "accepted"
+
+
+async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the_fences(
+    sync_pair: LocalPostgresPair,
+) -> None:
+    """Acknowledged before the kill: on the promoted node; fences per key never go back."""
+    assert sync_pair.standby is not None
+    hosts = f"127.0.0.1:{sync_pair.primary.port},127.0.0.1:{sync_pair.standby.port}"
+    assert f"@{hosts}/leaseworker?target_session_attrs=read-write" in sync_pair.url
+    alone = sync_pair.standby.url_for("leaseworker", target_session_attrs="read-write")
+    with pytest.raises(psycopg.OperationalError):  # libpq refuses the standby a write session
+        await (await psycopg.AsyncConnection.connect(alone)).close()
+    keys = [f"report:{{k{i}}}" for i in range(16)]
+    async with open_store(sync_pair.url, call_timeout=3.0) as store:
+        await complete_all(store, keys[:8], fence=10)
+        assert (await store.claim(keys[8], "v1", 20)).status == "claimed"
+        os.kill(sync_pair.walsender_pid(), signal.SIGSTOP)  # the standby hears nothing more
+        with pytest.raises(StoreUnavailable, match="no answer within"):
+            await store.complete(request(keys[9], 30))  # committed locally, never acknowledged
+        await fail_over(sync_pair)
+        found = await store.lookup_many([(key, "v1") for key in keys[:8]])
+        assert [c.fence if c else None for c in found] == [10] * 8
+        assert (await store.complete(request(keys[0], 9, "v2"))).status == "stale"
+        assert (await store.complete(request(keys[8], 19))).status == "stale"  # the claim held
+        assert (await store.complete(request(keys[8], 21))).status == "accepted"
+        assert (await store.complete(request(keys[9], 31))).status == "accepted"  # its retry
+    heads = await raw(
+        sync_pair.primary.url_for("leaseworker"),
+        "SELECT job_key, greatest(fence, claimed_fence) FROM leaseworker_jobs",
+    )
+    assert dict(heads) == {**dict.fromkeys(keys[:8], 10), keys[8]: 21, keys[9]: 31}
+
+
+async def test_an_asynchronous_standby_loses_what_it_had_not_received_and_lets_a_stale_write_in(
+    async_pair: LocalPostgresPair,
+) -> None:
+    """8 completions acknowledged while the standby lagged are lost; a lower fence then wins."""
+    keys = [f"report:{{k{i}}}" for i in range(16)]
+    async with open_store(async_pair.url, call_timeout=3.0) as store:
+        await complete_all(store, keys[:8], fence=10)
+        await anyio.to_thread.run_sync(_caught_up, async_pair)
+        os.kill(async_pair.walsender_pid(), signal.SIGSTOP)
+        await complete_all(store, keys[8:], fence=10)  # acknowledged at once: nobody waits
+        await fail_over(async_pair)
+        found = await store.lookup_many([(key, "v1") for key in keys])
+        lost = [key for key, completion in zip(keys, found, strict=True) if completion is None]
+        assert lost == keys[8:]  # every completion acknowledged after the standby stopped
+        later = [request(key, 9, "v2") for key in (keys[0], keys[8])]  # a former holder's
+        answers = [(await store.complete(late)).status for late in later]
+    assert answers == ["stale", "accepted"]  # refused where the fence survived, let in where lost
+
+
+def _caught_up(pair: LocalPostgresPair) -> None:
+    """Block until the standby replayed everything the primary wrote so far."""
+    assert pair.standby is not None
+    [(written,)] = pair.primary.query(b"SELECT pg_current_wal_insert_lsn()::text")
+    deadline = time.monotonic() + 30
+    while not pair.standby.query(
+        f"SELECT pg_last_wal_replay_lsn() >= '{written}'::pg_lsn".encode()
+    )[0][0]:
+        assert time.monotonic() < deadline, "the standby did not catch up"
+        time.sleep(0.02)
+
+
+async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_the_new_one(
+    sync_pair: LocalPostgresPair, leases: RedisLeases, namespace: str
+) -> None:
+    """The job's commit waits for the standby; the primary dies: ``lost``, then one completion."""
+    url = sync_pair.url
+    await raw(url, TABLE)
+    job, events = GatedJob(url, then=None), Events()  # after the gate, the commit
+    async with open_store(url, call_timeout=3.0) as store:
+
+        async def kill_during_the_commit() -> None:
+            os.kill(sync_pair.walsender_pid(), signal.SIGSTOP)
+            job.go.set()
+            await anyio.to_thread.run_sync(_committing, sync_pair)
+            await fail_over(sync_pair)
+
+        ending = await run_gated(
+            executor(job, leases, store, namespace, events), job, kill_during_the_commit
+        )
+    assert ending.outcome == "completed"
+    assert events.finished[0] == ("lost", "store_unavailable")
+    assert events.finished[-1] == ("completed", None)
+    await committed_once(sync_pair.primary.url_for("leaseworker"), namespace)
+
+
+def _committing(pair: LocalPostgresPair) -> None:
+    """Block until a session of the primary waits for the standby to confirm its commit."""
+    deadline = time.monotonic() + 30
+    while not pair.primary.query(b"SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'"):
+        assert time.monotonic() < deadline, "no commit waited for the standby"
+        time.sleep(0.02)
