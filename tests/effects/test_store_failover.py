@@ -14,7 +14,8 @@ that is what a lagging standby is, made certain.
 - Asynchronous standby: the completions acknowledged while the standby
   lagged are lost with the primary (counted: 8 of 16), and a former holder's
   lower fence for such a key is accepted on the promoted node: the stale write
-  the promotion let through.
+  the promotion let through. Its primary stays dead for 4 s while calls
+  fail; the first call after the promotion is answered.
 - A pod's transaction whose commit was in flight ends ``lost
   (store_unavailable)`` and its trigger completes once on the new primary.
 
@@ -130,18 +131,39 @@ async def test_an_asynchronous_standby_loses_what_it_had_not_received_and_lets_a
 ) -> None:
     """8 completions acknowledged while the standby lagged are lost; a lower fence then wins."""
     keys = [f"report:{{k{i}}}" for i in range(16)]
-    async with open_store(async_pair.url, call_timeout=3.0) as store:
+    async with open_store(async_pair.url, call_timeout=1.5) as store:
         await complete_all(store, keys[:8], fence=10)
         await anyio.to_thread.run_sync(_caught_up, async_pair)
         os.kill(async_pair.walsender_pid(), signal.SIGSTOP)
         await complete_all(store, keys[8:], fence=10)  # acknowledged at once: nobody waits
-        await fail_over(async_pair)
+        await anyio.to_thread.run_sync(async_pair.kill_primary)
+        await unavailable_for(store, OUTAGE)
+        await anyio.to_thread.run_sync(async_pair.promote)
         found = await store.lookup_many([(key, "v1") for key in keys])
         lost = [key for key, completion in zip(keys, found, strict=True) if completion is None]
         assert lost == keys[8:]  # every completion acknowledged after the standby stopped
         later = [request(key, 9, "v2") for key in (keys[0], keys[8])]  # a former holder's
         answers = [(await store.complete(late)).status for late in later]
     assert answers == ["stale", "accepted"]  # refused where the fence survived, let in where lost
+
+
+OUTAGE = 4.0
+"""Seconds between the kill and the promotion: psycopg's pool would retry only at 7 s."""
+
+
+async def unavailable_for(store: CompletionStore, seconds: float) -> None:
+    """Call the store for ``seconds``, as a pod would: every call ends ``StoreUnavailable``.
+
+    The pool reconnects in the background meanwhile; with its default
+    ``reconnect_timeout`` (5 min) its attempts back off 1, 2, 4 s..., so the
+    store would follow the promotion only at the next (on the code before:
+    the first call after it timed out).
+    """
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with pytest.raises(StoreUnavailable):
+            await store.lookup("report:{outage}", "v1")
+        await anyio.sleep(0.1)
 
 
 def _caught_up(pair: LocalPostgresPair) -> None:

@@ -107,6 +107,10 @@ class PostgresStore:
             max_size=max_connections,
             name="leaseworker-completions",
             timeout=call_timeout,
+            # A failed reconnection backs off 1, 2, 4 s... for this long, then the next
+            # call starts a fresh one at once: after a promotion (a multi-host URL's
+            # read-write node moved) the store answers at the next call, not seconds later.
+            reconnect_timeout=call_timeout,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(call_timeout))},
             configure=SessionSetup(call_timeout),
         )
