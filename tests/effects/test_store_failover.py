@@ -24,6 +24,9 @@ Each test starts a pair of its own (about 2 s; the kill ends it).
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
 import os
 import signal
 import time
@@ -40,8 +43,9 @@ from leaseworker import (
     StoreUnavailable,
     open_store,
 )
-from leaseworker_dev._services import LocalPostgresPair
+from leaseworker_dev._services import LocalPostgres, LocalPostgresPair
 
+from ..security.cli import leaseworker
 from ..store.test_store import raw
 from .test_transaction_faults import TABLE, Events, GatedJob, committed_once, executor, run_gated
 
@@ -96,7 +100,7 @@ async def complete_all(store: CompletionStore, keys: list[str], fence: int) -> N
 
 
 async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the_fences(
-    sync_pair: LocalPostgresPair,
+    sync_pair: LocalPostgresPair, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Acknowledged before the kill: on the promoted node; fences per key never go back."""
     assert sync_pair.standby is not None
@@ -107,6 +111,7 @@ async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the
         await (await psycopg.AsyncConnection.connect(alone)).close()
     keys = [f"report:{{k{i}}}" for i in range(16)]
     async with open_store(sync_pair.url, call_timeout=3.0) as store:
+        assert not standby_warnings(caplog)  # commits wait for the standby
         await complete_all(store, keys[:8], fence=10)
         assert (await store.claim(keys[8], "v1", 20)).status == "claimed"
         os.kill(sync_pair.walsender_pid(), signal.SIGSTOP)  # the standby hears nothing more
@@ -127,11 +132,18 @@ async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the
 
 
 async def test_an_asynchronous_standby_loses_what_it_had_not_received_and_lets_a_stale_write_in(
-    async_pair: LocalPostgresPair,
+    async_pair: LocalPostgresPair, caplog: pytest.LogCaptureFixture
 ) -> None:
     """8 completions acknowledged while the standby lagged are lost; a lower fence then wins."""
     keys = [f"report:{{k{i}}}" for i in range(16)]
+    checked = await anyio.to_thread.run_sync(
+        functools.partial(leaseworker, "store", "check", "--store-url", async_pair.url)
+    )
+    line = f"leaseworker store check: warning: {warns(async_pair)}"
+    assert (checked.code, checked.stderr.splitlines()) == (0, [line])
+    assert json.loads(checked.stdout)["standbys"] == 1
     async with open_store(async_pair.url, call_timeout=1.5) as store:
+        assert standby_warnings(caplog) == [warns(async_pair)]  # as at a pod's start
         await complete_all(store, keys[:8], fence=10)
         await anyio.to_thread.run_sync(_caught_up, async_pair)
         os.kill(async_pair.walsender_pid(), signal.SIGSTOP)
@@ -145,6 +157,32 @@ async def test_an_asynchronous_standby_loses_what_it_had_not_received_and_lets_a
         later = [request(key, 9, "v2") for key in (keys[0], keys[8])]  # a former holder's
         answers = [(await store.complete(late)).status for late in later]
     assert answers == ["stale", "accepted"]  # refused where the fence survived, let in where lost
+
+
+def warns(pair: LocalPostgresPair) -> str:
+    """The one line ``store check`` and the store's opening say of ``pair``'s async standby."""
+    shown = pair.url.replace(pair.primary.password, "***")
+    return (
+        f"completion store at {shown}: the primary does not wait for its 1 standby(s)"
+        " (synchronous_standby_names is empty): a failover loses the commits they had not"
+        " received, and fences with them"
+    )
+
+
+def standby_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The store's warnings that commits do not wait for a standby, so far."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "leaseworker.store" and r.levelno == logging.WARNING and "standby" in r.msg
+    ]
+
+
+def test_store_check_on_a_single_node_says_nothing(postgres_server: LocalPostgres) -> None:
+    """No standby, no failover to lose a commit to: no warning, ``standbys`` 0."""
+    checked = leaseworker("store", "check", "--store-url", postgres_server.url)
+    assert (checked.code, checked.stderr) == (0, "")
+    assert json.loads(checked.stdout)["standbys"] == 0
 
 
 OUTAGE = 4.0

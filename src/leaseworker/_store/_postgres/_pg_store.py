@@ -46,6 +46,7 @@ from . import _pg_effects
 from ._pg_claims import MARK, RELEASE, OutboxClaims
 from ._pg_pool import Attempt, Conn, PgPool, SessionSetup, completion_of, maybe_completion_of
 from ._pg_schema import first_connection, migrate, reread_url
+from ._pg_standby import warn_unless_waited_for
 
 _CALLS = "SELECT * FROM leaseworker_calls(%s::jsonb)"
 MAX_BATCH = 64
@@ -127,6 +128,7 @@ class PostgresStore:
             store.schema_version = await store._pool.run(
                 None, lambda conn, attempt: migrate(conn, migrations, where)
             )
+            await store._pool.run(None, lambda conn, attempt: warn_unless_waited_for(conn, where))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await pool.close(timeout=call_timeout)
