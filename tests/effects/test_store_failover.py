@@ -43,6 +43,7 @@ from leaseworker import (
     StoreUnavailable,
     open_store,
 )
+from leaseworker.toolkit import Event
 from leaseworker_dev._services import LocalPostgres, LocalPostgresPair
 
 from ..security.cli import leaseworker
@@ -219,25 +220,55 @@ def _caught_up(pair: LocalPostgresPair) -> None:
 async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_the_new_one(
     sync_pair: LocalPostgresPair, leases: RedisLeases, namespace: str
 ) -> None:
-    """The job's commit waits for the standby; the primary dies: ``lost``, then one completion."""
+    """The job's commit waits for the standby past the store's timeout; the primary dies.
+
+    The execution ends ``lost`` at the timeout, and its commit stays unseen by
+    other sessions: nothing cancelled the server's wait (the store's timeout
+    cancels psycopg's cancel request with the await, the connection is
+    closed). A cancelled wait for a synchronous standby commits at once,
+    locally: a relay could send its messages, and the promotion would lose the
+    row. Its trigger then completes once on the new primary.
+    """
     url = sync_pair.url
     await raw(url, TABLE)
-    job, events = GatedJob(url, then=None), Events()  # after the gate, the commit
-    async with open_store(url, call_timeout=3.0) as store:
+    job, events = GatedJob(url, then=None), FirstEnd()  # after the gate, the commit
+    async with open_store(url, call_timeout=1.0) as store:
 
-        async def kill_during_the_commit() -> None:
+        async def kill_after_the_commit_timed_out() -> None:
             os.kill(sync_pair.walsender_pid(), signal.SIGSTOP)
             job.go.set()
             await anyio.to_thread.run_sync(_committing, sync_pair)
+            await events.first.wait()
+            assert events.finished[0] == ("lost", "store_unavailable")
+            assert await anyio.to_thread.run_sync(_visible_rows, sync_pair) == 0
             await fail_over(sync_pair)
 
         ending = await run_gated(
-            executor(job, leases, store, namespace, events), job, kill_during_the_commit
+            executor(job, leases, store, namespace, events), job, kill_after_the_commit_timed_out
         )
     assert ending.outcome == "completed"
-    assert events.finished[0] == ("lost", "store_unavailable")
     assert events.finished[-1] == ("completed", None)
     await committed_once(sync_pair.primary.url_for("leaseworker"), namespace)
+
+
+class FirstEnd(Events):
+    """Events whose ``first`` is set when the first execution finished."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = anyio.Event()
+
+    def __call__(self, event: Event) -> None:
+        """Keep the event; set ``first`` once an execution finished."""
+        super().__call__(event)
+        if self.finished:
+            self.first.set()
+
+
+def _visible_rows(pair: LocalPostgresPair) -> int:
+    """Count the job's rows other sessions of the primary see now."""
+    [(count,)] = pair.primary.query(b"SELECT count(*) FROM report", database="leaseworker")
+    return int(count)
 
 
 def _committing(pair: LocalPostgresPair) -> None:
