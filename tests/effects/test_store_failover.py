@@ -24,6 +24,7 @@ Each test starts a pair of its own (about 2 s; the kill ends it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -31,6 +32,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import psycopg
@@ -70,10 +72,20 @@ def _pair(*, synchronous: bool) -> Iterator[LocalPostgresPair]:
         yield pair
     finally:
         pair.stop()
-    for node in nodes:  # nothing left behind
+    for node in nodes:  # nothing left behind, a killed server's children included
         assert node is not None
         assert node.process.popen.returncode is not None
         assert not node.workdir.exists()
+        assert not [cwd for cwd in _running_in() if cwd.startswith(str(node.workdir))]
+
+
+def _running_in() -> list[str]:
+    """The working directories of the processes running now (those we may read)."""
+    found = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        with contextlib.suppress(OSError):
+            found.append(os.readlink(cwd))
+    return found
 
 
 def request(key: str, fence: int, version: str = "v1") -> CompletionRequest:

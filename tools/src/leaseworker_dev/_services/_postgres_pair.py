@@ -15,10 +15,12 @@ makes the standby the primary (``pg_promote``). Plain TCP only (no TLS).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Self
 
 from ._local_postgres import (
@@ -129,11 +131,22 @@ class LocalPostgresPair:
         return int(pid)
 
     def kill_primary(self) -> None:
-        """Kill the primary's process group at once (SIGKILL): no shutdown, no last WAL sent."""
+        """Kill the primary's server and every process it started at once (SIGKILL).
+
+        No shutdown, no last WAL sent: a host gone. Each child of the server
+        runs in a session of its own, so they are killed one by one (a WAL
+        sender stopped by a test would otherwise outlive it).
+        """
         process = self.primary.process
-        if process.popen.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        children = _children(process.pid)
+        process.signal(signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         process.popen.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.01)  # init reaps them; a zombie has no working directory left
 
     def promote(self, *, timeout: float = 60.0) -> LocalPostgres:
         """Promote the standby (``pg_promote``, waited for); return it, now :attr:`primary`."""
@@ -184,3 +197,25 @@ def _standby_of(
             code = result.returncode
             raise RuntimeError(f"pg_basebackup failed with exit code {code}:\n{output}")
     return LocalPostgres.serve(workdir, primary.password, settings, remove=remove, timeout=timeout)
+
+
+def _children(pid: int) -> list[int]:
+    """Return the PIDs of the processes whose parent is ``pid`` (Linux ``/proc``)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (not a zombie: it has a working directory)."""
+    try:
+        os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return True
