@@ -101,7 +101,7 @@ def request(key: str, fence: int, version: str = "v1") -> CompletionRequest:
 
 
 async def fail_over(pair: LocalPostgresPair) -> None:
-    """Kill the primary's process group, then promote the standby (in a thread: blocking)."""
+    """Kill the primary's server and children, then promote the standby (in a thread: blocking)."""
     await anyio.to_thread.run_sync(pair.kill_primary)
     await anyio.to_thread.run_sync(pair.promote)
 

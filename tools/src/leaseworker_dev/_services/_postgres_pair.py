@@ -8,8 +8,8 @@ written by the tool) and serves the copy as a hot standby, a second
 standby's flush (``synchronous_standby_names = '*'``, ``synchronous_commit =
 on``); asynchronous: it does not. Pods reach it through :attr:`url`, a
 multi-host URL with ``target_session_attrs=read-write``, so libpq connects to
-whichever node is the primary. :meth:`kill_primary` kills the primary's whole
-process group (a host gone, nothing shut down in order) and :meth:`promote`
+whichever node is the primary. :meth:`kill_primary` kills the primary's server
+and its children (a host gone, nothing shut down in order) and :meth:`promote`
 makes the standby the primary (``pg_promote``). Plain TCP only (no TLS).
 """
 
