@@ -39,18 +39,20 @@ import psycopg
 import pytest
 
 from leaseworker import (
+    Backoff,
     CompletionRequest,
     CompletionStore,
     RedisLeases,
     StoreUnavailable,
     open_store,
 )
+from leaseworker._execution import Executor
 from leaseworker.toolkit import Event
 from leaseworker_dev._services import LocalPostgres, LocalPostgresPair
 
 from ..security.cli import leaseworker
 from ..store.test_store import raw
-from .test_transaction_faults import TABLE, Events, GatedJob, committed_once, executor, run_gated
+from .test_transaction_faults import TABLE, Events, GatedJob, committed_once, run_gated
 
 
 @pytest.fixture
@@ -123,7 +125,7 @@ async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the
     with pytest.raises(psycopg.OperationalError):  # libpq refuses the standby a write session
         await (await psycopg.AsyncConnection.connect(alone)).close()
     keys = [f"report:{{k{i}}}" for i in range(16)]
-    async with open_store(sync_pair.url, call_timeout=3.0) as store:
+    async with open_store(sync_pair.url, call_timeout=1.5) as store:
         assert not standby_warnings(caplog)  # commits wait for the standby
         await complete_all(store, keys[:8], fence=10)
         assert (await store.claim(keys[8], "v1", 20)).status == "claimed"
@@ -255,9 +257,12 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
             assert await anyio.to_thread.run_sync(_visible_rows, sync_pair) == 0
             await fail_over(sync_pair)
 
-        ending = await run_gated(
-            executor(job, leases, store, namespace, events), job, kill_after_the_commit_timed_out
-        )
+        slow = Backoff(initial=0.5, cap=1.0)  # the losses before the promotion stay few
+        pod = Executor(
+            job, leases, pod="pod-a", store=store, store_namespace=namespace, hooks=[events],
+            lost_retry=slow,
+        )  # fmt: skip
+        ending = await run_gated(pod, job, kill_after_the_commit_timed_out)
     assert ending.outcome == "completed"
     assert events.finished[-1] == ("completed", None)
     await committed_once(sync_pair.primary.url_for("leaseworker"), namespace)
