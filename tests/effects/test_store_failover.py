@@ -18,6 +18,7 @@ that is what a lagging standby is, made certain.
   fail; the first call after the promotion is answered.
 - A pod's transaction whose commit was in flight ends ``lost
   (store_unavailable)`` and its trigger completes once on the new primary.
+- A real ``leaseworker run`` pod runs on through a promotion, no restart.
 
 Each test starts a pair of its own (about 2 s; the kill ends it).
 """
@@ -31,6 +32,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,10 +50,13 @@ from leaseworker import (
 )
 from leaseworker._execution import Executor
 from leaseworker.toolkit import Event
-from leaseworker_dev._services import LocalPostgres, LocalPostgresPair
+from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalPostgresPair, LocalRedis
 
 from ..security.cli import leaseworker
 from ..store.test_store import raw
+from ..waiting import eventually
+from .test_effects_pods import TABLE as POD_TABLE
+from .test_effects_pods import Pods
 from .test_transaction_faults import TABLE, Events, GatedJob, committed_once, run_gated
 
 
@@ -294,3 +299,47 @@ def _committing(pair: LocalPostgresPair) -> None:
     while not pair.primary.query(b"SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'"):
         assert time.monotonic() < deadline, "no commit waited for the standby"
         time.sleep(0.02)
+
+
+@pytest.mark.timeout(120)
+async def test_a_pod_runs_on_through_a_promotion_without_a_restart(
+    sync_pair: LocalPostgresPair, kafka_server: LocalKafka, redis_server: LocalRedis, tmp_path: Path
+) -> None:
+    """A real pod on the pair's URL: a trigger sent while the primary is dead completes once.
+
+    Its executions end ``lost (store_unavailable)`` until the standby is
+    promoted, then it completes on the new primary: same pod process, every
+    row and message once, the relay sending from the new primary too.
+    """
+    url = sync_pair.create_database(f"t{uuid.uuid4().hex[:12]}")
+    await raw(url, POD_TABLE)
+    pods = Pods(kafka_server, redis_server.url, url, tmp_path)
+    try:
+        pod = await pods.spawn("pod-a", "a")
+        await pods.send("a", inputVersion="before")
+        await pods.until("committed", "pod-a")
+        await anyio.to_thread.run_sync(sync_pair.kill_primary)
+        await pods.send("a", inputVersion="after")
+
+        async def lost_once() -> bool:
+            return "store_unavailable" in pod.log_text()
+
+        await eventually(lost_once, within=30)
+        await anyio.to_thread.run_sync(sync_pair.promote)
+
+        async def both_committed() -> bool:
+            return len(pods.marks("committed", "pod-a")) == 2
+
+        await eventually(both_committed, within=45)
+        rows = await raw(url, "SELECT version, fence FROM report_rows ORDER BY fence")
+        assert [version for version, _ in rows] == ["before", "after"]
+
+        async def all_sent() -> bool:
+            unsent = await raw(url, "SELECT count(*) FROM leaseworker_outbox_unsent")
+            return unsent == [(0,)]
+
+        await eventually(all_sent, within=30)
+        assert await raw(url, "SELECT count(*) FROM leaseworker_outbox") == [(2,)]
+        assert pod.running()
+    finally:
+        await pods.close()
