@@ -20,7 +20,9 @@ that is what a lagging standby is, made certain.
   (store_unavailable)`` and its trigger completes once on the new primary.
 - A real ``leaseworker run`` pod runs on through a promotion, no restart.
 
-Each test starts a pair of its own (about 2 s; the kill ends it).
+The synchronous pair is the module's: a test that promoted it leaves it
+to the next, which gives it a fresh standby first (about 1 s); each test
+has a database of its own.
 """
 
 from __future__ import annotations
@@ -60,30 +62,41 @@ from .test_effects_pods import Pods
 from .test_transaction_faults import TABLE, Events, GatedJob, committed_once, run_gated
 
 
-@pytest.fixture
-def sync_pair() -> Iterator[LocalPostgresPair]:
-    """A primary and its synchronous standby, of this test's own."""
+@pytest.fixture(scope="module")
+def sync_pairs() -> Iterator[LocalPostgresPair]:
+    """The module's primary and synchronous standby (each test that promotes it, rejoins it)."""
     yield from _pair(synchronous=True)
 
 
 @pytest.fixture
+def sync_pair(sync_pairs: LocalPostgresPair) -> LocalPostgresPair:
+    """The module's synchronous pair, given a standby again if a test promoted it."""
+    if sync_pairs.standby is None:
+        sync_pairs.rejoin()
+    return sync_pairs
+
+
+@pytest.fixture
 def async_pair() -> Iterator[LocalPostgresPair]:
-    """A primary and its asynchronous standby, of this test's own."""
+    """A primary and its asynchronous standby (one test uses one)."""
     yield from _pair(synchronous=False)
 
 
 def _pair(*, synchronous: bool) -> Iterator[LocalPostgresPair]:
     pair = LocalPostgresPair.start(synchronous=synchronous)
-    nodes = [pair.primary, pair.standby]
     try:
         yield pair
     finally:
         pair.stop()
-    for node in nodes:  # nothing left behind, a killed server's children included
-        assert node is not None
+    for node in pair.nodes:  # nothing left behind, a killed server's children included
         assert node.process.popen.returncode is not None
         assert not node.workdir.exists()
         assert not [cwd for cwd in _running_in() if cwd.startswith(str(node.workdir))]
+
+
+def fresh(pair: LocalPostgresPair) -> str:
+    """The multi-host URL of a new database of ``pair``'s, this test's own."""
+    return pair.create_database(f"t{uuid.uuid4().hex[:12]}")
 
 
 def _running_in() -> list[str]:
@@ -126,11 +139,12 @@ async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the
     assert sync_pair.standby is not None
     hosts = f"127.0.0.1:{sync_pair.primary.port},127.0.0.1:{sync_pair.standby.port}"
     assert f"@{hosts}/leaseworker?target_session_attrs=read-write" in sync_pair.url
+    url = fresh(sync_pair)
     alone = sync_pair.standby.url_for("leaseworker", target_session_attrs="read-write")
     with pytest.raises(psycopg.OperationalError):  # libpq refuses the standby a write session
         await (await psycopg.AsyncConnection.connect(alone)).close()
     keys = [f"report:{{k{i}}}" for i in range(16)]
-    async with open_store(sync_pair.url, call_timeout=1.5) as store:
+    async with open_store(url, call_timeout=1.5) as store:
         assert not standby_warnings(caplog)  # commits wait for the standby
         await complete_all(store, keys[:8], fence=10)
         assert (await store.claim(keys[8], "v1", 20)).status == "claimed"
@@ -145,7 +159,7 @@ async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the
         assert (await store.complete(request(keys[8], 21))).status == "accepted"
         assert (await store.complete(request(keys[9], 31))).status == "accepted"  # its retry
     heads = await raw(
-        sync_pair.primary.url_for("leaseworker"),
+        url,
         "SELECT job_key, greatest(fence, claimed_fence) FROM leaseworker_jobs",
     )
     assert dict(heads) == {**dict.fromkeys(keys[:8], 10), keys[8]: 21, keys[9]: 31}
@@ -248,7 +262,7 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
     locally: a relay could send its messages, and the promotion would lose the
     row. Its trigger then completes once on the new primary.
     """
-    url = sync_pair.url
+    url = fresh(sync_pair)
     await raw(url, TABLE)
     job, events = GatedJob(url, then=None), FirstEnd()  # after the gate, the commit
     async with open_store(url, call_timeout=1.0) as store:
@@ -259,7 +273,7 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
             await anyio.to_thread.run_sync(_committing, sync_pair)
             await events.first.wait()
             assert events.finished[0] == ("lost", "store_unavailable")
-            assert await anyio.to_thread.run_sync(_visible_rows, sync_pair) == 0
+            assert await anyio.to_thread.run_sync(_visible_rows, sync_pair, url) == 0
             await fail_over(sync_pair)
 
         slow = Backoff(initial=0.5, cap=1.0)  # the losses before the promotion stay few
@@ -270,7 +284,7 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
         ending = await run_gated(pod, job, kill_after_the_commit_timed_out)
     assert ending.outcome == "completed"
     assert events.finished[-1] == ("completed", None)
-    await committed_once(sync_pair.primary.url_for("leaseworker"), namespace)
+    await committed_once(url, namespace)
 
 
 class FirstEnd(Events):
@@ -287,9 +301,10 @@ class FirstEnd(Events):
             self.first.set()
 
 
-def _visible_rows(pair: LocalPostgresPair) -> int:
-    """Count the job's rows other sessions of the primary see now."""
-    [(count,)] = pair.primary.query(b"SELECT count(*) FROM report", database="leaseworker")
+def _visible_rows(pair: LocalPostgresPair, url: str) -> int:
+    """Count the job's rows other sessions of the primary see now (in ``url``'s database)."""
+    database = url.rpartition("/")[2].partition("?")[0]
+    [(count,)] = pair.primary.query(b"SELECT count(*) FROM report", database=database)
     return int(count)
 
 
@@ -311,7 +326,7 @@ async def test_a_pod_runs_on_through_a_promotion_without_a_restart(
     promoted, then it completes on the new primary: same pod process, every
     row and message once, the relay sending from the new primary too.
     """
-    url = sync_pair.create_database(f"t{uuid.uuid4().hex[:12]}")
+    url = fresh(sync_pair)
     await raw(url, POD_TABLE)
     pods = Pods(kafka_server, redis_server.url, url, tmp_path)
     try:

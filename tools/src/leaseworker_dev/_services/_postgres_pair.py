@@ -57,35 +57,60 @@ def replication_settings(*, synchronous: bool) -> dict[str, str]:
 
 @dataclass
 class LocalPostgresPair:
-    """A running primary and streaming standby; :meth:`stop` stops both by PID.
+    """A running primary and streaming standby; :meth:`stop` stops every node by PID.
 
     ``start()`` returns once the standby streams from the primary (and, when
     synchronous, is the primary's synchronous standby). After :meth:`promote`
-    the former standby is :attr:`primary` and :attr:`standby` is ``None``.
+    the former standby is :attr:`primary` and :attr:`standby` is ``None``
+    until :meth:`rejoin` copies the new primary into a new standby.
     """
 
     primary: LocalPostgres
     standby: LocalPostgres | None
     synchronous: bool
-    _nodes: tuple[LocalPostgres, ...] = field(default=(), repr=False)
+    _nodes: tuple[LocalPostgres, ...] = field(default=(), repr=False)  # what the URL names
+    _started: list[LocalPostgres] = field(default_factory=list, repr=False)
 
     @classmethod
     def start(cls, *, synchronous: bool = True, timeout: float = 60.0) -> Self:
         """Start the primary, copy it, start the standby; wait until the standby streams."""
         settings = replication_settings(synchronous=synchronous)
         primary = LocalPostgres.start(settings=settings, timeout=timeout)
-        pair = cls(primary=primary, standby=None, synchronous=synchronous, _nodes=(primary,))
+        pair = cls(primary=primary, standby=None, synchronous=synchronous, _started=[primary])
         try:
-            pair.standby = _standby_of(primary, settings, timeout=timeout)
-            pair._nodes = (primary, pair.standby)
-            if synchronous:
-                primary.execute(b"ALTER SYSTEM SET synchronous_standby_names = '*'")
-                primary.execute(b"SELECT pg_reload_conf()")
-            pair.wait_streaming(timeout=timeout)
+            pair._add_standby(timeout=timeout)
         except BaseException:
             pair.stop()
             raise
         return pair
+
+    def rejoin(self, *, timeout: float = 60.0) -> None:
+        """After a promotion: stop the former primary, give the new one a standby, wait for it.
+
+        The new standby is a fresh copy (``pg_basebackup``), as a replaced
+        host's would be; the URL then names the two running nodes.
+        """
+        if self.standby is not None:
+            raise RuntimeError("the pair has its standby")
+        for node in self._started:
+            if node is not self.primary:
+                node.stop()
+        self._add_standby(timeout=timeout)
+
+    def _add_standby(self, *, timeout: float) -> None:
+        settings = replication_settings(synchronous=self.synchronous)
+        self.standby = _standby_of(self.primary, settings, timeout=timeout)
+        self._started.append(self.standby)
+        self._nodes = (self.primary, self.standby)
+        if self.synchronous:  # only now: a commit would wait for a standby not there yet
+            self.primary.execute(b"ALTER SYSTEM SET synchronous_standby_names = '*'")
+            self.primary.execute(b"SELECT pg_reload_conf()")
+        self.wait_streaming(timeout=timeout)
+
+    @property
+    def nodes(self) -> tuple[LocalPostgres, ...]:
+        """Every node this pair started, running or not (the stopped ones' directories gone)."""
+        return tuple(self._started)
 
     @property
     def url(self) -> str:
@@ -160,8 +185,8 @@ class LocalPostgresPair:
         return self.primary
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop both servers by PID (a killed one is only reaped) and remove their directories."""
-        for node in reversed(self._nodes):
+        """Stop every server by PID (a killed one is only reaped) and remove their directories."""
+        for node in reversed(self._started):
             node.stop(timeout)
 
 
