@@ -212,11 +212,18 @@ def standby_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-def test_store_check_on_a_single_node_says_nothing(postgres_server: LocalPostgres) -> None:
-    """No standby, no failover to lose a commit to: no warning, ``standbys`` 0."""
+def test_store_check_on_a_single_node_says_nothing(
+    postgres_server: LocalPostgres, tmp_path: Path
+) -> None:
+    """No standby, no failover to lose a commit to: no warning, ``standbys`` 0; SQLite alike."""
     checked = leaseworker("store", "check", "--store-url", postgres_server.url)
     assert (checked.code, checked.stderr) == (0, "")
     assert json.loads(checked.stdout)["standbys"] == 0
+    sqlite = tmp_path / "completions.sqlite3"
+    checked = leaseworker("store", "check", "--store-url", f"sqlite:///{sqlite}")
+    answer = (checked.code, checked.stderr, json.loads(checked.stdout))
+    assert answer == (0, "", {"backend": "sqlite"})
+    assert not sqlite.exists()  # changing nothing
 
 
 OUTAGE = 4.0
