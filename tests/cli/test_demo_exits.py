@@ -57,23 +57,33 @@ def test_each_stop_signal_stops_the_services_and_removes_their_directories(
     assert not list(one.tmp.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("flags", "servers"),
+    [(["--postgres"], 1), (["--postgres-standby", "sync"], 2)],
+    ids=["single", "standby"],
+)
 def test_services_with_postgres_print_a_store_url_that_works_and_stop_it_too(
-    demo: list[Spawned],
+    demo: list[Spawned], flags: list[str], servers: int
 ) -> None:
-    """``demo services --postgres``: its URL opens a store; Ctrl-C stops it with the rest."""
+    """``demo services --postgres``: its URL opens a store; Ctrl-C stops it with the rest.
+
+    With ``--postgres-standby sync`` the URL names the primary and its standby.
+    """
     # Under the session's TMPDIR: the server runs as the postgres OS user when root, and
     # pytest's own tmp_path is not enterable by it.
     root = Path(tempfile.mkdtemp(prefix="lwdemo-"))
     root.chmod(0o711)
     try:
-        one = _start(demo, root, "services", "--postgres")
+        one = _start(demo, root, "services", *flags)
         one.wait_for("press Ctrl-C")
         assert any(", PostgreSQL postgresql://" in line for line in one.seen), one.seen
         [store] = [line for line in one.seen if line.startswith("  store: ")]
         url = store.split("--store-url ", 1)[1]
+        assert url.count("127.0.0.1:") == servers
         services = one.children()
-        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in services}
-        assert {"redis-server", "postgres"} <= names
+        names = [Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in services]
+        assert "redis-server" in names
+        assert names.count("postgres") == servers
         anyio.run(_complete_once, url)
         one.process.send_signal(signal.SIGINT)
         assert ended(one) == 0, one.seen
@@ -97,6 +107,9 @@ def test_postgres_is_refused_outside_demo_services(capsys: pytest.CaptureFixture
     assert main(["demo", "incident", "--postgres"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line == "leaseworker demo: error: --postgres is for `demo services` only"
+    assert main(["demo", "failover", "--postgres-standby", "async"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == "leaseworker demo: error: --postgres-standby is for `demo services` only"
 
 
 def test_sigterm_mid_run_stops_the_pods_and_services_and_removes_the_work_directory(

@@ -236,12 +236,21 @@ def action_parser(subparsers: Any, name: str, summary: str, description: str, ac
     ``store migrate`` and ``topics create`` are spelled so that more actions can
     follow. ``action`` is ``(name, help line, description)``.
     """
+    return action_parsers(subparsers, name, summary, description, action)[0]
+
+
+def action_parsers(
+    subparsers: Any, name: str, summary: str, description: str, *actions: Any
+) -> list[Any]:
+    """Register ``name ACTION`` with each of ``actions``; return their parsers, in order."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         name, help=summary, description=description
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    action_name, action_help, action_description = action
-    return actions.add_parser(action_name, help=action_help, description=action_description)
+    chosen = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    return [
+        chosen.add_parser(action_name, help=action_help, description=action_description)
+        for action_name, action_help, action_description in actions
+    ]
 
 
 def fail(command: str, reason: str) -> int:

@@ -13,7 +13,7 @@ a backend (picked by URL); no backend imports another.
   outside the store; ``_group_commit``: the group commit both durable stores use;
   ``_bell``: the outbox bell that wakes a store's relay;
 - ``_migration``, ``_schema`` and ``_outbox_schema``: the versioned
-  migrations and their order; ``_migrate``: ``store migrate`` by URL;
+  migrations and their order; ``_migrate``: ``store migrate`` and ``store check`` by URL;
 - ``_open``: ``open_store(url)``, the URL-selected factory;
 - the backends: ``_postgres`` (psycopg; imported only when a
   ``postgresql://`` URL is opened or migrated), ``_sqlite`` (the default)
@@ -53,6 +53,7 @@ from ._group_commit import Batcher as Batcher
 from ._group_commit import Call as Call
 from ._guard import fenced_upsert as fenced_upsert
 from ._memory import MemoryStore as MemoryStore
+from ._migrate import check_store as check_store
 from ._migrate import migrate_store as migrate_store
 from ._migration import Migration as Migration
 from ._open import open_store as open_store
@@ -99,6 +100,7 @@ __all__ = [
     "StoreURL",
     "WalSync",
     "answer_to",
+    "check_store",
     "check_text",
     "decide",
     "decide_claim",

@@ -1,4 +1,4 @@
-"""``leaseworker store migrate``: create or migrate a store's schema by URL, grant its use.
+"""``leaseworker store migrate`` and ``store check``: a schema by URL, its use, its standbys.
 
 Opening a store migrates its schema (each backend applies
 :data:`~._schema.MIGRATIONS` in :func:`~._schema.pending` order under its own
@@ -10,9 +10,11 @@ so the pods' runtime role needs no DDL rights.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._errors import ConfigError
 from ._open import open_store
+from ._schema import MIGRATIONS
 from ._url import parse_store_url
 
 
@@ -36,3 +38,20 @@ async def migrate_store(
 
         await grant_runtime_at(parsed.target, grant_to)
     return version
+
+
+async def check_store(url: str, *, call_timeout: float = 5.0) -> dict[str, Any]:
+    """Report the store at ``url`` for ``leaseworker store check``, changing nothing.
+
+    ``backend``; on PostgreSQL also the schema's version, the standbys
+    streaming from the server, and ``warnings`` (one line when commits do not
+    wait for them). SQLite and ``memory://`` have no standbys: no warning.
+    """
+    parsed = parse_store_url(url)
+    report: dict[str, Any] = {"backend": parsed.backend, "warnings": []}
+    if parsed.backend == "postgresql":
+        from ._postgres import check_at  # lazy, as in open_store
+
+        latest = max(m.version for m in MIGRATIONS)
+        report.update(await check_at(parsed, call_timeout, latest))
+    return report

@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import psycopg
@@ -25,6 +26,7 @@ from .._url import StoreURL, parse_store_url
 from ._pg_grants import MIGRATE_HINT, check_privileges
 from ._pg_pool import Conn
 from ._pg_refusal import refusal
+from ._pg_standby import standbys, warning
 
 logger = logging.getLogger("leaseworker.store")
 
@@ -71,6 +73,33 @@ async def first_connection(url: StoreURL, call_timeout: float) -> None:
             None, f"cannot connect to {url.redacted} ({type(exc).__name__})"
         ) from exc
     await conn.close()
+
+
+async def check_at(url: StoreURL, call_timeout: float, latest: int) -> dict[str, Any]:
+    """Report the store at ``url`` for ``store check``, changing nothing.
+
+    The schema's version (``latest``: this release's), the standbys streaming
+    from the server, and a warning when commits do not wait for them. A
+    refusal raises :class:`ConfigError`, a server not answering StoreUnavailable.
+    """
+    await first_connection(url, call_timeout)
+    where = f"completion store at {url.redacted}"
+    try:
+        with anyio.fail_after(2 * call_timeout):
+            conn = await psycopg.AsyncConnection.connect(
+                url.target, autocommit=True, connect_timeout=max(2, math.ceil(call_timeout))
+            )
+            async with conn:
+                version = await _applied_version(conn, where)
+                count, reason = await standbys(conn)
+    except (psycopg.Error, TimeoutError) as exc:
+        raise StoreUnavailable(None, f"cannot check {url.redacted} ({type(exc).__name__})") from exc
+    return {
+        "schema_version": version,
+        "latest_schema_version": latest,
+        "standbys": count,
+        "warnings": [] if reason is None else [warning(where, count, reason)],
+    }
 
 
 async def _applied_version(conn: Conn, where: str) -> int:

@@ -46,6 +46,7 @@ from . import _pg_effects
 from ._pg_claims import MARK, RELEASE, OutboxClaims
 from ._pg_pool import Attempt, Conn, PgPool, SessionSetup, completion_of, maybe_completion_of
 from ._pg_schema import first_connection, migrate, reread_url
+from ._pg_standby import warn_unless_waited_for
 from ._pg_takeover import ending_older_holders
 
 _CALLS = "SELECT * FROM leaseworker_calls(%s::jsonb)"
@@ -109,6 +110,10 @@ class PostgresStore:
             max_size=max_connections,
             name="leaseworker-completions",
             timeout=call_timeout,
+            # A failed reconnection backs off 1, 2, 4 s... for this long, then the next
+            # call starts a fresh one at once: after a promotion (a multi-host URL's
+            # read-write node moved) the store answers at the next call, not seconds later.
+            reconnect_timeout=call_timeout,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(call_timeout))},
             configure=SessionSetup(call_timeout),
         )
@@ -125,6 +130,7 @@ class PostgresStore:
             store.schema_version = await store._pool.run(
                 None, lambda conn, attempt: migrate(conn, migrations, where)
             )
+            await store._pool.run(None, lambda conn, attempt: warn_unless_waited_for(conn, where))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await pool.close(timeout=call_timeout)

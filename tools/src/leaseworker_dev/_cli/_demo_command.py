@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import signal
 import sys
 from collections.abc import Iterator
@@ -35,7 +36,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
         "on one timeline, then a CPU loop that never awaits in the event loop vs through "
         "held.run_in_process. failover: a Sentinel failover that loses the lease, with "
         "--lease-replicas 0 and 1 (about 30 s). services: the local Redis, Kafka and "
-        "Jaeger alone (--postgres: a PostgreSQL too), for a job of your own. Ctrl-C, "
+        "Jaeger alone (--postgres: a PostgreSQL too, --postgres-standby: with a standby), "
+        "for a job of your own. Ctrl-C, "
         "SIGTERM and SIGHUP stop everything a demo started and remove its temporary "
         "directories.",
     )
@@ -59,6 +61,14 @@ def add_parser(subparsers: Any, summary: str) -> None:
         action="store_true",
         help="services only: also start a local PostgreSQL and print its URL, a store for "
         "--store-url (off by default: the pods' default store is SQLite)",
+    )
+    parser.add_argument(
+        "--postgres-standby",
+        choices=("sync", "async"),
+        default=None,
+        help="services only: the PostgreSQL is a primary with a streaming standby whose "
+        "commits wait for it (sync) or not (async); its URL names both nodes "
+        "(target_session_attrs=read-write), implies --postgres",
     )
     parser.add_argument(
         "--keep-running",
@@ -132,13 +142,16 @@ def _stop_signals_interrupt() -> Iterator[None]:
 
 
 def _scenario(args: argparse.Namespace) -> int:
-    if args.postgres and args.scenario != "services":
-        print("leaseworker demo: error: --postgres is for `demo services` only", file=sys.stderr)
-        return 2
+    for flag in ("postgres", "postgres_standby"):
+        if getattr(args, flag) and args.scenario != "services":
+            name = "--" + flag.replace("_", "-")
+            print(f"leaseworker demo: error: {name} is for `demo services` only", file=sys.stderr)
+            return 2
     if args.scenario == "services":
         from .._demos import services_demo
 
-        services_demo(lambda line: print(line, flush=True), postgres=args.postgres)
+        out = functools.partial(print, flush=True)
+        services_demo(out, postgres=args.postgres, standby=args.postgres_standby)
         return 0
     if args.scenario == "failover":
         from .._demos import failover_demo

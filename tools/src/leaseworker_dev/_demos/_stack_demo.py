@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
@@ -40,6 +40,7 @@ from .._services import (
     LocalJaeger,
     LocalKafka,
     LocalPostgres,
+    LocalPostgresPair,
     LocalRedis,
     LocalStack,
     PodProcess,
@@ -78,6 +79,10 @@ Position = tuple[int, int]
 """A trigger's (partition, offset) on the demo topic."""
 
 
+Standby = Literal["sync", "async"]
+"""How a local PostgreSQL's primary treats its standby: commits wait for it, or not."""
+
+
 @dataclass
 class Stack:
     """The running local services and the demo's scratch directory (pod logs, histories)."""
@@ -102,18 +107,26 @@ class Stack:
         return found
 
     @property
-    def postgres(self) -> LocalPostgres | None:
-        """The local PostgreSQL, or ``None`` when it was not asked for."""
-        found: LocalPostgres | None = self.services.get("postgres")
+    def postgres(self) -> LocalPostgres | LocalPostgresPair | None:
+        """The local PostgreSQL (a primary and standby if asked), or ``None`` when not asked for."""
+        found: LocalPostgres | LocalPostgresPair | None = self.services.get("postgres")
         return found
 
 
 @contextlib.contextmanager
-def local_stack(*, postgres: bool = False) -> Iterator[Stack]:
-    """Start Redis, Kafka, Jaeger (when built) and PostgreSQL (if asked); stop all of them after."""
+def local_stack(*, postgres: bool = False, standby: Standby | None = None) -> Iterator[Stack]:
+    """Start Redis, Kafka, Jaeger (when built) and PostgreSQL (if asked); stop all of them after.
+
+    ``standby``: PostgreSQL is a primary and a streaming standby, ``sync`` or ``async``.
+    """
     workdir = Path(tempfile.mkdtemp(prefix="leaseworker-demo-"))
+    postgres = postgres or standby is not None
     wanted: list[Service] = ["redis", "kafka", "postgres"] if postgres else ["redis", "kafka"]
-    with LocalStack() as services:
+    starters: dict[Service, Callable[[], Any]] = {}
+    if standby is not None:
+        synchronous = standby == "sync"
+        starters["postgres"] = functools.partial(LocalPostgresPair.start, synchronous=synchronous)
+    with LocalStack(starters) as services:
         try:
             services.start(*wanted, optional=["jaeger"])
         except BaseException:
@@ -264,17 +277,23 @@ def stack_demo(
     return summary
 
 
-def services_demo(out: Out = print, *, postgres: bool = False) -> None:
+def services_demo(
+    out: Out = print, *, postgres: bool = False, standby: Standby | None = None
+) -> None:
     """Start Redis, Kafka, (if built) Jaeger and (``postgres``) PostgreSQL; keep them up.
 
     No pods: for running one's own job against a local stack (PostgreSQL as
     its store: the ``leaseworker`` database, its superuser's URL printed).
+    ``standby``: PostgreSQL is a primary and a streaming standby, its URL
+    names both (``target_session_attrs=read-write``).
     Ctrl-C (SIGTERM and SIGHUP too, see ``leaseworker demo``) stops every
     service and removes every directory the run made.
     """
-    also = ", PostgreSQL" if postgres else ""
+    also = ", PostgreSQL" if postgres or standby else ""
+    if standby is not None:
+        also += f" with a{'n' if standby == 'async' else ''} {standby} standby"
     out(f"starting a private Redis, Kafka broker{also} and (if built) Jaeger on loopback ports...")
-    with local_stack(postgres=postgres) as stack:
+    with local_stack(postgres=postgres, standby=standby) as stack:
         try:
             out(_services_line(stack))
             bootstrap = stack.kafka.bootstrap_servers

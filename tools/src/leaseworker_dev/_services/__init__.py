@@ -11,7 +11,8 @@ stopped by PID. Downloads and builds are cached under
 ``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_hosts``
 network namespaces on one bridge, hosts of their own that faults cut apart
 (a service runs at a ``Place``: loopback, or such a host); ``_kafka``,
-``_local_postgres`` and ``_local_jaeger`` the other services; ``_local_stack`` the one stack
+``_local_postgres`` and ``_local_jaeger`` the other services; ``_postgres_pair`` a
+PostgreSQL primary with a streaming standby, and its promotion; ``_local_stack`` the one stack
 builder over them; ``_pods`` the one pod process (``leaseworker run`` with
 ``/readyz`` and a recorded history); ``_marked_work`` the CPU-bound work that
 marks when it ran, and the kernel's exit times; ``_shipped`` finds the build files they
@@ -37,6 +38,7 @@ from ._pods import committed_total as committed_total
 from ._pods import histories as histories
 from ._pods import pod_process as pod_process
 from ._pods import until_ready as until_ready
+from ._postgres_pair import LocalPostgresPair as LocalPostgresPair
 from ._proc import HERE as HERE
 from ._proc import LocalProcess as LocalProcess
 from ._proc import Place as Place
@@ -61,6 +63,7 @@ __all__ = [
     "LocalJaeger",
     "LocalKafka",
     "LocalPostgres",
+    "LocalPostgresPair",
     "LocalProcess",
     "LocalRedis",
     "LocalRedisCluster",

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ._proc import (
     HERE,
@@ -206,6 +206,13 @@ class LocalPostgres:
         with psycopg.connect(self._admin_url(database), autocommit=True) as conn:
             conn.execute(statement)
 
+    def query(self, statement: Query, *, database: str = "postgres") -> list[tuple[Any, ...]]:
+        """Run one query as the superuser in ``database`` (autocommit) and return its rows."""
+        import psycopg
+
+        with psycopg.connect(self._admin_url(database), autocommit=True) as conn:
+            return conn.execute(statement).fetchall()
+
     def _admin_url(self, database: str) -> str:
         """Return the superuser's URL for control statements: on a TLS server, its socket.
 
@@ -251,9 +258,50 @@ class LocalPostgres:
                 with (workdir / "data" / "pg_hba.conf").open("a") as hba:
                     hba.write(f"host all all {place.address}/24 scram-sha-256\n")
             chosen = SERVER_SETTINGS if tls is None else _tls_settings(workdir, tls, run_as)
-            port = free_port()
             server_settings = {**chosen, **(settings or {})}
-            process = _spawn(bindir, workdir, port, run_as, server_settings, env, place)
+        pg = cls.serve(
+            workdir,
+            password,
+            server_settings,
+            env=env,
+            tls=tls,
+            place=place,
+            remove=remove,
+            timeout=timeout,
+        )
+        try:
+            pg.create_database(DEFAULT_DATABASE)
+        except BaseException:
+            pg.stop()
+            raise
+        return pg
+
+    @classmethod
+    def serve(
+        cls,
+        workdir: Path,
+        password: str,
+        settings: dict[str, str],
+        *,
+        env: Mapping[str, str] | None = None,
+        tls: TLSFiles | None = None,
+        place: Place = HERE,
+        remove: bool = False,
+        timeout: float = 60.0,
+    ) -> Self:
+        """Start the server on the data directory ``workdir/data`` already made; wait for it.
+
+        :meth:`start` calls it after ``initdb``; a standby's copy is served the same
+        way. ``password`` is the superuser's; ``remove``: :meth:`stop` removes ``workdir``.
+        """
+        run_as = _RunAs.for_current_process()
+        port = free_port()
+        try:
+            process = _spawn(find_bindir(), workdir, port, run_as, settings, env, place)
+        except BaseException:
+            if remove:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
         pg = cls(
             port=port,
             workdir=workdir,
@@ -262,11 +310,10 @@ class LocalPostgres:
             tls=tls,
             place=place,
             _remove_workdir=remove,
-            _argv=(server_settings, env),
+            _argv=(settings, env),
         )
         try:
             pg._wait_ready(timeout=timeout)
-            pg.create_database(DEFAULT_DATABASE)
         except Exception as exc:
             tail = process.log_tail()
             pg.stop()
