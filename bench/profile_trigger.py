@@ -82,10 +82,10 @@ def count_polls_and_batches() -> None:
         COUNTS["calls"] += len(batch)
         await run_answered(self, batch)
 
-    async def counted_trip(self: OwnConnection, commands: Any, wait: Any, shas: Any = ()) -> Any:
+    async def counted_trip(self: OwnConnection, commands: Any, wait: Any) -> Any:
         COUNTS["trips"] += 1
         COUNTS["commands"] += len(commands)
-        return await trip(self, commands, wait, shas)
+        return await trip(self, commands, wait)
 
     KafkaTriggerSource._take = counted_take  # type: ignore[method-assign]
     Batcher._run_answered = counted_run  # type: ignore[method-assign]

@@ -7,21 +7,22 @@ them when asked); :func:`run_script`, :func:`run_scripts` and
 ``ASK``). Errors come back as values where a trip carries several calls, so
 each caller sees its own.
 
-Scripts run by SHA. Until a server is known to hold a script (no reply from
-it yet on this connection, or on this client since its last error), its trip
-starts with ``SCRIPT LOAD``: answered ``NOSCRIPT``, the trip's ``WAIT``
-would count the replicas of no write, and with them cut off block for all
-of the replica timeout before the call went again and waited once more.
-``NOSCRIPT`` still comes after a ``SCRIPT FLUSH`` on a live connection;
-the call then goes again with the load in front, its ``WAIT`` given what is
-left of the replica timeout, so one call never waits for replicas longer.
+Scripts run by SHA. Until the server is known to hold them, a trip starts
+with ``SCRIPT LOAD``: on an :class:`OwnConnection`, of all its pipeline's
+scripts, until one trip loaded them and again after every connect; through
+redis-py, of the script it runs, known per client until a trip's error.
+Answered ``NOSCRIPT``, a trip's ``WAIT`` counts the replicas of no write
+(with them cut off, it blocked for all of the replica timeout, and the call
+sent again after the load waited once more). ``NOSCRIPT`` still comes after
+a ``SCRIPT FLUSH`` on a live connection: the call goes again with the load
+in front, its ``WAIT`` given what is left of the replica timeout.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -83,34 +84,33 @@ class OwnConnection:
     off by the caller's deadline disconnects, so no late reply is read later.
     """
 
-    __slots__ = ("_connection", "_pool", "_scripts", "loaded")
+    __slots__ = ("_connection", "_loads", "_pool", "loaded")
 
-    def __init__(self, redis: Redis, scripts: Mapping[str, str]) -> None:
+    def __init__(self, redis: Redis, scripts: Iterable[str]) -> None:
         self._pool = redis.connection_pool
         self._connection: AbstractConnection | None = None
-        self._scripts = scripts  # sha -> source
-        self.loaded: set[str] = set()
-        """SHAs the server behind the connection holds; emptied at every (re)connect."""
+        self._loads: list[Command] = [("SCRIPT", "LOAD", source) for source in scripts]
+        self.loaded = False
+        """Whether the server holds the scripts: set by a trip that loaded them all.
 
-    async def trip(
-        self, commands: Sequence[Command], wait: ReplicaWait | None, shas: Collection[str] = ()
-    ) -> list[Replied]:
-        """Send ``commands`` (then ``WAIT`` when asked) in one write; errors come back as values.
-
-        ``shas``: the scripts the commands run, loaded first where not known held.
+        Cleared at every (re)connect (a restarted server, or another one after
+        a failover), and by the caller on NOSCRIPT (a ``SCRIPT FLUSH``).
         """
+
+    async def trip(self, commands: Sequence[Command], wait: ReplicaWait | None) -> list[Replied]:
+        """Send ``commands`` (then ``WAIT`` when asked) in one write; errors come back as values."""
         connection = self._connection or await self._checkout()
         return await connection.retry.call_with_retry(
-            lambda: self._trip(connection, commands, wait, shas), lambda _: connection.disconnect()
+            lambda: self._trip(connection, commands, wait), lambda _: connection.disconnect()
         )
 
-    async def run(self, sha: str, command: Command, wait: ReplicaWait | None) -> Replied:
+    async def run(self, command: Command, wait: ReplicaWait | None) -> Replied:
         """Run one ``EVALSHA`` alone (once more after NOSCRIPT); raise its error reply."""
         since = time.monotonic()
-        [reply] = await self.trip((command,), wait, (sha,))
-        if isinstance(reply.value, NoScriptError):  # flushed: this time it is loaded first
-            self.loaded.discard(sha)
-            [reply] = await self.trip((command,), wait and wait.left(since), (sha,))
+        [reply] = await self.trip((command,), wait)
+        if isinstance(reply.value, NoScriptError):  # a flush: this time the loads go first
+            self.loaded = False
+            [reply] = await self.trip((command,), wait and wait.left(since))
         if isinstance(reply.value, Exception):
             raise reply.value
         return reply
@@ -124,52 +124,42 @@ class OwnConnection:
     async def _checkout(self) -> AbstractConnection:
         connection: AbstractConnection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
         self._connection = connection
-        self.loaded.clear()  # the pool may have connected it anew
+        self.loaded = False  # another connection than the last, maybe to another server
         return connection
 
     async def _trip(
-        self,
-        connection: AbstractConnection,
-        commands: Sequence[Command],
-        wait: ReplicaWait | None,
-        shas: Collection[str],
+        self, connection: AbstractConnection, commands: Sequence[Command], wait: ReplicaWait | None
     ) -> list[Replied]:
+        """One round trip: send every command in one write, read every reply.
+
+        Until the server is known to hold the scripts, their loads go first.
+        """
         if not connection.is_connected:
             # connect(), as the pool's checkout does: a Sentinel-managed connection asks
             # the sentinels for the master there (sending reconnects to the last address).
-            self.loaded.clear()  # a restarted server, or another one, holds no script
+            self.loaded = False
             await connection.connect()  # type: ignore[no-untyped-call]
-        loaded = self.loaded
-        loads = [sha for sha in shas if sha not in loaded]
-        if not loads:
-            return await _trip(connection, commands, wait)
-        loading = [("SCRIPT", "LOAD", self._scripts[sha]) for sha in loads]
-        replies = await _trip(connection, [*loading, *commands], wait)
-        for sha, reply in zip(loads, replies, strict=False):
-            if not isinstance(reply.value, Exception):
-                loaded.add(sha)
-        return replies[len(loads) :]
-
-
-async def _trip(
-    connection: AbstractConnection, commands: Sequence[Command], wait: ReplicaWait | None
-) -> list[Replied]:
-    """One round trip on ``connection``: send every command in one write, read every reply."""
-    if wait is not None:
-        commands = [*commands, ("WAIT", wait.replicas, wait.timeout_ms)]
-    await connection.send_packed_command(connection.pack_commands(commands))
-    values: list[Any] = []
-    for _ in commands:
-        try:
-            values.append(await connection.read_response())
-        except ResponseError as error:  # an error reply: the next replies are still read
-            values.append(error)
-    if wait is None:
-        return [Replied(value, None) for value in values]
-    acked = values.pop()
-    # As in _execute: WAIT refused (a demoted master) acknowledges nothing.
-    acked = 0 if isinstance(acked, Exception) else int(acked)
-    return [Replied(value, acked) for value in values]
+        loads = 0 if self.loaded else len(self._loads)
+        if loads:
+            commands = [*self._loads, *commands]
+        if wait is not None:
+            commands = [*commands, ("WAIT", wait.replicas, wait.timeout_ms)]
+        await connection.send_packed_command(connection.pack_commands(commands))
+        values: list[Any] = []
+        for _ in commands:
+            try:
+                values.append(await connection.read_response())
+            except ResponseError as error:  # an error reply: the next replies are still read
+                values.append(error)
+        if loads:
+            self.loaded = not any(isinstance(value, Exception) for value in values[:loads])
+            del values[:loads]
+        if wait is None:
+            return [Replied(value, None) for value in values]
+        acked = values.pop()
+        # As in _execute: WAIT refused (a demoted master) acknowledges nothing.
+        acked = 0 if isinstance(acked, Exception) else int(acked)
+        return [Replied(value, acked) for value in values]
 
 
 async def run_script(
