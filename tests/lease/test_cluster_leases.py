@@ -17,7 +17,7 @@ from redis.asyncio import RedisCluster
 
 from leaseworker import HeldLease, Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
 from leaseworker._lease import now
-from leaseworker_dev._services import LocalRedisCluster
+from leaseworker_dev._services import LocalRedisCluster, RedisNode
 from leaseworker_dev._services._cluster import slot_of
 
 
@@ -236,3 +236,45 @@ async def _acquire_when_free(leases: RedisLeases, key: str) -> Lease:
         if lease is not None:
             return lease
         await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_a_first_renewal_with_the_shard_replica_paused_waits_for_it_once(
+    client: RedisCluster, cluster: LocalRedisCluster, pipelining: bool
+) -> None:
+    """A shard master that never ran the renewal script: refused as unreplicated after one ``WAIT``.
+
+    Sent as ``EVALSHA`` + ``WAIT`` and answered NOSCRIPT, the renewal would
+    wait 1.5 s for the paused replica, then 1.5 s more after the load: a
+    timeout at the 2 s command timeout instead.
+    """
+    leases = RedisLeases(
+        client,
+        namespace=f"t{uuid.uuid4().hex[:8]}",
+        command_timeout=2.0,
+        replicas=1,
+        replica_timeout=1.5,
+        pipelining=pipelining,
+    )
+    shard = await cluster.shard_of(leases.lease_key("k"))
+    master = await cluster.shard_master(shard)
+    replica = next(node for node in cluster.shard_nodes(shard) if node is not master)
+    await anyio.to_thread.run_sync(lambda: master.command("SCRIPT", "FLUSH"))
+    try:
+        lease = await leases.acquire("k", 10)
+        assert lease is not None
+        waits = await anyio.to_thread.run_sync(lambda: _waits(master))
+        cluster.pause(replica)
+        with pytest.raises(LeaseLost) as lost, anyio.fail_after(10):
+            await leases.renew(lease)
+        assert lost.value.reason == "unreplicated"
+        assert await anyio.to_thread.run_sync(lambda: _waits(master)) == waits + 1
+    finally:
+        cluster.resume(replica)
+        await leases.aclose()
+
+
+def _waits(node: RedisNode) -> int:
+    """How many ``WAIT`` commands ``node`` has run (``INFO commandstats``)."""
+    line = node.info("commandstats").get("cmdstat_wait", "calls=0")  # calls=N,usec=...
+    return int(dict(pair.split("=") for pair in line.split(","))["calls"])

@@ -127,6 +127,39 @@ async def test_scripts_flushed_while_calls_queue_are_loaded_again_for_their_pipe
     assert await redis.script_exists(_sha(ACQUIRE)) == [True]
 
 
+async def test_a_connection_loads_the_scripts_in_its_first_trip_and_after_a_reconnect(
+    redis_server: LocalRedis, redis: Redis, namespace: str
+) -> None:
+    """The scripts go in front of a connection's first trip only: never NOSCRIPT, no load per call.
+
+    A connection killed by the server comes back through its retry, whose
+    trip loads them again (the server could be a restarted one).
+    """
+    name = f"pipelined-{uuid.uuid4().hex[:8]}"
+    client = Redis.from_url(redis_server.url, client_name=name, retry=Retry(NoBackoff(), 1))
+    leases = RedisLeases(client, namespace=namespace, command_timeout=2.0)
+    try:
+        loads = await _script_loads(redis)
+        for i in range(5):
+            lease = await leases.acquire(f"k{i}", lease_duration=5)
+            assert lease is not None
+            assert await leases.release(await leases.renew(lease))
+        assert await _script_loads(redis) == loads + 3  # acquire, renew, release: once each
+        [own] = [c for c in await redis.client_list() if c["name"] == name]
+        assert await redis.client_kill_filter(_id=own["id"]) == 1
+        assert await leases.acquire("again", lease_duration=5) is not None
+        assert await _script_loads(redis) == loads + 6
+    finally:
+        await leases.aclose()
+        await client.aclose()
+
+
+async def _script_loads(redis: Redis) -> int:
+    """How many ``SCRIPT LOAD`` commands the server has run (``INFO commandstats``)."""
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_script|load", {}).get("calls", 0))
+
+
 async def _exists(redis: Redis, key: str) -> bool:
     return bool(await redis.exists(key))
 

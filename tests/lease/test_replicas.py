@@ -201,3 +201,51 @@ async def _waits(redis: Redis) -> int:
     """How many ``WAIT`` commands the server has run (``INFO commandstats``)."""
     stats = await redis.info("commandstats")
     return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_a_first_renewal_with_the_replica_frozen_waits_for_it_once(
+    replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """A server that never ran the renewal script: refused as unreplicated after one ``WAIT``.
+
+    The acquire loaded only its own script. Had the renewal gone as
+    ``EVALSHA`` + ``WAIT`` answered NOSCRIPT, its ``WAIT`` (the frozen
+    replica never acknowledges) would block 1.5 s, and the call sent again
+    after the load wait 1.5 s more: a timeout at 2 s instead.
+    """
+    await redis.script_flush()
+    leases = _in_sync_leases(redis, namespace, pipelining)
+    lease = await leases.acquire("k", 10)
+    assert lease is not None
+    before = await _waits(redis)
+    replicated.process.popen.send_signal(signal.SIGSTOP)
+    with pytest.raises(LeaseLost) as lost, anyio.fail_after(10):
+        await leases.renew(lease)
+    assert lost.value.reason == "unreplicated"
+    assert await _waits(redis) == before + 1
+    await leases.aclose()
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "lone"])
+async def test_a_renewal_after_a_script_flush_waits_within_the_replica_timeout(
+    replicated: LocalRedis, redis: Redis, namespace: str, pipelining: bool
+) -> None:
+    """Scripts flushed under a live connection: NOSCRIPT, and the call again within what is left.
+
+    The first ``WAIT`` is spent (1.5 s) on the refused script; the second
+    gets what is left of the 1.5 s, so the renewal is refused as
+    unreplicated, not timed out at the 2 s command timeout.
+    """
+    leases = _in_sync_leases(redis, namespace, pipelining)
+    lease = await leases.acquire("k", 10)
+    assert lease is not None
+    lease = await leases.renew(lease)  # both scripts known held on the client's connection
+    await redis.script_flush()
+    before = await _waits(redis)
+    replicated.process.popen.send_signal(signal.SIGSTOP)
+    with pytest.raises(LeaseLost) as lost, anyio.fail_after(10):
+        await leases.renew(lease)
+    assert lost.value.reason == "unreplicated"
+    assert await _waits(redis) == before + 2
+    await leases.aclose()

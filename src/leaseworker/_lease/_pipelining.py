@@ -13,6 +13,7 @@ costs: see docs/design.md#pipelining.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import final
@@ -38,9 +39,10 @@ class _Call:
 class ScriptPipeline:
     """Runs Lua scripts by SHA, pipelining the calls that queue; see the module docstring.
 
-    ``scripts`` maps each SHA to its source, loaded once when Redis answers
-    NOSCRIPT (after a restart or ``SCRIPT FLUSH``). ``max_batch`` bounds the
-    calls of one pipeline (a batch from :meth:`call_many` goes whole). With
+    ``scripts`` maps each SHA to its source, all loaded at the front of a
+    trip while the connection's server is not known to hold them (see
+    ``_trips``). ``max_batch`` bounds the calls of one pipeline (a batch
+    from :meth:`call_many` goes whole). With
     ``wait``, every trip (a lone call too) ends with one ``WAIT``, so each
     reply says how many replicas have its writes. A pipeline belongs to one
     event loop at a time; used on a new loop, it starts over.
@@ -65,7 +67,7 @@ class ScriptPipeline:
         self._queued: list[_Call] = []
         self._linger: asyncio.TimerHandle | None = None  # sends the lingering calls
         self._senders: set[asyncio.Task[None]] = set()  # strong references while they run
-        self._own = OwnConnection(redis)  # for the calls that go alone
+        self._own = OwnConnection(redis, self._scripts.values())  # for the calls that go alone
         self._company = False  # calls queued behind the last lone call: the next waits a pass
 
     async def call(
@@ -106,7 +108,7 @@ class ScriptPipeline:
                 return reply
         try:  # sent alone
             wait = self._wait if replicated else None
-            return await self._own.run(command, self._scripts[sha], wait)
+            return await self._own.run(command, wait)
         finally:
             self._company = bool(self._queued)
             self._idle()
@@ -160,7 +162,7 @@ class ScriptPipeline:
         if loop is not self._loop:  # a new loop: the old one's calls and tasks are gone
             self._loop, self._busy, self._queued, self._linger = loop, False, [], None
             self._company = False
-            self._own = OwnConnection(self._redis)  # and so is its connection's transport
+            self._own = OwnConnection(self._redis, self._scripts.values())  # and its transport
         if self._busy or linger > 0:
             return True
         self._busy = True
@@ -275,14 +277,14 @@ class ScriptPipeline:
     async def _execute(
         self, commands: list[tuple[str, Command]], wait: ReplicaWait | None
     ) -> list[Replied]:
-        """Send ``(sha, command)`` pairs; NOSCRIPT answers go again once their script loaded."""
+        """Send ``(sha, command)`` pairs; NOSCRIPT answers (a flush) go again, the loads first."""
         own = self._own
+        since = time.monotonic()
         replies = await own.trip([command for _, command in commands], wait)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply.value, NoScriptError)]
         if missing:
-            for sha in {commands[i][0] for i in missing}:
-                await own.load(self._scripts[sha])
-            again = await own.trip([commands[i][1] for i in missing], wait)
+            own.loaded = False
+            again = await own.trip([commands[i][1] for i in missing], wait and wait.left(since))
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies

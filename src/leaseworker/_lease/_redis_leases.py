@@ -103,6 +103,7 @@ class RedisLeases:
         self._pipeline: ScriptPipeline | None = None
         self._pipelining = pipelining
         self._node: Redis | None = None  # the one node, unless it is a cluster
+        self._loaded: set[str] = set()  # scripts the node holds, unpipelined (see _trips)
         if isinstance(redis, RedisCluster):
             self._router = ClusterRouter(
                 redis, scripts, self._deadlines, pipelining=pipelining, wait=self._wait
@@ -328,7 +329,8 @@ class RedisLeases:
             )
         assert self._node is not None
         wait = self._wait if replicated else None
-        return await self._deadlines.run(run_script(self._node, sha, script, keys, args, wait))
+        trip = run_script(self._node, sha, script, keys, args, wait, self._loaded)
+        return await self._deadlines.run(trip)
 
     async def _call_many(
         self, script: str, calls: Sequence[Call], *, replicated: bool = True
@@ -345,7 +347,8 @@ class RedisLeases:
             return await self._pipeline.call_many(sha, calls, replicated=replicated)
         assert self._node is not None
         wait = self._wait if replicated else None
-        return await self._deadlines.run(run_scripts(self._node, sha, script, calls, wait))
+        trip = run_scripts(self._node, sha, script, calls, wait, self._loaded)
+        return await self._deadlines.run(trip)
 
     def _replicated(self, reply: Replied) -> bool:
         """Whether enough replicas acknowledged the write behind ``reply``."""

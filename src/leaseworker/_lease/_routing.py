@@ -31,6 +31,9 @@ _STALE_MAP = (ClusterDownError, TryAgainError, RedisConnectionError, OSError)
 
 Address = tuple[str, int]
 
+Node = tuple[Redis, ScriptPipeline | None, set[str]]
+"""A primary's client, its pipeline (with pipelining) and the scripts it holds (without)."""
+
 _CONNECT_TIMEOUT = 5.0
 """Seconds a node connect (when the cluster client sets no bound) or a map read may take."""
 
@@ -58,7 +61,7 @@ class ClusterRouter:
         self._deadlines = deadlines
         self._pipelining = pipelining
         self._wait = wait
-        self._nodes: dict[Address, tuple[Redis, ScriptPipeline | None]] = {}
+        self._nodes: dict[Address, Node] = {}
         self._starts: list[int] = []  # first slot of each range, sorted
         self._owners: list[Address] = []  # the primary serving each range
         self._moved: dict[int, Address] = {}  # slots a MOVED reassigned since the last read
@@ -97,20 +100,21 @@ class ClusterRouter:
         Errors come back as values, one per call (a node's failed trip is each
         of its calls'). Each trip is bounded by the command timeout.
         """
-        nodes: dict[int, tuple[Redis, ScriptPipeline | None, list[int]]] = {}
+        nodes: dict[int, tuple[Node, list[int]]] = {}
         for i, (keys, _) in enumerate(calls):
-            client, pipeline = await self._route(keys[0])
-            nodes.setdefault(id(client), (client, pipeline, []))[2].append(i)
+            node = await self._route(keys[0])
+            nodes.setdefault(id(node[0]), (node, []))[1].append(i)
         replies: list[Replied] = [Replied(None, None)] * len(calls)
         wait = self._wait if replicated else None
 
-        async def on_node(client: Redis, pipeline: ScriptPipeline | None, at: list[int]) -> None:
+        async def on_node(node: Node, at: list[int]) -> None:
+            client, pipeline, loaded = node
             batch = [calls[i] for i in at]
             try:
                 if pipeline is not None:
                     got = await pipeline.call_many(sha, batch, replicated=replicated)
                 else:
-                    trip = run_scripts(client, sha, self._scripts[sha], batch, wait)
+                    trip = run_scripts(client, sha, self._scripts[sha], batch, wait, loaded)
                     got = await self._deadlines.run(trip)
             except (RedisError, OSError) as exc:  # TimeoutError included
                 got = [Replied(exc, None)] * len(batch)
@@ -146,7 +150,7 @@ class ClusterRouter:
             # a cancelled redis-py connect can leave its socket unowned.
             await asyncio.wait((discovery,))
         nodes, self._nodes = self._nodes, {}
-        for client, pipeline in nodes.values():
+        for client, pipeline, _ in nodes.values():
             if pipeline is not None:
                 await pipeline.aclose()
             await client.aclose()
@@ -160,27 +164,27 @@ class ClusterRouter:
         except MovedError:  # redis-py's MovedError is an AskError: call() handles it
             raise
         except AskError as ask:
-            client, _ = self._node((ask.host, int(ask.port)))
+            client, _, _ = self._node((ask.host, int(ask.port)))
             wait = self._wait if replicated else None
             return await run_asking(client, self._scripts[sha], keys, args, wait)
 
     async def _call_once(
         self, sha: str, keys: Sequence[str], args: Sequence[str], replicated: bool, linger: float
     ) -> Replied:
-        client, pipeline = await self._route(keys[0])
+        client, pipeline, loaded = await self._route(keys[0])
         if pipeline is not None:
             return await pipeline.call(sha, keys, args, replicated=replicated, linger=linger)
         wait = self._wait if replicated else None
-        return await run_script(client, sha, self._scripts[sha], keys, args, wait)
+        return await run_script(client, sha, self._scripts[sha], keys, args, wait, loaded)
 
-    async def _route(self, key: str) -> tuple[Redis, ScriptPipeline | None]:
+    async def _route(self, key: str) -> Node:
         if not self._starts:
             await self._discover()
         slot = key_slot(key.encode())
         address = self._moved.get(slot) or self._owners[bisect.bisect(self._starts, slot) - 1]
         return self._node(address)
 
-    def _node(self, address: Address) -> tuple[Redis, ScriptPipeline | None]:
+    def _node(self, address: Address) -> Node:
         if self._closed:
             raise RedisConnectionError("the lease store was closed")
         found = self._nodes.get(address)
@@ -194,7 +198,7 @@ class ClusterRouter:
                 if self._pipelining
                 else None
             )
-            found = self._nodes[address] = (client, pipeline)
+            found = self._nodes[address] = (client, pipeline, set())
         return found
 
     async def _discover(self) -> None:
@@ -212,7 +216,7 @@ class ClusterRouter:
         """Ask the known nodes, in turn, for ``CLUSTER SLOTS``; keep the first answer."""
         error: Exception = ClusterDownError("no cluster node answered CLUSTER SLOTS")
         for address in [*dict.fromkeys([*self._nodes, *self._known])]:
-            client, _ = self._node(address)
+            client, _, _ = self._node(address)
             try:
                 async with asyncio.timeout(_CONNECT_TIMEOUT):  # a black-holed node: ask the next
                     ranges = await client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
