@@ -23,7 +23,8 @@ that is what a lagging standby is, made certain.
   statement's, the store's timeout, the server's check of its client) stays
   unseen by every session: a job's, and a completion's (autocommit); a
   takeover does not end a lower fence's session in that wait (on the code
-  before it did: the row was seen, the taker answered ``duplicate``).
+  before it did: the row was seen, the taker answered ``duplicate``); nor
+  a relay's mark, its timeout passed.
 
 The synchronous pair is the module's: a test that promoted it leaves it
 to the next, which gives it a fresh standby first (about 1 s); each test
@@ -56,7 +57,7 @@ from leaseworker import (
     open_store,
 )
 from leaseworker._execution import Executor
-from leaseworker._store import effect_store
+from leaseworker._store import Message, effect_store
 from leaseworker.toolkit import Event
 from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalPostgresPair, LocalRedis
 
@@ -377,8 +378,18 @@ SLACK = 0.5
 """Seconds past a bound before a commit still waiting is taken as outliving it."""
 
 
+@pytest.fixture
+def threaded_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make psycopg cancel as on a libpq before 17: the cancel request goes from a thread.
+
+    The thread runs on when the await is cancelled again, so the request
+    always leaves (with libpq 17's it is mostly cut short: a race).
+    """
+    monkeypatch.setattr(psycopg.capabilities, "has_cancel_safe", lambda check=False: False)
+
+
 async def test_a_job_commit_waiting_for_the_standby_outlives_its_bounds_unseen(
-    sync_pair: LocalPostgresPair,
+    sync_pair: LocalPostgresPair, threaded_cancel: None
 ) -> None:
     """The commit's statements get 0.2 s (the lease's), the call 1 s, the server's client check 1 s.
 
@@ -404,7 +415,7 @@ async def test_a_job_commit_waiting_for_the_standby_outlives_its_bounds_unseen(
 
 
 async def test_a_completion_waiting_for_the_standby_outlives_its_bounds_unseen(
-    sync_pair: LocalPostgresPair,
+    sync_pair: LocalPostgresPair, threaded_cancel: None
 ) -> None:
     """The same for ``store.complete`` (autocommit, the session's statement_timeout: 1 s)."""
     url = fresh(sync_pair)
@@ -467,6 +478,36 @@ async def test_a_takeover_does_not_end_a_session_waiting_for_the_standby_to_comm
     assert (await newer_answer(url, key)) == "duplicate"
     assert caplog.text.count("(fence 10) holds a job key's head row and is committing") == 1
     assert "ended the session" not in caplog.text
+
+
+async def test_a_relay_mark_waiting_for_the_standby_outlives_the_store_timeout_unseen(
+    sync_pair: LocalPostgresPair, threaded_cancel: None
+) -> None:
+    """The mark commits the claim: past the store's timeout and the client check, still unsent."""
+    url, key = fresh(sync_pair), "report:{d}"
+    walsender = sync_pair.walsender_pid()
+    async with open_store(url, call_timeout=1.0) as store:
+        effects = effect_store(store)
+        async with effects.transaction(key, "v1", 10) as tx:
+            await tx.commit(request(key, 10), [Message.build("reports.ready", {"n": 1})])
+        [row] = await effects.claim_outbox("relay-a", limit=10, hold=30.0)
+        os.kill(walsender, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match=r"no answer within 1\.0s"):
+                await effects.mark_sent("relay-a", [row.id])
+            [(pid,)] = sync_pair.primary.query(
+                b"SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+            )
+            until = started + 1.0 + CHECK_SECONDS + SLACK
+            await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
+            database = url.rpartition("/")[2].partition("?")[0]
+            unsent = sync_pair.primary.query(
+                b"SELECT count(*) FROM leaseworker_outbox_unsent", database=database
+            )
+            assert unsent == [(1,)]
+        finally:
+            os.kill(walsender, signal.SIGCONT)
 
 
 async def newer_answer(url: str, key: str) -> str:
