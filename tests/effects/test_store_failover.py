@@ -270,11 +270,11 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
     """The job's commit waits for the standby past the store's timeout; the primary dies.
 
     The execution ends ``lost`` at the timeout, and its commit stays unseen by
-    other sessions: nothing cancelled the server's wait (the store's timeout
-    cancels psycopg's cancel request with the await, the connection is
-    closed). A cancelled wait for a synchronous standby commits at once,
-    locally: a relay could send its messages, and the promotion would lose the
-    row. Its trigger then completes once on the new primary.
+    other sessions: nothing cancelled the server's wait (at the store's
+    timeout the socket is shut down, no cancel request sent). A cancelled
+    wait for a synchronous standby commits at once, locally: a relay could
+    send its messages, and the promotion would lose the row. Its trigger
+    then completes once on the new primary.
     """
     url = fresh(sync_pair)
     await raw(url, TABLE)
