@@ -426,9 +426,7 @@ async def test_a_completion_waiting_for_the_standby_outlives_its_bounds_unseen(
             started = time.monotonic()
             with pytest.raises(StoreUnavailable, match=r"no answer within 1\.0s"):
                 await store.complete(request("report:{b}", 10))
-            [(pid,)] = sync_pair.primary.query(
-                b"SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
-            )
+            [pid] = await anyio.to_thread.run_sync(_committing_in, sync_pair, url)
             until = started + 1.0 + CHECK_SECONDS + SLACK
             await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
             assert await anyio.to_thread.run_sync(_completions, sync_pair, url) == 0
@@ -496,9 +494,7 @@ async def test_a_relay_mark_waiting_for_the_standby_outlives_the_store_timeout_u
             started = time.monotonic()
             with pytest.raises(StoreUnavailable, match=r"no answer within 1\.0s"):
                 await effects.mark_sent("relay-a", [row.id])
-            [(pid,)] = sync_pair.primary.query(
-                b"SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
-            )
+            [pid] = await anyio.to_thread.run_sync(_committing_in, sync_pair, url)
             until = started + 1.0 + CHECK_SECONDS + SLACK
             await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
             database = url.rpartition("/")[2].partition("?")[0]
@@ -531,6 +527,17 @@ def _waits_for_the_standby(pair: LocalPostgresPair, pid: int, until: float) -> N
         if now > until:
             return
         time.sleep(0.05)
+
+
+def _committing_in(pair: LocalPostgresPair, url: str) -> list[int]:
+    """The backends of ``url``'s database that wait for the standby to confirm their commit."""
+    database = url.rpartition("/")[2].partition("?")[0]
+    rows = pair.primary.query(
+        b"SELECT pid FROM pg_stat_activity"
+        b" WHERE wait_event = 'SyncRep' AND datname = current_database()",
+        database=database,
+    )
+    return [int(pid) for (pid,) in rows]
 
 
 def _completions(pair: LocalPostgresPair, url: str) -> int:
