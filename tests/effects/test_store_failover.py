@@ -19,6 +19,12 @@ that is what a lagging standby is, made certain.
 - A pod's transaction whose commit was in flight ends ``lost
   (store_unavailable)`` and its trigger completes once on the new primary.
 - A real ``leaseworker run`` pod runs on through a promotion, no restart.
+- A commit waiting for the synchronous standby past every bound (the
+  statement's, the store's timeout, the server's check of its client) stays
+  unseen by every session: a job's, and a completion's (autocommit); a
+  takeover does not end a lower fence's session in that wait (on the code
+  before it did: the row was seen, the taker answered ``duplicate``); nor
+  a relay's mark, its timeout passed.
 
 The synchronous pair is the module's: a test that promoted it leaves it
 to the next, which gives it a fresh standby first (about 1 s); each test
@@ -51,6 +57,7 @@ from leaseworker import (
     open_store,
 )
 from leaseworker._execution import Executor
+from leaseworker._store import Message, effect_store
 from leaseworker.toolkit import Event
 from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalPostgresPair, LocalRedis
 
@@ -263,11 +270,11 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
     """The job's commit waits for the standby past the store's timeout; the primary dies.
 
     The execution ends ``lost`` at the timeout, and its commit stays unseen by
-    other sessions: nothing cancelled the server's wait (the store's timeout
-    cancels psycopg's cancel request with the await, the connection is
-    closed). A cancelled wait for a synchronous standby commits at once,
-    locally: a relay could send its messages, and the promotion would lose the
-    row. Its trigger then completes once on the new primary.
+    other sessions: nothing cancelled the server's wait (at the store's
+    timeout the socket is shut down, no cancel request sent). A cancelled
+    wait for a synchronous standby commits at once, locally: a relay could
+    send its messages, and the promotion would lose the row. Its trigger
+    then completes once on the new primary.
     """
     url = fresh(sync_pair)
     await raw(url, TABLE)
@@ -365,3 +372,178 @@ async def test_a_pod_runs_on_through_a_promotion_without_a_restart(
         assert pod.running()
     finally:
         await pods.close()
+
+
+SLACK = 0.5
+"""Seconds past a bound before a commit still waiting is taken as outliving it."""
+
+
+@pytest.fixture
+def threaded_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make psycopg cancel as on a libpq before 17: the cancel request goes from a thread.
+
+    The thread runs on when the await is cancelled again, so the request
+    always leaves (with libpq 17's it is mostly cut short: a race).
+    """
+    monkeypatch.setattr(psycopg.capabilities, "has_cancel_safe", lambda check=False: False)
+
+
+async def test_a_job_commit_waiting_for_the_standby_outlives_its_bounds_unseen(
+    sync_pair: LocalPostgresPair, threaded_cancel: None
+) -> None:
+    """The commit's statements get 0.2 s (the lease's), the call 1 s, the server's client check 1 s.
+
+    Past all of them the session still waits for the standby and no session
+    sees the row: nothing cancelled or ended the wait (that would commit it).
+    """
+    url, key = fresh(sync_pair), "report:{a}"
+    walsender = sync_pair.walsender_pid()
+    async with open_store(url, call_timeout=1.0) as store:
+        transaction = effect_store(store).transaction(key, "v1", 10, budget=lambda: 0.2)
+        async with transaction as tx:
+            pid = tx.connection.info.backend_pid
+            os.kill(walsender, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable, match=r"no answer within 1\.0s"):
+                    await tx.commit(request(key, 10), [])
+                until = started + 1.0 + CHECK_SECONDS + SLACK
+                await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
+                assert await anyio.to_thread.run_sync(_completions, sync_pair, url) == 0
+            finally:
+                os.kill(walsender, signal.SIGCONT)
+
+
+async def test_a_completion_waiting_for_the_standby_outlives_its_bounds_unseen(
+    sync_pair: LocalPostgresPair, threaded_cancel: None
+) -> None:
+    """The same for ``store.complete`` (autocommit, the session's statement_timeout: 1 s)."""
+    url = fresh(sync_pair)
+    walsender = sync_pair.walsender_pid()
+    async with open_store(url, call_timeout=1.0) as store:
+        os.kill(walsender, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match=r"no answer within 1\.0s"):
+                await store.complete(request("report:{b}", 10))
+            [pid] = await anyio.to_thread.run_sync(_committing_in, sync_pair, url)
+            until = started + 1.0 + CHECK_SECONDS + SLACK
+            await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
+            assert await anyio.to_thread.run_sync(_completions, sync_pair, url) == 0
+        finally:
+            os.kill(walsender, signal.SIGCONT)
+
+
+async def test_a_takeover_does_not_end_a_session_waiting_for_the_standby_to_commit(
+    sync_pair: LocalPostgresPair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fence 10's commit waits for the standby; fence 20's completion waits for the head row.
+
+    Its looks (every 0.2 s) leave the committing session alone: fence 20's
+    call times out, the row unseen. The standby back, fence 10's commit is
+    answered ``accepted`` and fence 20's call ``duplicate``. On the code
+    before, the look ended the session: committed locally, seen, and fence
+    20 was answered ``duplicate`` while the standby still lacked the row.
+    """
+    caplog.set_level(logging.INFO, logger="leaseworker.store")
+    url, key = fresh(sync_pair), "report:{c}"
+    walsender = sync_pair.walsender_pid()
+    committed = []
+    async with (
+        open_store(url, call_timeout=30.0) as older,
+        open_store(url, call_timeout=1.5) as newer,
+        effect_store(older).transaction(key, "v1", 10) as tx,
+    ):
+        pid = tx.connection.info.backend_pid
+
+        async def commit() -> None:
+            committed.append(await tx.commit(request(key, 10), []))
+
+        os.kill(walsender, signal.SIGSTOP)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(commit)
+                await anyio.to_thread.run_sync(_committing, sync_pair)
+                with pytest.raises(StoreUnavailable, match=r"no answer within 1\.5s"):
+                    await newer.complete(request(key, 20))
+                until = time.monotonic()
+                await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
+                assert await anyio.to_thread.run_sync(_completions, sync_pair, url) == 0
+                os.kill(walsender, signal.SIGCONT)
+        finally:
+            os.kill(walsender, signal.SIGCONT)
+    assert [answer.status for answer in committed] == ["accepted"]
+    assert (await newer_answer(url, key)) == "duplicate"
+    assert caplog.text.count("(fence 10) holds a job key's head row and is committing") == 1
+    assert "ended the session" not in caplog.text
+
+
+async def test_a_relay_mark_waiting_for_the_standby_outlives_the_store_timeout_unseen(
+    sync_pair: LocalPostgresPair, threaded_cancel: None
+) -> None:
+    """The mark commits the claim: past the store's timeout and the client check, still unsent."""
+    url, key = fresh(sync_pair), "report:{d}"
+    walsender = sync_pair.walsender_pid()
+    async with open_store(url, call_timeout=1.0) as store:
+        effects = effect_store(store)
+        async with effects.transaction(key, "v1", 10) as tx:
+            await tx.commit(request(key, 10), [Message.build("reports.ready", {"n": 1})])
+        [row] = await effects.claim_outbox("relay-a", limit=10, hold=30.0)
+        os.kill(walsender, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match=r"no answer within 1\.0s"):
+                await effects.mark_sent("relay-a", [row.id])
+            [pid] = await anyio.to_thread.run_sync(_committing_in, sync_pair, url)
+            until = started + 1.0 + CHECK_SECONDS + SLACK
+            await anyio.to_thread.run_sync(_waits_for_the_standby, sync_pair, pid, until)
+            database = url.rpartition("/")[2].partition("?")[0]
+            unsent = sync_pair.primary.query(
+                b"SELECT count(*) FROM leaseworker_outbox_unsent", database=database
+            )
+            assert unsent == [(1,)]
+        finally:
+            os.kill(walsender, signal.SIGCONT)
+
+
+async def newer_answer(url: str, key: str) -> str:
+    """Fence 20's completion of ``key`` again, from a store of its own: its status."""
+    async with open_store(url, call_timeout=5.0) as store:
+        return (await store.complete(request(key, 20))).status
+
+
+CHECK_SECONDS = 1.0
+"""The store's ``client_connection_check_interval`` (the server's look at a client gone)."""
+
+
+def _waits_for_the_standby(pair: LocalPostgresPair, pid: int, until: float) -> None:
+    """Block until a look after ``until`` (monotonic); at each, ``pid`` waits in ``SyncRep``."""
+    while True:
+        now = time.monotonic()
+        rows = pair.primary.query(
+            f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}".encode()
+        )
+        assert rows == [("SyncRep",)], f"backend {pid} stopped waiting for the standby: {rows}"
+        if now > until:
+            return
+        time.sleep(0.05)
+
+
+def _committing_in(pair: LocalPostgresPair, url: str) -> list[int]:
+    """The backends of ``url``'s database that wait for the standby to confirm their commit."""
+    database = url.rpartition("/")[2].partition("?")[0]
+    rows = pair.primary.query(
+        b"SELECT pid FROM pg_stat_activity"
+        b" WHERE wait_event = 'SyncRep' AND datname = current_database()",
+        database=database,
+    )
+    return [int(pid) for (pid,) in rows]
+
+
+def _completions(pair: LocalPostgresPair, url: str) -> int:
+    """Count the completions other sessions of the primary see now (in ``url``'s database)."""
+    database = url.rpartition("/")[2].partition("?")[0]
+    [(count,)] = pair.primary.query(
+        b"SELECT count(*) FROM leaseworker_completions", database=database
+    )
+    return int(count)

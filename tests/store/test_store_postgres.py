@@ -362,12 +362,13 @@ async def test_a_higher_fence_ends_the_older_transaction_holding_the_head_row(
     assert "ended the session of an older execution (fence 10)" in caplog.text
 
 
-async def test_a_holder_this_role_may_not_end_is_waited_for_with_one_log_line(
+async def test_a_holder_this_role_may_not_see_is_waited_for_with_one_log_line(
     postgres_server: LocalPostgres, pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The older transaction is the superuser's; the newer claim's role may not end it.
+    """The older transaction is the superuser's; the newer claim's role may not see its state.
 
-    The claim waits as before (its call times out), and says why once.
+    So it cannot tell a commit from a stuck statement: the claim waits as
+    before (its call times out), and says why once.
     """
     database = pg_url.rsplit("/", 1)[1]
     role = f"r{uuid.uuid4().hex[:10]}"
@@ -387,4 +388,4 @@ async def test_a_holder_this_role_may_not_end_is_waited_for_with_one_log_line(
         ):
             with pytest.raises(StoreUnavailable):
                 await newer.claim("k", "v1", 20)
-    assert caplog.text.count("this role may not end it") == 1
+    assert caplog.text.count("this role may not see whether it is committing") == 1

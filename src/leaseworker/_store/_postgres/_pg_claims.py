@@ -15,6 +15,7 @@ See docs/effects.md.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -31,7 +32,7 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from ..._errors import StoreUnavailable
 from .._effect_rows import OutboxRow, outbox_row
 from ._pg_effects import COLUMNS
-from ._pg_pool import Conn, PgPool, rollback
+from ._pg_pool import Attempt, Conn, PgPool, rollback
 
 logger = logging.getLogger("leaseworker.relay")
 
@@ -190,12 +191,19 @@ class OutboxClaims:
         if unsent:  # rows given back, below the floor: the next claim scans from the start
             self.floor = 0
         parts = [*settle_statements(relay, sorted(sent), unsent), sql.SQL("COMMIT")]
+        # It commits: bounded by a socket shutdown and shielded, never a cancel
+        # request (psycopg's on a cancelled await), which would end a wait for a
+        # synchronous standby and commit the mark unreplicated (see _pg_effects).
+        attempt = Attempt()
+        timer = asyncio.get_running_loop().call_later(self._pool.timeout, attempt.sever, claim.conn)
         try:
-            with anyio.fail_after(self._pool.timeout):
+            with anyio.CancelScope(shield=True):
                 cursor = _to_rows(await claim.conn.execute(sql.SQL(" ").join(parts)))  # SET, mark
                 marked = await cursor.fetchone() if sent else None  # RETURNING: a round, or none
-                return int(marked[0]) if marked else 0
+            return int(marked[0]) if marked else 0
         except _LOST as exc:  # the session is gone, its transaction with it
+            if attempt.expired:  # or it waits on: its mark may land still
+                raise StoreUnavailable(None, self._pool.detail(TimeoutError())) from exc
             self.floor = 0
             logger.warning(
                 "outbox relay: claim %s lapsed before its mark (%s); nothing marked",
@@ -204,9 +212,10 @@ class OutboxClaims:
                 extra={"event": "relay_claim_lapsed"},
             )
             return 0
-        except (psycopg.Error, TimeoutError) as exc:
+        except psycopg.Error as exc:
             raise StoreUnavailable(None, self._pool.detail(exc)) from exc
         finally:
+            timer.cancel()
             await self._end(claim.conn)
 
     def query(self, limit: int) -> sql.Composed:

@@ -272,7 +272,8 @@ class PgTransaction:
     ) -> CompletionResult:
         """Record the completion and the messages, then commit (or roll back if refused).
 
-        Bounded by the store's timeout and by the lease's validity, both.
+        Bounded by the store's timeout and by the lease's validity, both;
+        the ``COMMIT`` by the store's timeout only, on the client (:func:`_commit`).
         """
         self._check()
         self._done = True
@@ -280,7 +281,7 @@ class PgTransaction:
         rows = outbox_params(request, messages)
         conn, limits = self._conn, self._limits
         try:
-            with anyio.fail_after(self._pool.timeout):
+            with anyio.fail_after(self._pool.timeout) as scope:
                 await limits.set(conn, cap=self._pool.timeout)
                 found = await (await conn.execute(_COMPLETE, params)).fetchone()
                 assert found is not None  # leaseworker_complete() returns one row on every path
@@ -299,7 +300,7 @@ class PgTransaction:
                 elif rows:
                     async with conn.cursor() as cursor:
                         await cursor.executemany(_INSERT, rows)
-                await conn.execute("COMMIT")
+            await _commit(conn, scope.deadline)
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(request.job_key, self._pool.detail(exc)) from exc
         return answer
@@ -307,6 +308,30 @@ class PgTransaction:
     def _check(self) -> None:
         if self._done or self.opened.status != "claimed":
             raise StoreUnavailable(self.opened.job_key, "the transaction is not open")
+
+
+async def _commit(conn: Conn, deadline: float) -> None:
+    """Send ``COMMIT``; at ``deadline`` (the loop's clock) shut the socket down, raise TimeoutError.
+
+    Never a cancel request: a cancel (or a terminate) that reaches a commit
+    waiting for a synchronous standby ends the wait, not the transaction,
+    which every session then sees though the standby may lack it. A cancelled
+    await would have psycopg send one, so the deadline is a timer, not a
+    cancel scope (the caller's is shielded). Nor does the server's
+    ``statement_timeout`` reach it: PostgreSQL disarms it before it commits
+    (checked on 15), nor ``client_connection_check_interval``. Left alone,
+    the server commits once the standby has it; unanswered, it is ``lost``.
+    """
+    attempt = Attempt()
+    timer = asyncio.get_running_loop().call_at(deadline, attempt.sever, conn)
+    try:
+        await conn.execute("COMMIT")
+    except psycopg.OperationalError:
+        if attempt.expired:
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 async def _statement(conn: Conn, sql: str, params: Params, bound: float) -> list[tuple[Any, ...]]:

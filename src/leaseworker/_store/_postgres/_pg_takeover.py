@@ -14,6 +14,16 @@ row (a live one ends its own statement when its lease is lost). A
 blocker this role may not end is waited for, as before, with one log
 line. The look repeats while the wait lasts: the next holder in line
 may be another old execution.
+
+A blocker that is committing is never ended: ended while its commit waits
+for a synchronous standby, PostgreSQL ends the wait, not the transaction,
+which is then seen by every session though the standby may lack it (a
+promotion would lose what the taker saw). The statement that ends a
+session checks, from the same read of ``pg_stat_activity``, that it still
+carries the mark, is not running ``COMMIT`` nor waiting in ``SyncRep``,
+and that this role sees its state (``NULL`` otherwise: then it is waited
+for). What is left: a session that sends its ``COMMIT`` after that read
+and before the signal (one statement's time) is ended in it.
 """
 
 from __future__ import annotations
@@ -39,6 +49,18 @@ _PREFIX = "lw:"
 _BLOCKERS = """
     SELECT pid, application_name FROM pg_stat_activity
     WHERE pid = ANY (pg_blocking_pids(%s)) AND starts_with(application_name, %s)
+"""
+# End the session if it still carries the mark and is not committing (a job's
+# transaction commits with a statement of its own); say why not otherwise. A
+# role that may not see its state reads NULLs: its commit could not be told.
+_END = """
+    SELECT CASE
+        WHEN state IS NULL THEN 'hidden'
+        WHEN wait_event IS NOT DISTINCT FROM 'SyncRep' OR (state = 'active' AND query = 'COMMIT')
+            THEN 'committing'
+        WHEN pg_terminate_backend(pid) THEN 'ended'
+        ELSE 'gone' END
+    FROM pg_stat_activity WHERE pid = %s AND application_name = %s
 """
 
 
@@ -103,7 +125,7 @@ async def _look(
                 for pid, name in rows:
                     marked = _marked(name)
                     if marked is not None and marked[1] < wanted.get(marked[0], -1):
-                        await _end(conn, pid, marked[1], told)
+                        await _end(conn, pid, name, marked[1], told)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waited.wait(), LOOK_AFTER)
     except (psycopg.Error, PoolTimeout, PoolClosed) as exc:
@@ -114,21 +136,33 @@ async def _look(
         )
 
 
-async def _end(conn: Conn, pid: int, fence: int, told: set[int]) -> None:
-    """End backend ``pid`` (an older execution's, at ``fence``); log once if this role may not."""
+async def _end(conn: Conn, pid: int, name: str, fence: int, told: set[int]) -> None:
+    """End backend ``pid`` (an older execution's, at ``fence``) unless it is committing.
+
+    Logs once per backend when it is left to run: committing (its wait for a
+    synchronous standby), or this role may not see or end it.
+    """
     try:
-        await conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        row = await (await conn.execute(_END, (pid, name))).fetchone()
     except psycopg.errors.InsufficientPrivilege:
-        if pid not in told:
-            told.add(pid)
-            logger.warning(
-                "completion store: the session of an older execution (fence %d) holds a job"
-                " key's head row and this role may not end it; waiting for the server to end it",
-                fence,
-            )
-        return
-    logger.info(
-        "completion store: ended the session of an older execution (fence %d) that held"
-        " a job key's head row",
-        fence,
-    )
+        row = ("forbidden",)
+    outcome = "gone" if row is None else row[0]
+    if outcome == "ended":
+        logger.info(
+            "completion store: ended the session of an older execution (fence %d) that held"
+            " a job key's head row",
+            fence,
+        )
+    elif outcome != "gone" and pid not in told:
+        told.add(pid)
+        why = {
+            "committing": "is committing (ended, a wait for a standby would commit it)",
+            "hidden": "this role may not see whether it is committing",
+            "forbidden": "this role may not end it",
+        }[outcome]
+        logger.warning(
+            "completion store: the session of an older execution (fence %d) holds a job"
+            " key's head row and %s; waiting for it",
+            fence,
+            why,
+        )
