@@ -12,6 +12,10 @@ from leaseworker._cli import main
     [
         (["no_such_module:Job"], "cannot import 'no_such_module'"),
         (["tests.jobs:MarkerJob", "--payloads", "nocolon"], "pkg.module:function"),
+        (
+            ["tests.jobs:MarkerJob", "--kafka-brokers", "3", "--bootstrap-servers", "h:9092"],
+            "--kafka-brokers is for local brokers",
+        ),
     ],
 )
 def test_what_the_campaign_cannot_run_exits_2(

@@ -48,6 +48,20 @@ def test_the_sentinel_topology_has_failovers_and_no_proxy_faults() -> None:
     assert not {"redis_blackhole", "redis_delay", "redis_cut", "store_outage"} & set(kinds)
 
 
+def test_three_brokers_are_killed_or_restarted_in_turn_never_frozen() -> None:
+    """On our three brokers: a broker killed, a rolling restart; not the one broker's faults."""
+    kinds = fault_kinds("single", store_outages=True, kafka_brokers=3)
+    assert {"broker_kill", "broker_rolling_restart", "effects_refused"} <= set(kinds)
+    assert not {"kafka_restart", "outbox_claims_lapse"} & set(kinds)
+    assert not {"broker_kill", "broker_rolling_restart"} & set(
+        fault_kinds("single", store_outages=True)
+    )
+    plan = make_plan(seed=5, faults=60, kinds=kinds, pods=PODS, keys=8, lease=30.0)
+    killed = [f for f in plan.faults if f.kind == "broker_kill"]
+    assert killed
+    assert {f.size for f in killed} <= {0, 1, 2}
+
+
 def test_the_default_payloads_name_the_same_key_by_record_and_by_tenant() -> None:
     """Record key and payload agree, so jobs keyed either way see one job key."""
     key, payload = default_payloads(random.Random(1), 3, 2)

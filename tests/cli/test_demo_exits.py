@@ -102,14 +102,33 @@ async def _complete_once(url: str) -> None:
         assert (await store.complete(request)).status == "accepted"
 
 
-def test_postgres_is_refused_outside_demo_services(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--postgres`` with another demo: one line, exit 2, nothing started."""
-    assert main(["demo", "incident", "--postgres"]) == 2
+def test_services_with_three_brokers_list_them_all_and_stop_them_too(
+    demo: list[Spawned], tmp_path: Path
+) -> None:
+    """``demo services --kafka-brokers 3``: three bootstrap addresses, three JVMs, all stopped."""
+    one = _start(demo, tmp_path, "services", "--kafka-brokers", "3")
+    one.wait_for("press Ctrl-C")
+    [line] = [line for line in one.seen if line.startswith("  Kafka ")]
+    assert len(line.split()[1].rstrip(",").split(",")) == 3, line
+    services = one.children()
+    names = [Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in services]
+    assert names.count("java") == 3, names
+    one.process.send_signal(signal.SIGINT)
+    assert ended(one) == 0, one.seen
+    assert not alive(services)
+    assert not list(one.tmp.iterdir())
+
+
+@pytest.mark.parametrize(
+    "flag", [["--postgres"], ["--postgres-standby", "async"], ["--kafka-brokers", "3"]]
+)
+def test_services_flags_are_refused_outside_demo_services(
+    capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    """A services flag with another demo: one line, exit 2, nothing started."""
+    assert main(["demo", "incident", *flag]) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line == "leaseworker demo: error: --postgres is for `demo services` only"
-    assert main(["demo", "failover", "--postgres-standby", "async"]) == 2
-    [line] = capsys.readouterr().err.splitlines()
-    assert line == "leaseworker demo: error: --postgres-standby is for `demo services` only"
+    assert line == f"leaseworker demo: error: {flag[0]} is for `demo services` only"
 
 
 def test_sigterm_mid_run_stops_the_pods_and_services_and_removes_the_work_directory(

@@ -97,6 +97,7 @@ class Settings:
     topology: Topology = "single"
     bootstrap_servers: str | None = None  # an external broker: no broker faults
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    kafka_brokers: int = 1  # 3: our own three-broker cluster, whose brokers die
 
     def replay(self) -> str:
         """Return the command that replays this campaign's plan."""
@@ -105,6 +106,8 @@ class Settings:
             f"--pods {self.pods} --concurrency {self.concurrency} --keys {self.keys}",
             f"--topology {self.topology}",
         ]
+        if self.kafka_brokers != 1:
+            parts.append(f"--kafka-brokers {self.kafka_brokers}")
         if self.payloads_spec:
             parts.append(f"--payloads {self.payloads_spec}")
         if self.store_url:
@@ -154,6 +157,7 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
             workdir,
             bootstrap_servers=settings.bootstrap_servers,
             kafka_security=settings.kafka_security,
+            kafka_brokers=settings.kafka_brokers,
         ) as stack:
             try:
                 result = anyio.run(_campaign, settings, stack, out)
@@ -228,6 +232,7 @@ async def _campaign_body(
             store_outages=stack.store_proxy is not None,
             own_store=own_store,
             own_kafka=stack.external_kafka is None,
+            kafka_brokers=settings.kafka_brokers,
         )
         plan = make_plan(
             seed=settings.seed,

@@ -24,6 +24,8 @@ ACROSS = (
     "pod_kill",
     "pod_pause",
     "kafka_restart",
+    "broker_kill",
+    "broker_rolling_restart",
     "store_outage",
     "effects_refused",
     "outbox_claims_lapse",
@@ -206,7 +208,15 @@ def no_sent_message_claimed_again(history: History, records: Records) -> Verdict
     return verdict(name, counts, violations)
 
 
-LAPSING = ("pod_pause", "loop_stall", "store_outage", "kafka_restart", "outbox_claims_lapse")
+LAPSING = (
+    "pod_pause",
+    "loop_stall",
+    "store_outage",
+    "kafka_restart",
+    "broker_kill",
+    "broker_rolling_restart",
+    "outbox_claims_lapse",
+)
 """Fault kinds that can end a relay's claim while its round still sends.
 
 A frozen or stalled pod's relay outlives its hold; a store outage ends its

@@ -153,6 +153,35 @@ class Injector:
         await anyio.to_thread.run_sync(lambda: kafka.restart(down_for=planned.duration))
         self._record(planned, start)
 
+    async def _broker_kill(self, planned: PlannedFault) -> None:
+        """SIGKILL one of three brokers; start it after ``duration``, wait for its replicas.
+
+        Its partitions' leaders, a group coordinator among them when it held
+        one, move to the other two once the controllers fence it (3 s).
+        """
+        cluster = self.stack.kafka3
+        assert cluster is not None
+        node_id = sorted(cluster.nodes)[int(planned.size)]
+        start = time.monotonic()
+        cluster.kill(node_id)
+        self._record(planned, start, start, node=node_id)
+        await anyio.sleep(planned.duration)
+
+        def back() -> None:
+            cluster.up(node_id)
+            cluster.wait_in_sync()
+
+        await anyio.to_thread.run_sync(back)
+
+    async def _broker_rolling_restart(self, planned: PlannedFault) -> None:
+        """Restart each of three brokers in turn, each once the partitions are in sync."""
+        cluster = self.stack.kafka3
+        assert cluster is not None
+        start = time.monotonic()
+        await anyio.to_thread.run_sync(cluster.rolling_restart)
+        self._record(planned, start)
+        await anyio.sleep(planned.duration)
+
     async def _sentinel_failover(self, planned: PlannedFault) -> None:
         """``SENTINEL FAILOVER``; one Sentinel aborted on every attempt is a fault not played."""
         group = self.stack.sentinel
@@ -198,7 +227,7 @@ class Injector:
         if not topics:
             self.skipped.append(planned)  # no effect published yet: nothing to refuse
             return
-        bootstrap = self.stack.kafka.bootstrap_servers
+        bootstrap = self.stack.bootstrap_servers
         start = time.monotonic()
         await refuse_records(bootstrap, topics, refuse=True)
         try:

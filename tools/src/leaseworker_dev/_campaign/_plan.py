@@ -23,6 +23,8 @@ FaultKind = Literal[
     "redis_restart",
     "redis_restart_empty",
     "kafka_restart",
+    "broker_kill",
+    "broker_rolling_restart",
     "sentinel_failover",
     "cluster_failover",
     "store_outage",
@@ -51,6 +53,8 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "redis_restart": 1,
     "redis_restart_empty": 1,
     "kafka_restart": 1,
+    "broker_kill": 2,
+    "broker_rolling_restart": 1,
     "sentinel_failover": 2,
     "cluster_failover": 2,
     "store_outage": 1,
@@ -144,6 +148,8 @@ def _occupies(fault: PlannedFault, lease: float) -> float:
 
 _EXTRA: Final[dict[FaultKind, float]] = {
     "kafka_restart": 15.0,  # the broker's start after its down time
+    "broker_kill": 15.0,  # its start, and its replicas back in sync
+    "broker_rolling_restart": 40.0,  # three stops, starts and catch-ups
     "sentinel_failover": 8.0,  # the promotion and the sentinels agreeing on it
     "cluster_failover": 8.0,
 }
@@ -177,10 +183,11 @@ def _sized(
         duration = rng.uniform(1.0, 5.0)  # a lapse: a frozen broker, within the session timeout
     elif kind == "cluster_failover":
         return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
-    elif kind == "receiver_restart":
-        duration = rng.uniform(0.5, 3.0)  # down time, then a new consumer on the same inbox
-    elif kind == "kafka_restart":
-        duration = rng.uniform(0.5, 3.0)  # down time; the broker's start comes on top
+    elif kind in ("kafka_restart", "receiver_restart"):
+        # Down time; then the broker's start, or a new consumer on the same inbox.
+        duration = rng.uniform(0.5, 3.0)
+    elif kind == "broker_kill":  # one of three brokers (size: its index), down 1 to 5 s
+        return PlannedFault(kind=kind, at=at, duration=rng.uniform(1.0, 5.0), size=rng.randrange(3))
     else:  # a cut, a kill, a restart, a failover: instantaneous, then a short rest
         duration = 0.5
     return PlannedFault(kind=kind, at=at, duration=duration, target=target)
@@ -206,13 +213,20 @@ def fault_kinds(
     store_outages: bool,
     own_store: bool = True,
     own_kafka: bool = True,
+    kafka_brokers: int = 1,
 ) -> list[FaultKind]:
-    """Return the fault kinds a deployment can play (``own_*``: not given by a flag)."""
+    """Return the fault kinds a deployment can play (``own_*``: not given by a flag).
+
+    ``kafka_brokers``: 3 for our three-broker cluster, whose brokers are
+    killed or restarted in turn instead of the one broker's restart and freeze.
+    """
     kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "receiver_restart"]
-    if own_kafka:  # the brokers of --bootstrap-servers are not ours to restart or freeze
+    if own_kafka and kafka_brokers == 3:
+        kinds += ["broker_kill", "broker_rolling_restart", "effects_refused"]
+    elif own_kafka:  # the brokers of --bootstrap-servers are not ours to restart or freeze
         kinds += ["kafka_restart", "effects_refused"]
-    if own_store and own_kafka:
-        kinds.append("outbox_claims_lapse")
+        if own_store:
+            kinds.append("outbox_claims_lapse")
     if topology == "single":
         kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
     elif topology == "sentinel":

@@ -25,6 +25,7 @@ from leaseworker.toolkit import ChaosProxy, ConfigError, KafkaSecurity
 from .._services import (
     MARKS_VARIABLE,
     LocalKafka,
+    LocalKafkaCluster,
     LocalPostgres,
     LocalRedis,
     LocalRedisCluster,
@@ -67,9 +68,17 @@ class Services:
         return self.stack.kafka
 
     @property
+    def kafka3(self) -> LocalKafkaCluster | None:
+        """The campaign's own three brokers, when it runs on them."""
+        found: LocalKafkaCluster | None = self.stack.get("kafka3")
+        return found
+
+    @property
     def bootstrap_servers(self) -> str:
         """Where every client of the campaign reaches Kafka."""
-        return self.external_kafka or self.kafka.bootstrap_servers
+        if self.external_kafka:
+            return self.external_kafka
+        return (self.kafka3 or self.kafka).bootstrap_servers
 
     def kafka_kwargs(self) -> dict[str, Any]:
         """Return aiokafka's keyword arguments for the brokers' SASL/TLS (none on our own)."""
@@ -137,10 +146,12 @@ def services(
     *,
     bootstrap_servers: str | None = None,
     kafka_security: KafkaSecurity | None = None,
+    kafka_brokers: int = 1,
 ) -> Iterator[Services]:
     """Start Kafka (without ``bootstrap_servers``), Redis, a PostgreSQL (without ``store_url``).
 
     ``kafka_security``: how every client reaches the external brokers.
+    ``kafka_brokers``: 3 for a three-broker cluster instead of one broker.
     """
     redis: dict[Topology, Service] = {
         "single": "redis",
@@ -148,8 +159,10 @@ def services(
         "cluster": "cluster",
     }
     kafka = functools.partial(LocalKafka.start, settings=AUTO_CREATE)
-    with LocalStack(starters={"kafka": kafka}) as stack:
-        own: list[Service] = [] if bootstrap_servers else ["kafka"]
+    kafka3 = functools.partial(LocalKafkaCluster.start, settings=AUTO_CREATE)
+    with LocalStack(starters={"kafka": kafka, "kafka3": kafka3}) as stack:
+        ours: Service = "kafka3" if kafka_brokers == 3 else "kafka"
+        own: list[Service] = [] if bootstrap_servers else [ours]
         optional: list[Service] = ["postgres"] if store_url is None else []
         stack.start(*own, redis[topology], optional=optional)
         if store_url is None:

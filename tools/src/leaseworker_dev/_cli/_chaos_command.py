@@ -58,6 +58,14 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help="Kafka brokers to use instead of a local one (with the SASL/TLS flags below); "
         "the campaign then plays no broker faults",
     )
+    add(
+        "--kafka-brokers",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        help="3: run on three local brokers (RF 3, min.insync.replicas 2) and kill one, "
+        "or restart all in turn, instead of restarting the one broker",
+    )
     add_kafka_security_flags(parser)
     add(
         "--payloads",
@@ -100,9 +108,17 @@ def _chaos(args: argparse.Namespace) -> int:
             topology=args.topology,
             bootstrap_servers=args.bootstrap_servers or None,
             kafka_security=kafka_security_from(args),
+            kafka_brokers=args.kafka_brokers,
         )
     except ConfigError as exc:
         print(f"leaseworker chaos: error: {exc}", file=sys.stderr)
+        return 2
+    if settings.kafka_brokers != 1 and settings.bootstrap_servers:
+        print(
+            "leaseworker chaos: error: --kafka-brokers is for local brokers, "
+            "not with --bootstrap-servers",
+            file=sys.stderr,
+        )
         return 2
     if settings.kafka_security.protocol != "PLAINTEXT" and not settings.bootstrap_servers:
         print(

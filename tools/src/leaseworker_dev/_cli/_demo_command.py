@@ -36,8 +36,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
         "on one timeline, then a CPU loop that never awaits in the event loop vs through "
         "held.run_in_process. failover: a Sentinel failover that loses the lease, with "
         "--lease-replicas 0 and 1 (about 30 s). services: the local Redis, Kafka and "
-        "Jaeger alone (--postgres: a PostgreSQL too, --postgres-standby: with a standby), "
-        "for a job of your own. Ctrl-C, "
+        "Jaeger alone (--postgres: a PostgreSQL too, --postgres-standby: with a standby, "
+        "--kafka-brokers 3: three brokers), for a job of your own. Ctrl-C, "
         "SIGTERM and SIGHUP stop everything a demo started and remove its temporary "
         "directories.",
     )
@@ -69,6 +69,14 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help="services only: the PostgreSQL is a primary with a streaming standby whose "
         "commits wait for it (sync) or not (async); its URL names both nodes "
         "(target_session_attrs=read-write), implies --postgres",
+    )
+    parser.add_argument(
+        "--kafka-brokers",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        help="services only: 3 starts three KRaft brokers (replication factor 3, "
+        "min.insync.replicas 2) instead of one",
     )
     parser.add_argument(
         "--keep-running",
@@ -142,16 +150,25 @@ def _stop_signals_interrupt() -> Iterator[None]:
 
 
 def _scenario(args: argparse.Namespace) -> int:
-    for flag in ("postgres", "postgres_standby"):
-        if getattr(args, flag) and args.scenario != "services":
-            name = "--" + flag.replace("_", "-")
+    given = {
+        "--postgres": args.postgres,
+        "--postgres-standby": args.postgres_standby is not None,
+        "--kafka-brokers": args.kafka_brokers != 1,
+    }
+    for name, used in given.items():
+        if used and args.scenario != "services":
             print(f"leaseworker demo: error: {name} is for `demo services` only", file=sys.stderr)
             return 2
     if args.scenario == "services":
         from .._demos import services_demo
 
         out = functools.partial(print, flush=True)
-        services_demo(out, postgres=args.postgres, standby=args.postgres_standby)
+        services_demo(
+            out,
+            postgres=args.postgres,
+            standby=args.postgres_standby,
+            kafka_brokers=args.kafka_brokers,
+        )
         return 0
     if args.scenario == "failover":
         from .._demos import failover_demo

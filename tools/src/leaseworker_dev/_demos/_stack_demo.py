@@ -6,7 +6,7 @@ example receiver of their notifications, sends reports, black-holes the Redis
 of the pod running the slow one, and prints the summary, judged from the
 pods' histories (``--record-history``) and the receiver's database; exits 1
 on overlap, an incomplete trigger, a stall that did not play out, or a
-notification not delivered exactly once (docs/design.md#the-stack-demo).
+notification not delivered exactly once (docs/workers.md#try-it-leaseworker-demo).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from leaseworker.toolkit import (
 from .._services import (
     LocalJaeger,
     LocalKafka,
+    LocalKafkaCluster,
     LocalPostgres,
     LocalPostgresPair,
     LocalRedis,
@@ -101,6 +102,12 @@ class Stack:
         return self.services.kafka
 
     @property
+    def bootstrap_servers(self) -> str:
+        """The three brokers' addresses when they run, else the one broker's."""
+        cluster: LocalKafkaCluster | None = self.services.get("kafka3")
+        return (cluster or self.services.kafka).bootstrap_servers
+
+    @property
     def jaeger(self) -> LocalJaeger | None:
         """The local Jaeger, or ``None`` when its binary is not built."""
         found: LocalJaeger | None = self.services.get("jaeger")
@@ -114,14 +121,19 @@ class Stack:
 
 
 @contextlib.contextmanager
-def local_stack(*, postgres: bool = False, standby: Standby | None = None) -> Iterator[Stack]:
+def local_stack(
+    *, postgres: bool = False, standby: Standby | None = None, kafka3: bool = False
+) -> Iterator[Stack]:
     """Start Redis, Kafka, Jaeger (when built) and PostgreSQL (if asked); stop all of them after.
 
     ``standby``: PostgreSQL is a primary and a streaming standby, ``sync`` or ``async``.
+    ``kafka3``: three Kafka brokers instead of one.
     """
     workdir = Path(tempfile.mkdtemp(prefix="leaseworker-demo-"))
     postgres = postgres or standby is not None
-    wanted: list[Service] = ["redis", "kafka", "postgres"] if postgres else ["redis", "kafka"]
+    wanted: list[Service] = ["redis", "kafka3" if kafka3 else "kafka"]
+    if postgres:
+        wanted.append("postgres")
     starters: dict[Service, Callable[[], Any]] = {}
     if standby is not None:
         synchronous = standby == "sync"
@@ -278,9 +290,13 @@ def stack_demo(
 
 
 def services_demo(
-    out: Out = print, *, postgres: bool = False, standby: Standby | None = None
+    out: Out = print,
+    *,
+    postgres: bool = False,
+    standby: Standby | None = None,
+    kafka_brokers: int = 1,
 ) -> None:
-    """Start Redis, Kafka, (if built) Jaeger and (``postgres``) PostgreSQL; keep them up.
+    """Start Redis, Kafka (one broker or three), (if built) Jaeger and PostgreSQL; keep them up.
 
     No pods: for running one's own job against a local stack (PostgreSQL as
     its store: the ``leaseworker`` database, its superuser's URL printed).
@@ -292,11 +308,12 @@ def services_demo(
     also = ", PostgreSQL" if postgres or standby else ""
     if standby is not None:
         also += f" with a{'n' if standby == 'async' else ''} {standby} standby"
-    out(f"starting a private Redis, Kafka broker{also} and (if built) Jaeger on loopback ports...")
-    with local_stack(postgres=postgres, standby=standby) as stack:
+    kafka = "three Kafka brokers" if kafka_brokers == 3 else "Kafka broker"
+    out(f"starting a private Redis, {kafka}{also} and (if built) Jaeger on loopback ports...")
+    with local_stack(postgres=postgres, standby=standby, kafka3=kafka_brokers == 3) as stack:
         try:
             out(_services_line(stack))
-            bootstrap = stack.kafka.bootstrap_servers
+            bootstrap = stack.bootstrap_servers
             out(f"  topics: leaseworker topics create NAME --bootstrap-servers {bootstrap}")
             if stack.postgres is not None:
                 out(f"  store: leaseworker run ... --store-url {stack.postgres.url}")
@@ -309,7 +326,7 @@ def _services_line(stack: Stack) -> str:
     """Say where the services listen (the local Jaeger answers its query API, has no web UI)."""
     jaeger = f", Jaeger (query API) {stack.jaeger.query_url}" if stack.jaeger else ""
     postgres = f", PostgreSQL {stack.postgres.url}" if stack.postgres else ""
-    return f"  Kafka {stack.kafka.bootstrap_servers}, Redis {stack.redis.url}{jaeger}{postgres}"
+    return f"  Kafka {stack.bootstrap_servers}, Redis {stack.redis.url}{jaeger}{postgres}"
 
 
 class _Clock:

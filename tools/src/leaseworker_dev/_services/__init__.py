@@ -10,7 +10,8 @@ stopped by PID. Downloads and builds are cached under
 ``redis-server``; ``_nodes`` one node of a replicated Redis topology;
 ``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_hosts``
 network namespaces on one bridge, hosts of their own that faults cut apart
-(a service runs at a ``Place``: loopback, or such a host); ``_kafka``,
+(a service runs at a ``Place``: loopback, or such a host); ``_kafka`` (and
+``_kafka_cluster``, three of its brokers),
 ``_local_postgres`` and ``_local_jaeger`` the other services; ``_postgres_pair`` a
 PostgreSQL primary with a streaming standby, and its promotion; ``_local_stack`` the one stack
 builder over them; ``_pods`` the one pod process (``leaseworker run`` with
@@ -23,6 +24,7 @@ from ._cluster import LocalRedisCluster as LocalRedisCluster
 from ._hosts import Host as Host
 from ._hosts import Hosts as Hosts
 from ._kafka import LocalKafka as LocalKafka
+from ._kafka_cluster import LocalKafkaCluster as LocalKafkaCluster
 from ._local_jaeger import LocalJaeger as LocalJaeger
 from ._local_postgres import LocalPostgres as LocalPostgres
 from ._local_stack import LocalStack as LocalStack
@@ -62,6 +64,7 @@ __all__ = [
     "Hosts",
     "LocalJaeger",
     "LocalKafka",
+    "LocalKafkaCluster",
     "LocalPostgres",
     "LocalPostgresPair",
     "LocalProcess",

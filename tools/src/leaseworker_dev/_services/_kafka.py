@@ -6,7 +6,8 @@ coordinator answers; topics are never auto-created (unless the broker
 settings given to :meth:`LocalKafka.start` say so). With a
 ``BrokerSecurity`` (``_kafka_secure``) it also opens SSL and SASL_SSL
 listeners and may enforce ACLs (``_kafka_acls``). Version, start-up and JVM
-choices: see docs/design.md#development-services.
+choices: see docs/design.md#development-services. With a :class:`Quorum` it
+is one node of a multi-node cluster (``_kafka_cluster``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ __all__ = [
     "POM",
     "BrokerSecurity",
     "LocalKafka",
+    "Quorum",
     "ensure_installed",
     "find_java",
     "kafka_version",
@@ -60,7 +62,23 @@ __all__ = [
 _T = TypeVar("_T")
 
 NODE_ID = 1
-"""The id of the one node, which is both broker and controller."""
+"""The id of a single node, which is both broker and controller."""
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """One node's part in a static KRaft quorum of combined broker+controller nodes.
+
+    ``voters`` maps every node id to its controller port; all nodes listen at
+    the address of the one ``Place`` they are started at. ``port``: this
+    node's client port.
+    """
+
+    cluster_id: str
+    voters: Mapping[int, int]
+    node_id: int
+    port: int
+
 
 BROKER_SETTINGS: dict[str, str] = {
     # One node holds every replica, so every replication factor and min ISR is 1.
@@ -125,6 +143,7 @@ class LocalKafka:
     cluster_id: str
     listener_ports: Mapping[str, int] = field(default_factory=dict)
     place: Place = HERE
+    node_id: int = NODE_ID
     _remove_workdir: bool = field(default=False, repr=False)
     _cds_recording: Path | None = field(default=None, repr=False)
 
@@ -159,6 +178,7 @@ class LocalKafka:
         settings: Mapping[str, str] | None = None,
         security: BrokerSecurity | None = None,
         place: Place = HERE,
+        quorum: Quorum | None = None,
     ) -> Self:
         """Format a fresh broker, start it, and wait until it serves Kafka requests.
 
@@ -166,6 +186,8 @@ class LocalKafka:
         "true"}`` for a broker that creates topics on first use). ``security``
         adds the secured listeners, SASL users and authorizer (``_kafka_secure``).
         ``place``: run and listen there (a network namespace of ``Hosts``).
+        ``quorum``: be that node of a multi-node cluster (its ports and cluster
+        id); the call returns once enough of its peers run too.
 
         ``workdir`` must not hold a ``data`` directory yet. Without it a temporary
         directory is used and removed again by :meth:`stop`. Raises
@@ -175,11 +197,15 @@ class LocalKafka:
         """
         java = find_java()
         libs = ensure_installed()
-        port, controller_port, *secured = distinct_free_ports(
-            2 + (len(security.listeners) if security else 0)
-        )
-        listener_ports = dict(zip(security.listeners if security else (), secured, strict=True))
-        cluster_id = random_cluster_id()
+        listeners = security.listeners if security else ()
+        if quorum is None:
+            port, controller_port, *secured = distinct_free_ports(2 + len(listeners))
+            cluster_id, node_id = random_cluster_id(), NODE_ID
+        else:
+            port, controller_port = quorum.port, quorum.voters[quorum.node_id]
+            cluster_id, node_id = quorum.cluster_id, quorum.node_id
+            secured = distinct_free_ports(len(listeners)) if listeners else []
+        listener_ports = dict(zip(listeners, secured, strict=True))
         with service_workdir(workdir, "kafka") as (workdir, remove):
             properties = _write_config(
                 workdir,
@@ -187,6 +213,8 @@ class LocalKafka:
                 settings or {},
                 security,
                 listener_ports,
+                node_id=node_id,
+                voters=quorum.voters if quorum else None,
             )
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
@@ -199,6 +227,7 @@ class LocalKafka:
                 use_archive,
                 scram_format_args(security),
                 timeout=timeout,
+                standalone=quorum is None,
             )
             recording = (
                 None if use_archive else archive.with_name(f"{archive.name}.{uuid.uuid4().hex}")
@@ -212,6 +241,7 @@ class LocalKafka:
             cluster_id=cluster_id,
             listener_ports=listener_ports,
             place=place,
+            node_id=node_id,
             _remove_workdir=remove,
             _cds_recording=recording,
         )
@@ -258,6 +288,10 @@ class LocalKafka:
         """
         self._stop(timeout=timeout, keep_archive=True, remove_workdir=False)
 
+    def kill(self) -> None:
+        """SIGKILL the broker (no orderly shutdown), keeping its data for :meth:`up`."""
+        self._stop(timeout=0.0, keep_archive=False, remove_workdir=False, signals=())
+
     def up(self, *, timeout: float = 60.0) -> None:
         """Start a broker stopped by :meth:`down` again; return once it serves requests."""
         if self.process.popen.poll() is None:
@@ -274,10 +308,17 @@ class LocalKafka:
                 f"Kafka broker did not come back: {exc}\n{_failure_report(self.process)}"
             ) from exc
 
-    def _stop(self, *, timeout: float, keep_archive: bool, remove_workdir: bool) -> None:
+    def _stop(
+        self,
+        *,
+        timeout: float,
+        keep_archive: bool,
+        remove_workdir: bool,
+        signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
+    ) -> None:
         """Stop the process, then keep or drop a class-data archive it recorded."""
         recording = self._cds_recording
-        self.process.stop(timeout if recording is None else timeout + 30.0)
+        self.process.stop(timeout if recording is None else timeout + 30.0, signals=signals)
         if recording is not None:
             self._cds_recording = None
             killed = self.process.popen.returncode == -signal.SIGKILL
@@ -357,7 +398,7 @@ class LocalKafka:
         wait_for_port(
             self.port, timeout=timeout, process=self.process.popen, host=self.place.address
         )
-        _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline))
+        _run_in_thread(lambda: _probe(self.bootstrap_servers, self.process, deadline, self.node_id))
 
 
 def _write_config(
@@ -366,10 +407,15 @@ def _write_config(
     overrides: Mapping[str, str],
     security: BrokerSecurity | None = None,
     listener_ports: Mapping[str, int] | None = None,
+    *,
+    node_id: int = NODE_ID,
+    voters: Mapping[int, int] | None = None,
 ) -> Path:
     """Write ``server.properties`` and ``log4j2.properties``; return the former.
 
     ``listen``: the address, the client port and the controller port.
+    ``voters``: a static quorum's controller ports by node id (else the node
+    alone is its quorum).
     """
     host, port, controller_port = listen
     secured = dict(listener_ports or {})
@@ -378,15 +424,20 @@ def _write_config(
     protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
     if security is not None:
         protocols += [f"{name}:{security.protocol(name)}" for name in secured]
+    quorum = (
+        {"controller.quorum.voters": ",".join(f"{i}@{host}:{p}" for i, p in voters.items())}
+        if voters
+        else {"controller.quorum.bootstrap.servers": f"{host}:{controller_port}"}
+    )
     settings = {
         "process.roles": "broker,controller",
-        "node.id": str(NODE_ID),
+        "node.id": str(node_id),
         "listeners": ",".join([*advertised, f"CONTROLLER://{host}:{controller_port}"]),
         "advertised.listeners": ",".join(advertised),
         "listener.security.protocol.map": ",".join(protocols),
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
-        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+        **quorum,
         "log.dirs": str(workdir / "data"),
         **BROKER_SETTINGS,
         **(broker_settings(security) if security is not None else {}),
@@ -433,7 +484,9 @@ def _run_in_thread(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         return pool.submit(lambda: asyncio.run(factory())).result()
 
 
-async def _probe(bootstrap: str, process: LocalProcess, deadline: float) -> None:
+async def _probe(
+    bootstrap: str, process: LocalProcess, deadline: float, node_id: int = NODE_ID
+) -> None:
     """Retry metadata and FindCoordinator until both succeed, the broker exits, or timeout."""
     last: BaseException | None = None
     while True:
@@ -450,7 +503,7 @@ async def _probe(bootstrap: str, process: LocalProcess, deadline: float) -> None
                 await admin.start()
                 cluster = await admin.describe_cluster()
                 brokers = {broker["node_id"] for broker in cluster["brokers"]}
-                if NODE_ID in brokers:
+                if node_id in brokers:
                     await admin.find_coordinator("leaseworker-readiness-probe")
                     return
                 last = LookupError(f"metadata lists brokers {sorted(brokers)}")

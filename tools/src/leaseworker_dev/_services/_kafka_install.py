@@ -198,10 +198,13 @@ def _format(
     extra: Sequence[str] = (),
     *,
     timeout: float,
+    standalone: bool = True,
 ) -> None:
-    """Format the storage as a single-node dynamic quorum; raise with output on failure.
+    """Format the storage; raise with output on failure.
 
-    ``extra``: more ``format`` arguments (the SCRAM users' ``--add-scram``).
+    ``standalone``: as a single-node dynamic quorum; else for the static
+    ``controller.quorum.voters`` in ``properties``. ``extra``: more ``format``
+    arguments (the SCRAM users' ``--add-scram``).
     """
     argv = [
         *_java_argv(java, libs, workdir, archive),
@@ -211,7 +214,7 @@ def _format(
         cluster_id,
         "--config",
         str(properties),
-        "--standalone",
+        *(["--standalone"] if standalone else []),
         *extra,
     ]
     result = run_captured(argv, cwd=workdir, timeout=timeout)

@@ -20,18 +20,20 @@ from typing import Any, Literal, Self, TypeVar, cast, final
 
 from ._cluster import LocalRedisCluster
 from ._kafka import LocalKafka
+from ._kafka_cluster import LocalKafkaCluster
 from ._local_jaeger import LocalJaeger
 from ._local_postgres import LocalPostgres
 from ._redis import LocalRedis
 from ._sentinel import LocalSentinelGroup
 
-Service = Literal["redis", "sentinel", "cluster", "kafka", "postgres", "jaeger"]
+Service = Literal["redis", "sentinel", "cluster", "kafka", "kafka3", "postgres", "jaeger"]
 
 STARTERS: dict[Service, Callable[[], Any]] = {
     "redis": LocalRedis.start,
     "sentinel": LocalSentinelGroup.start,
     "cluster": LocalRedisCluster.start,
     "kafka": LocalKafka.start,
+    "kafka3": LocalKafkaCluster.start,
     "postgres": LocalPostgres.start,
     "jaeger": LocalJaeger.start,
 }
@@ -130,6 +132,11 @@ class LocalStack:
     def kafka(self) -> LocalKafka:
         """One Kafka broker in KRaft mode (started on first use)."""
         return self._use("kafka", LocalKafka)
+
+    @property
+    def kafka3(self) -> LocalKafkaCluster:
+        """Three KRaft Kafka nodes, RF 3 and min ISR 2 (started on first use)."""
+        return self._use("kafka3", LocalKafkaCluster)
 
     @property
     def postgres(self) -> LocalPostgres:

@@ -1,0 +1,215 @@
+"""A private three-node KRaft Kafka cluster on free loopback ports, whose brokers fail.
+
+Each node is a :class:`LocalKafka` (``_kafka``) in combined mode, one voter
+of a static three-voter quorum; every replication factor is 3 and
+``min.insync.replicas`` 2, internal topics included, so ``acks=all`` waits
+for a second broker and a partition stays writable with one broker down.
+The three JVMs start in parallel and share LocalKafka's class-data archive.
+A node is killed (SIGKILL), stopped in order or started again by node id;
+:meth:`LocalKafkaCluster.rolling_restart` restarts each in turn, waiting
+until every partition is back in sync before the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+
+from leaseworker.toolkit import create_topics
+
+from ._kafka import LocalKafka, Quorum, _run_in_thread, random_cluster_id
+from ._proc import distinct_free_ports, service_workdir
+
+__all__ = ["CLUSTER_SETTINGS", "NODE_IDS", "LocalKafkaCluster"]
+
+NODE_IDS = (1, 2, 3)
+"""The nodes' ids: each is broker and controller, a voter of the quorum."""
+
+CLUSTER_SETTINGS: dict[str, str] = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    # A killed broker is fenced (its partitions' leaders move) after 3 s, not 9 s.
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
+}
+"""Settings over LocalKafka's ``BROKER_SETTINGS`` for every node of the cluster."""
+
+
+@dataclass
+class LocalKafkaCluster:
+    """Three running KRaft nodes, stopped together by PID with :meth:`stop`.
+
+    ``nodes`` maps node id to its :class:`LocalKafka`; each node's work
+    directory is ``node-<id>`` in ``workdir``.
+    """
+
+    nodes: Mapping[int, LocalKafka]
+    workdir: Path
+    _remove_workdir: bool = field(default=False, repr=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every node's ``host:port``, comma-separated, for Kafka clients."""
+        return ",".join(node.bootstrap_servers for node in self.nodes.values())
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        workdir: Path | None = None,
+        timeout: float = 120.0,
+        settings: Mapping[str, str] | None = None,
+    ) -> Self:
+        """Format and start the three nodes in parallel; return once each serves requests.
+
+        ``settings`` override :data:`CLUSTER_SETTINGS` and LocalKafka's. Raises
+        the first node's ``RuntimeError`` (see :meth:`LocalKafka.start`) after
+        stopping the nodes that came up.
+        """
+        ports = distinct_free_ports(2 * len(NODE_IDS))
+        client, controller = ports[: len(NODE_IDS)], ports[len(NODE_IDS) :]
+        voters = dict(zip(NODE_IDS, controller, strict=True))
+        cluster_id = random_cluster_id()
+        overrides = {**CLUSTER_SETTINGS, **(settings or {})}
+        with service_workdir(workdir, "kafka-cluster") as (workdir, remove):
+            with ThreadPoolExecutor(len(NODE_IDS), thread_name_prefix="kafka-node") as pool:
+                futures = {
+                    node_id: pool.submit(
+                        LocalKafka.start,
+                        workdir=workdir / f"node-{node_id}",
+                        timeout=timeout,
+                        settings=overrides,
+                        quorum=Quorum(cluster_id, voters, node_id, port),
+                    )
+                    for node_id, port in zip(NODE_IDS, client, strict=True)
+                }
+            started = {i: f.result() for i, f in futures.items() if f.exception() is None}
+            failures = [e for f in futures.values() if (e := f.exception()) is not None]
+            if failures:
+                _stop_all(started.values())
+                raise failures[0]
+        return cls(nodes=started, workdir=workdir, _remove_workdir=remove)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop every node by PID (in parallel) and remove a temporary work directory."""
+        _stop_all(self.nodes.values(), timeout)
+        if self._remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL node ``node_id``; its data stays for :meth:`up`."""
+        self._node(node_id).kill()
+
+    def down(self, node_id: int, timeout: float = 15.0) -> None:
+        """Stop node ``node_id`` in order (SIGTERM: it hands its leaderships over first)."""
+        self._node(node_id).down(timeout)
+
+    def up(self, node_id: int, *, timeout: float = 60.0) -> None:
+        """Start node ``node_id`` again; return once it serves requests (not yet in sync)."""
+        self._node(node_id).up(timeout=timeout)
+
+    def rolling_restart(self, *, timeout: float = 120.0) -> None:
+        """Stop and start each node in turn, waiting until every partition is in sync again."""
+        self.wait_in_sync(timeout=timeout)
+        for node_id in self.nodes:
+            self.down(node_id)
+            self.up(node_id, timeout=timeout)
+            self.wait_in_sync(timeout=timeout)
+
+    def wait_in_sync(self, *, timeout: float = 60.0) -> None:
+        """Block until every partition, internal ones too, has all its replicas in its ISR."""
+        _run_in_thread(lambda: self._until_in_sync(time.monotonic() + timeout))
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        """Return the node id leading ``topic``'s ``partition`` (-1: none right now)."""
+        [described] = _run_in_thread(lambda: self._admin_call("describe_topics", [topic]))
+        leaders = {p["partition"]: int(p["leader"]) for p in described["partitions"]}
+        return leaders[partition]
+
+    def coordinator(self, group: str) -> int:
+        """Return the node id of ``group``'s coordinator."""
+        return int(_run_in_thread(lambda: self._admin_call("find_coordinator", group)))
+
+    def create_topics(
+        self,
+        names: Iterable[str],
+        *,
+        partitions: int = 1,
+        exist_ok: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Create topics of replication factor 3; wait until every partition has a leader."""
+        topics = list(names)
+        _run_in_thread(
+            lambda: create_topics(
+                self.bootstrap_servers,
+                topics,
+                partitions=partitions,
+                replication_factor=len(NODE_IDS),
+                exist_ok=exist_ok,
+                within=timeout,
+            )
+        )
+
+    def _node(self, node_id: int) -> LocalKafka:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise KeyError(f"no Kafka node {node_id} (nodes: {sorted(self.nodes)})") from None
+
+    def _running_bootstrap(self) -> str:
+        return ",".join(
+            node.bootstrap_servers
+            for node in self.nodes.values()
+            if node.process.popen.poll() is None
+        )
+
+    async def _admin_call(self, method: str, *args: object) -> Any:
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self._running_bootstrap(), request_timeout_ms=5000
+        )
+        try:
+            await admin.start()
+            return await getattr(admin, method)(*args)
+        finally:
+            await admin.close()
+
+    async def _until_in_sync(self, deadline: float) -> None:
+        last: object = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+                    topics = await self._admin_call("describe_topics")
+                lagging = [
+                    f"{t['topic']}-{p['partition']}"
+                    for t in topics
+                    for p in t["partitions"]
+                    if sorted(p["isr"]) != sorted(p["replicas"])
+                ]
+                if not lagging:
+                    return
+                last = lagging
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"partitions not back in sync in time: {last}")
+
+
+def _stop_all(nodes: Iterable[LocalKafka], timeout: float = 15.0) -> None:
+    """Stop nodes in parallel: one at a time, the last would wait for a quorum long gone."""
+    with ThreadPoolExecutor(3, thread_name_prefix="kafka-node-stop") as pool:
+        for node in nodes:
+            pool.submit(node.stop, timeout)
