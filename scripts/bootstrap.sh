@@ -22,6 +22,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+# The clock-step shim (deploy/local/clockshift) is built with the C compiler.
+command -v cc >/dev/null 2>&1 || need+=(gcc)
 if ((${#need[@]})); then
     echo "bootstrap: installing Debian packages: ${need[*]}"
     sudo_=""

@@ -30,6 +30,7 @@ SHIPPED = (
     "deploy/local/kafka/pom.xml",
     "deploy/local/jaeger/go.mod",
     "deploy/local/jaeger/go.sum",
+    "deploy/local/clockshift/clockshift.c",
     "examples/report_job/demo_report.py",
     "examples/report_job/monthly_report.py",
     "examples/report_job/ready_receiver.py",

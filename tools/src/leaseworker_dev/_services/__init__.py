@@ -7,7 +7,8 @@ stopped by PID. Downloads and builds are cached under
 :func:`cache_dir`, outside any clone, so repeated runs are fast.
 
 ``_proc`` starts, waits for and stops a process; ``_redis`` one
-``redis-server``; ``_nodes`` one node of a replicated Redis topology;
+``redis-server`` (on a wall clock ``_clock`` steps, if asked); ``_nodes``
+one node of a replicated Redis topology;
 ``_sentinel`` a Sentinel group; ``_cluster`` a Redis Cluster; ``_hosts``
 network namespaces on one bridge, hosts of their own that faults cut apart
 (a service runs at a ``Place``: loopback, or such a host); ``_kafka`` (and
@@ -20,6 +21,7 @@ marks when it ran, and the kernel's exit times; ``_shipped`` finds the build fil
 read, in a clone or in the wheel.
 """
 
+from ._clock import WallClock as WallClock
 from ._cluster import LocalRedisCluster as LocalRedisCluster
 from ._hosts import Host as Host
 from ._hosts import Hosts as Hosts
@@ -79,6 +81,7 @@ __all__ = [
     "ServiceTLS",
     "TestCA",
     "ToolMissingError",
+    "WallClock",
     "cache_dir",
     "committed_total",
     "crunch",

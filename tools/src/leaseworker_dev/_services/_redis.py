@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from ._clock import WallClock
 from ._proc import HERE, LOOPBACK, LocalProcess, Place, free_port, service_workdir, wait_for_port
 from ._shipped import ToolMissingError
 from ._tls import ServiceTLS
@@ -31,6 +32,7 @@ class LocalRedis:
     remove_workdir: bool = field(default=False, repr=False)  # a temp dir of its own
     tls: ServiceTLS | None = None
     place: Place = HERE
+    clock: WallClock | None = None
 
     @property
     def url(self) -> str:
@@ -47,12 +49,14 @@ class LocalRedis:
         workdir: Path | None = None,
         tls: ServiceTLS | None = None,
         place: Place = HERE,
+        clock: WallClock | None = None,
     ) -> Self:
         """Start the server and wait until it accepts connections.
 
         ``tls``: serve TLS only (``port 0``, ``tls-port``), asking clients for a
         certificate if ``tls.auth_clients``. ``place``: run and listen there
         (a network namespace of ``Hosts``) instead of on this host's loopback.
+        ``clock``: run on that wall clock, which the caller steps while it runs.
         """
         binary = shutil.which("redis-server")
         if binary is None:
@@ -62,7 +66,7 @@ class LocalRedis:
             )
         port = port or free_port()
         with service_workdir(workdir, "redis") as (workdir, remove):
-            process = _spawn(binary, port, workdir, tls, place)
+            process = _spawn(binary, port, workdir, tls, place, clock)
         return cls(
             binary=binary,
             port=port,
@@ -71,13 +75,16 @@ class LocalRedis:
             remove_workdir=remove,
             tls=tls,
             place=place,
+            clock=clock,
         )
 
     def restart_empty(self) -> None:
         """Stop the server and start it again on the same port with no data."""
         self.process.stop()
         (self.workdir / "dump.rdb").unlink(missing_ok=True)  # left by restart_with_data
-        self.process = _spawn(self.binary, self.port, self.workdir, self.tls, self.place)
+        self.process = _spawn(
+            self.binary, self.port, self.workdir, self.tls, self.place, self.clock
+        )
 
     def restart_with_data(self) -> None:
         """Snapshot the data (``SAVE``), stop the server, start it again on it, same port.
@@ -91,7 +98,9 @@ class LocalRedis:
             if not sock.recv(64).startswith(b"+OK"):
                 raise RuntimeError("redis-server refused SAVE")
         self.process.stop()
-        self.process = _spawn(self.binary, self.port, self.workdir, self.tls, self.place)
+        self.process = _spawn(
+            self.binary, self.port, self.workdir, self.tls, self.place, self.clock
+        )
 
     def stop(self) -> None:
         """Stop the server by PID and remove its temporary work directory (if it made one)."""
@@ -111,7 +120,12 @@ def tls_query(tls: ServiceTLS) -> str:
 
 
 def _spawn(
-    binary: str, port: int, workdir: Path, tls: ServiceTLS | None, place: Place
+    binary: str,
+    port: int,
+    workdir: Path,
+    tls: ServiceTLS | None,
+    place: Place,
+    clock: WallClock | None = None,
 ) -> LocalProcess:
     listen = ["--port", str(port)]
     if tls is not None:
@@ -138,6 +152,7 @@ def _spawn(
         log_path=workdir / "redis.log",
         tls=tls,
         host=place.address,
+        env=None if clock is None else clock.env(),
     )
 
 
@@ -165,13 +180,15 @@ def spawn_redis(
     what: str = "redis-server",
     tls: ServiceTLS | None = None,
     host: str = LOOPBACK,
+    env: dict[str, str] | None = None,
 ) -> LocalProcess:
     """Start a Redis process and wait for its PONG on ``host:port``; never leave it running.
 
     ``label`` names the process in logs, ``what`` names it in the error; with
-    ``tls`` the PING goes over TLS, presenting the service's client certificate.
+    ``tls`` the PING goes over TLS, presenting the service's client certificate;
+    ``env`` replaces the environment (a :class:`WallClock`'s preload).
     """
-    process = LocalProcess.spawn(label, argv, log_path=log_path)
+    process = LocalProcess.spawn(label, argv, log_path=log_path, env=env)
     probe = _answers_ping if tls is None else _answers_ping_over(tls.client_context(verify=False))
     try:
         wait_for_port(port, timeout=15, process=process.popen, probe=probe, host=host)
