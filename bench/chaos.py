@@ -109,6 +109,8 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"paused overlaps    {sum(c['paused_overlaps'] for c in overlaps)} (fenced)",
         f"data-loss overlaps {sum(c['data_loss_overlaps'] for c in overlaps)} (Redis restarted "
         "empty: the documented limit)",
+        f"clock-step overlaps {sum(c.get('clock_step_overlaps', 0) for c in overlaps)} (Redis's "
+        "clock stepped forward: each under a renewal interval + the Redis timeout)",
         f"losses             {sum(c['losses'] for c in losses)} "
         f"(+{sum(c['paused_losses'] for c in losses)} of paused executions)",
         f"worst stop latency {worst:.1f} ms",

@@ -104,6 +104,28 @@ def test_an_overlap_across_redis_restarted_empty_is_the_documented_limit() -> No
     assert verdicts[0].counts["data_loss_overlaps"] == 1
 
 
+@pytest.mark.parametrize(("first_end", "counted_apart"), [(6.9, True), (7.1, False)])
+def test_an_overlap_after_a_clock_step_is_allowed_only_within_its_bound(
+    first_end: float, counted_apart: bool
+) -> None:
+    """A forward step of Redis's clock at 5.0 with a 2 s bound: the first may run until 7.0.
+
+    Its second acquires at once (4.5 would be before the step: not explained).
+    """
+    running = dataclasses.replace(CLEAN.executions[0], end=first_end)
+    second = dataclasses.replace(CLEAN.executions[1], start=5.2)
+    attrs = {"step_s": 6.0, "overlap_bound_s": 2.0}
+    fault = FaultWindow(kind="redis_clock_step", start=5.0, end=5.0, attrs=attrs)
+    history = History(clock="monotonic", executions=(running, second), faults=(fault,))
+    overlaps = check(history, RECORDS)[0]
+    assert overlaps.passed is counted_apart
+    assert overlaps.counts["clock_step_overlaps"] == int(counted_apart)
+    assert overlaps.counts["overlaps"] == int(not counted_apart)
+    early = dataclasses.replace(second, start=4.5)
+    before = History(clock="monotonic", executions=(running, early), faults=(fault,))
+    assert check(before, RECORDS)[0].counts["overlaps"] == 1
+
+
 def test_an_open_ended_execution_overlaps_everything_after_it() -> None:
     """An execution whose end was never recorded counts as running to the history's end."""
     open_ended = dataclasses.replace(CLEAN.executions[0], end=None)

@@ -62,6 +62,15 @@ def test_three_brokers_are_killed_or_restarted_in_turn_never_frozen() -> None:
     assert {f.size for f in killed} <= {0, 1, 2}
 
 
+def test_only_the_single_node_steps_its_clock_past_every_lease() -> None:
+    """The one node runs on a stepped clock; a replicated topology's nodes do not."""
+    assert "redis_clock_step" not in fault_kinds("sentinel", store_outages=True)
+    assert "redis_clock_step" not in fault_kinds("cluster", store_outages=True)
+    steps = [f for f in _plan(3).faults if f.kind == "redis_clock_step"]
+    assert steps
+    assert all(33.0 <= f.size <= 60.0 for f in steps)  # 1.1 to 2 leases of 30 s
+
+
 def test_the_default_payloads_name_the_same_key_by_record_and_by_tenant() -> None:
     """Record key and payload agree, so jobs keyed either way see one job key."""
     key, payload = default_payloads(random.Random(1), 3, 2)

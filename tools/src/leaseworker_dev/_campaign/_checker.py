@@ -25,6 +25,15 @@ from ._invariant_verdict import MAX_SHOWN, Verdict, verdict
 DATA_LOSS_FAULTS = frozenset({"redis_restart_empty"})
 """Faults after which Redis forgot held leases: the documented limit, fencing's job."""
 
+CLOCK_STEP = "redis_clock_step"
+"""A forward step of Redis's wall clock: leases expire early, their holders run on.
+
+The holder stops at its next renewal, rejected: an overlap that began after
+the step and ended within the window's ``overlap_bound_s`` of its start (the
+renewal interval plus the Redis timeout, and a margin) is the documented
+limit, counted apart; a longer one is a violation.
+"""
+
 DEATH_GRACE = 1.0
 """Seconds an execution's processes may outlive its SIGKILLed pod (the keeper's bound)."""
 
@@ -39,16 +48,19 @@ def no_overlap(history: History, records: Records) -> Verdict:
 
     An overlap involving a *paused* execution (its pod frozen or its loop
     stalled) is counted apart: the lease cannot stop a frozen process, fencing
-    does. So is one across a fault that emptied Redis (the documented limit).
+    does. So is one across a fault that emptied Redis (the documented limit),
+    and one a forward step of Redis's clock allowed, within its bound.
     """
     until = history.end
     violations: list[str] = []
-    paused = data_loss = 0
+    paused = data_loss = clock_step = 0
     for first, second in history.overlapping(until=until):
         if first.paused or second.paused:
             paused += 1
         elif _across_data_loss(first, second, history):
             data_loss += 1
+        elif _within_clock_step(first, second, history):
+            clock_step += 1
         else:
             seconds = first.overlaps(second, until=until)
             violations.append(
@@ -62,6 +74,7 @@ def no_overlap(history: History, records: Records) -> Verdict:
         "overlaps": len(violations),
         "paused_overlaps": paused,
         "data_loss_overlaps": data_loss,
+        "clock_step_overlaps": clock_step,
     }
     return verdict("no two executions of one key at once", counts, violations)
 
@@ -249,6 +262,7 @@ def no_code_after_stop(history: History, records: Records) -> Verdict:
             later is not None
             and mark.last >= later.start
             and not _across_data_loss(execution, later, history)
+            and not _within_clock_step(execution, later, history, until=mark.last)
         ):
             violations.append(
                 f"{execution.job_key}: {execution.execution_id} ({execution.pod}): process "
@@ -298,6 +312,25 @@ def _across_data_loss(first: Execution, second: Execution, history: History) -> 
     """Whether Redis lost its data while ``first`` held the lease, before ``second`` began."""
     return any(
         fault.kind in DATA_LOSS_FAULTS and first.start <= fault.start <= second.start
+        for fault in history.faults
+    )
+
+
+def _within_clock_step(
+    first: Execution, second: Execution, history: History, *, until: float | None = None
+) -> bool:
+    """Whether a clock step while ``first`` held the lease explains the overlap.
+
+    The step came before ``second`` began, and ``first`` (or, with ``until``,
+    what of it still ran then) ended within the step's bound.
+    """
+    end = until if until is not None else first.end
+    if end is None:
+        return False
+    return any(
+        fault.kind == CLOCK_STEP
+        and first.start <= fault.start <= second.start
+        and end <= fault.start + float(fault.attrs.get("overlap_bound_s", 0.0) or 0.0)
         for fault in history.faults
     )
 

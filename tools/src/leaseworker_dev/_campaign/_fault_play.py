@@ -26,7 +26,7 @@ from ._outbox_audit import lapse_claims
 from ._plan import PlannedFault
 from ._receiver import Receiver
 from ._stall import stall_request
-from ._testbed import Services
+from ._testbed import REDIS_TIMEOUT, Services
 
 _MAX_BYTES = "max.message.bytes"
 
@@ -145,6 +145,23 @@ class Injector:
         start = time.monotonic()
         await anyio.to_thread.run_sync(self.stack.redis.restart_empty)
         self._record(planned, start)
+        await anyio.sleep(planned.duration)
+
+    async def _redis_clock_step(self, planned: PlannedFault) -> None:
+        """Step the Redis host's wall clock forward by ``size`` seconds, for good (an NTP step).
+
+        Every lease expires at once while its holder runs on until its next
+        renewal: the window carries that overlap's bound, the renewal interval
+        (a third of the lease) plus the pods' Redis timeout and 0.5 s of margin.
+        """
+        redis = self.stack.redis
+        if redis is None or redis.clock is None:  # no C compiler for the shim here
+            self.skipped.append(planned)
+            return
+        start = time.monotonic()
+        redis.clock.step(planned.size)
+        bound = self.lease / 3 + REDIS_TIMEOUT + 0.5
+        self._record(planned, start, step_s=round(planned.size, 3), overlap_bound_s=bound)
         await anyio.sleep(planned.duration)
 
     async def _kafka_restart(self, planned: PlannedFault) -> None:

@@ -9,7 +9,7 @@ a pause or a stall outlives it, a black-hole sometimes does and sometimes not.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -22,6 +22,7 @@ FaultKind = Literal[
     "loop_stall",
     "redis_restart",
     "redis_restart_empty",
+    "redis_clock_step",
     "kafka_restart",
     "broker_kill",
     "broker_rolling_restart",
@@ -52,6 +53,7 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "loop_stall": 2,
     "redis_restart": 1,
     "redis_restart_empty": 1,
+    "redis_clock_step": 1,
     "kafka_restart": 1,
     "broker_kill": 2,
     "broker_rolling_restart": 1,
@@ -156,6 +158,13 @@ _EXTRA: Final[dict[FaultKind, float]] = {
 """Seconds beyond its duration a fault of this kind usually takes."""
 
 
+_INSTANT_SIZES: Final[dict[FaultKind, Callable[[random.Random, float], float]]] = {
+    "cluster_failover": lambda rng, lease: rng.randrange(SHARDS),  # the shard
+    "redis_clock_step": lambda rng, lease: rng.uniform(1.1, 2.0) * lease,  # every lease expires
+}
+"""Instantaneous faults with a size: how each draws it (from the lease where it matters)."""
+
+
 def _sized(
     rng: random.Random, kind: FaultKind, at: float, target: str | None, lease: float
 ) -> PlannedFault:
@@ -181,8 +190,8 @@ def _sized(
         duration = rng.uniform(1.0, 8.0)
     elif kind in ("effects_refused", "outbox_claims_lapse"):
         duration = rng.uniform(1.0, 5.0)  # a lapse: a frozen broker, within the session timeout
-    elif kind == "cluster_failover":
-        return PlannedFault(kind=kind, at=at, duration=0.5, size=rng.randrange(SHARDS))
+    elif kind in _INSTANT_SIZES:
+        return PlannedFault(kind=kind, at=at, duration=0.5, size=_INSTANT_SIZES[kind](rng, lease))
     elif kind in ("kafka_restart", "receiver_restart"):
         # Down time; then the broker's start, or a new consumer on the same inbox.
         duration = rng.uniform(0.5, 3.0)
@@ -228,7 +237,7 @@ def fault_kinds(
         if own_store:
             kinds.append("outbox_claims_lapse")
     if topology == "single":
-        kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty"]
+        kinds += [*sorted(PROXY_FAULTS), "redis_restart", "redis_restart_empty", "redis_clock_step"]
     elif topology == "sentinel":
         kinds.append("sentinel_failover")
     else:

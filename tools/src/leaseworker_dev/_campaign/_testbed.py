@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +33,8 @@ from .._services import (
     LocalStack,
     PodProcess,
     Service,
+    ToolMissingError,
+    WallClock,
     pod_process,
 )
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
@@ -40,9 +42,12 @@ from ._stall import DIR_VARIABLE, JOB_VARIABLE
 Topology = Literal["single", "sentinel", "cluster"]
 """A campaign pod is the one pod process."""
 
+REDIS_TIMEOUT = 0.5
+"""The pods' ``--redis-timeout``: a rejected renewal's answer comes within it."""
+
 POD_FLAGS = (
     *("--session-timeout", "6", "--heartbeat-interval", "1", "--revoke-timeout", "2"),
-    *("--shutdown-timeout", "3", "--redis-timeout", "0.5", "--store-timeout", "2"),
+    *("--shutdown-timeout", "3", "--redis-timeout", str(REDIS_TIMEOUT), "--store-timeout", "2"),
     *("--max-poll-interval", "20"),
 )
 """Short Kafka and call timings, so hand-overs take seconds (the job's lease is its own)."""
@@ -160,7 +165,12 @@ def services(
     }
     kafka = functools.partial(LocalKafka.start, settings=AUTO_CREATE)
     kafka3 = functools.partial(LocalKafkaCluster.start, settings=AUTO_CREATE)
-    with LocalStack(starters={"kafka": kafka, "kafka3": kafka3}) as stack:
+    starters: dict[Service, Callable[[], Any]] = {"kafka": kafka, "kafka3": kafka3}
+    if topology == "single":  # on a wall clock redis_clock_step steps
+        with contextlib.suppress(ToolMissingError):  # no C compiler: that fault is not played
+            clock = WallClock.create(workdir)
+            starters["redis"] = functools.partial(LocalRedis.start, clock=clock)
+    with LocalStack(starters=starters) as stack:
         ours: Service = "kafka3" if kafka_brokers == 3 else "kafka"
         own: list[Service] = [] if bootstrap_servers else [ours]
         optional: list[Service] = ["postgres"] if store_url is None else []
