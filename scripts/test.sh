@@ -4,6 +4,12 @@
 # The run ends with its 25 slowest tests and the wall time per test directory
 # (leaseworker_dev._suite_report), in CI's log too.
 #
+# Tests run in parallel: WORKERS pytest-xdist workers (default 3: the tests mostly wait,
+# and on two cores 3 ran the suite in 9 min with its tests at their serial pace, where 6
+# slowed them 2x and overran four timing budgets), each with services of its own,
+# --dist loadgroup keeping the tests of one heavy stack in one worker (tests/conftest.py).
+# `-n 0` runs them in this process, one after another; a later -n or --dist wins.
+#
 #   bash scripts/test.sh --repeat N PATTERN [pytest args]
 # proves a fix: bootstrap, then N runs of the tests PATTERN names, in one pytest session
 # (pytest-repeat's --count N --repeat-scope session: every test once, then all again), no
@@ -12,6 +18,7 @@
 # tests/lease/test_hold.py::test_x), else a -k expression ("hold and not virtual").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+parallel=(-n "${WORKERS:-3}" --dist loadgroup)
 if [ "${1:-}" = "--repeat" ]; then
     count="${2:-}" pattern="${3:-}"
     if ! [[ "$count" =~ ^[1-9][0-9]*$ ]] || [ -z "$pattern" ]; then
@@ -23,12 +30,13 @@ if [ "${1:-}" = "--repeat" ]; then
     selection=(-k "$pattern")
     [ -e "${pattern%%::*}" ] && selection=("$pattern")
     echo "== pytest, $count runs of ${selection[*]}"
-    exec .venv/bin/pytest --count "$count" --repeat-scope session --durations=10 \
-        "${selection[@]}" "$@"
+    exec .venv/bin/pytest "${parallel[@]}" --count "$count" --repeat-scope session \
+        --durations=10 "${selection[@]}" "$@"
 fi
 bash scripts/bootstrap.sh
 echo "== ruff"; .venv/bin/ruff check src tools/src tests bench
 .venv/bin/ruff format --check src tools/src tests bench
 echo "== mypy --strict"; .venv/bin/mypy
 echo "== import contracts"; .venv/bin/lint-imports --no-cache
-echo "== pytest"; .venv/bin/pytest --cov --cov-report=term-missing:skip-covered --durations=25 "$@"
+echo "== pytest"
+.venv/bin/pytest "${parallel[@]}" --cov --cov-report=term-missing:skip-covered --durations=25 "$@"

@@ -8,6 +8,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -30,6 +31,84 @@ from .kafka_util import KafkaNames
 # loaded from there it would import leaseworker before coverage starts measuring it), and the
 # suite's own report (wall time per directory, after --durations' slowest tests).
 pytest_plugins = ["leaseworker_dev.pytest_plugin", "leaseworker_dev._suite_report", "pytester"]
+
+
+ONE_WORKER_STACKS = {
+    "sentinel_group": "sentinel",
+    "redis_cluster": "cluster",
+    "own_kafka": "own-kafka",
+    "engine": "podman",
+}
+"""Session stacks whose tests run in one xdist worker (``--dist loadgroup``), in turn.
+
+Each worker has services of its own (its ``local_stack``), so no test shares a
+service with a test running at the same moment. These stacks are costly to start
+(six Redis processes and three sentinels, a JVM, Podman's image build) and their
+tests restart, fail over, pause or stop parts of them: in one group each starts
+once per run instead of once per worker (and two image builds never race). A test
+that asks for one by ``request.getfixturevalue`` names its group itself
+(``pytest.param(..., marks=pytest.mark.xdist_group(...))``).
+"""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Know the ``xdist_group`` mark without pytest-xdist too (``-p no:xdist``)."""
+    config.addinivalue_line("markers", "xdist_group(name): run in one xdist worker, in turn")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test that uses one of :data:`ONE_WORKER_STACKS` in that stack's group.
+
+    In an xdist worker, the groups go to the controller's scheduler (``tests/xdist_groups.py``).
+    """
+    groups: dict[str, str] = {}
+    for item in items:
+        used = item.fixturenames if isinstance(item, pytest.Function) else ()
+        stacks = sorted(group for fixture, group in ONE_WORKER_STACKS.items() if fixture in used)
+        if stacks:
+            item.add_marker(pytest.mark.xdist_group(stacks[0]))
+        named = sorted(str(mark.args[0]) for mark in item.iter_markers("xdist_group") if mark.args)
+        if named:
+            groups[item.nodeid] = named[0]
+    if hasattr(config, "workerinput"):
+        from .xdist_groups import write
+
+        write(config, groups)
+
+
+_GROUPS = pytest.StashKey[Path]()
+
+
+def _groups_directory(config: pytest.Config) -> Path:
+    """The controller's directory where the workers write their groups (made once)."""
+    if _GROUPS not in config.stash:
+        config.stash[_GROUPS] = Path(tempfile.mkdtemp(prefix="lwgroups-"))
+    return config.stash[_GROUPS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each xdist worker where to write its groups."""
+    from .xdist_groups import KEY
+
+    node.workerinput[KEY] = str(_groups_directory(node.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``, xdist's scheduling with the groups the workers wrote."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from .xdist_groups import StackGroups
+
+    return StackGroups(config, log, _groups_directory(config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the groups' directory (the controller's, when there was one)."""
+    if _GROUPS in config.stash:
+        shutil.rmtree(config.stash[_GROUPS], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -131,14 +131,19 @@ def test_inspect_with_a_bad_store_url_exits_2_with_one_line(
 @pytest.mark.parametrize(
     ("redis_url", "says"),
     [
-        (f"redis://127.0.0.1:{free_port()}/0", "unavailable"),  # nobody listens there
+        ("redis://127.0.0.1:{free}/0", "unavailable"),  # nobody listens there
         ("redis://:s3cret@127.0.0.1:notaport/0", "not a valid Redis URL"),
     ],
 )
 def test_inspect_with_redis_unreachable_or_malformed_exits_2_with_one_line(
     capsys: pytest.CaptureFixture[str], redis_url: str, says: str
 ) -> None:
-    """No traceback, one line, and never the URL's password."""
+    """No traceback, one line, and never the URL's password.
+
+    The free port is picked when the test runs: picked at collection, it would
+    differ between pytest-xdist's workers, which must collect the same tests.
+    """
+    redis_url = redis_url.replace("{free}", str(free_port()))
     code = main(["inspect", "k", "--redis-url", redis_url, "--store-url", "memory://"])
     assert code == 2
     err = capsys.readouterr().err.strip()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker_dev._suite_report import DirectoryTimes, RepeatedRuns
+from leaseworker_dev._suite_report import DirectoryTimes, RepeatedRuns, worker_line
 
 
 def test_phases_add_up_per_directory_and_tests_are_counted_once() -> None:
@@ -83,3 +83,35 @@ def test_repeated_runs_are_counted_at_the_end(pytester: pytest.Pytester) -> None
     )  # fmt: skip
     result.assert_outcomes(passed=5, failed=1)
     result.stdout.fnmatch_lines(["*repeat: 2 of 3 runs passed (failed: run 2)*"])
+
+
+def test_a_grouped_test_counts_in_its_run_and_workers_are_listed_in_order() -> None:
+    """``--dist loadgroup``'s ``@group`` suffix keeps a test in its run; gw10 comes after gw2."""
+    runs = RepeatedRuns(2)
+    runs.add("tests/a.py::test_x[1-2]@sentinel", failed=False)
+    runs.add("tests/a.py::test_x[2-2]@sentinel", failed=True)
+    assert runs.verdict() == "repeat: 1 of 2 runs passed (failed: run 2)"
+    line = worker_line({"gw10": 1.0, "gw2": 2.4, "gw0": 3.0})
+    assert line == "3 workers busy: gw0 3s, gw2 2s, gw10 1s"
+
+
+def test_under_xdist_the_controller_prints_the_table(pytester: pytest.Pytester) -> None:
+    """The workers' reports reach the controller: one table for the run, then the workers."""
+    pytester.makepyfile(
+        **{
+            "one/test_one.py": "def test_one():\n    pass\n",
+            "two/test_two.py": "def test_two():\n    pass\ndef test_three():\n    pass\n",
+        }
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "leaseworker_dev._suite_report", "-p", "no:asyncio", "-p", "no:cacheprovider",
+        "-n", "2",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*wall time per directory (setup + call + teardown)*",
+            "total *100%      3 tests",
+            "* workers busy: gw*s",
+        ]
+    )

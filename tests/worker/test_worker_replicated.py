@@ -34,7 +34,11 @@ class Topology:
     keys: int  # enough job keys to spread over its shards
 
 
-@pytest.fixture(params=["sentinel", "cluster"])
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.xdist_group(name)) for name in ("sentinel", "cluster")
+    ]
+)
 async def topology(request: pytest.FixtureRequest) -> Topology:
     """The session's Sentinel group or cluster, healthy again (only the one asked is started)."""
     if request.param == "sentinel":

@@ -112,10 +112,20 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+REDIS_TIMEOUT = 5.0
+"""Seconds inspect's one Redis read may take, its connection's handshakes included.
+
+Not the pods' 0.5 s: that budget must end inside a lease's margin, and a late
+answer is worth nothing there. A person or a script waits for this one; through
+Sentinel on TLS (two handshakes) on a loaded machine, 0.5 s was not always enough.
+"""
+
+
 async def _read(args: argparse.Namespace) -> dict[str, object]:
     client = redis_from_url(args.redis_url)
     try:
-        info = await RedisLeases(client, namespace=args.namespace).inspect(args.key)
+        leases = RedisLeases(client, namespace=args.namespace, command_timeout=REDIS_TIMEOUT)
+        info = await leases.inspect(args.key)
     finally:
         await client.aclose()
     completion, effects = await _stored(args)

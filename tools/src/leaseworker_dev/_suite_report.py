@@ -8,6 +8,11 @@ sits), slowest first, with the number of tests in each. Under pytest-repeat's
 ``--count N --repeat-scope session`` (``scripts/test.sh --repeat``) it also
 says how many of the N runs passed: run k passed when no test failed in its
 k-th repetition (pytest-repeat ends a repeated test's id with ``k-N]``).
+
+Under pytest-xdist the controller gets every worker's reports and prints the
+table; the directories' sums then exceed the run's wall time, and a last line
+says how busy each worker was (the longest is the run's floor). ``--dist
+loadgroup`` ends a grouped test's id with ``@group``, which the runs ignore.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ class RepeatedRuns:
 
     def add(self, nodeid: str, *, failed: bool) -> None:
         """Count one phase of ``nodeid`` in its run (ids without a repetition are not counted)."""
-        step = re.search(rf"[\[-](\d+)-{self.count}\]$", nodeid)
+        step = re.search(rf"[\[-](\d+)-{self.count}\](@[^\]]*)?$", nodeid)
         if step is None:
             return
         run = int(step[1])
@@ -90,17 +95,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_SuiteReport(count), "leaseworker-suite-report")
 
 
+def worker_line(busy: dict[str, float]) -> str:
+    """Say how long each xdist worker ran tests (``gw0``, ``gw1``, ... in order)."""
+    order = sorted(busy, key=lambda name: (len(name), name))
+    return f"{len(busy)} workers busy: " + ", ".join(f"{name} {busy[name]:.0f}s" for name in order)
+
+
 class _SuiteReport:
     """The hooks, around one session's table."""
 
     def __init__(self, count: int) -> None:
         self.times = DirectoryTimes()
         self.runs = RepeatedRuns(count)
+        self.workers: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Add each phase's duration to the directory of its test, and its outcome to its run."""
         self.times.add(report.nodeid, report.duration)
         self.runs.add(report.nodeid, failed=report.failed)
+        worker = getattr(report, "worker_id", None)  # pytest-xdist's, on the controller
+        if worker is not None:
+            self.workers[str(worker)] = self.workers.get(str(worker), 0.0) + report.duration
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -110,5 +125,7 @@ class _SuiteReport:
             terminalreporter.write_sep("=", "wall time per directory (setup + call + teardown)")
             for line in lines:
                 terminalreporter.write_line(line)
+            if self.workers:
+                terminalreporter.write_line(worker_line(self.workers))
         if self.runs.count > 1:
             terminalreporter.write_sep("=", self.runs.verdict())
