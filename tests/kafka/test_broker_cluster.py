@@ -39,9 +39,7 @@ def cluster() -> Iterator[LocalKafkaCluster]:
 def restored(cluster: LocalKafkaCluster) -> Iterator[LocalKafkaCluster]:
     """The cluster, with every node up and in sync again after the test."""
     yield cluster
-    for node_id, node in cluster.nodes.items():
-        if node.process.popen.poll() is not None:
-            cluster.up(node_id)
+    cluster.up(*[i for i, node in cluster.nodes.items() if node.process.popen.poll() is not None])
     cluster.wait_in_sync()
 
 

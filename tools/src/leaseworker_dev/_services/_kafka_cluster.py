@@ -119,9 +119,16 @@ class LocalKafkaCluster:
         """Stop node ``node_id`` in order (SIGTERM: it hands its leaderships over first)."""
         self._node(node_id).down(timeout)
 
-    def up(self, node_id: int, *, timeout: float = 60.0) -> None:
-        """Start node ``node_id`` again; return once it serves requests (not yet in sync)."""
-        self._node(node_id).up(timeout=timeout)
+    def up(self, *node_ids: int, timeout: float = 60.0) -> None:
+        """Start the nodes ``node_ids`` again; return once each serves requests (not yet in sync).
+
+        Several start at once: a node's readiness asks for a group coordinator,
+        which another node still down may be the only one able to lead.
+        """
+        nodes = [self._node(node_id) for node_id in node_ids]
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            for started in [pool.submit(node.up, timeout=timeout) for node in nodes]:
+                started.result()
 
     def rolling_restart(self, *, timeout: float = 120.0) -> None:
         """Stop and start each node in turn, waiting until every partition is in sync again."""
