@@ -130,6 +130,13 @@ def hold_the_gil(pctx: ProcessContext, marker: str, seconds: int) -> None:
     ctypes.PyDLL(None).sleep(seconds)
 
 
+def hold_the_gil_with_grandchild(pctx: ProcessContext, marker: str, seconds: int) -> None:
+    """Start a sleeping grandchild, mark "child grandchild" pids, then hold the GIL in sleep()."""
+    grandchild = subprocess.Popen(["sleep", "60"])
+    mark(marker, f"{os.getpid()} {grandchild.pid}")
+    ctypes.PyDLL(None).sleep(seconds)
+
+
 def lost_at_once(pctx: ProcessContext) -> bool:
     """Return whether the lease looked owned at the call's start (checkpoint() raises if not)."""
     owned = pctx.owned

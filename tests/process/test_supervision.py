@@ -108,6 +108,39 @@ async def test_the_kernel_timer_kills_a_child_that_holds_the_gil(tmp_path: Path)
     assert caught.value.signal == signal.SIGALRM
 
 
+async def test_the_keeper_kills_the_group_of_a_child_the_kernel_timer_killed(
+    tmp_path: Path,
+) -> None:
+    """The watchdog held off by the GIL, the pod's loop stuck: the keeper kills the grandchild.
+
+    The kernel timer kills the child alone (SIGALRM); the keeper, watching the child's
+    pidfd, kills its group within 100 ms of the child's death, with no help from the pod.
+    """
+    marker = tmp_path / "started"
+    died: list[ChildProcessDied] = []
+
+    async def run(pool: ProcessPool) -> None:
+        try:
+            await Call().run(pool, jobs.hold_the_gil_with_grandchild, str(marker), 30, deadline=0.4)
+        except ChildProcessDied as exc:
+            died.append(exc)
+
+    async with ProcessPool(1) as pool, anyio.create_task_group() as group:
+        group.start_soon(run, pool)
+        child, grandchild = (int(pid) for pid in (await marked(marker)).split())
+        # The point: the pod's loop cannot act (nor kill the group) while this polls.
+        limit = time.monotonic() + 10.0
+        while alive(child) and time.monotonic() < limit:
+            time.sleep(0.002)  # noqa: ASYNC251
+        dead = time.monotonic()
+        assert not alive(child)
+        while alive(grandchild) and time.monotonic() < dead + 0.1:
+            time.sleep(0.002)  # noqa: ASYNC251
+        assert not alive(grandchild)
+    [exc] = died
+    assert exc.signal == signal.SIGALRM  # the kernel timer, not the watchdog
+
+
 async def test_a_moved_deadline_rearms_the_kernel_timer(tmp_path: Path) -> None:
     """After move(), the child computes past its first deadline and is not killed."""
     marker = tmp_path / "started"
