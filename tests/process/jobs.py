@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -66,6 +67,12 @@ def spin_with_grandchild(pctx: ProcessContext, marker: str) -> None:
     mark(marker, f"{os.getpid()} {grandchild.pid}")
     while True:
         pass
+
+
+def spin_with_grandchild_unalarmed(pctx: ProcessContext, marker: str) -> None:
+    """``spin_with_grandchild`` with SIGALRM ignored: no kernel timer, only a watchdog's kill."""
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    spin_with_grandchild(pctx, marker)
 
 
 def until_lost(pctx: ProcessContext, marker: str) -> None:

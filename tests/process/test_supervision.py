@@ -36,14 +36,18 @@ async def gone(*pids: int, within: float) -> None:
 
 
 async def test_the_watchdog_kills_the_group_while_the_pod_loop_is_blocked(tmp_path: Path) -> None:
-    """Deadline passed, pod loop stuck: the child's watchdog killed its group (SIGKILL)."""
+    """Deadline passed, pod loop stuck: the child's watchdog killed its group (SIGKILL).
+
+    The job ignores SIGALRM, so the kernel timer cannot win a race with a watchdog
+    that a loaded machine runs late (the keeper would then kill the grandchild).
+    """
     marker = tmp_path / "started"
     call = Call()
     died: list[ChildProcessDied] = []
 
     async def run(pool: ProcessPool) -> None:
         try:
-            await call.run(pool, jobs.spin_with_grandchild, str(marker), deadline=0.4)
+            await call.run(pool, jobs.spin_with_grandchild_unalarmed, str(marker), deadline=0.4)
         except ChildProcessDied as exc:
             died.append(exc)
 
@@ -62,7 +66,8 @@ async def test_a_call_due_before_the_watchdogs_wake_up_wakes_it(tmp_path: Path) 
     """A call due before the watchdog's next look is killed at its deadline by the watchdog.
 
     The first call's far deadline set the watchdog's sleep; the second, due sooner, dies by
-    SIGKILL with its grandchild (the watchdog), not by the kernel timer's SIGALRM.
+    SIGKILL with its grandchild (the watchdog; it ignores SIGALRM, so the kernel timer
+    cannot stand in for a watchdog that slept on).
     """
     marker = tmp_path / "started"
     call = Call()
@@ -70,7 +75,7 @@ async def test_a_call_due_before_the_watchdogs_wake_up_wakes_it(tmp_path: Path) 
 
     async def run(pool: ProcessPool) -> None:
         try:
-            await call.run(pool, jobs.spin_with_grandchild, str(marker), deadline=0.4)
+            await call.run(pool, jobs.spin_with_grandchild_unalarmed, str(marker), deadline=0.4)
         except ChildProcessDied as exc:
             died.append(exc)
 
