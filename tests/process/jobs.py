@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -66,6 +67,12 @@ def spin_with_grandchild(pctx: ProcessContext, marker: str) -> None:
     mark(marker, f"{os.getpid()} {grandchild.pid}")
     while True:
         pass
+
+
+def spin_with_grandchild_unalarmed(pctx: ProcessContext, marker: str) -> None:
+    """``spin_with_grandchild`` with SIGALRM ignored: no kernel timer, only a watchdog's kill."""
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    spin_with_grandchild(pctx, marker)
 
 
 def until_lost(pctx: ProcessContext, marker: str) -> None:
@@ -127,6 +134,13 @@ def outlive(pctx: ProcessContext, marker: str, moved: float, until: float) -> bo
 def hold_the_gil(pctx: ProcessContext, marker: str, seconds: int) -> None:
     """Mark, then call libc's sleep() without releasing the GIL (as a C extension can)."""
     mark(marker, str(os.getpid()))
+    ctypes.PyDLL(None).sleep(seconds)
+
+
+def hold_the_gil_with_grandchild(pctx: ProcessContext, marker: str, seconds: int) -> None:
+    """Start a sleeping grandchild, mark "child grandchild" pids, then hold the GIL in sleep()."""
+    grandchild = subprocess.Popen(["sleep", "60"])
+    mark(marker, f"{os.getpid()} {grandchild.pid}")
     ctypes.PyDLL(None).sleep(seconds)
 
 

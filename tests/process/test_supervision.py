@@ -46,14 +46,18 @@ def shm() -> set[str]:
 
 
 async def test_the_watchdog_kills_the_group_while_the_pod_loop_is_blocked(tmp_path: Path) -> None:
-    """Deadline passed, pod loop stuck: the child's watchdog killed its group (SIGKILL)."""
+    """Deadline passed, pod loop stuck: the child's watchdog killed its group (SIGKILL).
+
+    The job ignores SIGALRM, so the kernel timer cannot win a race with a watchdog
+    that a loaded machine runs late (the keeper would then kill the grandchild).
+    """
     marker = tmp_path / "started"
     call = Call()
     died: list[ChildProcessDied] = []
 
     async def run(pool: ProcessPool) -> None:
         try:
-            await call.run(pool, jobs.spin_with_grandchild, str(marker), deadline=0.4)
+            await call.run(pool, jobs.spin_with_grandchild_unalarmed, str(marker), deadline=0.4)
         except ChildProcessDied as exc:
             died.append(exc)
 
@@ -72,7 +76,8 @@ async def test_a_call_due_before_the_watchdogs_wake_up_wakes_it(tmp_path: Path) 
     """A call due before the watchdog's next look is killed at its deadline by the watchdog.
 
     The first call's far deadline set the watchdog's sleep; the second, due sooner, dies by
-    SIGKILL with its grandchild (the watchdog), not by the kernel timer's SIGALRM.
+    SIGKILL with its grandchild (the watchdog; it ignores SIGALRM, so the kernel timer
+    cannot stand in for a watchdog that slept on).
     """
     marker = tmp_path / "started"
     call = Call()
@@ -80,7 +85,7 @@ async def test_a_call_due_before_the_watchdogs_wake_up_wakes_it(tmp_path: Path) 
 
     async def run(pool: ProcessPool) -> None:
         try:
-            await call.run(pool, jobs.spin_with_grandchild, str(marker), deadline=0.4)
+            await call.run(pool, jobs.spin_with_grandchild_unalarmed, str(marker), deadline=0.4)
         except ChildProcessDied as exc:
             died.append(exc)
 
@@ -116,6 +121,39 @@ async def test_the_kernel_timer_kills_a_child_that_holds_the_gil(tmp_path: Path)
         with pytest.raises(ChildProcessDied) as caught:
             await Call().run(pool, jobs.hold_the_gil, str(marker), 30, deadline=0.4)
     assert caught.value.signal == signal.SIGALRM
+
+
+async def test_the_keeper_kills_the_group_of_a_child_the_kernel_timer_killed(
+    tmp_path: Path,
+) -> None:
+    """The watchdog held off by the GIL, the pod's loop stuck: the keeper kills the grandchild.
+
+    The kernel timer kills the child alone (SIGALRM); the keeper, watching the child's
+    pidfd, kills its group within 100 ms of the child's death, with no help from the pod.
+    """
+    marker = tmp_path / "started"
+    died: list[ChildProcessDied] = []
+
+    async def run(pool: ProcessPool) -> None:
+        try:
+            await Call().run(pool, jobs.hold_the_gil_with_grandchild, str(marker), 30, deadline=0.4)
+        except ChildProcessDied as exc:
+            died.append(exc)
+
+    async with ProcessPool(1) as pool, anyio.create_task_group() as group:
+        group.start_soon(run, pool)
+        child, grandchild = (int(pid) for pid in (await marked(marker)).split())
+        # The point: the pod's loop cannot act (nor kill the group) while this polls.
+        limit = time.monotonic() + 10.0
+        while alive(child) and time.monotonic() < limit:
+            time.sleep(0.002)  # noqa: ASYNC251
+        dead = time.monotonic()
+        assert not alive(child)
+        while alive(grandchild) and time.monotonic() < dead + 0.1:
+            time.sleep(0.002)  # noqa: ASYNC251
+        assert not alive(grandchild)
+    [exc] = died
+    assert exc.signal == signal.SIGALRM  # the kernel timer, not the watchdog
 
 
 async def test_a_moved_deadline_rearms_the_kernel_timer(tmp_path: Path) -> None:

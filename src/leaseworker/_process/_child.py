@@ -9,8 +9,8 @@ Fail closed: while a call runs, a watchdog thread sleeps to the deadline in the
 shared ``SLOT`` (woken through ``WAKE`` when the pod moves it) and then kills the
 whole group; a kernel timer (``ITIMER_REAL``, SIGALRM left at its default action)
 kills the child itself 25 ms later if that thread could not run (a C
-extension holding the GIL; the job's own processes then live until the pod or the
-keeper kills the group). The thread re-arms the timer when the deadline moves,
+extension holding the GIL, or the machine's load; the keeper then kills the job's
+own processes, seeing the child gone). The thread re-arms the timer when the deadline moves,
 so a child that holds the GIL past a renewal dies at the deadline it had.
 """
 
