@@ -7,6 +7,9 @@ checker fails the first two too. A checker that cannot fail is a defect.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from leaseworker._history import Step
@@ -114,8 +117,8 @@ def test_what_the_history_does_not_show_is_open_but_not_free() -> None:
     assert not outside_verdict(late, records).passed
 
 
-def test_a_stale_fence_accepted_fails_both_checkers() -> None:
-    """Fence 11 accepted after fence 12 had been accepted for the key."""
+def test_a_stale_fence_accepted_fails_both_checkers(tmp_path: Path) -> None:
+    """Fence 11 accepted after fence 12 had been accepted for the key; its input is kept."""
     history = _history(
         _run("a", 0.0, 12, "v1", (1.0, "accepted")),
         _run("b", 0.5, 11, "v2", (3.0, "accepted")),
@@ -126,8 +129,12 @@ def test_a_stale_fence_accepted_fails_both_checkers() -> None:
             (KEY, "v2"): Stored(fence=11, execution_id="b"),
         }
     )
-    verdict = outside_verdict(history, records)
+    kept = tmp_path / "store-ops.jsonl"
+    verdict = outside_verdict(history, records, keep=kept)
     assert not verdict.passed
+    lines = [json.loads(line) for line in kept.read_text().splitlines()]
+    assert lines[0] == {"format": "leaseworker.ops/1"}
+    assert len(lines) == 1 + 4  # two claims, two completions: what Porcupine read
     assert verdict.violations == (f"NOT linearizable (keys {KEY})",)
     assert _failed(ONE_COMPLETION, history, records)
     refused = _history(history.executions[0], _run("b", 0.5, 11, "v2", (3.0, "stale")))
@@ -157,3 +164,21 @@ def test_a_stale_answer_with_no_higher_fence_fails() -> None:
     )
     records = Records(completions={(KEY, "v1"): Stored(fence=11, execution_id="b")})
     assert not outside_verdict(history, records).passed
+
+
+def test_an_open_claim_ends_once_a_fence_as_high_is_in() -> None:
+    """A lost execution's claim is open until a higher fence's claim returned; later, it is moot.
+
+    Porcupine would try every open claim in every order before refusing a bad history.
+    """
+    history = _history(
+        _run("a", 0.0, 10, "v1"),  # lost: its claim's answer never seen
+        _run("b", 1.0, 11, "v1", (2.0, "accepted")),
+        _run("c", 3.0, 9, "v2"),  # a lower fence sent after 11 was in: changes nothing
+    )
+    records = Records(completions={(KEY, "v1"): Stored(fence=11, execution_id="b")})
+    ops = outside_operations(history, records)
+    claims = {op["client"]: op for op in ops if op["op"] == "claim"}
+    assert claims[0]["return"] == claims[1]["return"] == 2_000_000_000
+    assert sorted(claims) == [0, 1]
+    assert outside_verdict(history, records).passed

@@ -310,7 +310,8 @@ async def _campaign_body(
             marks=marks(marks_dir(stack.workdir)),
         )
     history = pods_history(pods, injector.faults, stack.workdir)
-    verdicts, unjudged = await anyio.to_thread.run_sync(_judged, history, records)
+    ops = stack.workdir / "store-ops.jsonl"
+    verdicts, unjudged = await anyio.to_thread.run_sync(_judged, history, records, ops)
     result = Result(
         settings=settings,
         plan=plan,
@@ -328,16 +329,17 @@ async def _campaign_body(
     return result
 
 
-def _judged(history: History, records: Records) -> tuple[list[Verdict], list[str]]:
+def _judged(history: History, records: Records, ops: Path) -> tuple[list[Verdict], list[str]]:
     """Our checker's verdicts and Porcupine's, or a note that Porcupine cannot be built here.
 
-    Porcupine's NOT linearizable, or its error, fails the campaign like any invariant.
+    Porcupine's NOT linearizable, or its error, fails the campaign like any invariant;
+    its input is left in ``ops`` (kept with the scratch directory of a failed run).
     """
     verdicts = check(history, records)
     if not outside_available():
         return verdicts, [f"{OUTSIDE} not run: no Go toolchain to build it"]
     try:
-        verdicts.append(outside_verdict(history, records))
+        verdicts.append(outside_verdict(history, records, keep=ops))
     except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
         failed = (f"could not judge: {exc}",)
         verdicts.append(Verdict(name=OUTSIDE, passed=False, violations=failed))

@@ -79,7 +79,32 @@ def operations(history: History, records: Records) -> list[dict[str, Any]]:
             _op(identity[0], client, "complete", identity[1], stored.fence)
             | {"call": call, "return": None, "status": "accepted"}
         )
-    return ops
+    return _bounded(ops)
+
+
+def _bounded(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Close what an open claim can still change: nothing, once a fence as high is in.
+
+    A claim only raises the key's highest fence. Once a claim or an accepted
+    completion of a fence at least as high has returned, placing the open
+    claim later changes nothing, so it may as well end there (or be left out,
+    when that one returned before it was even sent). The same judgement, a
+    search Porcupine can finish: every open claim left in is one more place
+    it tries in every order when a history is bad.
+    """
+    raised: dict[str, list[tuple[int, int]]] = {}  # key -> (fence, return) of known raisers
+    for op in ops:
+        if op["return"] is not None and (op["op"] == "claim" or op["status"] == "accepted"):
+            raised.setdefault(op["key"], []).append((op["fence"], op["return"]))
+    kept = []
+    for op in ops:
+        if op["op"] == "claim" and op["return"] is None:
+            ends = [end for fence, end in raised.get(op["key"], ()) if fence >= op["fence"]]
+            if ends and min(ends) < op["call"]:
+                continue  # a no-op wherever it falls
+            op = op | {"return": min(ends, default=None)}
+        kept.append(op)
+    return kept
 
 
 def document(ops: list[dict[str, Any]]) -> str:
@@ -108,9 +133,15 @@ def judge(ops: list[dict[str, Any]], *, timeout: float = 60.0) -> dict[str, Any]
     return answer
 
 
-def outside_verdict(history: History, records: Records) -> Verdict:
-    """Porcupine's verdict on the store operations of ``history`` and ``records``."""
-    answer = judge(operations(history, records))
+def outside_verdict(history: History, records: Records, *, keep: Path | None = None) -> Verdict:
+    """Porcupine's verdict on the store operations of ``history`` and ``records``.
+
+    ``keep``: a file to write the checker's input to first (a campaign's scratch directory).
+    """
+    ops = operations(history, records)
+    if keep is not None:
+        keep.write_text(document(ops), encoding="utf-8")
+    answer = judge(ops)
     counts: dict[str, Scalar] = {"keys": answer["keys"], "operations": answer["operations"]}
     if answer["linearizable"]:
         return Verdict(name=NAME, passed=True, counts=counts, note="linearizable")
