@@ -1,6 +1,6 @@
 // Command porcupine judges a fault campaign's store operations with Porcupine.
 //
-// It reads a "leaseworker.ops/1" document (see docs/chaos.md) on standard input:
+// It reads a "leaseworker.ops/1" document (what the campaign writes) on standard input:
 // one JSON object per line, the first {"format": "leaseworker.ops/1"}, then one
 // operation a line:
 //
