@@ -16,6 +16,7 @@ linearizability question: ``_checker`` judges those.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -156,12 +157,22 @@ def outside_verdict(history: History, records: Records, *, keep: Path | None = N
 
 def available() -> bool:
     """Whether the checker is built or can be (the Go toolchain is here)."""
-    return binary_path().is_file() or _go() is not None
+    try:
+        return binary_path().is_file() or _go() is not None
+    except ToolMissingError:  # its sources are missing from this installation
+        return False
 
 
 def binary_path() -> Path:
-    """Where the built checker lives (it may not exist yet)."""
-    return cache_dir(f"porcupine-{PORCUPINE_VERSION}") / "porcupine"
+    """Where the built checker lives (it may not exist yet), named by its sources' digest.
+
+    A changed model (``main.go``) builds anew instead of running an older cached binary.
+    """
+    module = shipped("tools/porcupine/go.mod").parent
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((module / name).read_bytes())
+    return cache_dir(f"porcupine-{PORCUPINE_VERSION}-{digest.hexdigest()[:12]}") / "porcupine"
 
 
 def ensure_built() -> Path:
