@@ -13,7 +13,7 @@ execution's end each last ran) and their children's CPU (committed, and
 wasted by executions that did not commit, by outcome), the effects (each
 completion publishes one message: committed, delivered, processed once,
 duplicates dropped, lost, stale, claimed again), what the campaigns exercised,
-and the wall time. A fault starts every second on average (a pod, or the shared
+Porcupine's verdict and the wall time. A fault starts every second on average (a pod, or the shared
 services, has one at a time), so 1,000 faults take about 30 minutes with the
 campaigns' start-ups and drains.
 
@@ -45,6 +45,7 @@ JOBS = ("chaos_job:ShortLeaseReport", "chaos_job:CrunchReport")
 TOPOLOGIES = ("single", "sentinel", "single", "cluster")
 """Half the campaigns on one node (it has the most fault kinds), a quarter on each replica set."""
 CODE_AFTER_STOP = "no process of an execution ran after it stopped"
+OUTSIDE = "outside checker (porcupine)"
 BROKEN_LIMIT = 3
 """Campaigns that may break off (no report: a service did not come back) before the bench stops."""
 
@@ -139,9 +140,18 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"{sum(e['completions'] for e in exercised)} completions, "
         f"{sum(e['hits'] for e in exercised)} of {sum(e['faults'] for e in exercised)} faults "
         "hit a running execution",
+        f"outside checker    {_outside(reports)}",
         f"wall time          {wall / 60:.1f} min",
     ]
     return "\n".join(lines)
+
+
+def _outside(reports: list[dict[str, Any]]) -> str:
+    """Porcupine's word on the campaigns: linearizable, or the keys it refused."""
+    judged = [i for r in reports for i in r["invariants"] if i["name"] == OUTSIDE]
+    refused = [v for i in judged for v in i["violations"]]
+    word = "; ".join(refused[:3]) or "linearizable"  # "NOT linearizable (keys ...)"
+    return f"(porcupine) {word} ({len(judged)} of {len(reports)} campaigns judged)"
 
 
 def _summed(reports: list[dict[str, Any]]) -> Counter[str]:
@@ -149,6 +159,8 @@ def _summed(reports: list[dict[str, Any]]) -> Counter[str]:
     total: Counter[str] = Counter()
     for report in reports:
         for invariant in report["invariants"][len(RULES) :]:  # the effects' follow the others
+            if invariant["name"] == OUTSIDE:
+                continue
             total.update({k: v for k, v in invariant["counts"].items() if isinstance(v, int)})
     for name in (
         "effects",

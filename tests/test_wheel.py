@@ -34,8 +34,11 @@ SHIPPED = (
     "examples/report_job/demo_report.py",
     "examples/report_job/monthly_report.py",
     "examples/report_job/ready_receiver.py",
+    "tools/porcupine/go.mod",
+    "tools/porcupine/go.sum",
+    "tools/porcupine/main.go",
 )
-"""The checkout files ``leaseworker demo`` reads, as the wheel must carry them."""
+"""The checkout files ``leaseworker demo`` (and ``chaos``) read, as the wheel must carry them."""
 
 
 LIBRARY_HOLDS_NONE = ("_dev", "_campaign", "_shipped", "pom.xml", "go.mod", "go.sum", "examples")

@@ -45,6 +45,7 @@ def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> No
     assert campaign.returncode == 0, stdout + stderr
     assert "result         PASS" in stdout
     assert "PASS each effect processed once by the receiver" in stdout
+    assert "PASS outside checker (porcupine) (linearizable" in stdout
     document = json.loads(report.read_text())
     assert document["ok"] is True
     assert document["seed"] == 1
@@ -64,6 +65,10 @@ def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> No
         "each effect processed once by the receiver",
         "no effect from a stale or superseded execution",
         "no sent message claimed again",
+        "outside checker (porcupine)",
     ]
     assert document["inconclusive"] is None
+    outside = document["invariants"][-1]["counts"]  # Porcupine judged every key's operations
+    assert outside["keys"] == 8
+    assert outside["operations"] >= document["executions"]  # a claim each, and completions
     assert page.read_text().lstrip().lower().startswith("<!doctype html")

@@ -3,7 +3,8 @@
 ``_campaign_records`` the campaign's own witnesses (triggers sent, offsets committed,
 dead letters, stored completions, pod exits); ``_checker`` the invariants
 judged over the pods' recorded history and those records (``_effect_checks``
-the effects'; ``_invariant_verdict`` what each returns); ``_report`` the
+the effects'; ``_invariant_verdict`` what each returns); ``_outside_checker``
+the same store operations judged by Porcupine; ``_report`` the
 printed, JSON and HTML report; ``_campaign_run`` the campaign itself; ``_takeover`` the takeover
 trials of a CPU-bound job on two pods. Sits between
 the tools' CLI and the local services (an import contract): it starts
@@ -22,6 +23,9 @@ from ._campaign_run import run_campaign as run_campaign
 from ._checker import RULES as RULES
 from ._checker import check as check
 from ._invariant_verdict import Verdict as Verdict
+from ._outside_checker import available as outside_available
+from ._outside_checker import operations as outside_operations
+from ._outside_checker import outside_verdict as outside_verdict
 from ._payloads import load_generator as load_generator
 from ._report import render as render
 from ._report import to_html as to_html
@@ -47,6 +51,9 @@ __all__ = [
     "ahead",
     "check",
     "load_generator",
+    "outside_available",
+    "outside_operations",
+    "outside_verdict",
     "render",
     "run_campaign",
     "takeover_trials",

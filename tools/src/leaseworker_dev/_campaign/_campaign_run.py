@@ -19,6 +19,7 @@ import random
 import secrets
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +48,9 @@ from ._exercise import Exercise, exercise
 from ._fault_play import Injector
 from ._invariant_verdict import Verdict
 from ._outbox_audit import install_audit, outbox_rows, reclaims, topics_of
+from ._outside_checker import NAME as OUTSIDE
+from ._outside_checker import available as outside_available
+from ._outside_checker import outside_verdict
 from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
 from ._receiver import Receiver
@@ -306,7 +310,8 @@ async def _campaign_body(
             marks=marks(marks_dir(stack.workdir)),
         )
     history = pods_history(pods, injector.faults, stack.workdir)
-    verdicts = check(history, records)
+    ops = stack.workdir / "store-ops.jsonl"
+    verdicts, unjudged = await anyio.to_thread.run_sync(_judged, history, records, ops)
     result = Result(
         settings=settings,
         plan=plan,
@@ -320,7 +325,25 @@ async def _campaign_body(
     )
     if not drained:
         result.notes.append("the drain timed out: some triggers or effects never got through")
+    result.notes.extend(unjudged)
     return result
+
+
+def _judged(history: History, records: Records, ops: Path) -> tuple[list[Verdict], list[str]]:
+    """Our checker's verdicts and Porcupine's, or a note that Porcupine cannot be built here.
+
+    Porcupine's NOT linearizable, or its error, fails the campaign like any invariant;
+    its input is left in ``ops`` (kept with the scratch directory of a failed run).
+    """
+    verdicts = check(history, records)
+    if not outside_available():
+        return verdicts, [f"{OUTSIDE} not run: no Go toolchain to build it"]
+    try:
+        verdicts.append(outside_verdict(history, records, keep=ops))
+    except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
+        failed = (f"could not judge: {exc}",)
+        verdicts.append(Verdict(name=OUTSIDE, passed=False, violations=failed))
+    return verdicts, []
 
 
 async def _play(
