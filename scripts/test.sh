@@ -9,6 +9,7 @@
 # slowed them 2x and overran four timing budgets), each with services of its own,
 # --dist loadgroup keeping the tests of one heavy stack in one worker (tests/conftest.py).
 # `-n 0` runs them in this process, one after another; a later -n or --dist wins.
+# SUITE_BOUND=S (seconds; .ci/run sets it) fails the run when pytest took longer.
 #
 #   bash scripts/test.sh --repeat N PATTERN [pytest args]
 # proves a fix: bootstrap, then N runs of the tests PATTERN names, in one pytest session
@@ -39,4 +40,11 @@ echo "== ruff"; .venv/bin/ruff check src tools/src tests bench
 echo "== mypy --strict"; .venv/bin/mypy
 echo "== import contracts"; .venv/bin/lint-imports --no-cache
 echo "== pytest"
+started=$SECONDS
 .venv/bin/pytest "${parallel[@]}" --cov --cov-report=term-missing:skip-covered --durations=25 "$@"
+took=$((SECONDS - started))
+echo "== pytest took $((took / 60)) min $((took % 60)) s (bound: ${SUITE_BOUND:-none} s)"
+if [ -n "${SUITE_BOUND:-}" ] && [ "$took" -gt "$SUITE_BOUND" ]; then
+    echo "the suite ran $took s, past its bound of $SUITE_BOUND s: see the slowest tests above" >&2
+    exit 1
+fi
