@@ -18,6 +18,7 @@ import signal
 import socket
 import ssl
 import struct
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,6 +120,20 @@ class _RunAs:
         """Make ``path`` owned by this identity (no-op when not switching users)."""
         if self.uid is not None and self.gid is not None:
             os.chown(path, self.uid, self.gid)
+
+    def run(
+        self, argv: list[str], *, cwd: Path, timeout: float
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run a one-shot PostgreSQL tool (initdb, pg_basebackup) as this identity."""
+        return run_captured(
+            argv,
+            cwd=cwd,
+            timeout=timeout,
+            env=self.env(),
+            user=self.uid,
+            group=self.gid,
+            extra_groups=self.extra_groups,
+        )
 
 
 def find_bindir(pattern: str = DEBIAN_BIN_GLOB) -> Path:
@@ -442,15 +457,7 @@ def _initdb(bindir: Path, workdir: Path, password: str, run_as: _RunAs, *, timeo
         "--no-instructions",
     ]
     try:
-        result = run_captured(
-            argv,
-            cwd=workdir,
-            timeout=timeout,
-            env=run_as.env(),
-            user=run_as.uid,
-            group=run_as.gid,
-            extra_groups=run_as.extra_groups,
-        )
+        result = run_as.run(argv, cwd=workdir, timeout=timeout)
     finally:
         pwfile.unlink(missing_ok=True)
     if result.returncode != 0:

@@ -31,7 +31,7 @@ from ._local_postgres import (
     _RunAs,
     find_bindir,
 )
-from ._proc import LOOPBACK, run_captured, service_workdir
+from ._proc import LOOPBACK, service_workdir
 
 SLOT = "standby"
 """The standby's physical replication slot (the primary keeps WAL until the standby has it)."""
@@ -208,15 +208,7 @@ def _standby_of(
             *("--write-recovery-conf", "--create-slot", "--slot", SLOT),
             *("--wal-method", "stream", "--checkpoint", "fast", "--no-sync", "--no-password"),
         ]
-        result = run_captured(
-            argv,
-            cwd=workdir,
-            timeout=timeout,
-            env=run_as.env(),
-            user=run_as.uid,
-            group=run_as.gid,
-            extra_groups=run_as.extra_groups,
-        )
+        result = run_as.run(argv, cwd=workdir, timeout=timeout)
         if result.returncode != 0:
             output = result.stdout.decode(errors="replace")
             code = result.returncode
