@@ -27,7 +27,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from leaseworker import Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
 from leaseworker._lease import now
-from leaseworker_dev._services import Host, Hosts, LocalRedisCluster, RedisNode
+from leaseworker_dev._services import Hosts, LocalRedisCluster, RedisNode
 
 LEASE = 4.0
 
@@ -41,11 +41,6 @@ def cluster(hosts: Hosts) -> Iterator[LocalRedisCluster]:
         yield started
     finally:
         started.stop()
-
-
-def host_of(hosts: Hosts, node: RedisNode) -> Host:
-    """The host a node runs on (by its address)."""
-    return next(host for host in hosts.hosts.values() if host.address == node.address[0])
 
 
 @pytest.mark.timeout(180)
@@ -88,11 +83,11 @@ async def test_a_master_cut_from_the_majority_stops_its_holder_before_the_new_ma
                 await a_in.wait()
             assert a_error is None, a_error
             old = await cluster.shard_master(shard)
-            cut_off = host_of(hosts, old)
+            cut_off = hosts.at(old.address[0])
             try:
                 for node in cluster.nodes:
                     if node is not old:
-                        hosts.cut(cut_off, host_of(hosts, node))
+                        hosts.cut(cut_off, hosts.at(node.address[0]))
                 with anyio.fail_after(60):
                     while a_error is None:  # noqa: ASYNC110 - A's renewals end it, not an event
                         await anyio.sleep(0.05)

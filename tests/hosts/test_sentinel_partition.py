@@ -26,7 +26,7 @@ import pytest
 
 from leaseworker import Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
 from leaseworker._lease import now
-from leaseworker_dev._services import Host, Hosts, LocalSentinelGroup, RedisNode
+from leaseworker_dev._services import Hosts, LocalSentinelGroup
 
 LEASE = 4.0
 """Seconds: long enough for a loaded machine's failover, short enough for a quick test."""
@@ -42,11 +42,6 @@ def group(hosts: Hosts) -> Iterator[LocalSentinelGroup]:
         yield started
     finally:
         started.stop()
-
-
-def host_of(hosts: Hosts, node: RedisNode) -> Host:
-    """The host a node runs on (by its address)."""
-    return next(host for host in hosts.hosts.values() if host.address == node.address[0])
 
 
 @pytest.mark.timeout(180)
@@ -84,11 +79,11 @@ async def test_the_master_cut_from_the_majority_refuses_renewals_before_the_new_
             await a_in.wait()
         assert a_error is None, a_error
         old = await group.master()
-        cut_off = host_of(hosts, old)
+        cut_off = hosts.at(old.address[0])
         try:
             for node in [*group.servers, *group.sentinels]:
                 if node is not old:
-                    hosts.cut(cut_off, host_of(hosts, node))
+                    hosts.cut(cut_off, hosts.at(node.address[0]))
             new = await group.wait_for_new_master(old)
             assert new is not old
             role = await anyio.to_thread.run_sync(old.role)

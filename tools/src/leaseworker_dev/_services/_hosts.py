@@ -147,6 +147,10 @@ class Hosts:
     def __getitem__(self, name: str) -> Host:
         return self.hosts[name]
 
+    def at(self, address: str) -> Host:
+        """Return the host whose address is ``address`` (a service's listening address)."""
+        return next(host for host in self.hosts.values() if host.address == address)
+
     # -- building
 
     def add(self, name: str) -> Host:
