@@ -7,8 +7,10 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from leaseworker_dev._services import free_port
+from leaseworker_dev._services._byte_locks import ByteLocks
 from leaseworker_dev._services._proc import LOOPBACK, _ephemeral_low
 
 
@@ -79,3 +81,69 @@ def test_concurrent_pickers_in_several_processes_never_get_the_same_port() -> No
     ports = [port for each in picked for port in each]
     assert len(ports) == 5 * 4 * 5
     assert len(set(ports)) == len(ports), sorted(ports)
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from pathlib import Path
+from leaseworker_dev._services._byte_locks import ByteLocks
+
+locks = ByteLocks(Path(sys.argv[1]), 0o600)
+print(locks.take(int(sys.argv[2])), flush=True)
+sys.stdin.readline()  # holds until told to exit
+"""
+
+
+def _holder(path: Path, number: int) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), str(number)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline() == "True\n"
+    return holder
+
+
+def _exit(holder: subprocess.Popen[str]) -> None:
+    holder.communicate("exit\n", timeout=30)
+    assert holder.returncode == 0
+
+
+def test_the_lock_file_is_removed_by_the_last_holder_to_exit(tmp_path: Path) -> None:
+    """Reservations leave nothing behind: the file goes with the last process holding a byte."""
+    path = tmp_path / "reservations.lock"
+    first, second = _holder(path, 7), _holder(path, 9)
+    _exit(first)
+    assert path.exists()  # the second still holds byte 9
+    _exit(second)
+    assert not path.exists()
+
+
+def test_a_take_on_a_file_removed_meanwhile_starts_over_on_a_new_file(tmp_path: Path) -> None:
+    """A lock on a removed file reserves nothing: the taker notices and locks the new file.
+
+    This process opened the file, then its last other holder removed it (as at
+    that holder's exit): the byte locked next must be locked where other
+    processes look, so a second process is refused the same number.
+    """
+    path = tmp_path / "reservations.lock"
+    locks = ByteLocks(path, 0o600)
+    assert locks.take(3)
+    locks.give_back(3)
+    path.unlink()  # what the last other holder's exit does
+    assert locks.take(5)
+    assert path.exists()
+    taker = subprocess.run(
+        [sys.executable, "-c", HOLDER, str(path), "5"],
+        input="exit\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert taker.stdout == "False\n"
+    locks.remove_if_unused()
+    assert not path.exists()

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
-import fcntl
 import ipaddress
 import json
 import os
@@ -47,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self, TypeVar, final
 
+from ._byte_locks import ByteLocks
 from ._proc import Place
 
 T = TypeVar("T")
@@ -54,7 +53,7 @@ Reach = Literal["open", "refused", "silent"]
 """What a TCP connect found: a listener, a refusal (nothing listens), or no answer at all."""
 
 HOSTS_LOCK = Path("/tmp/leaseworker-hosts.lock")
-"""The file whose byte ``n`` a process locks (``lockf``) while it owns the hosts numbered ``n``."""
+"""The file whose byte ``n`` a process locks (:class:`ByteLocks`) while it owns hosts ``n``."""
 
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,19}")
 _OUR_LINK = re.compile(r"lwh(\d{1,3})(?:v\d+)?")
@@ -390,44 +389,4 @@ def _links() -> list[str]:
     return [link["ifname"] for link in json.loads(_run("ip", "-j", "link", "show") or "[]")]
 
 
-class _Locks:
-    """The numbers this process holds: ``lockf`` locks on bytes of :data:`HOSTS_LOCK`.
-
-    A ``lockf`` lock belongs to the process, so ``held`` keeps a second
-    :class:`Hosts` of this process off a number the first one holds.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.held: set[int] = set()
-        self._fd: int | None = None
-
-    def take(self, number: int) -> bool:
-        with self.lock:
-            if number in self.held:
-                return False
-            if self._fd is None:
-                self._fd = os.open(HOSTS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, number)
-            except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EAGAIN):
-                    return False
-                raise
-            self.held.add(number)
-            return True
-
-    def give_back(self, number: int) -> None:
-        with self.lock:
-            if number in self.held and self._fd is not None:
-                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, number)
-                self.held.discard(number)
-
-    def forget(self) -> None:
-        """In a forked child: it holds none of its parent's locks (the kernel's rule)."""
-        self.lock = threading.Lock()
-        self.held = set()
-
-
-_LOCKS = _Locks()
-os.register_at_fork(after_in_child=_LOCKS.forget)
+_LOCKS = ByteLocks(HOSTS_LOCK, 0o600)

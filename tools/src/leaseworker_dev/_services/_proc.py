@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import random
 import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
 from typing import IO, Self
+
+from ._byte_locks import ByteLocks
 
 LOOPBACK = "127.0.0.1"
 
@@ -93,11 +92,11 @@ _FIXED_LOW = 20000
 _RANDOM = random.SystemRandom()  # not the shared generator, which tests may seed
 
 PORT_RESERVATIONS = Path("/tmp/leaseworker-ports.lock")
-"""The machine's one file whose byte ``n`` a process locks (``lockf``) to reserve port ``n``.
+"""The one file whose byte ``n`` a process locks to reserve port ``n`` (:class:`ByteLocks`).
 
 Not under ``$TMPDIR``: the test suite gives each session a directory of its own
-there, and the reservations must be seen by every session. The kernel drops a
-process's locks when it exits, however it exits: nothing is left to clean up.
+there, and the reservations must be seen by every session. The last holder to
+exit removes it.
 """
 
 
@@ -115,56 +114,7 @@ def _candidates() -> Iterator[int]:
             yield int(sock.getsockname()[1])
 
 
-class _Reservations:
-    """The ports this process reserved: locks on bytes of :data:`PORT_RESERVATIONS`.
-
-    A ``lockf`` lock belongs to the process, so a second pick in the same
-    process would be granted its own port again: ``held`` keeps those out, and
-    ``lock`` makes take-then-bind one step among threads. The file stays open
-    (closing any descriptor of it would drop all of the process's locks).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.held: set[int] = set()
-        self._fd: int | None = None
-
-    def take(self, port: int) -> bool:
-        """Reserve ``port`` unless this or another process has."""
-        if port in self.held:
-            return False
-        try:
-            fcntl.lockf(self._file(), fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EAGAIN):
-                return False
-            raise
-        self.held.add(port)
-        return True
-
-    def give_back(self, port: int) -> None:
-        """Drop the reservation of a port that turned out to be taken."""
-        fcntl.lockf(self._file(), fcntl.LOCK_UN, 1, port)
-        self.held.discard(port)
-
-    def forget(self) -> None:
-        """In a forked child: it holds none of its parent's locks (the kernel's rule)."""
-        self.lock = threading.Lock()
-        self.held = set()
-
-    def _file(self) -> int:
-        if self._fd is None:
-            try:  # without O_CREAT first: fs.protected_regular refuses it on another's file
-                self._fd = os.open(PORT_RESERVATIONS, os.O_RDWR)
-            except FileNotFoundError:
-                self._fd = os.open(PORT_RESERVATIONS, os.O_RDWR | os.O_CREAT, 0o666)
-                with contextlib.suppress(OSError):
-                    os.fchmod(self._fd, 0o666)  # past the umask: every user's processes lock it
-        return self._fd
-
-
-_RESERVED = _Reservations()
-os.register_at_fork(after_in_child=_RESERVED.forget)
+_RESERVED = ByteLocks(PORT_RESERVATIONS, 0o666)  # every user's processes lock it
 
 
 def distinct_free_ports(count: int) -> list[int]:
