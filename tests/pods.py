@@ -14,6 +14,10 @@ from leaseworker.toolkit import Execution, History
 from leaseworker_dev._services import PodProcess, histories, pod_process
 
 REPO = Path(__file__).resolve().parents[1]
+SESSION_TIMEOUT = 6.0
+"""The consumer group session of the pods the pod tests start (seconds)."""
+LEASE = 3.0
+"""Their lease (``LW_TEST_LEASE``, seconds), unless a test gives its own."""
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
 
 

@@ -4,53 +4,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
 from redis.asyncio import Redis
 
 from leaseworker import RedisLeases
-from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess
+from leaseworker_dev._services import LocalKafka, PodProcess
 
 from ..kafka_util import KafkaNames, committed, payload, produce
-from ..pods import overlapping, ready, recorded, spawn_pod
+from ..pods import SESSION_TIMEOUT, overlapping, ready, recorded
 from ..waiting import eventually
 
-SESSION_TIMEOUT = 6.0
-LEASE = 3.0
 BUSY_RETRY_CAP = 5.0  # ReportJob.busy_backoff default cap
 REBALANCE_ALLOWANCE = 3.0  # heartbeat + JoinGroup/SyncGroup + offset fetch + first poll
-
-
-@pytest.fixture
-def pods(
-    kafka_server: LocalKafka,
-    redis_server: LocalRedis,
-    kafka_names: KafkaNames,
-    namespace: str,
-    tmp_path: Path,
-) -> Iterator[Callable[..., PodProcess]]:
-    """Start pods of this test's group; every pod still running at the end is SIGKILLed."""
-    started: list[PodProcess] = []
-    env = {
-        "LEASEWORKER_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "LEASEWORKER_REDIS_URL": redis_server.url,
-        "LEASEWORKER_GROUP": kafka_names.group,
-        "LEASEWORKER_NAMESPACE": namespace,
-        "LEASEWORKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT),
-        "LW_TEST_TOPIC": kafka_names.topic,
-        "LW_TEST_LEASE": str(LEASE),
-    }
-
-    def start(name: str, *extra: str, **more_env: str) -> PodProcess:
-        pod = spawn_pod(name, tmp_path, {**env, **more_env}, *extra)
-        started.append(pod)
-        return pod
-
-    yield start
-    for pod in started:
-        pod.kill()
 
 
 def _started(pods: dict[str, PodProcess]) -> set[str]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -13,44 +12,16 @@ from leaseworker._cli import main
 from leaseworker_dev._services import LocalKafka, LocalRedis, PodProcess
 
 from ..kafka_util import KafkaNames, produce
-from ..pods import ready, recorded, spawn_pod
+from ..pods import ready, recorded
 from ..processes import pool_processes
 from ..waiting import eventually
-
-
-@pytest.fixture
-def pod(
-    kafka_server: LocalKafka,
-    redis_server: LocalRedis,
-    kafka_names: KafkaNames,
-    namespace: str,
-    tmp_path: Path,
-) -> Iterator[Callable[..., PodProcess]]:
-    """Start one pod of MarkerJob with the flags given; SIGKILLed at the end if still running."""
-    started: list[PodProcess] = []
-    env = {
-        "LEASEWORKER_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "LEASEWORKER_REDIS_URL": redis_server.url,
-        "LEASEWORKER_GROUP": kafka_names.group,
-        "LEASEWORKER_NAMESPACE": namespace,
-        "LEASEWORKER_SESSION_TIMEOUT": "6",
-        "LW_TEST_TOPIC": kafka_names.topic,
-    }
-
-    def start(*flags: str) -> PodProcess:
-        started.append(spawn_pod("pod-a", tmp_path, env, *flags))
-        return started[-1]
-
-    yield start
-    for one in started:
-        one.kill()
 
 
 @pytest.mark.parametrize(("workers", "children"), [("0", 0), ("1", 2)])
 async def test_a_pod_starts_its_workers_and_the_keeper_before_consuming_and_none_with_0(
     kafka_server: LocalKafka,
     kafka_names: KafkaNames,
-    pod: Callable[..., PodProcess],
+    pods: Callable[..., PodProcess],
     workers: str,
     children: int,
     redis_server: LocalRedis,
@@ -65,7 +36,7 @@ async def test_a_pod_starts_its_workers_and_the_keeper_before_consuming_and_none
     completes, and ``inspect`` shows what its child cost.
     """
     kafka_server.create_topics([kafka_names.topic], partitions=1)
-    started = pod("--process-workers", workers)
+    started = pods("pod-a", "--process-workers", workers)
     await eventually(lambda: ready(started), within=60)
     assert len(pool_processes(started.process.pid)) == children
     body = json.dumps({"add": [1, 2]}).encode()
