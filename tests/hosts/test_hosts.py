@@ -1,4 +1,4 @@
-"""The hosts builder: what cut, cut_one_way, isolate, slow and heal do, by TCP connects.
+"""The hosts builder: what cut, cut_one_way, isolate, mend, slow and heal do, by TCP connects.
 
 Each fault is measured from one namespace to another with a real connect to
 a listener, so a rule that dropped nothing (or everything) fails here.
@@ -100,6 +100,25 @@ def test_isolate_cuts_a_host_from_every_host_and_this_process(
     assert reach(hosts, listening, b, c) == "open"
     hosts.heal()
     assert reach(hosts, listening, b, a) == "open"
+
+
+def test_mend_removes_one_cut_and_leaves_the_others(
+    hosts: Hosts, trio: tuple[Host, Host, Host], listening: dict[str, int]
+) -> None:
+    """cut(a, b) and isolate(c); mending the cut reconnects a and b, c stays cut off; then c."""
+    a, b, c = trio
+    cut = hosts.cut(a, b)
+    isolated = hosts.isolate(c)
+    hosts.mend(cut)
+    assert reach(hosts, listening, a, b) == "open"
+    assert reach(hosts, listening, b, a) == "open"
+    assert reach(hosts, listening, a, c) == "silent"
+    assert reach(hosts, listening, c, b) == "silent"
+    assert reach(hosts, listening, None, c) == "silent"
+    hosts.mend(cut)  # mended already: nothing left to remove
+    hosts.mend(isolated)
+    assert reach(hosts, listening, a, c) == "open"
+    assert reach(hosts, listening, None, c) == "open"
 
 
 def test_slow_limits_the_rate_of_a_link(

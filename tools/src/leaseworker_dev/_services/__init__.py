@@ -23,6 +23,7 @@ read, in a clone or in the wheel.
 
 from ._clock import WallClock as WallClock
 from ._cluster import LocalRedisCluster as LocalRedisCluster
+from ._hosts import Drops as Drops
 from ._hosts import Host as Host
 from ._hosts import Hosts as Hosts
 from ._kafka import LocalKafka as LocalKafka
@@ -60,6 +61,7 @@ from ._tls import TestCA as TestCA
 __all__ = [
     "HERE",
     "MARKS_VARIABLE",
+    "Drops",
     "ExitWatch",
     "FailoverAborted",
     "Host",

@@ -9,6 +9,8 @@ reaches every host through the bridge's own address (the ``.1``).
 Faults are nftables rules inside the namespaces that drop what arrives from a
 peer (:meth:`Hosts.cut`, :meth:`Hosts.cut_one_way`, :meth:`Hosts.isolate`), and
 a token-bucket rate limit on both ends of a host's veth (:meth:`Hosts.slow`).
+Each cut returns its :class:`Drops`, which :meth:`Hosts.mend` removes alone
+(faults that overlap heal apart); :meth:`Hosts.heal` removes everything.
 Rules, not a link set down: a link down cuts a host from every peer and from
 this process at once, cannot cut one direction, and fails connects at once
 ("network unreachable"), where a partition makes the peer hear nothing and
@@ -60,6 +62,7 @@ _OUR_LINK = re.compile(r"lwh(\d{1,3})(?:v\d+)?")
 _OUR_NAMESPACE = re.compile(r"lwh(\d{1,3})-.+")
 _PROBE = re.compile(r"lwhprobe-(\d+)")
 _RATE = re.compile(r"\d+(?:kbit|mbit)")
+_HANDLE = re.compile(r"# handle (\d+)")
 _TABLE = (
     "table inet lwh {\n chain input {\n type filter hook input priority 0; policy accept;\n }\n}\n"
 )
@@ -81,6 +84,17 @@ class Host:
     def place(self) -> Place:
         """Where a service runs in this namespace, listening on its address."""
         return Place(self.address, ("ip", "netns", "exec", self.namespace))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Drops:
+    """The drop rules one cut added: (host name, nftables rule handle) each; :meth:`Hosts.mend`."""
+
+    rules: tuple[tuple[str, int], ...] = ()
+
+    def __add__(self, other: Drops) -> Drops:
+        return Drops(self.rules + other.rules)
 
 
 @final
@@ -182,25 +196,36 @@ class Hosts:
 
     # -- faults
 
-    def cut(self, a: Host, b: Host) -> None:
+    def cut(self, a: Host, b: Host) -> Drops:
         """Drop every packet between ``a`` and ``b``, both ways; each still reaches the others."""
-        self.cut_one_way(a, b)
-        self.cut_one_way(b, a)
+        return self.cut_one_way(a, b) + self.cut_one_way(b, a)
 
-    def cut_one_way(self, source: Host, destination: Host) -> None:
+    def cut_one_way(self, source: Host, destination: Host) -> Drops:
         """Drop what ``source`` sends ``destination``; the other way still flows.
 
         TCP needs both ways, so a connection either way stalls (its segments or
         its acknowledgements are lost); what differs is who hears whom.
         """
-        _nft(destination, f"add rule inet lwh input ip saddr {source.address} drop")
+        return _drop(destination, f"ip saddr {source.address}")
 
-    def isolate(self, host: Host) -> None:
+    def isolate(self, host: Host) -> Drops:
         """Cut ``host`` from every other host and from this process, both ways."""
-        _nft(host, 'add rule inet lwh input iifname "eth0" drop')
+        drops = _drop(host, 'iifname "eth0"')
         for other in self.hosts.values():
             if other is not host:
-                self.cut_one_way(host, other)
+                drops += self.cut_one_way(host, other)
+        return drops
+
+    def mend(self, drops: Drops) -> None:
+        """Remove the rules of one cut (what :meth:`cut` and the others returned), only those.
+
+        A rule gone already (:meth:`heal`, or mended before) is skipped.
+        """
+        for name, handle in drops.rules:
+            host = self.hosts.get(name)
+            if host is not None:
+                with contextlib.suppress(RuntimeError):
+                    _nft(host, f"delete rule inet lwh input handle {handle}")
 
     def slow(self, host: Host, rate: str) -> None:
         """Limit ``host``'s link to ``rate`` (``"400kbit"``, ``"2mbit"``) each way (tbf)."""
@@ -321,6 +346,16 @@ def _run(*argv: str, given: str | None = None) -> str:
 def _nft(host: Host, rules: str) -> None:
     """Apply nftables ``rules`` inside ``host``'s namespace."""
     _run("ip", "netns", "exec", host.namespace, "nft", "-f", "-", given=rules)
+
+
+def _drop(host: Host, match: str) -> Drops:
+    """Add a rule dropping what ``match`` matches on ``host``'s input; return it by its handle."""
+    rule = f"add rule inet lwh input {match} drop"
+    echoed = _run("ip", "netns", "exec", host.namespace, "nft", "-e", "-a", "-f", "-", given=rule)
+    found = _HANDLE.search(echoed)
+    if found is None:
+        raise RuntimeError(f"nft did not echo the handle of {rule!r}: {echoed.strip()!r}")
+    return Drops(((host.name, int(found[1])),))
 
 
 def _candidates() -> Iterator[int]:
