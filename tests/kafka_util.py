@@ -6,6 +6,7 @@ test, so it is read under a deadline (see ``waiting.eventually``).
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+
+from leaseworker import Event, ExecutionEvent
 
 
 @dataclass(frozen=True)
@@ -101,3 +104,20 @@ async def read_topic(bootstrap: str, topic: str, count: int, *, within: float = 
         finally:
             await consumer.stop()
     return records[:count]
+
+
+class StoreAnswers:
+    """A hook: the store's answers to completions, and the executions' outcomes, per job key."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[str]] = collections.defaultdict(list)
+        self.outcomes: dict[str, list[str]] = collections.defaultdict(list)
+
+    def __call__(self, event: Event) -> None:
+        """Record a ``completion``'s status or a ``finished`` execution's outcome."""
+        if not isinstance(event, ExecutionEvent):
+            return
+        if event.event == "completion" and event.reason is not None:
+            self.answers[event.attempt.job_key].append(event.reason)
+        elif event.event == "finished" and event.outcome is not None:
+            self.outcomes[event.attempt.job_key].append(event.outcome)

@@ -9,7 +9,6 @@ coordinator), every trigger completes once, redeliveries are answered
 
 from __future__ import annotations
 
-import collections
 import functools
 from collections.abc import Iterator
 
@@ -18,11 +17,10 @@ import pytest
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
-from leaseworker import Event, ExecutionEvent
 from leaseworker_dev._services import LocalKafkaCluster, LocalRedis
 
 from ..jobs import GateJob, Recorder, on_topic
-from ..kafka_util import KafkaNames, committed, payload, produce
+from ..kafka_util import KafkaNames, StoreAnswers, committed, payload, produce
 from ..waiting import eventually
 from ..worker_util import make_worker, pod_config, running
 
@@ -41,23 +39,6 @@ def restored(cluster: LocalKafkaCluster) -> Iterator[LocalKafkaCluster]:
     yield cluster
     cluster.up(*[i for i, node in cluster.nodes.items() if node.process.popen.poll() is not None])
     cluster.wait_in_sync()
-
-
-class StoreAnswers:
-    """A hook: the store's answers to completions, and the executions' outcomes, per job key."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, list[str]] = collections.defaultdict(list)
-        self.outcomes: dict[str, list[str]] = collections.defaultdict(list)
-
-    def __call__(self, event: Event) -> None:
-        """Record a ``completion``'s status or a ``finished`` execution's outcome."""
-        if not isinstance(event, ExecutionEvent):
-            return
-        if event.event == "completion" and event.reason is not None:
-            self.answers[event.attempt.job_key].append(event.reason)
-        elif event.event == "finished" and event.outcome is not None:
-            self.outcomes[event.attempt.job_key].append(event.outcome)
 
 
 async def _consume_through(

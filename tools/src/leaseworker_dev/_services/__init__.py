@@ -27,6 +27,7 @@ from ._hosts import Drops as Drops
 from ._hosts import Host as Host
 from ._hosts import Hosts as Hosts
 from ._kafka import LocalKafka as LocalKafka
+from ._kafka_cluster import NODE_IDS as NODE_IDS
 from ._kafka_cluster import LocalKafkaCluster as LocalKafkaCluster
 from ._local_jaeger import LocalJaeger as LocalJaeger
 from ._local_postgres import LocalPostgres as LocalPostgres
@@ -61,6 +62,7 @@ from ._tls import TestCA as TestCA
 __all__ = [
     "HERE",
     "MARKS_VARIABLE",
+    "NODE_IDS",
     "Drops",
     "ExitWatch",
     "FailoverAborted",

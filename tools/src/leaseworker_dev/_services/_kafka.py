@@ -69,15 +69,21 @@ NODE_ID = 1
 class Quorum:
     """One node's part in a static KRaft quorum of combined broker+controller nodes.
 
-    ``voters`` maps every node id to its controller port; all nodes listen at
-    the address of the one ``Place`` they are started at. ``port``: this
-    node's client port.
+    ``voters`` maps every node id to its controller port; ``addresses`` maps
+    node ids to the addresses their ``Place`` listens at (hosts of their own),
+    and a node not in it listens where this one does. ``port``: this node's
+    client port.
     """
 
     cluster_id: str
     voters: Mapping[int, int]
     node_id: int
     port: int
+    addresses: Mapping[int, str] = field(default_factory=dict)
+
+    def voter_endpoints(self, here: str) -> dict[int, tuple[str, int]]:
+        """Every voter's controller ``(address, port)``; ``here``: this node's address."""
+        return {i: (self.addresses.get(i, here), p) for i, p in self.voters.items()}
 
 
 BROKER_SETTINGS: dict[str, str] = {
@@ -214,7 +220,7 @@ class LocalKafka:
                 security,
                 listener_ports,
                 node_id=node_id,
-                voters=quorum.voters if quorum else None,
+                voters=quorum.voter_endpoints(place.address) if quorum else None,
             )
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
@@ -409,13 +415,13 @@ def _write_config(
     listener_ports: Mapping[str, int] | None = None,
     *,
     node_id: int = NODE_ID,
-    voters: Mapping[int, int] | None = None,
+    voters: Mapping[int, tuple[str, int]] | None = None,
 ) -> Path:
     """Write ``server.properties`` and ``log4j2.properties``; return the former.
 
     ``listen``: the address, the client port and the controller port.
-    ``voters``: a static quorum's controller ports by node id (else the node
-    alone is its quorum).
+    ``voters``: a static quorum's controller addresses and ports by node id
+    (else the node alone is its quorum).
     """
     host, port, controller_port = listen
     secured = dict(listener_ports or {})
@@ -425,7 +431,7 @@ def _write_config(
     if security is not None:
         protocols += [f"{name}:{security.protocol(name)}" for name in secured]
     quorum = (
-        {"controller.quorum.voters": ",".join(f"{i}@{host}:{p}" for i, p in voters.items())}
+        {"controller.quorum.voters": ",".join(f"{i}@{a}:{p}" for i, (a, p) in voters.items())}
         if voters
         else {"controller.quorum.bootstrap.servers": f"{host}:{controller_port}"}
     )

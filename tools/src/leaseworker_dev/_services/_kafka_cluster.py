@@ -5,6 +5,9 @@ of a static three-voter quorum; every replication factor is 3 and
 ``min.insync.replicas`` 2, internal topics included, so ``acks=all`` waits
 for a second broker and a partition stays writable with one broker down.
 The three JVMs start in parallel and share LocalKafka's class-data archive.
+By default every node listens on loopback; ``places`` puts each on a host of
+its own (``Hosts``), advertised and voting at that host's address, so a
+packet filter can cut one broker from its peers.
 A node is killed (SIGKILL), stopped in order or started again by node id;
 :meth:`LocalKafkaCluster.rolling_restart` restarts each in turn, waiting
 until every partition is back in sync before the next.
@@ -16,7 +19,7 @@ import asyncio
 import contextlib
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 from leaseworker.toolkit import create_topics
 
 from ._kafka import LocalKafka, Quorum, _run_in_thread, random_cluster_id
-from ._proc import distinct_free_ports, service_workdir
+from ._proc import HERE, Place, distinct_free_ports, service_workdir
 
 __all__ = ["CLUSTER_SETTINGS", "NODE_IDS", "LocalKafkaCluster"]
 
@@ -74,16 +77,23 @@ class LocalKafkaCluster:
         workdir: Path | None = None,
         timeout: float = 120.0,
         settings: Mapping[str, str] | None = None,
+        places: Mapping[int, Place] | None = None,
     ) -> Self:
         """Format and start the three nodes in parallel; return once each serves requests.
 
-        ``settings`` override :data:`CLUSTER_SETTINGS` and LocalKafka's. Raises
+        ``settings`` override :data:`CLUSTER_SETTINGS` and LocalKafka's.
+        ``places``: where each node id runs and listens (all three, or none:
+        this host's loopback). Raises
         the first node's ``RuntimeError`` (see :meth:`LocalKafka.start`) after
         stopping the nodes that came up.
         """
         ports = distinct_free_ports(2 * len(NODE_IDS))
         client, controller = ports[: len(NODE_IDS)], ports[len(NODE_IDS) :]
         voters = dict(zip(NODE_IDS, controller, strict=True))
+        where = dict(places or {})
+        if where and sorted(where) != list(NODE_IDS):
+            raise ValueError(f"places: one for each node id {NODE_IDS}, got {sorted(where)}")
+        addresses = {node_id: place.address for node_id, place in where.items()}
         cluster_id = random_cluster_id()
         overrides = {**CLUSTER_SETTINGS, **(settings or {})}
         with service_workdir(workdir, "kafka-cluster") as (workdir, remove):
@@ -94,7 +104,8 @@ class LocalKafkaCluster:
                         workdir=workdir / f"node-{node_id}",
                         timeout=timeout,
                         settings=overrides,
-                        quorum=Quorum(cluster_id, voters, node_id, port),
+                        quorum=Quorum(cluster_id, voters, node_id, port, addresses),
+                        place=where.get(node_id, HERE),
                     )
                     for node_id, port in zip(NODE_IDS, client, strict=True)
                 }
@@ -142,15 +153,21 @@ class LocalKafkaCluster:
         """Block until every partition, internal ones too, has all its replicas in its ISR."""
         _run_in_thread(lambda: self._until_in_sync(time.monotonic() + timeout))
 
-    def leader(self, topic: str, partition: int = 0) -> int:
-        """Return the node id leading ``topic``'s ``partition`` (-1: none right now)."""
-        [described] = _run_in_thread(lambda: self._admin_call("describe_topics", [topic]))
-        leaders = {p["partition"]: int(p["leader"]) for p in described["partitions"]}
-        return leaders[partition]
+    def leader(self, topic: str, partition: int = 0, *, via: Collection[int] = ()) -> int:
+        """Return the node id leading ``topic``'s ``partition`` (-1: none right now).
 
-    def coordinator(self, group: str) -> int:
-        """Return the node id of ``group``'s coordinator."""
-        return int(_run_in_thread(lambda: self._admin_call("find_coordinator", group)))
+        ``via``: ask only these nodes (a majority's view, not a cut node's stale one).
+        """
+        return self.leaders(topic, via=via)[partition]
+
+    def leaders(self, topic: str, *, via: Collection[int] = ()) -> dict[int, int]:
+        """Return the node id leading each partition of ``topic`` (``via``: see :meth:`leader`)."""
+        [described] = _run_in_thread(lambda: self._admin_call("describe_topics", [topic], via=via))
+        return {p["partition"]: int(p["leader"]) for p in described["partitions"]}
+
+    def coordinator(self, group: str, *, via: Collection[int] = ()) -> int:
+        """Return the node id of ``group``'s coordinator (``via``: see :meth:`leader`)."""
+        return int(_run_in_thread(lambda: self._admin_call("find_coordinator", group, via=via)))
 
     def create_topics(
         self,
@@ -179,16 +196,16 @@ class LocalKafkaCluster:
         except KeyError:
             raise KeyError(f"no Kafka node {node_id} (nodes: {sorted(self.nodes)})") from None
 
-    def _running_bootstrap(self) -> str:
+    def _running_bootstrap(self, via: Collection[int] = ()) -> str:
         return ",".join(
             node.bootstrap_servers
-            for node in self.nodes.values()
-            if node.process.popen.poll() is None
+            for node_id, node in self.nodes.items()
+            if node.process.popen.poll() is None and (not via or node_id in via)
         )
 
-    async def _admin_call(self, method: str, *args: object) -> Any:
+    async def _admin_call(self, method: str, *args: object, via: Collection[int] = ()) -> Any:
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self._running_bootstrap(), request_timeout_ms=5000
+            bootstrap_servers=self._running_bootstrap(via), request_timeout_ms=5000
         )
         try:
             await admin.start()
