@@ -1,7 +1,9 @@
 """A thousand faults: ``leaseworker chaos`` campaigns across seeds and the three topologies.
 
 Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``, +1, ...;
-topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``) against
+topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``; the second
+``single`` with ``--hosts``, pods cut from Redis or isolated, where network
+namespaces can be made, else it says why and runs without) against
 ``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) two campaigns in four, and
 ``CrunchReport`` (the same computing 1 to 5 s in a child process through
 ``run_in_process``, whose processes mark when they ran) the other two, until ``--faults-total``
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from leaseworker_dev._campaign import RULES
+from leaseworker_dev._services import Hosts
 
 BENCH = Path(__file__).resolve().parent
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
@@ -50,10 +53,12 @@ BROKEN_LIMIT = 3
 """Campaigns that may break off (no report: a service did not come back) before the bench stops."""
 
 
-def campaign(job: str, seed: int, faults: int, topology: str, report: Path) -> dict[str, Any]:
-    """Run one campaign; return its JSON report (``ok`` False if it could not finish)."""
+def campaign(
+    job: str, seed: int, faults: int, topology: str, report: Path, *flags: str
+) -> dict[str, Any]:
+    """Run one campaign (``flags`` added); return its JSON report (``ok`` False if unfinished)."""
     argv = [LEASEWORKER, "chaos", job, "--faults", str(faults), "--seed", str(seed), "--pods", "4"]
-    argv += ["--topology", topology, "--report", str(report)]
+    argv += ["--topology", topology, "--report", str(report), *flags]
     print("$", " ".join(argv[1:]), flush=True)
     with subprocess.Popen(
         argv, cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -183,6 +188,8 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=1)
     args = parser.parse_args()
     began = time.monotonic()
+    if (no_hosts := Hosts.available()) is not None:
+        print(f"no --hosts campaigns: {no_hosts}", flush=True)
     reports: list[dict[str, Any]] = []
     played = 0
     with tempfile.TemporaryDirectory(prefix="leaseworker-chaos-bench-") as scratch:
@@ -192,7 +199,8 @@ def main() -> int:
             topology = TOPOLOGIES[index % len(TOPOLOGIES)]
             job = JOBS[index // 2 % len(JOBS)]
             seed = args.first_seed + index
-            reports.append(campaign(job, seed, args.per_campaign, topology, report))
+            hosts = ["--hosts"] if index % len(TOPOLOGIES) == 2 and no_hosts is None else []
+            reports.append(campaign(job, seed, args.per_campaign, topology, report, *hosts))
             # Count what played: a fault whose target was busy the whole campaign is skipped;
             # a campaign that broke off reports nothing (its faults are not counted).
             broke_off = reports[-1].get("broke_off", False)

@@ -102,6 +102,7 @@ class Settings:
     bootstrap_servers: str | None = None  # an external broker: no broker faults
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     kafka_brokers: int = 1  # 3: our own three-broker cluster, whose brokers die
+    hosts: bool = False  # pods and services on network namespaces, cut apart
 
     def replay(self) -> str:
         """Return the command that replays this campaign's plan."""
@@ -112,6 +113,8 @@ class Settings:
         ]
         if self.kafka_brokers != 1:
             parts.append(f"--kafka-brokers {self.kafka_brokers}")
+        if self.hosts:
+            parts.append("--hosts")
         if self.payloads_spec:
             parts.append(f"--payloads {self.payloads_spec}")
         if self.store_url:
@@ -154,7 +157,8 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="leaseworker-chaos-"))
     keep = True
     try:
-        out(f"starting Kafka, Redis ({settings.topology}) and the completion store...")
+        on = ", each on a host of its own" if settings.hosts else ""
+        out(f"starting Kafka, Redis ({settings.topology}) and the completion store{on}...")
         with services(
             settings.topology,
             settings.store_url,
@@ -162,6 +166,7 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
             bootstrap_servers=settings.bootstrap_servers,
             kafka_security=settings.kafka_security,
             kafka_brokers=settings.kafka_brokers,
+            hosts=settings.hosts,
         ) as stack:
             try:
                 result = anyio.run(_campaign, settings, stack, out)
@@ -237,6 +242,7 @@ async def _campaign_body(
             own_store=own_store,
             own_kafka=stack.external_kafka is None,
             kafka_brokers=settings.kafka_brokers,
+            hosts=stack.hosts is not None,
         )
         plan = make_plan(
             seed=settings.seed,
@@ -254,7 +260,9 @@ async def _campaign_body(
         pods: dict[str, PodProcess] = {}
         for name in names:
             proxy = None
-            if stack.redis is not None:
+            if stack.redis is not None and stack.hosts is not None:
+                redis_url = stack.redis.url  # directly: the partitions cut it on the network
+            elif stack.redis is not None:
                 proxy = await exits.enter_async_context(ChaosProxy(stack.redis_port))
                 redis_url = f"redis://127.0.0.1:{proxy.port}/0"
             else:
@@ -268,6 +276,7 @@ async def _campaign_body(
                 workdir=stack.workdir,
                 proxy=proxy,
                 kafka_env=stack.pod_env(),
+                place=stack.pod_place(name),
             )
         exits.push_async_callback(_stop_all, list(pods.values()), 1.0)
         for pod in pods.values():
@@ -527,6 +536,8 @@ async def _records(
 
 
 def _store_name(stack: Services) -> str:
+    if stack.postgres is not None and stack.hosts is not None:
+        return "PostgreSQL (local, on a host of its own)"
     if stack.postgres is not None:
         return "PostgreSQL (local, behind a fault proxy)"
     return stack.store_url.split("://", 1)[0]

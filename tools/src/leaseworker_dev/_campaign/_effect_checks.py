@@ -30,6 +30,7 @@ ACROSS = (
     "effects_refused",
     "outbox_claims_lapse",
     "receiver_restart",
+    "pod_isolate",
 )
 """Fault kinds counted when they struck while an effect was between its commit and delivery."""
 
@@ -216,11 +217,13 @@ LAPSING = (
     "broker_kill",
     "broker_rolling_restart",
     "outbox_claims_lapse",
+    "pod_isolate",
 )
 """Fault kinds that can end a relay's claim while its round still sends.
 
 A frozen or stalled pod's relay outlives its hold; a store outage ends its
-claim's session; a slow broker stretches its waves; the lapse fault ends claims.
+claim's session; a slow broker stretches its waves; the lapse fault ends claims;
+an isolated pod's relay can neither mark nor hear its sends until it is healed.
 """
 
 

@@ -21,7 +21,7 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
 
 from leaseworker.toolkit import FaultWindow, Scalar, config_setting
 
-from .._services import FailoverAborted, PodProcess
+from .._services import Drops, FailoverAborted, Host, Hosts, PodProcess
 from ._outbox_audit import lapse_claims
 from ._plan import PlannedFault
 from ._receiver import Receiver
@@ -132,6 +132,30 @@ class Injector:
             self.skipped.append(planned)  # no job started there meanwhile
         else:
             await anyio.sleep(planned.duration)
+
+    async def _pod_cut_redis(self, planned: PlannedFault) -> None:
+        """Cut the pod's host from Redis's, both ways; Kafka and the store still reachable."""
+        await self._partition(planned, lambda hosts, pod: hosts.cut(pod, hosts["redis"]))
+
+    async def _pod_isolate(self, planned: PlannedFault) -> None:
+        """Cut the pod's host from every host and from the campaign, both ways."""
+        await self._partition(planned, lambda hosts, pod: hosts.isolate(pod))
+
+    async def _partition(self, planned: PlannedFault, cut: Callable[[Hosts, Host], Drops]) -> None:
+        """Play ``cut`` on the pod's host for ``duration``, then mend it alone.
+
+        Only its own drops: another pod's partition may still be on.
+        """
+        hosts = self.stack.hosts
+        assert hosts is not None
+        assert planned.target is not None
+        start = time.monotonic()
+        drops = cut(hosts, hosts[planned.target])
+        try:
+            await anyio.sleep(planned.duration)
+        finally:
+            hosts.mend(drops)
+        self._record(planned, start)
 
     async def _redis_restart(self, planned: PlannedFault) -> None:
         assert self.stack.redis is not None

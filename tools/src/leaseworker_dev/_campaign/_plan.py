@@ -32,9 +32,14 @@ FaultKind = Literal[
     "effects_refused",
     "outbox_claims_lapse",
     "receiver_restart",
+    "pod_cut_redis",
+    "pod_isolate",
 ]
 
-POD_FAULTS: Final[frozenset[FaultKind]] = frozenset(
+PARTITION_FAULTS: Final[frozenset[FaultKind]] = frozenset({"pod_cut_redis", "pod_isolate"})
+"""Faults that cut a pod's host apart from others (``--hosts``): from Redis, from everything."""
+
+POD_FAULTS: Final[frozenset[FaultKind]] = PARTITION_FAULTS | frozenset[FaultKind](
     {"redis_blackhole", "redis_delay", "redis_cut", "pod_pause", "pod_kill", "loop_stall"}
 )
 """Faults aimed at one pod; the others hit a shared service."""
@@ -63,6 +68,8 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "effects_refused": 1,
     "outbox_claims_lapse": 1,
     "receiver_restart": 1,
+    "pod_cut_redis": 3,
+    "pod_isolate": 2,
 }
 """How often each kind is drawn, relative to the others available."""
 
@@ -169,7 +176,7 @@ def _sized(
     rng: random.Random, kind: FaultKind, at: float, target: str | None, lease: float
 ) -> PlannedFault:
     """Give a fault its duration: relative to the lease where the lease decides the effect."""
-    if kind == "redis_blackhole":
+    if kind == "redis_blackhole" or kind in PARTITION_FAULTS:
         duration = rng.uniform(0.2, 1.3) * lease  # long ones outlive the local deadline
     elif kind == "redis_delay":
         return PlannedFault(
@@ -223,11 +230,14 @@ def fault_kinds(
     own_store: bool = True,
     own_kafka: bool = True,
     kafka_brokers: int = 1,
+    hosts: bool = False,
 ) -> list[FaultKind]:
     """Return the fault kinds a deployment can play (``own_*``: not given by a flag).
 
     ``kafka_brokers``: 3 for our three-broker cluster, whose brokers are
     killed or restarted in turn instead of the one broker's restart and freeze.
+    ``hosts``: pods and services on hosts of their own, reached directly: the
+    partitions instead of the pods' Redis proxies.
     """
     kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "receiver_restart"]
     if own_kafka and kafka_brokers == 3:
@@ -244,4 +254,6 @@ def fault_kinds(
         kinds.append("cluster_failover")
     if store_outages:
         kinds.append("store_outage")
+    if hosts:  # pods reach Redis directly: cut on the network, not by a proxy
+        kinds = [k for k in kinds if k not in PROXY_FAULTS] + sorted(PARTITION_FAULTS)
     return kinds

@@ -9,6 +9,11 @@ is the one pod process (:class:`~leaseworker_dev._services.PodProcess`) of the
 user's job through the stall wrapper, with its own Redis proxy on the
 single-node topology, its own history file and a ``/readyz`` to wait for; a
 job that marks when its processes ran (``crunch``) writes under :func:`marks_dir`.
+
+With ``hosts`` (``--hosts``) Redis, Kafka (each broker), PostgreSQL and each
+pod run on a network namespace of their own (:class:`~leaseworker_dev._services.Hosts`),
+and pods reach the services directly, without proxies: the partition faults
+cut a pod's host from Redis's, or from every other host.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ from typing import Any, Literal
 from leaseworker.toolkit import ChaosProxy, ConfigError, KafkaSecurity
 
 from .._services import (
+    HERE,
     MARKS_VARIABLE,
+    NODE_IDS,
+    Hosts,
     LocalKafka,
     LocalKafkaCluster,
     LocalPostgres,
@@ -31,6 +39,7 @@ from .._services import (
     LocalRedisCluster,
     LocalSentinelGroup,
     LocalStack,
+    Place,
     PodProcess,
     Service,
     ToolMissingError,
@@ -66,6 +75,11 @@ class Services:
     store_proxy: ChaosProxy | None = None  # set by :func:`store_proxy`
     external_kafka: str | None = None  # ``--bootstrap-servers``: not ours to restart
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    hosts: Hosts | None = None  # ``--hosts``: every service and pod on a host of its own
+
+    def pod_place(self, name: str) -> Place:
+        """Where pod ``name`` runs: a host of its own with ``hosts``, else here."""
+        return HERE if self.hosts is None else self.hosts.add(name).place
 
     @property
     def kafka(self) -> LocalKafka:
@@ -152,24 +166,66 @@ def services(
     bootstrap_servers: str | None = None,
     kafka_security: KafkaSecurity | None = None,
     kafka_brokers: int = 1,
+    hosts: bool = False,
 ) -> Iterator[Services]:
     """Start Kafka (without ``bootstrap_servers``), Redis, a PostgreSQL (without ``store_url``).
 
     ``kafka_security``: how every client reaches the external brokers.
     ``kafka_brokers``: 3 for a three-broker cluster instead of one broker.
+    ``hosts``: each service on a host of its own (single topology, own services only).
     """
+    if hosts and (topology != "single" or store_url or bootstrap_servers):
+        raise ValueError("hosts: the single topology, with the campaign's own Kafka and store")
+    with contextlib.ExitStack() as exits:
+        made = exits.enter_context(Hosts.create()) if hosts else None
+        yield exits.enter_context(
+            _services(
+                topology,
+                store_url,
+                workdir,
+                bootstrap_servers=bootstrap_servers,
+                kafka_security=kafka_security,
+                kafka_brokers=kafka_brokers,
+                hosts=made,
+            )
+        )
+
+
+@contextlib.contextmanager
+def _services(
+    topology: Topology,
+    store_url: str | None,
+    workdir: Path,
+    *,
+    bootstrap_servers: str | None,
+    kafka_security: KafkaSecurity | None,
+    kafka_brokers: int,
+    hosts: Hosts | None,
+) -> Iterator[Services]:
+    """:func:`services` on ``hosts`` (``None``: here, on loopback)."""
+    # Each host made here, before the starts' threads: Hosts.add is not thread-safe.
+    at: dict[str, dict[str, Any]] = {"kafka": {}, "kafka3": {}, "postgres": {}, "redis": {}}
+    if hosts is not None:
+        at["redis"] = {"place": hosts.add("redis").place}
+        at["postgres"] = {"place": hosts.add("store").place}
+        if kafka_brokers == 3:
+            at["kafka3"] = {"places": {i: hosts.add(f"broker-{i}").place for i in NODE_IDS}}
+        else:
+            at["kafka"] = {"place": hosts.add("kafka").place}
     redis: dict[Topology, Service] = {
         "single": "redis",
         "sentinel": "sentinel",
         "cluster": "cluster",
     }
-    kafka = functools.partial(LocalKafka.start, settings=AUTO_CREATE)
-    kafka3 = functools.partial(LocalKafkaCluster.start, settings=AUTO_CREATE)
+    kafka = functools.partial(LocalKafka.start, settings=AUTO_CREATE, **at["kafka"])
+    kafka3 = functools.partial(LocalKafkaCluster.start, settings=AUTO_CREATE, **at["kafka3"])
     starters: dict[Service, Callable[[], Any]] = {"kafka": kafka, "kafka3": kafka3}
+    starters["postgres"] = functools.partial(LocalPostgres.start, **at["postgres"])
+    starters["redis"] = functools.partial(LocalRedis.start, **at["redis"])
     if topology == "single":  # on a wall clock redis_clock_step steps
         with contextlib.suppress(ToolMissingError):  # no C compiler: that fault is not played
             clock = WallClock.create(workdir)
-            starters["redis"] = functools.partial(LocalRedis.start, clock=clock)
+            starters["redis"] = functools.partial(LocalRedis.start, clock=clock, **at["redis"])
     with LocalStack(starters=starters) as stack:
         ours: Service = "kafka3" if kafka_brokers == 3 else "kafka"
         own: list[Service] = [] if bootstrap_servers else [ours]
@@ -184,13 +240,17 @@ def services(
             store_url=store_url,
             external_kafka=bootstrap_servers,
             kafka_security=kafka_security or KafkaSecurity(),
+            hosts=hosts,
         )
 
 
 @contextlib.asynccontextmanager
 async def store_proxy(stack: Services) -> AsyncIterator[str]:
-    """Yield the store URL the pods use: through a proxy when the store is our PostgreSQL."""
-    if stack.postgres is None:
+    """Yield the store URL the pods use: through a proxy when the store is our PostgreSQL.
+
+    Not on hosts: pods there reach the store directly (a proxy here listens on loopback).
+    """
+    if stack.postgres is None or stack.hosts is not None:
         yield stack.store_url
         return
     async with ChaosProxy(stack.postgres.port) as proxy:
@@ -208,10 +268,12 @@ def make_pod(
     workdir: Path,
     proxy: ChaosProxy | None,
     kafka_env: dict[str, str] | None = None,
+    place: Place = HERE,
 ) -> PodProcess:
     """Describe pod ``name`` running ``job`` from the current directory (not started yet).
 
     ``kafka_env``: its Kafka SASL/TLS variables (:meth:`Services.pod_env`), not on argv.
+    ``place``: where it runs (:meth:`Services.pod_place`).
     """
     env = {JOB_VARIABLE: job, DIR_VARIABLE: str(workdir), "LEASEWORKER_STORE_URL": store_url}
     env[MARKS_VARIABLE] = str(marks_dir(workdir))
@@ -224,6 +286,7 @@ def make_pod(
         flags=flags,
         env=env,
         proxy=proxy,
+        place=place,
     )
 
 

@@ -66,6 +66,13 @@ def add_parser(subparsers: Any, summary: str) -> None:
         help="3: run on three local brokers (RF 3, min.insync.replicas 2) and kill one, "
         "or restart all in turn, instead of restarting the one broker",
     )
+    add(
+        "--hosts",
+        action="store_true",
+        help="run Redis, Kafka, the store and each pod on a network namespace of its own "
+        "(root, iproute2, nftables; single topology, local services) and cut pods apart: "
+        "pod_cut_redis and pod_isolate instead of the Redis proxy faults and store_outage",
+    )
     add_kafka_security_flags(parser)
     add(
         "--payloads",
@@ -109,7 +116,9 @@ def _chaos(args: argparse.Namespace) -> int:
             bootstrap_servers=args.bootstrap_servers or None,
             kafka_security=kafka_security_from(args),
             kafka_brokers=args.kafka_brokers,
+            hosts=args.hosts,
         )
+        _check_hosts(settings)
     except ConfigError as exc:
         print(f"leaseworker chaos: error: {exc}", file=sys.stderr)
         return 2
@@ -147,6 +156,22 @@ def _chaos(args: argparse.Namespace) -> int:
     if result.inconclusive is not None and all(v.passed for v in result.verdicts):
         print(f"leaseworker chaos: inconclusive: {result.inconclusive}", file=sys.stderr)
     return 0 if result.ok else 1
+
+
+def _check_hosts(settings: Any) -> None:
+    """Raise ``ConfigError`` saying why ``--hosts`` cannot run with these settings, or here."""
+    if not settings.hosts:
+        return
+    from .._services import Hosts
+
+    if settings.topology != "single":
+        why: str | None = "the single topology only"
+    elif settings.store_url or settings.bootstrap_servers:
+        why = "its own services only, not with --store-url or --bootstrap-servers"
+    else:
+        why = Hosts.available()
+    if why is not None:
+        raise ConfigError(f"--hosts: {why}")
 
 
 def _innermost(exc: BaseException) -> BaseException:
