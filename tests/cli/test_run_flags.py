@@ -43,6 +43,7 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--auto-offset-reset", "latest", "auto_offset_reset", "latest"),
     ("--outbox-retention", "3600", "outbox_retention", 3600.0),
     ("--outbox-claim-timeout", "45", "outbox_claim_timeout", 45.0),
+    ("--outbox-relay-connections", "5", "outbox_relay_connections", 5),
 ]  # fmt: skip
 
 

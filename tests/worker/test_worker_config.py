@@ -47,6 +47,8 @@ pytestmark = pytest.mark.fake
         {"max_result_bytes": 0},
         {"outbox_retention": 0},  # every sent row deleted at once
         {"outbox_claim_timeout": float("inf")},  # a dead pod's messages never taken over
+        {"outbox_relay_connections": 0},  # a relay that can never claim
+        {"outbox_relay_connections": 11},  # more than the pod's pool
     ],
 )
 def test_settings_that_break_a_guarantee_are_config_errors(settings: dict[str, object]) -> None:

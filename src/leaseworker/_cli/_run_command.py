@@ -101,6 +101,12 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
         "messages wait for another pod's relay",
         positive_seconds,
     ),
+    _field(
+        "--outbox-relay-connections",
+        "PostgreSQL connections (of the pod's 10) its relay may hold at once, the rest "
+        "kept for the jobs while a backlog drains; unset: 3",
+        positive_int,
+    ),
     # Kafka timing, call timeouts, the payload bound, lease pipelining.
     _field(
         "--heartbeat-interval",

@@ -56,6 +56,7 @@ from ._memory import MemoryStore as MemoryStore
 from ._migrate import check_store as check_store
 from ._migrate import migrate_store as migrate_store
 from ._migration import Migration as Migration
+from ._open import STORE_CONNECTIONS as STORE_CONNECTIONS
 from ._open import open_store as open_store
 from ._protocol import Barrier as Barrier
 from ._protocol import CompletionStore as CompletionStore
@@ -77,6 +78,7 @@ __all__ = [
     "MIGRATIONS",
     "NO_FENCE",
     "PRUNE_LIMIT",
+    "STORE_CONNECTIONS",
     "Barrier",
     "Batcher",
     "Call",

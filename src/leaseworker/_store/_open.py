@@ -17,13 +17,17 @@ from ._url import parse_store_url
 
 logger = logging.getLogger("leaseworker.store")
 
+STORE_CONNECTIONS = 10
+"""A PostgreSQL store's pooled connections unless ``open_store`` is told otherwise (a pod's)."""
+
 
 @contextlib.asynccontextmanager
 async def open_store(
     url: str | None = None,
     *,
     call_timeout: float = 5.0,
-    max_connections: int = 10,
+    max_connections: int = STORE_CONNECTIONS,
+    relay_connections: int | None = None,
     url_file: str | Path | None = None,
 ) -> AsyncIterator[CompletionStore]:
     """Open the completion store at ``url`` for the ``async with`` block.
@@ -37,8 +41,9 @@ async def open_store(
                     job_key=job_key, input_version=version, fence=fence,
                     result=row, execution_id=eid, pod=pod))
 
-    ``postgresql://...`` (psycopg 3 with a pool of up to ``max_connections``)
-    for production; ``sqlite:///path`` for the embedded store, which is also
+    ``postgresql://...`` (psycopg 3 with a pool of up to ``max_connections``,
+    of which the outbox relay holds ``relay_connections`` at most: by default
+    a third) for production; ``sqlite:///path`` for the embedded store, which is also
     the default when ``url`` is ``None``; ``sqlite:///:memory:`` or
     ``memory://`` (no database at all; not durable, not shared between pods)
     for tests and demos.
@@ -61,6 +66,11 @@ async def open_store(
         raise ConfigError(f"call_timeout must be positive, got {call_timeout}")
     if max_connections < 1:
         raise ConfigError(f"max_connections must be at least 1, got {max_connections}")
+    if relay_connections is not None and not 1 <= relay_connections <= max_connections:
+        raise ConfigError(
+            f"relay_connections must be between 1 and max_connections ({max_connections}),"
+            f" got {relay_connections}"
+        )
     store: CompletionStore
     if parsed.backend == "postgresql":
         # Lazy: psycopg is an optional dependency, loaded only when a postgresql://
@@ -68,7 +78,11 @@ async def open_store(
         from ._postgres import PostgresStore
 
         store = await PostgresStore.open(
-            parsed, call_timeout=call_timeout, max_connections=max_connections, source=source
+            parsed,
+            call_timeout=call_timeout,
+            max_connections=max_connections,
+            relay_connections=relay_connections,
+            source=source,
         )
     elif parsed.backend == "memory":
         logger.warning(

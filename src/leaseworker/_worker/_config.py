@@ -23,7 +23,7 @@ from .._execution import DEFAULT_MAX_PAYLOAD_BYTES
 from .._kafka import SEND_TIMEOUT, KafkaSecurity
 from .._lease import parse_redis_url
 from .._secrets import SecretFile
-from .._store import DEFAULT_URL, parse_store_url, redact
+from .._store import DEFAULT_URL, STORE_CONNECTIONS, parse_store_url, redact
 
 _DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -163,6 +163,13 @@ class PodConfig:
     while its round still sends and another relay sends the rows again.
     """
 
+    outbox_relay_connections: int | None = None
+    """How many of the pod's pooled PostgreSQL connections its relay may hold at once.
+
+    The rest stay the jobs' while a backlog drains. ``None``: a third of
+    the pool, 3 of its 10; at most 10. Other stores ignore it.
+    """
+
     # -- start-up, Kafka security and behaviour
 
     startup_retry_cap: float = 10.0
@@ -253,6 +260,12 @@ class PodConfig:
             value = getattr(self, name)
             _require(value is None or value >= 1, f"{name} must be None or >= 1, got {value}")
         _require(self.dead_letter_topic != "", "dead_letter_topic must be None or a topic name")
+        relay_connections = self.outbox_relay_connections
+        _require(
+            relay_connections is None or 1 <= relay_connections <= STORE_CONNECTIONS,
+            f"outbox_relay_connections must be None or between 1 and {STORE_CONNECTIONS}"
+            f" (the pod's store connections), got {relay_connections}",
+        )
         _require(
             self.auto_offset_reset in ("earliest", "latest"),
             f"auto_offset_reset must be earliest or latest, got {self.auto_offset_reset!r}",
@@ -449,6 +462,7 @@ class StoreSettings:
     store_timeout: float
     outbox_retention: float
     outbox_claim_timeout: float
+    outbox_relay_connections: int | None
 
 
 _View = TypeVar("_View", KafkaSettings, GroupTiming, Timeouts, LeaseSettings, StoreSettings)

@@ -252,6 +252,7 @@ class Pod:
                     opening = open_store(
                         config.store_url,
                         call_timeout=config.store_timeout,
+                        relay_connections=config.outbox_relay_connections,
                         url_file=config.store_url_file,
                     )
                     store = await stack.enter_async_context(opening)

@@ -16,10 +16,11 @@ See docs/effects.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import final
 
@@ -121,20 +122,48 @@ _now = time.monotonic
 """The claims' clock: their ``until`` and ``floor_until`` (a test turns it by hand)."""
 
 
+def relay_share(max_connections: int) -> int:
+    """Return the pooled connections a store's relay may hold at once by default: a third.
+
+    Three of a pod's ten, for its rounds' claims (a connection each, from
+    the claim to the mark) and its prunes, where it could hold six and a
+    prune before; the jobs' transactions keep seven while a backlog drains.
+    A share of the one pool, not a pool of the relay's own: with no backlog
+    the jobs may use all ten, and the server sees no more connections.
+    """
+    return max(1, max_connections // 3)
+
+
 @final
 class OutboxClaims:
     """The claims of this process on one store: the open ones by name, and where to scan from.
 
     ``floor`` is where the next claim's scan of the queue starts: past the
     rows of the last full claim (0: the queue's start), until ``floor_until``
-    (``_now``). See :meth:`query`.
+    (``_now``). See :meth:`query`. ``share``: how many pooled connections
+    the claims (and :meth:`slot` s) hold at once, at most; a claim beyond it
+    waits for one to be given back, which the rounds holding them do within
+    their ``hold``.
     """
 
-    def __init__(self, pool: PgPool) -> None:
+    def __init__(self, pool: PgPool, share: int) -> None:
         self._pool = pool
+        self.share = share
+        self._slots = anyio.Semaphore(share)
         self.held: dict[str, _Held] = {}
         self.floor = 0
         self.floor_until = 0.0
+
+    @property
+    def waiting(self) -> int:
+        """How many claims (or :meth:`slot` s) wait for a connection of the share."""
+        return self._slots.statistics().tasks_waiting
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one connection of the share for the block (the relay's prune)."""
+        async with self._slots:
+            yield
 
     async def claim(self, relay: str, limit: int, hold: float) -> list[OutboxRow]:
         """Claim as ``EffectStore.claim_outbox`` says: lock the rows, keep the transaction open.
@@ -268,16 +297,24 @@ class OutboxClaims:
         self.floor = max(self.floor, rows[-1].id + 1)
 
     async def _connection(self) -> Conn:
+        """Take a connection of the share (waiting for one), then of the pool; see :meth:`_end`."""
+        await self._slots.acquire()
         try:
             return await self._pool.pool.getconn(timeout=self._pool.timeout)
-        except (PoolTimeout, PoolClosed) as exc:
-            raise StoreUnavailable(None, self._pool.detail(exc)) from exc
+        except BaseException as exc:
+            self._slots.release()
+            if isinstance(exc, PoolTimeout | PoolClosed):
+                raise StoreUnavailable(None, self._pool.detail(exc)) from exc
+            raise
 
     async def _end(self, conn: Conn) -> None:
-        """Roll back what is still open and give ``conn`` back to the pool (shielded)."""
-        with anyio.CancelScope(shield=True):
-            await rollback(conn)
-            await self._pool.pool.putconn(conn)
+        """Roll back what is still open, give ``conn`` back to the pool and its share (shielded)."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await rollback(conn)
+                await self._pool.pool.putconn(conn)
+        finally:
+            self._slots.release()
 
 
 def settle_statements(

@@ -43,7 +43,7 @@ from .._migration import Migration
 from .._schema import MIGRATIONS
 from .._url import StoreURL
 from . import _pg_effects
-from ._pg_claims import MARK, RELEASE, OutboxClaims
+from ._pg_claims import MARK, RELEASE, OutboxClaims, relay_share
 from ._pg_pool import Attempt, Conn, PgPool, SessionSetup, completion_of, maybe_completion_of
 from ._pg_schema import first_connection, migrate, reread_url
 from ._pg_standby import warn_unless_waited_for
@@ -76,16 +76,19 @@ class PostgresStore:
     """Completions in PostgreSQL; open it with ``open_store("postgresql://...")``.
 
     ``call_timeout`` bounds every call (pool checkout included); ``max_connections``
-    caps the pool. ``schema_version`` is the database's schema version after
-    the start-up migration.
+    caps the pool, of which the relay (its claims and prunes) holds
+    ``relay_connections`` at most (default: :func:`relay_share`).
+    ``schema_version`` is the database's schema version after the start-up
+    migration.
     """
 
-    def __init__(self, pool: PgPool) -> None:
+    def __init__(self, pool: PgPool, relay_connections: int) -> None:
         self._pool = pool
         self._batcher = Batcher(
             self._run_batch, max_batch=MAX_BATCH, max_in_flight=BATCHES_IN_FLIGHT
         )
-        self._claims = OutboxClaims(pool)  # this process's claims of the outbox
+        # This process's claims of the outbox, on a bounded share of the pool.
+        self._claims = OutboxClaims(pool, relay_connections)
         self.outbox_bell = OutboxBell()
         self.schema_version = 0
 
@@ -96,6 +99,7 @@ class PostgresStore:
         *,
         call_timeout: float,
         max_connections: int = 10,
+        relay_connections: int | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
         source: SecretFile | None = None,
     ) -> PostgresStore:
@@ -117,7 +121,8 @@ class PostgresStore:
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(call_timeout))},
             configure=SessionSetup(call_timeout),
         )
-        store = cls(PgPool(pool, shown_url=url.redacted, call_timeout=call_timeout))
+        share = relay_share(max_connections) if relay_connections is None else relay_connections
+        store = cls(PgPool(pool, shown_url=url.redacted, call_timeout=call_timeout), share)
         try:
             await first_connection(url, call_timeout)
             try:
@@ -220,8 +225,9 @@ class PostgresStore:
         return await _pg_effects.backlog(self._pool, prefix)
 
     async def prune_outbox(self, older_than: float, *, limit: int = PRUNE_LIMIT) -> int:
-        """Delete old sent messages; see ``EffectStore.prune_outbox``."""
-        return await _pg_effects.prune(self._pool, older_than, limit)
+        """Delete old sent messages; see ``EffectStore.prune_outbox`` (in the relay's share)."""
+        async with self._claims.slot():
+            return await _pg_effects.prune(self._pool, older_than, limit)
 
     async def aclose(self) -> None:
         """Close the pool once no batch runs (waiting up to ``call_timeout`` for connections)."""
