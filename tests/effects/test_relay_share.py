@@ -127,14 +127,14 @@ async def test_the_relay_holds_at_most_its_share_while_a_backlog_drains_and_jobs
         assert all(sent for _, sent in await store.outbox())
 
 
-async def test_without_a_relay_share_given_the_relay_takes_a_third_of_the_pool(
+async def test_without_a_relay_share_given_the_relay_takes_two_fifths_of_the_pool(
     pg_url: str,
 ) -> None:
-    """The default share: 3 of the pod's 10 connections, 1 of a pool of 2; out of range refused."""
+    """The default share: 4 of the pod's 10 connections, 1 of a pool of 2; out of range refused."""
     async with open_store(pg_url) as ten, open_store(pg_url, max_connections=2) as two:
         assert isinstance(ten, PostgresStore)
         assert isinstance(two, PostgresStore)
-        assert (ten._claims.share, two._claims.share) == (3, 1)
+        assert (ten._claims.share, two._claims.share) == (4, 1)
     for share in (0, 11):
         with pytest.raises(ConfigError, match=rf"relay_connections must be between .*got {share}"):
             async with open_store(pg_url, relay_connections=share):

@@ -104,7 +104,7 @@ RUN_SETTINGS: tuple[Setting | Switch, ...] = (
     _field(
         "--outbox-relay-connections",
         "PostgreSQL connections (of the pod's 10) its relay may hold at once, the rest "
-        "kept for the jobs while a backlog drains; unset: 3",
+        "kept for the jobs while a backlog drains; unset: 4",
         positive_int,
     ),
     # Kafka timing, call timeouts, the payload bound, lease pipelining.

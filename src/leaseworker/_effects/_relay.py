@@ -10,7 +10,8 @@ once: receivers drop duplicates). A relay that dies leaves its claims to
 expire, and another takes them over. ``run`` keeps ``in_flight`` rounds
 claiming or sending at once, and lets the next claim start while a round's
 mark goes on (each round under a claim name of its own, so a round never
-takes another's rows and a key's order holds across them); it wakes at this
+takes another's rows and a key's order holds across them; on PostgreSQL a
+claim past the relay's share of the pool waits for a round's mark); it wakes at this
 process's commits (the store's ``outbox_bell``) and, after a claim, prunes sent
 rows older than ``retention`` beside the rounds. Its hooks get an
 ``EffectEvent`` per send (``sent``, ``send_failed``, in the relay's task,

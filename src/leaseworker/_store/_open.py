@@ -43,7 +43,7 @@ async def open_store(
 
     ``postgresql://...`` (psycopg 3 with a pool of up to ``max_connections``,
     of which the outbox relay holds ``relay_connections`` at most: by default
-    a third) for production; ``sqlite:///path`` for the embedded store, which is also
+    two fifths) for production; ``sqlite:///path`` for the embedded store, which is also
     the default when ``url`` is ``None``; ``sqlite:///:memory:`` or
     ``memory://`` (no database at all; not durable, not shared between pods)
     for tests and demos.

@@ -166,8 +166,8 @@ class PodConfig:
     outbox_relay_connections: int | None = None
     """How many of the pod's pooled PostgreSQL connections its relay may hold at once.
 
-    The rest stay the jobs' while a backlog drains. ``None``: a third of
-    the pool, 3 of its 10; at most 10. Other stores ignore it.
+    The rest stay the jobs' while a backlog drains. ``None``: two fifths
+    of the pool, 4 of its 10; at most 10. Other stores ignore it.
     """
 
     # -- start-up, Kafka security and behaviour

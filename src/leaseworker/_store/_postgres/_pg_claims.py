@@ -123,15 +123,17 @@ _now = time.monotonic
 
 
 def relay_share(max_connections: int) -> int:
-    """Return the pooled connections a store's relay may hold at once by default: a third.
+    """Return the pooled connections a store's relay may hold at once by default: two fifths.
 
-    Three of a pod's ten, for its rounds' claims (a connection each, from
+    Four of a pod's ten, for its rounds' claims (a connection each, from
     the claim to the mark) and its prunes, where it could hold six and a
-    prune before; the jobs' transactions keep seven while a backlog drains.
-    A share of the one pool, not a pool of the relay's own: with no backlog
-    the jobs may use all ten, and the server sees no more connections.
+    prune before: its three rounds in flight send while the next one claims
+    (the most it held unbounded in bench/relay_share.py), their marks and a
+    prune wait their turn; the jobs' transactions keep six while a backlog
+    drains. A share of the one pool, not a pool of the relay's own: with no
+    backlog the jobs may use all ten, and the server sees no more connections.
     """
-    return max(1, max_connections // 3)
+    return max(1, max_connections * 2 // 5)
 
 
 @final
