@@ -15,12 +15,16 @@ or a number of connections.
 ``--ack-delay`` holds each wave's acknowledgements back that long in the
 relay's sender (a replicated cluster's ``acks=all``, without one): rounds
 then hold their connections through longer sends, and overlap more.
+``--mark-delay`` holds each mark back that long on its claim's connection
+(a commit waiting for a distant synchronous standby): the marks then pile
+up beside the rounds, as they may in production.
 Per round: the drain's rate and the most connections the relay held at
 once during it (counted at the store's share as each claim takes one); per
 side, p50 / p99 of every round's samples together.
 
     .venv/bin/python bench/relay_share.py [--rate 30] [--statement 0.2] [--backlog 20000]
-        [--quiet 5] [--rounds 3] [--concurrency 16] [--ack-delay 0] [--shares bounded,whole]
+        [--quiet 5] [--rounds 3] [--concurrency 16] [--ack-delay 0] [--mark-delay 0]
+        [--shares bounded,whole]
 """
 
 from __future__ import annotations
@@ -113,6 +117,18 @@ class Peak:
         self.most = 0
 
 
+def slow_marks(store: PostgresStore, delay: float) -> None:
+    """Hold every end of a claim (mark or release) back ``delay`` seconds, its connection held."""
+    claims = store._claims
+    update = claims.update
+
+    async def later(what: str, relay: str, ids: Sequence[int]) -> int:
+        await anyio.sleep(delay)
+        return await update(what, relay, ids)
+
+    setattr(claims, "update", later)  # noqa: B010 - a method replaced for the delay
+
+
 class RowAndMessage(ReportJob):
     """One row and one message per trigger in the completion's transaction, timed."""
 
@@ -200,6 +216,8 @@ async def one_round(
     async with open_store(url, relay_connections=relay_connections) as store:
         assert isinstance(store, PostgresStore)
         peak = Peak(store)
+        if args.mark_delay:
+            slow_marks(store, args.mark_delay)
         pod = Pod(job, config, store=store)
         async with anyio.create_task_group() as tg:
             await tg.start(_run_worker, pod)
@@ -237,6 +255,7 @@ async def bench(services: LocalStack, args: argparse.Namespace) -> None:
     print(
         f"relay share: {args.rate:.0f} transactions/s of a {args.statement * 1000:.0f} ms"
         f" statement, concurrency {args.concurrency}, acks {args.ack_delay * 1000:.0f} ms late,"
+        f" marks {args.mark_delay * 1000:.0f} ms late,"
         f" backlog {args.backlog} rows, load {os.getloadavg()[0]:.1f}"
     )
     kept: dict[str, list[dict[str, Any]]] = {share: [] for share in shares}
@@ -273,6 +292,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--statement", type=float, default=0.2, help="seconds of pg_sleep")
     parser.add_argument("--ack-delay", type=float, default=0.0, help="seconds per wave")
+    parser.add_argument("--mark-delay", type=float, default=0.0, help="seconds per mark")
     parser.add_argument("--shares", default="bounded,whole")
     args = parser.parse_args()
     args.shares = args.shares.split(",")
