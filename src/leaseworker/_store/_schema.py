@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._errors import ConfigError
+from .._version import __version__, runs_beside_schema
 from ._migration import Migration
 from ._outbox_schema import OUTBOX_MIGRATIONS
 
@@ -364,13 +366,64 @@ _JOBS: tuple[Migration, ...] = (
             "ALTER TABLE leaseworker_completions ADD COLUMN peak_memory INTEGER",
         ),
     ),
+    Migration(
+        version=13,
+        description="each version row names the release that applied it and the schema it needs",
+        postgresql=(
+            # Nullable: earlier code inserts its rows without them (and had
+            # no mark to leave: 0.1.0 runs beside itself only).
+            f"ALTER TABLE {VERSION_TABLE} ADD COLUMN release text, ADD COLUMN runs_beside integer",
+        ),
+        sqlite=(
+            f"ALTER TABLE {VERSION_TABLE} ADD COLUMN release TEXT",
+            f"ALTER TABLE {VERSION_TABLE} ADD COLUMN runs_beside INTEGER",
+        ),
+    ),
 )
 """Migrations of the heads, the completions and ``leaseworker_complete``."""
+
+MARKED_FROM = 13
+"""The first migration whose version row carries ``release`` and ``runs_beside``."""
+
+MARK = f"UPDATE {VERSION_TABLE} SET release = {{0}}, runs_beside = {{0}} WHERE version = {{0}}"
+"""Marks a version row applied by this code (``{0}``: the dialect's placeholder)."""
+
+MARKS_ABOVE = (
+    f"SELECT version, release, (SELECT max(runs_beside) FROM {VERSION_TABLE} WHERE version > {{0}})"
+    f" FROM {VERSION_TABLE} WHERE version > {{0}} ORDER BY version DESC LIMIT 1"
+)
+"""Reads the marks above this code's latest version, given twice (``{0}``: the placeholder)."""
 
 MIGRATIONS: tuple[Migration, ...] = tuple(
     sorted((*_JOBS, *OUTBOX_MIGRATIONS), key=lambda migration: migration.version)
 )
 """Every migration, in version order (:func:`pending` checks there is no gap)."""
+
+
+def mark(migration: Migration) -> tuple[str, int, int] | None:
+    """Return what :data:`MARK` writes for ``migration`` (``None`` below :data:`MARKED_FROM`)."""
+    if migration.version < MARKED_FROM:
+        return None
+    return (__version__, runs_beside_schema(), migration.version)
+
+
+def refuse_newer(where: str, latest: int, marks: Sequence[object] | None) -> None:
+    """Raise :class:`ConfigError` when the schema above ``latest`` needs a newer pod than this.
+
+    ``marks`` is the row :data:`MARKS_ABOVE` read: the highest version above
+    ``latest``, the release that applied it, and the highest schema the
+    versions above ``latest`` need. A version above ours whose release runs
+    beside our schema (additive migrations) is tolerated.
+    """
+    if marks is None:
+        return
+    applied, release, needs = marks
+    if needs is not None and int(str(needs)) > latest:
+        raise ConfigError(
+            f"{where}: its schema version {applied} was applied by leaseworker {release}, "
+            f"which cannot run beside this pod's leaseworker {__version__} (schema {latest}); "
+            f"run leaseworker {release} or later"
+        )
 
 
 def pending(applied: int, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:

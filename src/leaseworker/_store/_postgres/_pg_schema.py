@@ -21,7 +21,15 @@ import psycopg
 from ..._errors import ConfigError, StoreUnavailable
 from ..._secrets import SecretFile
 from .._migration import Migration
-from .._schema import ADVISORY_LOCK_KEY, VERSION_TABLE, pending
+from .._schema import (
+    ADVISORY_LOCK_KEY,
+    MARK,
+    MARKS_ABOVE,
+    VERSION_TABLE,
+    mark,
+    pending,
+    refuse_newer,
+)
 from .._url import StoreURL, parse_store_url
 from ._pg_grants import MIGRATE_HINT, check_privileges
 from ._pg_pool import Conn
@@ -129,6 +137,9 @@ async def migrate(conn: Conn, migrations: Sequence[Migration], where: str) -> in
     """
     latest = max(m.version for m in migrations)
     applied = await _applied_version(conn, where)
+    if applied > latest:
+        marks = await conn.execute(MARKS_ABOVE.format("%s"), (latest, latest))
+        refuse_newer(where, latest, await marks.fetchone())
     if applied < latest:
         try:
             applied = await _apply(conn, migrations)
@@ -157,6 +168,8 @@ async def _apply(conn: Conn, migrations: Sequence[Migration]) -> int:
                 "INSERT INTO leaseworker_schema_version (version, description) VALUES (%s, %s)",
                 (migration.version, migration.description),
             )
+            if (marked := mark(migration)) is not None:
+                await conn.execute(MARK.format("%s"), marked)
             logger.info(
                 "completion store: applied schema version %d (%s)",
                 migration.version,

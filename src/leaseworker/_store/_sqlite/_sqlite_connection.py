@@ -97,9 +97,10 @@ class SqliteConnection:
             inline=url.target == ":memory:",
             sync=sync,
         )
+        where = f"completion store at {url.redacted}"
         try:
             db.schema_version = await db.run(
-                None, lambda conn: migrate(conn, migrations), writes=False
+                None, lambda conn: migrate(conn, migrations, where), writes=False
             )
         except BaseException:
             with anyio.CancelScope(shield=True):

@@ -27,7 +27,7 @@ import anyio
 
 from ..._errors import ConfigError
 from .._migration import Migration
-from .._schema import pending
+from .._schema import MARK, MARKS_ABOVE, mark, pending, refuse_newer
 
 logger = logging.getLogger("leaseworker.store")
 
@@ -244,8 +244,11 @@ def immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> int:
-    """Apply missing migrations inside ``BEGIN IMMEDIATE``; return the schema version."""
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], where: str) -> int:
+    """Apply missing migrations inside ``BEGIN IMMEDIATE``; return the schema version.
+
+    A schema above this code's that needs newer pods raises :class:`ConfigError`.
+    """
     with immediate(conn):
         conn.execute(_VERSION_TABLE)
         applied = int(
@@ -253,6 +256,10 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> int:
                 "SELECT coalesce(max(version), 0) FROM leaseworker_schema_version"
             ).fetchone()[0]
         )
+        latest = max(m.version for m in migrations)
+        if applied > latest:
+            marks = conn.execute(MARKS_ABOVE.format("?"), (latest, latest)).fetchone()
+            refuse_newer(where, latest, marks)
         for migration in pending(applied, migrations):
             for statement in migration.sqlite:
                 conn.execute(statement)
@@ -261,6 +268,8 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> int:
                 " VALUES (?, ?, ?)",
                 (migration.version, migration.description, time.time_ns() // 1000),
             )
+            if (marked := mark(migration)) is not None:
+                conn.execute(MARK.format("?"), marked)
             logger.info(
                 "completion store: applied schema version %d (%s)",
                 migration.version,
