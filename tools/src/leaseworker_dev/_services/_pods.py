@@ -192,19 +192,21 @@ def pod_process(
     health: bool = True,
     log_level: str = "INFO",
     place: Place = HERE,
+    python: str = sys.executable,
 ) -> PodProcess:
     """Describe pod ``name`` running ``job`` (not started yet; :meth:`PodProcess.start`).
 
     Its log (and history file) go to ``workdir``; ``env`` adds to this
     process's environment; ``health`` serves ``/readyz`` on a free port of its
-    place's address; ``place``: where it runs (loopback, or a network namespace).
+    place's address; ``place``: where it runs (loopback, or a network namespace);
+    ``python``: the interpreter (another release's virtualenv, for a rolling upgrade).
     """
     history = workdir / f"history-{name}.jsonl" if record_history else None
     health_port = free_port() if health else None
     serve = ("--health-port", str(health_port), "--health-host", place.address)
     argv = [
         *place.prefix,
-        *(sys.executable, "-m", "leaseworker._cli", "--log-level", log_level, "run", job),
+        *(python, "-m", "leaseworker._cli", "--log-level", log_level, "run", job),
         *("--pod", name),
         *(("--redis-url", redis_url) if redis_url else ()),
         *(serve if health_port else ()),
