@@ -8,8 +8,13 @@ keys and effect headers and that release's pods run on its store schema
 brings a migration, even an empty one, because the store is where pods meet:
 each migration records the release that applied it and the schema its
 ``runs_beside`` needs, and a pod whose schema is older refuses to start
-(:func:`leaseworker._store._schema.refuse_newer`). Pods do not announce
-themselves anywhere else, so the store's mark is the one check.
+(:func:`leaseworker._store._schema.refuse_newer`). Pods announce their
+release nowhere else (not in Redis, not in the group's metadata), so the
+store's mark is the one check: it keeps an older pod from starting, or
+restarting, once a newer release it cannot run beside has migrated the
+store. Older pods already running are not told; a release that raises
+``runs_beside`` is therefore deployed by a full stop, as its CHANGELOG entry
+says.
 """
 
 from __future__ import annotations
