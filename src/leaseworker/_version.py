@@ -10,11 +10,12 @@ each migration records the release that applied it and the schema its
 ``runs_beside`` needs, and a pod whose schema is older refuses to start
 (:func:`leaseworker._store._schema.refuse_newer`). Pods announce their
 release nowhere else (not in Redis, not in the group's metadata), so the
-store's mark is the one check: it keeps an older pod from starting, or
-restarting, once a newer release it cannot run beside has migrated the
-store. Older pods already running are not told; a release that raises
-``runs_beside`` is therefore deployed by a full stop, as its CHANGELOG entry
-says.
+store's schema is the one check, both ways: an older pod does not start, or
+restart, on a schema a release it cannot run beside has migrated; and a
+newer pod does not migrate a schema of a release it cannot run beside, whose
+pods may still run (:func:`~leaseworker._store._schema.refuse_older`). Such
+an upgrade is a full stop: stop the older pods, ``leaseworker store
+migrate``, start the newer ones.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ From migration 13 each version row names the release that applied it and the
 schema of the oldest release it runs beside. A pod whose schema is older than
 that refuses to start with one line naming both releases (``leaseworker run``
 exits 2); a newer schema whose release runs beside this one's is opened as
-before (additive migrations, a rolling upgrade).
+before (additive migrations, a rolling upgrade). The other way round, a pod
+does not migrate a schema of a release it cannot run beside (its pods may
+still be on it): ``leaseworker store migrate`` does, once they are stopped.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import anyio
 import pytest
 
 from leaseworker import ConfigError, __version__, open_store
-from leaseworker._store import MIGRATIONS
+from leaseworker._store import MIGRATIONS, SqliteStore, migrate_store, parse_store_url
+from leaseworker._store._postgres import PostgresStore
 from leaseworker_dev._services import LocalRedis
 
 from ..pods import REPO
@@ -109,3 +112,32 @@ async def test_leaseworker_run_exits_2_naming_both_releases(
     [error] = [line for line in ended.stderr.splitlines() if ": error: " in line]
     assert "leaseworker 9.1.0, which cannot run beside this pod's leaseworker" in error
     assert __version__ in error
+
+
+async def test_a_schema_of_a_release_this_one_cannot_run_beside_is_left_to_store_migrate(
+    store_url: str,
+) -> None:
+    """Schema 11 (code before 0.1.0): the pod refuses in one line and changes nothing.
+
+    ``leaseworker store migrate`` then brings it to this release's schema, and
+    the pod opens it.
+    """
+    parsed = parse_store_url(store_url)
+    older = MIGRATIONS[: OLDEST_BESIDE - 1]
+    if parsed.backend == "postgresql":
+        await (await PostgresStore.open(parsed, call_timeout=5.0, migrations=older)).aclose()
+    else:
+        await (await SqliteStore.open(parsed, call_timeout=5.0, migrations=older)).aclose()
+    with pytest.raises(ConfigError) as refused:
+        async with open_store(store_url):
+            pass
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"schema version {OLDEST_BESIDE - 1} is of unreleased code" in message
+    assert f"this pod's leaseworker {__version__} cannot run beside" in message
+    assert message.endswith("then run leaseworker store migrate")
+    versions = await raw(store_url, "SELECT max(version) FROM leaseworker_schema_version")
+    assert versions == [(OLDEST_BESIDE - 1,)]
+    assert await migrate_store(store_url) == LATEST
+    async with open_store(store_url) as store:
+        assert getattr(store, "schema_version", None) == LATEST

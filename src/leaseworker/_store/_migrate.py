@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import ConfigError
-from ._open import open_store
+from ._open import opened
 from ._schema import MIGRATIONS
 from ._url import parse_store_url
 
@@ -30,7 +30,11 @@ async def migrate_store(
     parsed = parse_store_url(url)
     if grant_to and parsed.backend != "postgresql":
         raise ConfigError(f"--grant-to needs a PostgreSQL store, not {parsed.redacted}")
-    async with open_store(url, call_timeout=call_timeout, max_connections=1) as store:
+    # No floor: the operator runs it once the pods of an older release are stopped.
+    opening = opened(
+        url, call_timeout=call_timeout, max_connections=1, url_file=None, oldest_beside=0
+    )
+    async with opening as store:
         version = int(getattr(store, "schema_version", 0))
     if grant_to:
         # Lazy, as in open_store: psycopg (an optional dependency) only for a PostgreSQL store.

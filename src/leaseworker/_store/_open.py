@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .._errors import ConfigError
 from .._secrets import SecretFile
+from .._version import runs_beside_schema
 from ._memory import MemoryStore
 from ._protocol import CompletionStore
 from ._sqlite import SqliteStore
@@ -56,6 +57,32 @@ async def open_store(
     (which then wins over ``url``), read again for every new PostgreSQL
     connection, so a rotated password is used without reopening the store.
     """
+    async with opened(
+        url,
+        call_timeout=call_timeout,
+        max_connections=max_connections,
+        relay_connections=relay_connections,
+        url_file=url_file,
+        oldest_beside=runs_beside_schema(),
+    ) as store:
+        yield store
+
+
+@contextlib.asynccontextmanager
+async def opened(
+    url: str | None,
+    *,
+    call_timeout: float,
+    max_connections: int,
+    url_file: str | Path | None,
+    oldest_beside: int,
+    relay_connections: int | None = None,
+) -> AsyncIterator[CompletionStore]:
+    """:func:`open_store` with the schema floor given: ``leaseworker store migrate`` passes 0.
+
+    A schema from 1 to below ``oldest_beside`` was left by a release this code
+    cannot run beside; a pod refuses it (:func:`._schema.refuse_older`).
+    """
     source = None if url_file is None else SecretFile(Path(url_file), "store_url_file")
     if source is not None:
         url = source.read()
@@ -83,6 +110,7 @@ async def open_store(
             max_connections=max_connections,
             relay_connections=relay_connections,
             source=source,
+            oldest_beside=oldest_beside,
         )
     elif parsed.backend == "memory":
         logger.warning(
@@ -92,7 +120,9 @@ async def open_store(
         )
         store = MemoryStore()
     else:
-        store = await SqliteStore.open(parsed, call_timeout=call_timeout)
+        store = await SqliteStore.open(
+            parsed, call_timeout=call_timeout, oldest_beside=oldest_beside
+        )
     try:
         yield store
     finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._errors import ConfigError
-from .._version import __version__, runs_beside_schema
+from .._version import RELEASES, __version__, runs_beside_schema
 from ._migration import Migration
 from ._outbox_schema import OUTBOX_MIGRATIONS
 
@@ -424,6 +424,25 @@ def refuse_newer(where: str, latest: int, marks: Sequence[object] | None) -> Non
             f"which cannot run beside this pod's leaseworker {__version__} (schema {latest}); "
             f"run leaseworker {release} or later"
         )
+
+
+def refuse_older(where: str, applied: int, oldest_beside: int) -> None:
+    """Raise :class:`ConfigError` when the schema is of a release this code cannot run beside.
+
+    ``applied`` between 1 and below ``oldest_beside`` (the schema of the
+    oldest release this one runs beside): pods of that older release may still
+    use the store, so a pod does not migrate it under them; the operator stops
+    them and runs ``leaseworker store migrate`` (which passes 0: no floor).
+    """
+    if not 0 < applied < oldest_beside:
+        return
+    held = [release.version for release in RELEASES if release.schema == applied]
+    of = f"leaseworker {held[-1]}" if held else "unreleased code"
+    raise ConfigError(
+        f"{where}: its schema version {applied} is of {of}, which this pod's leaseworker "
+        f"{__version__} cannot run beside (schema {oldest_beside} at least); stop the pods "
+        "on it, then run leaseworker store migrate"
+    )
 
 
 def pending(applied: int, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:

@@ -29,6 +29,7 @@ from .._schema import (
     mark,
     pending,
     refuse_newer,
+    refuse_older,
 )
 from .._url import StoreURL, parse_store_url
 from ._pg_grants import MIGRATE_HINT, check_privileges
@@ -128,15 +129,20 @@ async def _applied_version(conn: Conn, where: str) -> int:
     return int(row[0]) if row is not None else 0
 
 
-async def migrate(conn: Conn, migrations: Sequence[Migration], where: str) -> int:
+async def migrate(
+    conn: Conn, migrations: Sequence[Migration], where: str, oldest_beside: int = 0
+) -> int:
     """Bring the schema to the latest version if it is behind; return the version.
 
     A current schema is only read (a runtime role without DDL rights starts),
     then the role's table privileges are checked; a schema that is behind is
     migrated if the role may, else :class:`ConfigError` says how to migrate it.
+    One of a release this code cannot run beside (below ``oldest_beside``), or
+    newer than it runs beside, raises :class:`ConfigError`.
     """
     latest = max(m.version for m in migrations)
     applied = await _applied_version(conn, where)
+    refuse_older(where, applied, oldest_beside)
     if applied > latest:
         marks = await conn.execute(MARKS_ABOVE.format("%s"), (latest, latest))
         refuse_newer(where, latest, await marks.fetchone())

@@ -102,10 +102,13 @@ class PostgresStore:
         relay_connections: int | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
         source: SecretFile | None = None,
+        oldest_beside: int = 0,
     ) -> PostgresStore:
         """Connect, then create or migrate the schema; raise StoreUnavailable on failure.
 
         ``source``: the file ``url`` came from, read again for every new connection.
+        ``oldest_beside``: a schema from 1 to below it is refused, not migrated
+        (``open_store`` passes the oldest release's this code runs beside).
         """
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url.target if source is None else functools.partial(reread_url, source, url),
@@ -133,7 +136,7 @@ class PostgresStore:
                 ) from exc
             where = f"completion store at {url.redacted}"
             store.schema_version = await store._pool.run(
-                None, lambda conn, attempt: migrate(conn, migrations, where)
+                None, lambda conn, attempt: migrate(conn, migrations, where, oldest_beside)
             )
             await store._pool.run(None, lambda conn, attempt: warn_unless_waited_for(conn, where))
         except BaseException:

@@ -74,7 +74,12 @@ class SqliteConnection:
 
     @classmethod
     async def open(
-        cls, url: StoreURL, *, call_timeout: float, migrations: Sequence[Migration] = MIGRATIONS
+        cls,
+        url: StoreURL,
+        *,
+        call_timeout: float,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        oldest_beside: int = 0,
     ) -> SqliteConnection:
         """Open the file (WAL mode), then create or migrate the schema.
 
@@ -100,7 +105,7 @@ class SqliteConnection:
         where = f"completion store at {url.redacted}"
         try:
             db.schema_version = await db.run(
-                None, lambda conn: migrate(conn, migrations, where), writes=False
+                None, lambda conn: migrate(conn, migrations, where, oldest_beside), writes=False
             )
         except BaseException:
             with anyio.CancelScope(shield=True):

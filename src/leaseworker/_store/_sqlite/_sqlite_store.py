@@ -66,16 +66,23 @@ class SqliteStore:
 
     @classmethod
     async def open(
-        cls, url: StoreURL, *, call_timeout: float, migrations: Sequence[Migration] = MIGRATIONS
+        cls,
+        url: StoreURL,
+        *,
+        call_timeout: float,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        oldest_beside: int = 0,
     ) -> SqliteStore:
         """Open the file (WAL mode), then create or migrate the schema.
 
         A directory that does not exist is a setting no retry can fix:
         :class:`ConfigError`; other failures are :class:`StoreUnavailable`.
+        ``oldest_beside``: as for :meth:`PostgresStore.open`.
         """
-        return cls(
-            await SqliteConnection.open(url, call_timeout=call_timeout, migrations=migrations)
+        connection = await SqliteConnection.open(
+            url, call_timeout=call_timeout, migrations=migrations, oldest_beside=oldest_beside
         )
+        return cls(connection)
 
     @property
     def schema_version(self) -> int:

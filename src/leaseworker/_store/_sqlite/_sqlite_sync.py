@@ -27,7 +27,7 @@ import anyio
 
 from ..._errors import ConfigError
 from .._migration import Migration
-from .._schema import MARK, MARKS_ABOVE, mark, pending, refuse_newer
+from .._schema import MARK, MARKS_ABOVE, mark, pending, refuse_newer, refuse_older
 
 logger = logging.getLogger("leaseworker.store")
 
@@ -244,10 +244,13 @@ def immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], where: str) -> int:
+def migrate(
+    conn: sqlite3.Connection, migrations: Sequence[Migration], where: str, oldest_beside: int = 0
+) -> int:
     """Apply missing migrations inside ``BEGIN IMMEDIATE``; return the schema version.
 
-    A schema above this code's that needs newer pods raises :class:`ConfigError`.
+    A schema above this code's that needs newer pods, or one from 1 to below
+    ``oldest_beside``, raises :class:`ConfigError`.
     """
     with immediate(conn):
         conn.execute(_VERSION_TABLE)
@@ -256,6 +259,7 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], where: st
                 "SELECT coalesce(max(version), 0) FROM leaseworker_schema_version"
             ).fetchone()[0]
         )
+        refuse_older(where, applied, oldest_beside)
         latest = max(m.version for m in migrations)
         if applied > latest:
             marks = conn.execute(MARKS_ABOVE.format("?"), (latest, latest)).fetchone()
