@@ -30,7 +30,7 @@ STAMP = ".leaseworker-built"
 
 
 @dataclass(frozen=True)
-class Release:
+class BuiltRelease:
     """A release built into the cache: its version, commit, source tree and interpreter."""
 
     version: str
@@ -50,7 +50,7 @@ def previous_release() -> tuple[str, str]:
     return version, str(recorded[version])
 
 
-def build(version: str, commit: str) -> Release:
+def build(version: str, commit: str) -> BuiltRelease:
     """Return release ``version`` at ``commit`` built into the cache, building it if needed.
 
     Raises ``LookupError`` in one line when the commit is not in this clone's
@@ -67,7 +67,7 @@ def build(version: str, commit: str) -> Release:
             " (a shallow clone? git fetch --unshallow)"
         )
     home = cache_dir("releases", commit)
-    release = Release(version, commit, home / "tree", home / "venv" / "bin" / "python")
+    release = BuiltRelease(version, commit, home / "tree", home / "venv" / "bin" / "python")
     with (home.parent / f"{commit}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (home / STAMP).exists():
@@ -76,7 +76,7 @@ def build(version: str, commit: str) -> Release:
     return release
 
 
-def _build(release: Release) -> None:
+def _build(release: BuiltRelease) -> None:
     home = release.tree.parent
     for part in ("tree", "venv"):
         shutil.rmtree(home / part, ignore_errors=True)

@@ -34,7 +34,7 @@ from leaseworker_dev._services import pod_process as describe_pod
 from ..kafka_util import KafkaNames, committed
 from ..pods import REPO, overlapping, ready, recorded
 from ..waiting import eventually
-from .previous import Release, build, previous_release
+from .previous import BuiltRelease, build, previous_release
 
 PARTITIONS = 4
 KEYS = 12  # report:0..11 hash onto all four partitions: every pod gets triggers
@@ -45,7 +45,7 @@ NEW_SCHEMA = 13  # what this release's first pod migrates the store to
 
 
 @pytest.fixture(scope="module")
-def previous() -> Release:
+def previous() -> BuiltRelease:
     """The previous release, built into the cache once (about a minute when cold)."""
     version, commit = previous_release()
     try:
@@ -68,7 +68,7 @@ def _start(
     name: str,
     env: dict[str, str],
     workdir: Path,
-    release: Release | None,
+    release: BuiltRelease | None,
 ) -> PodProcess:
     """Start pod ``name`` of ``release`` (``None``: this code) on ``tests.jobs:MarkerJob``."""
     pod = describe_pod(
@@ -84,7 +84,7 @@ def _start(
 
 
 async def test_two_pods_of_the_previous_release_are_replaced_one_at_a_time_with_nothing_lost(
-    previous: Release,
+    previous: BuiltRelease,
     pods: dict[str, PodProcess],
     kafka_server: LocalKafka,
     redis_server: LocalRedis,
