@@ -30,11 +30,14 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.groups())
 
 
-def test_the_version_is_the_next_release_in_development_or_a_recorded_one() -> None:
-    """``0.2.0.dev0`` between releases; a release's own version when it is cut and recorded."""
-    base, _, dev = __version__.partition(".dev")
+def test_the_version_is_the_next_release_in_development_or_the_one_being_cut() -> None:
+    """``0.2.0.dev0`` between releases, ``0.2.0`` on the commit that cuts it (recorded after)."""
+    base, marker, dev = __version__.partition(".dev")
     assert RELEASES[-1].version == base
-    assert dev.isdigit() or base in RECORDED
+    assert not marker or dev.isdigit()
+    assert all(_key(version) <= _key(base) for version in RECORDED)
+    if marker:
+        assert base not in RECORDED, f"{base} is released: bump to the next .dev0"
 
 
 def test_every_recorded_release_has_a_full_commit_a_row_and_a_changelog_section() -> None:
