@@ -27,6 +27,7 @@ import pytest
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
 from leaseworker import __version__
+from leaseworker._store import MIGRATIONS
 from leaseworker.toolkit import Execution
 from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalRedis, PodProcess
 from leaseworker_dev._services import pod_process as describe_pod
@@ -41,7 +42,7 @@ KEYS = 12  # report:0..11 hash onto all four partitions: every pod gets triggers
 BATCH = 8  # new identities a batch sends, every FLOW_EVERY seconds, plus one exact repeat
 FLOW_EVERY = 0.3
 _DUPLICATE = re.compile(r"\bevent=finished\b.*\boutcome=duplicate\b")
-NEW_SCHEMA = 13  # what this release's first pod migrates the store to
+NEW_SCHEMA = MIGRATIONS[-1].version  # what this tree's first pod migrates the store to
 
 
 @pytest.fixture(scope="module")
