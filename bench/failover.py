@@ -9,11 +9,14 @@ trigger topic fed by a steady stream (a trigger every ``--gap`` seconds,
 clock, each execution's fence, the store's answers, each trigger's terminal
 end, each offset commit and each rebalance. Parts (``--parts``):
 
-- ``leader_kill``: the broker leading the trigger partition is SIGKILLed
-  (and, alternately, the group's coordinator: ``--victims``). Takeover: from
-  the kill to the first trigger *sent after it* completed, and to its offset
-  committed by the pod; the group's rebalance (revoking to assigned) when
-  one happens. The broker is started again and in sync before the next.
+- ``leader_kill``: the broker leading the trigger partition (not the
+  group's coordinator) is SIGKILLed, and alternately the coordinator (not
+  the leader; ``--victims``, ``both``: one broker that is both). Each kill
+  has a fresh topic and group, placed as wanted, and a pod of its own.
+  Takeover: from the kill to the first trigger *sent after it* completed,
+  and to its offset committed by the pod; the group's rebalance (revoking
+  to assigned) when one happens. The broker is started
+  again and in sync before the next.
 - ``promotion``: the primary's server SIGKILLed, the standby promoted at once
   (a failover manager's detection time comes on top). Takeover: from the kill
   to the first completion the store accepted after it; the promotion's own
@@ -25,10 +28,10 @@ end, each offset commit and each rebalance. Parts (``--parts``):
   comes first); the ratio is the round's.
 - ``relay_drain``: the job publishes a message per trigger; a burst of
   ``--burst`` triggers, the primary killed once half are completed and the
-  standby promoted. Backlog: outbox rows committed but unsent at the kill,
-  the most unsent seen afterwards (rows committed while the relay caught up
-  included), rows committed from the kill to the drain, and the time from
-  the promotion until none is unsent.
+  standby promoted. Backlog: the outbox rows committed but unsent at the
+  kill, the time from the promotion until each of them was sent, and the
+  rows committed meanwhile; the most rows unsent after the promotion and the
+  time until the burst was done and all of it sent (sampled every 50 ms).
 
 Nothing lost, checked by the bench (exit 1 otherwise): every trigger the
 broker acknowledged has its completion (the Kafka parts: accepted exactly
@@ -355,67 +358,145 @@ def check_fences(ledger: Ledger, keys: Sequence[str], checks: Checks) -> None:
 # --- leader_kill ----------------------------------------------------------------------------
 
 
+VICTIMS = ("leader", "coordinator", "both")
+"""What a kill of ``leader_kill`` takes: the trigger partition's leader (not the group's
+coordinator), the coordinator (not the leader), or one broker that is both."""
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One kill's figures (seconds from the kill)."""
+
+    victim: int
+    completed: float
+    committed: float
+    rebalance: float | None
+
+
 async def leader_kill(
     cluster: LocalKafkaCluster, redis_url: str, args: argparse.Namespace, checks: Checks
 ) -> list[str]:
-    """Kill the trigger partition's leader (or the group's coordinator) ``--repeats`` times each."""
-    topic, group = f"fo-kill-{uuid.uuid4().hex[:6]}", f"fo-kill-{uuid.uuid4().hex[:6]}"
-    await in_thread(lambda: cluster.create_topics([topic]))
+    """Kill each of ``--victims`` ``--repeats`` times, a fresh topic, group and pod each time."""
+    kills: dict[str, list[Kill]] = collections.defaultdict(list)
+    victims = args.victims.split(",")
+    unknown = sorted(set(victims) - set(VICTIMS))
+    if unknown:
+        raise SystemExit(f"failover.py: error: unknown victim(s) {', '.join(unknown)}")
+    totals = Totals()
+    for rep in range(args.repeats):
+        for kind in victims:
+            kill = await _one_kill(cluster, redis_url, args, kind, checks, totals)
+            kills[kind].append(kill)
+            seen = "none" if kill.rebalance is None else f"{kill.rebalance:.2f} s"
+            print(
+                f"  {kind} {rep + 1}: broker {kill.victim} killed: next trigger completed in"
+                f" {kill.completed:.2f} s, committed in {kill.committed:.2f} s; rebalance {seen}",
+                flush=True,
+            )
+    lines = []
+    for kind in victims:
+        rebalances = [k.rebalance for k in kills[kind] if k.rebalance is not None]
+        lines.append(
+            f"leader_kill, {kind} killed: "
+            + summary("to the next trigger completed", [k.completed for k in kills[kind]])
+            + "; "
+            + summary("to its offset committed", [k.committed for k in kills[kind]])
+            + f"; a rebalance after {len(rebalances)} of {len(kills[kind])} kills"
+            + (f" ({summary('revoking to assigned', rebalances)})" if rebalances else "")
+        )
+    lines.append(totals.line())
+    return lines
+
+
+async def _one_kill(
+    cluster: LocalKafkaCluster,
+    redis_url: str,
+    args: argparse.Namespace,
+    kind: str,
+    checks: Checks,
+    totals: Totals,
+) -> Kill:
+    """Run a pod on a topic and group of its own; kill ``kind`` mid-stream; start it again."""
+    await in_thread(cluster.wait_in_sync)
+    topic, leader, group, coordinator = await _placed(cluster, together=kind == "both")
+    victim = coordinator if kind == "coordinator" else leader
     ledger, stream = Ledger(), Stream(cluster.bootstrap_servers, topic, topic)
     store = f"sqlite:///{args.workdir / (topic + '.sqlite3')}"
     job = type("Noop", (Noop,), {"topic": topic})()
-    taken: dict[str, list[float]] = collections.defaultdict(list)
-    committed: dict[str, list[float]] = collections.defaultdict(list)
-    rebalances: dict[str, list[float]] = collections.defaultdict(list)
-    victims = args.victims.split(",")
     stop = anyio.Event()
-    async with running_pod(job, config_for(cluster, redis_url, store, group), ledger):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stream.steady, args.gap, stop)
-            for rep in range(args.repeats):
-                for kind in victims:
-                    await in_thread(cluster.wait_in_sync)
-                    await steady_state(ledger, stream)
-                    leader = await anyio.to_thread.run_sync(cluster.leader, topic)
-                    coordinator = await anyio.to_thread.run_sync(cluster.coordinator, group)
-                    victim = leader if kind == "leader" else coordinator
-                    killed = time.monotonic()
-                    await in_thread(functools.partial(cluster.kill, victim))
-                    after = time.monotonic()
-                    to_done, to_commit = await _takeover(ledger, stream, killed, after)
-                    rebalance = _rebalance(ledger, killed)
-                    taken[kind].append(to_done)
-                    committed[kind].append(to_commit)
-                    if rebalance is not None:
-                        rebalances[kind].append(rebalance)
-                    both = " (leader and coordinator)" if leader == coordinator else ""
-                    seen = "none" if rebalance is None else f"{rebalance:.2f} s"
-                    print(
-                        f"  {kind} {rep + 1}: broker {victim}{both} killed: next trigger"
-                        f" completed in {to_done:.2f} s, committed in {to_commit:.2f} s;"
-                        f" rebalance {seen}",
-                        flush=True,
-                    )
-                    await in_thread(functools.partial(cluster.up, victim))
-            stop.set()
-        await drained(ledger, stream, cluster, group, checks)
+    try:
+        async with running_pod(job, config_for(cluster, redis_url, store, group), ledger):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stream.steady, args.gap, stop)
+                await steady_state(ledger, stream)
+                killed = time.monotonic()
+                await in_thread(functools.partial(cluster.kill, victim))
+                after = time.monotonic()
+                completed, committed = await _takeover(ledger, stream, killed, after)
+                await steady_state(ledger, stream)
+                stop.set()
+            await drained(ledger, stream, cluster, group, checks)
+    finally:
+        await in_thread(functools.partial(cluster.up, victim))
     _kafka_checks(ledger, stream, checks)
-    lines = []
-    for kind in victims:
-        lines.append(
-            f"leader_kill, {kind} killed: "
-            + summary("to the next trigger completed", taken[kind])
-            + "; "
-            + summary("to its offset committed", committed[kind])
-            + f"; a rebalance after {len(rebalances[kind])} of {len(taken[kind])} kills"
-            + (
-                f" ({summary('revoking to assigned', rebalances[kind])})"
-                if rebalances[kind]
-                else ""
-            )
+    totals.add(ledger, stream)
+    return Kill(victim, completed, committed, _rebalance(ledger, killed))
+
+
+async def _placed(cluster: LocalKafkaCluster, *, together: bool) -> tuple[str, int, str, int]:
+    """Create a topic and name a group whose coordinator leads it too (``together``) or not.
+
+    Returns the topic, its leader, the group and its coordinator. Kafka places
+    a group's coordinator by its name's hash and a new partition's leader by
+    turns, so a few topics and names are tried; after a restart the
+    coordinators may all sit on one broker.
+    """
+    for _ in range(10):
+        topic = f"fo-kill-{uuid.uuid4().hex[:6]}"
+        await in_thread(functools.partial(cluster.create_topics, [topic]))
+        leader = await _leader(cluster, topic)
+        for _ in range(5):
+            group = f"fo-kill-{uuid.uuid4().hex[:6]}"
+            coordinator = await anyio.to_thread.run_sync(cluster.coordinator, group)
+            if (coordinator == leader) == together:
+                return topic, leader, group, coordinator
+    raise RuntimeError("no topic and group of those tried were placed as wanted")
+
+
+async def _leader(cluster: LocalKafkaCluster, topic: str) -> int:
+    """Return the node leading ``topic``, asking again while the answer names none yet."""
+    with anyio.fail_after(30):
+        while True:
+            with contextlib.suppress(KeyError):  # the metadata lacks the new partition yet
+                leader = await anyio.to_thread.run_sync(cluster.leader, topic)
+                if leader >= 0:
+                    return leader
+            await anyio.sleep(0.2)
+
+
+@dataclass
+class Totals:
+    """The nothing-lost counts over several pods' runs."""
+
+    acknowledged: int = 0
+    retried: int = 0
+    completed: int = 0
+    duplicates: int = 0
+
+    def add(self, ledger: Ledger, stream: Stream) -> None:
+        """Count one run's triggers and answers."""
+        self.acknowledged += len(stream.acked)
+        self.retried += stream.failed
+        self.completed += sum(1 for k in stream.acked if ledger.accepted(k))
+        self.duplicates += sum(1 for v in ledger.answers.values() for a in v if a[0] == "duplicate")
+
+    def line(self) -> str:
+        """Say the counts in one line."""
+        return (
+            f"  {self.acknowledged} triggers acknowledged ({self.retried} sends retried),"
+            f" {self.completed} accepted once each; redeliveries answered duplicate:"
+            f" {self.duplicates}"
         )
-    lines.append(_lost_line(stream, ledger))
-    return lines
 
 
 async def _takeover(
@@ -457,15 +538,6 @@ def _kafka_checks(ledger: Ledger, stream: Stream, checks: Checks) -> None:
     twice = [k for k in keys if len(ledger.accepted(k)) != 1]
     checks.expect(not twice, f"{len(twice)} triggers not accepted exactly once, e.g. {twice[:3]}")
     check_fences(ledger, keys, checks)
-
-
-def _lost_line(stream: Stream, ledger: Ledger) -> str:
-    accepted = sum(1 for k in stream.acked if ledger.accepted(k))
-    return (
-        f"  {len(stream.acked)} triggers acknowledged ({stream.failed} sends retried),"
-        f" {accepted} completed, redeliveries answered duplicate:"
-        f" {sum(1 for v in ledger.answers.values() for a in v if a[0] == 'duplicate')}"
-    )
 
 
 # --- rolling --------------------------------------------------------------------------------
@@ -527,7 +599,9 @@ async def rolling(
         f" ms (n={len(calm)}); median of the rounds' ratios {statistics.median(ratios50):.2f}x"
         f" / {statistics.median(ratios99):.2f}x"
     )
-    lines.append(_lost_line(stream, ledger))
+    totals = Totals()
+    totals.add(ledger, stream)
+    lines.append(totals.line())
     return lines
 
 
@@ -878,7 +952,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--repeats", type=int, default=5, help="kills (per victim), promotions")
-    parser.add_argument("--victims", default="leader,coordinator")
+    parser.add_argument("--victims", default="leader,coordinator", help=", ".join(VICTIMS))
     parser.add_argument("--rounds", type=int, default=2, help="rolling: calm and rolling rounds")
     parser.add_argument("--calm", type=float, default=30.0, help="rolling: calm window, seconds")
     parser.add_argument("--gap", type=float, default=0.05, help="seconds between triggers")
