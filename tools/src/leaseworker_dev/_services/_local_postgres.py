@@ -303,14 +303,16 @@ class LocalPostgres:
         place: Place = HERE,
         remove: bool = False,
         timeout: float = 60.0,
+        port: int | None = None,
     ) -> Self:
         """Start the server on the data directory ``workdir/data`` already made; wait for it.
 
         :meth:`start` calls it after ``initdb``; a standby's copy is served the same
-        way. ``password`` is the superuser's; ``remove``: :meth:`stop` removes ``workdir``.
+        way. ``password`` is the superuser's; ``remove``: :meth:`stop` removes ``workdir``;
+        ``port``: listen there (a replaced host's address) instead of on a free one.
         """
         run_as = _RunAs.for_current_process()
-        port = free_port()
+        port = free_port() if port is None else port
         try:
             process = _spawn(find_bindir(), workdir, port, run_as, settings, env, place)
         except BaseException:

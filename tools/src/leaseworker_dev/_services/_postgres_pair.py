@@ -88,20 +88,26 @@ class LocalPostgresPair:
         """After a promotion: stop the former primary, give the new one a standby, wait for it.
 
         The new standby is a fresh copy (``pg_basebackup``), as a replaced
-        host's would be; the URL then names the two running nodes.
+        host's would be, listening on the former primary's port: the URL
+        names the same two addresses, so clients given it before (pods)
+        reach the pair after every promotion and rejoin.
         """
         if self.standby is not None:
             raise RuntimeError("the pair has its standby")
         for node in self._started:
             if node is not self.primary:
                 node.stop()
-        self._add_standby(timeout=timeout)
+        former = [node.port for node in self._nodes if node is not self.primary]
+        self._add_standby(timeout=timeout, port=former[0] if former else None)
 
-    def _add_standby(self, *, timeout: float) -> None:
+    def _add_standby(self, *, timeout: float, port: int | None = None) -> None:
         settings = replication_settings(synchronous=self.synchronous)
-        self.standby = _standby_of(self.primary, settings, timeout=timeout)
+        self.standby = _standby_of(self.primary, settings, timeout=timeout, port=port)
         self._started.append(self.standby)
-        self._nodes = (self.primary, self.standby)
+        if self._nodes and port is not None:  # the same addresses, in the same order
+            self._nodes = tuple(self.standby if n.port == port else n for n in self._nodes)
+        else:
+            self._nodes = (self.primary, self.standby)
         if self.synchronous:  # only now: a commit would wait for a standby not there yet
             self.primary.execute(b"ALTER SYSTEM SET synchronous_standby_names = '*'")
             self.primary.execute(b"SELECT pg_reload_conf()")
@@ -191,9 +197,12 @@ class LocalPostgresPair:
 
 
 def _standby_of(
-    primary: LocalPostgres, settings: dict[str, str], *, timeout: float
+    primary: LocalPostgres, settings: dict[str, str], *, timeout: float, port: int | None = None
 ) -> LocalPostgres:
-    """Copy ``primary`` with ``pg_basebackup -R`` into a new directory; serve it as its standby."""
+    """Copy ``primary`` with ``pg_basebackup -R`` into a new directory; serve it as its standby.
+
+    ``port``: where it listens (a free one without).
+    """
     run_as = _RunAs.for_current_process()
     with service_workdir(None, "pg-standby") as (workdir, remove):
         workdir.chmod(0o700)
@@ -213,7 +222,9 @@ def _standby_of(
             output = result.stdout.decode(errors="replace")
             code = result.returncode
             raise RuntimeError(f"pg_basebackup failed with exit code {code}:\n{output}")
-    return LocalPostgres.serve(workdir, primary.password, settings, remove=remove, timeout=timeout)
+    return LocalPostgres.serve(
+        workdir, primary.password, settings, remove=remove, timeout=timeout, port=port
+    )
 
 
 def _children(pid: int) -> list[int]:
