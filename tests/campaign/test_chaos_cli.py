@@ -16,6 +16,10 @@ from leaseworker._cli import main
             ["tests.jobs:MarkerJob", "--kafka-brokers", "3", "--bootstrap-servers", "h:9092"],
             "--kafka-brokers is for local brokers",
         ),
+        (
+            ["tests.jobs:MarkerJob", "--postgres-standby", "sync", "--store-url", "sqlite:///x"],
+            "--postgres-standby starts its own store",
+        ),
     ],
 )
 def test_what_the_campaign_cannot_run_exits_2(

@@ -62,6 +62,18 @@ def test_three_brokers_are_killed_or_restarted_in_turn_never_frozen() -> None:
     assert {f.size for f in killed} <= {0, 1, 2}
 
 
+def test_a_store_pair_has_its_primary_killed_and_no_proxy_outage() -> None:
+    """On our primary and standby: promotions, with a down time; no outage of a proxy."""
+    kinds = fault_kinds("single", store_outages=False, postgres_standby=True)
+    assert "store_promote" in kinds
+    assert "store_outage" not in kinds
+    assert "store_promote" not in fault_kinds("single", store_outages=True)
+    plan = make_plan(seed=5, faults=60, kinds=kinds, pods=PODS, keys=8, lease=30.0)
+    promotions = [f for f in plan.faults if f.kind == "store_promote"]
+    assert promotions
+    assert all(f.target is None and 0.5 <= f.duration <= 3.0 for f in promotions)
+
+
 def test_only_the_single_node_steps_its_clock_past_every_lease() -> None:
     """The one node runs on a stepped clock; a replicated topology's nodes do not."""
     assert "redis_clock_step" not in fault_kinds("sentinel", store_outages=True)

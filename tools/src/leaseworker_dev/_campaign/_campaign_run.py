@@ -53,10 +53,12 @@ from ._outside_checker import available as outside_available
 from ._outside_checker import outside_verdict
 from ._payloads import Generator
 from ._plan import Plan, fault_kinds, make_plan
+from ._promotion import loss_note
 from ._receiver import Receiver
 from ._testbed import (
     POD_FLAGS,
     Services,
+    Standby,
     Topology,
     make_pod,
     marks_dir,
@@ -103,6 +105,7 @@ class Settings:
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     kafka_brokers: int = 1  # 3: our own three-broker cluster, whose brokers die
     hosts: bool = False  # pods and services on network namespaces, cut apart
+    postgres_standby: Standby | None = None  # the store on our primary and standby
 
     def replay(self) -> str:
         """Return the command that replays this campaign's plan."""
@@ -115,6 +118,8 @@ class Settings:
             parts.append(f"--kafka-brokers {self.kafka_brokers}")
         if self.hosts:
             parts.append("--hosts")
+        if self.postgres_standby:
+            parts.append(f"--postgres-standby {self.postgres_standby}")
         if self.payloads_spec:
             parts.append(f"--payloads {self.payloads_spec}")
         if self.store_url:
@@ -167,6 +172,7 @@ def run_campaign(settings: Settings, out: Out = print) -> Result:
             kafka_security=settings.kafka_security,
             kafka_brokers=settings.kafka_brokers,
             hosts=settings.hosts,
+            postgres_standby=settings.postgres_standby,
         ) as stack:
             try:
                 result = anyio.run(_campaign, settings, stack, out)
@@ -243,6 +249,7 @@ async def _campaign_body(
             own_kafka=stack.external_kafka is None,
             kafka_brokers=settings.kafka_brokers,
             hosts=stack.hosts is not None,
+            postgres_standby=stack.postgres_pair is not None,
         )
         plan = make_plan(
             seed=settings.seed,
@@ -339,20 +346,23 @@ async def _campaign_body(
 
 
 def _judged(history: History, records: Records, ops: Path) -> tuple[list[Verdict], list[str]]:
-    """Our checker's verdicts and Porcupine's, or a note that Porcupine cannot be built here.
+    """Our checker's verdicts and Porcupine's, and notes: Porcupine not built, a promotion's loss.
 
     Porcupine's NOT linearizable, or its error, fails the campaign like any invariant;
     its input is left in ``ops`` (kept with the scratch directory of a failed run).
     """
     verdicts = check(history, records)
+    notes: list[str] = []
     if not outside_available():
-        return verdicts, [f"{OUTSIDE} not run: no Go toolchain to build it"]
-    try:
-        verdicts.append(outside_verdict(history, records, keep=ops))
-    except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
-        failed = (f"could not judge: {exc}",)
-        verdicts.append(Verdict(name=OUTSIDE, passed=False, violations=failed))
-    return verdicts, []
+        notes.append(f"{OUTSIDE} not run: no Go toolchain to build it")
+    else:
+        try:
+            verdicts.append(outside_verdict(history, records, keep=ops))
+        except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
+            failed = (f"could not judge: {exc}",)
+            verdicts.append(Verdict(name=OUTSIDE, passed=False, violations=failed))
+    lost = loss_note(history, verdicts)  # after Porcupine's: the keys it refused are named
+    return verdicts, notes if lost is None else [*notes, lost]
 
 
 async def _play(
@@ -538,6 +548,9 @@ async def _records(
 def _store_name(stack: Services) -> str:
     if stack.postgres is not None and stack.hosts is not None:
         return "PostgreSQL (local, on a host of its own)"
+    if stack.postgres_pair is not None:
+        mode = "synchronous" if stack.postgres_pair.synchronous else "asynchronous"
+        return f"PostgreSQL (local primary and {mode} standby, a multi-host URL)"
     if stack.postgres is not None:
         return "PostgreSQL (local, behind a fault proxy)"
     return stack.store_url.split("://", 1)[0]

@@ -21,6 +21,8 @@ from leaseworker.toolkit import Execution, History, Scalar
 from ._campaign_records import Records
 from ._effect_checks import EFFECT_RULES
 from ._invariant_verdict import MAX_SHOWN, Verdict, verdict
+from ._promotion import KIND as PROMOTION
+from ._promotion import explained_keys
 
 DATA_LOSS_FAULTS = frozenset({"redis_restart_empty"})
 """Faults after which Redis forgot held leases: the documented limit, fencing's job."""
@@ -102,33 +104,30 @@ def one_completion(history: History, records: Records) -> Verdict:
     store answered ``accepted`` or ``stale`` for it, and must be what the
     store holds; an accepted write whose fence is below one that another
     execution of the key had already shown the store (a completion attempt
-    begun earlier) is a stale write accepted.
+    begun earlier) is a stale write accepted. On a key whose store state an
+    asynchronous promotion lost, these are what the loss let through, counted
+    (``recomputed_after_loss``, ``lower_fence_after_loss``), not violations.
     """
+    explained = explained_keys(history)
     violations: list[str] = []
+    recomputed: set[tuple[str, str]] = set()
+    lower = stale_accepted = 0
     by_identity: dict[tuple[str, str], list[Execution]] = defaultdict(list)
     for execution in history.executions:
         if execution.input_version is not None and execution.completion is not None:
             by_identity[(execution.job_key, execution.input_version)].append(execution)
-    stale_accepted = 0
     for identity, attempts in by_identity.items():
-        accepted = [e for e in attempts if e.completion == "accepted"]
-        if len(accepted) > 1:
-            violations.append(f"{_name(identity)}: {len(accepted)} completions accepted")
-        contenders = [e for e in attempts if e.completion in ("accepted", "stale")]
-        highest = max((e.fence or 0 for e in contenders), default=0)
-        for winner in accepted:
-            if (winner.fence or 0) < highest:
-                violations.append(
-                    f"{_name(identity)}: accepted fence {winner.fence}, but fence {highest} "
-                    "attempted it and was refused"
-                )
-            stored = records.completions.get(identity)
-            if stored is not None and stored.execution_id != winner.execution_id:
-                violations.append(
-                    f"{_name(identity)}: the store holds {stored.execution_id}, the history "
-                    f"says {winner.execution_id} was accepted"
-                )
-    for stale in _stale_writes_accepted(history):
+        for what, described in _identity_faults(identity, attempts, records):
+            if identity[0] not in explained:
+                violations.append(described)
+            elif what == "lower" and identity not in recomputed:  # not its own recomputation
+                lower += 1
+            else:
+                recomputed.add(identity)
+    for key, stale in _stale_writes_accepted(history):
+        if key in explained:
+            lower += 1
+            continue
         stale_accepted += 1
         violations.append(stale)
     counts: dict[str, Scalar] = {
@@ -138,11 +137,47 @@ def one_completion(history: History, records: Records) -> Verdict:
         "duplicates": sum(1 for e in history.executions if e.completion == "duplicate"),
         "stale_accepted": stale_accepted,
     }
+    if explained:
+        counts |= {"recomputed_after_loss": len(recomputed), "lower_fence_after_loss": lower}
     return verdict("one completion per identity, highest fence, none stale", counts, violations)
 
 
+def _identity_faults(
+    identity: tuple[str, str], attempts: list[Execution], records: Records
+) -> Iterable[tuple[str, str]]:
+    """Describe what is wrong with one identity's completions: ``twice``, ``lower``, ``stored``."""
+    accepted = [e for e in attempts if e.completion == "accepted"]
+    if len(accepted) > 1:
+        yield "twice", f"{_name(identity)}: {len(accepted)} completions accepted"
+    contenders = [e for e in attempts if e.completion in ("accepted", "stale")]
+    highest = max((e.fence or 0 for e in contenders), default=0)
+    stored = records.completions.get(identity)
+    for winner in accepted:
+        if (winner.fence or 0) < highest:
+            yield (
+                "lower",
+                (
+                    f"{_name(identity)}: accepted fence {winner.fence}, but fence {highest} "
+                    "attempted it and was refused"
+                ),
+            )
+        if stored is not None and stored.execution_id != winner.execution_id:
+            yield (
+                "stored",
+                (
+                    f"{_name(identity)}: the store holds {stored.execution_id}, the history "
+                    f"says {winner.execution_id} was accepted"
+                ),
+            )
+
+
 def nothing_lost(history: History, records: Records) -> Verdict:
-    """Every produced trigger's offset committed; every identity completed or dead-lettered."""
+    """Every produced trigger's offset committed; every identity completed or dead-lettered.
+
+    An identity of a key whose store state an asynchronous promotion lost,
+    left without its completion, is counted (``lost_by_promotion``), not a violation.
+    """
+    explained = explained_keys(history)
     violations: list[str] = []
     uncommitted = [p for p in records.produced if records.committed.get(p.partition, 0) <= p.offset]
     for trigger in uncommitted[:MAX_SHOWN]:
@@ -155,8 +190,12 @@ def nothing_lost(history: History, records: Records) -> Verdict:
         )
     unfinished = 0
     dead_lettered = 0
+    lost = 0
     for identity, positions in identities.items():
         if identity in records.completions:
+            continue
+        if identity[0] in explained:
+            lost += 1
             continue
         letters = [dead[p] for p in positions if p in dead]
         if letters and all(letter.reason for letter in letters):
@@ -167,11 +206,13 @@ def nothing_lost(history: History, records: Records) -> Verdict:
     counts: dict[str, Scalar] = {
         "triggers": len(records.produced),
         "identities": len(identities),
-        "completed": len(identities) - unfinished - dead_lettered,
+        "completed": len(identities) - unfinished - dead_lettered - lost,
         "dead_lettered": dead_lettered,
         "uncommitted": len(uncommitted),
         "unfinished": unfinished,
     }
+    if explained:
+        counts["lost_by_promotion"] = lost
     return verdict("every trigger committed, every identity done", counts, violations)
 
 
@@ -279,6 +320,43 @@ def no_code_after_stop(history: History, records: Records) -> Verdict:
     return verdict("no process of an execution ran after it stopped", counts, violations)
 
 
+LOSSES = ("completions", "claims", "outbox_rows", "sent_marks")
+"""What a promotion can lose, counted in its fault window (``_promotion``)."""
+
+
+def promotions_lost_nothing(history: History, records: Records) -> Verdict:
+    """Check a promotion to a synchronous standby lost nothing the primary had committed.
+
+    What an asynchronous one lost is counted (``async_lost_*``, the keys in
+    ``async_lost_keys``), not a violation: the checks above count what it let
+    through on those keys, and any other key is judged as always.
+    """
+    name = "nothing committed lost by a promotion to a synchronous standby"
+    played = [f for f in history.faults if f.kind == PROMOTION]
+    if not played:
+        return Verdict(name=name, passed=True, note="no promotion")
+    violations = []
+    sums = dict.fromkeys(LOSSES, 0)
+    for fault in played:
+        lost = {what: int(fault.attrs.get(f"lost_{what}", 0) or 0) for what in LOSSES}
+        if fault.attrs.get("synchronous") is False:
+            sums = {what: sums[what] + n for what, n in lost.items()}
+        elif any(lost.values()):
+            shown = ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in lost.items() if n)
+            violations.append(
+                f"the promotion at {fault.start:.3f} lost {shown} "
+                f"(keys {fault.attrs.get('lost_keys', '')})"
+            )
+    synchronous = sum(1 for f in played if f.attrs.get("synchronous") is not False)
+    counts: dict[str, Scalar] = {
+        "promotions": len(played),
+        "synchronous": synchronous,
+        **{f"async_lost_{what}": n for what, n in sums.items()},
+        "async_lost_keys": len(explained_keys(history)),
+    }
+    return verdict(name, counts, violations)
+
+
 RULES: tuple[Callable[[History, Records], Verdict], ...] = (
     no_overlap,
     fences_increase,
@@ -287,6 +365,7 @@ RULES: tuple[Callable[[History, Records], Verdict], ...] = (
     pods_exited_cleanly,
     losses_stopped_in_time,
     no_code_after_stop,
+    promotions_lost_nothing,
 )
 """Every invariant, in report order."""
 
@@ -335,7 +414,7 @@ def _within_clock_step(
     )
 
 
-def _stale_writes_accepted(history: History) -> Iterable[str]:
+def _stale_writes_accepted(history: History) -> Iterable[tuple[str, str]]:
     """Describe accepted completions below a fence another execution had shown the store."""
     for key, executions in _by_key(history).items():
         attempts = [
@@ -350,8 +429,9 @@ def _stale_writes_accepted(history: History) -> Iterable[str]:
             for earlier_at, other in attempts:
                 if earlier_at + _duration(other) < at and (other.fence or 0) > winner.fence:
                     yield (
+                        key,
                         f"{key}: {winner.execution_id} (fence {winner.fence}) accepted after "
-                        f"{other.execution_id} had shown fence {other.fence}"
+                        f"{other.execution_id} had shown fence {other.fence}",
                     )
                     break
 

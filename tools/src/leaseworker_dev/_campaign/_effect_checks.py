@@ -19,6 +19,7 @@ from leaseworker.toolkit import History, Scalar
 
 from ._campaign_records import Delivery, Outboxed, Records
 from ._invariant_verdict import Verdict, verdict
+from ._promotion import explained_keys, lost_effects
 
 ACROSS = (
     "pod_kill",
@@ -27,6 +28,7 @@ ACROSS = (
     "broker_kill",
     "broker_rolling_restart",
     "store_outage",
+    "store_promote",
     "effects_refused",
     "outbox_claims_lapse",
     "receiver_restart",
@@ -85,7 +87,9 @@ def effects_processed_once(history: History, records: Records) -> Verdict:
 
     Its inbox drops redeliveries (``duplicate``) and effects below a fence it
     has seen for their job key (``stale``); what it let through are its own
-    effect rows, counted here without trusting its answers.
+    effect rows, counted here without trusting its answers. An effect
+    processed whose row an asynchronous promotion lost is counted
+    (``row_lost_by_promotion``), not a violation.
     """
     name = "each effect processed once by the receiver"
     if not records.outbox and not records.deliveries:
@@ -103,8 +107,12 @@ def effects_processed_once(history: History, records: Records) -> Verdict:
             unprocessed += 1
             answers = ", ".join(sorted({d.status for d in delivered[effect_id]}))
             violations.append(f"{_named(row)}: delivered, never processed ({answers})")
+    lost = lost_effects(history)
+    explained = 0
     for effect_id, times in records.processed.items():
-        if effect_id not in committed:
+        if effect_id not in committed and effect_id in lost:
+            explained += 1
+        elif effect_id not in committed:
             phantom += 1
             violations.append(f"effect {effect_id}: processed {times}x, never committed")
     statuses = Counter(d.status for d in records.deliveries)
@@ -118,6 +126,8 @@ def effects_processed_once(history: History, records: Records) -> Verdict:
         "never_processed": unprocessed,
         "never_committed": phantom,
     }
+    if lost:
+        counts["row_lost_by_promotion"] = explained
     return verdict(name, counts, violations)
 
 
@@ -127,6 +137,9 @@ def no_stale_effects(history: History, records: Records) -> Verdict:
     Each outbox row must carry the fence of its identity's accepted
     completion (a stale or superseded execution has another fence, and its
     transaction must have written nothing), and each record the fence of its row.
+    A record of an earlier fence on a key whose store state an asynchronous
+    promotion lost (its row lost, its identity recomputed) is counted
+    (``delivered_before_loss``), not a violation.
     """
     name = "no effect from a stale or superseded execution"
     refused = [e for e in history.executions if e.completion == "stale" or e.reason == "stale"]
@@ -146,9 +159,12 @@ def no_stale_effects(history: History, records: Records) -> Verdict:
                 f"{_named(row)}: committed by fence {row.fence}, the accepted completion's "
                 f"is {stored.fence}"
             )
+    explained, before_loss = explained_keys(history), 0
     for delivery in records.deliveries:
         sent = committed.get(delivery.effect_id or "")
-        if sent is not None and delivery.fence != sent.fence:
+        if sent is not None and delivery.fence != sent.fence and sent.job_key in explained:
+            before_loss += 1
+        elif sent is not None and delivery.fence != sent.fence:
             violations.append(
                 f"{_named(sent)}: delivered with fence {delivery.fence}, committed at {sent.fence}"
             )
@@ -157,6 +173,8 @@ def no_stale_effects(history: History, records: Records) -> Verdict:
         "their_effects": sum(1 for r in records.outbox if (r.job_key, r.fence) in refused_fences),
         "effects_off_the_accepted_fence": len(violations),
     }
+    if explained:
+        counts["delivered_before_loss"] = before_loss
     return verdict(name, counts, violations)
 
 
@@ -213,6 +231,7 @@ LAPSING = (
     "pod_pause",
     "loop_stall",
     "store_outage",
+    "store_promote",
     "kafka_restart",
     "broker_kill",
     "broker_rolling_restart",
@@ -221,9 +240,10 @@ LAPSING = (
 )
 """Fault kinds that can end a relay's claim while its round still sends.
 
-A frozen or stalled pod's relay outlives its hold; a store outage ends its
-claim's session; a slow broker stretches its waves; the lapse fault ends claims;
-an isolated pod's relay can neither mark nor hear its sends until it is healed.
+A frozen or stalled pod's relay outlives its hold; a store outage or a
+promotion ends its claim's session; a slow broker stretches its waves; the
+lapse fault ends claims; an isolated pod's relay can neither mark nor hear
+its sends until it is healed.
 """
 
 

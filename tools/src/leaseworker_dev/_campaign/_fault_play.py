@@ -24,6 +24,7 @@ from leaseworker.toolkit import FaultWindow, Scalar, config_setting
 from .._services import Drops, FailoverAborted, Host, Hosts, PodProcess
 from ._outbox_audit import lapse_claims
 from ._plan import PlannedFault
+from ._promotion import promote
 from ._receiver import Receiver
 from ._stall import stall_request
 from ._testbed import REDIS_TIMEOUT, Services
@@ -222,6 +223,17 @@ class Injector:
         await anyio.to_thread.run_sync(cluster.rolling_restart)
         self._record(planned, start)
         await anyio.sleep(planned.duration)
+
+    async def _store_promote(self, planned: PlannedFault) -> None:
+        """SIGKILL the store's primary; promote its standby after ``duration``; rejoin a new one.
+
+        The window runs from the kill to the promotion and carries what the
+        primary had committed and the promoted node lacks (``_promotion``).
+        """
+        pair = self.stack.postgres_pair
+        assert pair is not None
+        killed, promoted, loss = await anyio.to_thread.run_sync(promote, pair, planned.duration)
+        self._record(planned, killed, promoted, synchronous=pair.synchronous, **loss.attrs())
 
     async def _sentinel_failover(self, planned: PlannedFault) -> None:
         """``SENTINEL FAILOVER``; one Sentinel aborted on every attempt is a fault not played."""

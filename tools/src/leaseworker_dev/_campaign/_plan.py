@@ -29,6 +29,7 @@ FaultKind = Literal[
     "sentinel_failover",
     "cluster_failover",
     "store_outage",
+    "store_promote",
     "effects_refused",
     "outbox_claims_lapse",
     "receiver_restart",
@@ -65,6 +66,7 @@ WEIGHTS: Final[dict[FaultKind, int]] = {
     "sentinel_failover": 2,
     "cluster_failover": 2,
     "store_outage": 1,
+    "store_promote": 2,
     "effects_refused": 1,
     "outbox_claims_lapse": 1,
     "receiver_restart": 1,
@@ -161,6 +163,7 @@ _EXTRA: Final[dict[FaultKind, float]] = {
     "broker_rolling_restart": 40.0,  # three stops, starts and catch-ups
     "sentinel_failover": 8.0,  # the promotion and the sentinels agreeing on it
     "cluster_failover": 8.0,
+    "store_promote": 8.0,  # the promotion, then a fresh standby copied and streaming
 }
 """Seconds beyond its duration a fault of this kind usually takes."""
 
@@ -199,8 +202,9 @@ def _sized(
         duration = rng.uniform(1.0, 5.0)  # a lapse: a frozen broker, within the session timeout
     elif kind in _INSTANT_SIZES:
         return PlannedFault(kind=kind, at=at, duration=0.5, size=_INSTANT_SIZES[kind](rng, lease))
-    elif kind in ("kafka_restart", "receiver_restart"):
-        # Down time; then the broker's start, or a new consumer on the same inbox.
+    elif kind in ("kafka_restart", "receiver_restart", "store_promote"):
+        # Down time; then the broker's start, a new consumer on the same inbox,
+        # or the store's standby promoted.
         duration = rng.uniform(0.5, 3.0)
     elif kind == "broker_kill":  # one of three brokers (size: its index), down 1 to 5 s
         return PlannedFault(kind=kind, at=at, duration=rng.uniform(1.0, 5.0), size=rng.randrange(3))
@@ -231,6 +235,7 @@ def fault_kinds(
     own_kafka: bool = True,
     kafka_brokers: int = 1,
     hosts: bool = False,
+    postgres_standby: bool = False,
 ) -> list[FaultKind]:
     """Return the fault kinds a deployment can play (``own_*``: not given by a flag).
 
@@ -238,6 +243,8 @@ def fault_kinds(
     killed or restarted in turn instead of the one broker's restart and freeze.
     ``hosts``: pods and services on hosts of their own, reached directly: the
     partitions instead of the pods' Redis proxies.
+    ``postgres_standby``: the store is our primary and standby, whose primary
+    is killed and standby promoted (no proxy in front: no store outage).
     """
     kinds: list[FaultKind] = ["pod_pause", "pod_kill", "loop_stall", "receiver_restart"]
     if own_kafka and kafka_brokers == 3:
@@ -256,4 +263,6 @@ def fault_kinds(
         kinds.append("store_outage")
     if hosts:  # pods reach Redis directly: cut on the network, not by a proxy
         kinds = [k for k in kinds if k not in PROXY_FAULTS] + sorted(PARTITION_FAULTS)
+    if postgres_standby:
+        kinds.append("store_promote")
     return kinds

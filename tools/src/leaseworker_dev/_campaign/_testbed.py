@@ -35,6 +35,7 @@ from .._services import (
     LocalKafka,
     LocalKafkaCluster,
     LocalPostgres,
+    LocalPostgresPair,
     LocalRedis,
     LocalRedisCluster,
     LocalSentinelGroup,
@@ -49,6 +50,8 @@ from .._services import (
 from ._stall import DIR_VARIABLE, JOB_VARIABLE
 
 Topology = Literal["single", "sentinel", "cluster"]
+Standby = Literal["sync", "async"]
+"""How the store's PostgreSQL standby replicates: commits wait for it, or not."""
 """A campaign pod is the one pod process."""
 
 REDIS_TIMEOUT = 0.5
@@ -80,6 +83,8 @@ class Services:
     def pod_place(self, name: str) -> Place:
         """Where pod ``name`` runs: a host of its own with ``hosts``, else here."""
         return HERE if self.hosts is None else self.hosts.add(name).place
+
+    postgres_pair: LocalPostgresPair | None = None  # the store on a primary and standby
 
     @property
     def kafka(self) -> LocalKafka:
@@ -167,14 +172,17 @@ def services(
     kafka_security: KafkaSecurity | None = None,
     kafka_brokers: int = 1,
     hosts: bool = False,
+    postgres_standby: Standby | None = None,
 ) -> Iterator[Services]:
     """Start Kafka (without ``bootstrap_servers``), Redis, a PostgreSQL (without ``store_url``).
 
     ``kafka_security``: how every client reaches the external brokers.
     ``kafka_brokers``: 3 for a three-broker cluster instead of one broker.
     ``hosts``: each service on a host of its own (single topology, own services only).
+    ``postgres_standby``: the store on a primary and a streaming standby of
+    that mode (:class:`LocalPostgresPair`), reached by its multi-host URL.
     """
-    if hosts and (topology != "single" or store_url or bootstrap_servers):
+    if hosts and (topology != "single" or store_url or bootstrap_servers or postgres_standby):
         raise ValueError("hosts: the single topology, with the campaign's own Kafka and store")
     with contextlib.ExitStack() as exits:
         made = exits.enter_context(Hosts.create()) if hosts else None
@@ -187,6 +195,7 @@ def services(
                 kafka_security=kafka_security,
                 kafka_brokers=kafka_brokers,
                 hosts=made,
+                postgres_standby=postgres_standby,
             )
         )
 
@@ -201,6 +210,7 @@ def _services(
     kafka_security: KafkaSecurity | None,
     kafka_brokers: int,
     hosts: Hosts | None,
+    postgres_standby: Standby | None,
 ) -> Iterator[Services]:
     """:func:`services` on ``hosts`` (``None``: here, on loopback)."""
     # Each host made here, before the starts' threads: Hosts.add is not thread-safe.
@@ -229,19 +239,27 @@ def _services(
     with LocalStack(starters=starters) as stack:
         ours: Service = "kafka3" if kafka_brokers == 3 else "kafka"
         own: list[Service] = [] if bootstrap_servers else [ours]
-        optional: list[Service] = ["postgres"] if store_url is None else []
+        single_store = store_url is None and postgres_standby is None
+        optional: list[Service] = ["postgres"] if single_store else []
         stack.start(*own, redis[topology], optional=optional)
-        if store_url is None:
-            postgres = stack.get("postgres")
-            store_url = postgres.url if postgres else f"sqlite:///{workdir / 'completions.db'}"
-        yield Services(
-            stack=stack,
-            workdir=workdir,
-            store_url=store_url,
-            external_kafka=bootstrap_servers,
-            kafka_security=kafka_security or KafkaSecurity(),
-            hosts=hosts,
-        )
+        with contextlib.ExitStack() as pairs:
+            pair = None
+            if postgres_standby is not None:
+                pair = LocalPostgresPair.start(synchronous=postgres_standby == "sync")
+                pairs.callback(pair.stop)
+                store_url = pair.url
+            if store_url is None:
+                postgres = stack.get("postgres")
+                store_url = postgres.url if postgres else f"sqlite:///{workdir / 'completions.db'}"
+            yield Services(
+                stack=stack,
+                workdir=workdir,
+                store_url=store_url,
+                external_kafka=bootstrap_servers,
+                kafka_security=kafka_security or KafkaSecurity(),
+                hosts=hosts,
+                postgres_pair=pair,
+            )
 
 
 @contextlib.asynccontextmanager

@@ -73,6 +73,12 @@ def add_parser(subparsers: Any, summary: str) -> None:
         "(root, iproute2, nftables; single topology, local services) and cut pods apart: "
         "pod_cut_redis and pod_isolate instead of the Redis proxy faults and store_outage",
     )
+    add(
+        "--postgres-standby",
+        choices=("sync", "async"),
+        help="run the store on a local PostgreSQL primary and streaming standby (commits "
+        "waiting for it, or not) and kill the primary, promoting the standby",
+    )
     add_kafka_security_flags(parser)
     add(
         "--payloads",
@@ -117,23 +123,15 @@ def _chaos(args: argparse.Namespace) -> int:
             kafka_security=kafka_security_from(args),
             kafka_brokers=args.kafka_brokers,
             hosts=args.hosts,
+            postgres_standby=args.postgres_standby,
         )
         _check_hosts(settings)
     except ConfigError as exc:
         print(f"leaseworker chaos: error: {exc}", file=sys.stderr)
         return 2
-    if settings.kafka_brokers != 1 and settings.bootstrap_servers:
-        print(
-            "leaseworker chaos: error: --kafka-brokers is for local brokers, "
-            "not with --bootstrap-servers",
-            file=sys.stderr,
-        )
-        return 2
-    if settings.kafka_security.protocol != "PLAINTEXT" and not settings.bootstrap_servers:
-        print(
-            "leaseworker chaos: error: the Kafka SASL/TLS flags need --bootstrap-servers",
-            file=sys.stderr,
-        )
+    conflict = _conflict(settings)
+    if conflict is not None:
+        print(f"leaseworker chaos: error: {conflict}", file=sys.stderr)
         return 2
     logging.getLogger("leaseworker.store").setLevel(logging.WARNING)  # its own store's migrations
     try:
@@ -172,6 +170,17 @@ def _check_hosts(settings: Any) -> None:
         why = Hosts.available()
     if why is not None:
         raise ConfigError(f"--hosts: {why}")
+
+
+def _conflict(settings: Any) -> str | None:
+    """Return why these flags cannot go together, or ``None``."""
+    if settings.kafka_brokers != 1 and settings.bootstrap_servers:
+        return "--kafka-brokers is for local brokers, not with --bootstrap-servers"
+    if settings.postgres_standby and (settings.store_url or settings.hosts):
+        return "--postgres-standby starts its own store, not with --store-url or --hosts"
+    if settings.kafka_security.protocol != "PLAINTEXT" and not settings.bootstrap_servers:
+        return "the Kafka SASL/TLS flags need --bootstrap-servers"
+    return None
 
 
 def _innermost(exc: BaseException) -> BaseException:
