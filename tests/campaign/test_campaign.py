@@ -61,6 +61,7 @@ def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> No
         "no pod exited non-zero unless killed",
         "every loss stopped before Redis could expire the key",
         "no process of an execution ran after it stopped",
+        "nothing committed lost by a promotion to a synchronous standby",
         "every accepted completion's effects delivered, none lost",
         "each effect processed once by the receiver",
         "no effect from a stale or superseded execution",

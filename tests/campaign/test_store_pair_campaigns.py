@@ -1,0 +1,120 @@
+"""Short campaigns on a PostgreSQL primary and standby, each with its primary killed at least once.
+
+Synchronous standby: ``leaseworker chaos --postgres-standby sync`` as a user
+runs it, every invariant and Porcupine passing, no promotion losing anything.
+Asynchronous standby: the campaign in this process, its standby made to lag
+(the primary's WAL sender stopped for :data:`LAG` seconds before each kill,
+the pods committing meanwhile), so each promotion loses what was committed
+then: the loss is counted and its keys named, not hidden, and every
+invariant holds on the other keys. The seed is the first whose plan of
+:data:`FAULTS` faults promotes, so a change of weights keeps the test's premise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leaseworker.toolkit import load_job_class
+from leaseworker_dev._campaign import Settings, render, run_campaign
+from leaseworker_dev._campaign import _fault_play as fault_play
+from leaseworker_dev._campaign._payloads import default_payloads
+from leaseworker_dev._campaign._plan import fault_kinds, make_plan
+from leaseworker_dev._campaign._promotion import promote
+from leaseworker_dev._services import LocalPostgresPair
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
+JOB = "chaos_job:ShortLeaseReport"
+FAULTS = 6
+BUDGET = 240.0
+"""Seconds one campaign may take; about 70 on an idle 2-core machine."""
+LAG = 3.0
+"""Seconds the asynchronous standby hears nothing before its primary is killed."""
+PROMOTIONS = "nothing committed lost by a promotion to a synchronous standby"
+
+
+def promoting_seed() -> int:
+    """The first seed whose plan of :data:`FAULTS` faults promotes the standby."""
+    kinds = fault_kinds("single", store_outages=False, postgres_standby=True)
+    pods = ["pod-1", "pod-2", "pod-3"]
+    for seed in range(1, 200):
+        plan = make_plan(seed=seed, faults=FAULTS, kinds=kinds, pods=pods, keys=8, lease=6.0)
+        if any(f.kind == "store_promote" for f in plan.faults):
+            return seed
+    raise AssertionError("no seed promotes")
+
+
+@pytest.mark.timeout(BUDGET + 30)
+def test_a_synchronous_standby_campaign_loses_nothing(tmp_path: Path) -> None:
+    """Exit 0, a promotion played, nothing lost, Porcupine linearizable."""
+    report = tmp_path / "chaos.json"
+    seed = promoting_seed()
+    argv = [LEASEWORKER, "chaos", JOB, "--faults", str(FAULTS), "--seed", str(seed)]
+    argv += ["--postgres-standby", "sync", "--report", str(report)]
+    with subprocess.Popen(
+        argv, cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as campaign:
+        try:
+            stdout, stderr = campaign.communicate(timeout=BUDGET)
+        except subprocess.TimeoutExpired:
+            campaign.send_signal(signal.SIGINT)  # its pods and services stop with it
+            campaign.communicate(timeout=60)
+            raise
+    assert campaign.returncode == 0, stdout + stderr
+    document = json.loads(report.read_text())
+    assert document["faults_by_kind"]["store_promote"] >= 1
+    assert "--postgres-standby sync" in document["replay"]
+    assert "synchronous standby" in document["store"]
+    verdicts = {i["name"]: i for i in document["invariants"]}
+    assert all(i["passed"] for i in verdicts.values())
+    lost = verdicts[PROMOTIONS]["counts"]
+    assert lost["synchronous"] == lost["promotions"] == document["faults_by_kind"]["store_promote"]
+    assert verdicts["outside checker (porcupine)"]["note"] == "linearizable"
+    assert not any("lost by the asynchronous promotion" in note for note in document["notes"])
+
+
+@pytest.mark.timeout(BUDGET + 30)
+def test_an_asynchronous_standby_campaign_counts_what_its_promotions_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Something lost, counted with its keys; every invariant passing; the note says it."""
+
+    def lagging(pair: LocalPostgresPair, down_for: float) -> object:
+        os.kill(pair.walsender_pid(), signal.SIGSTOP)  # killed with the primary's other children
+        time.sleep(LAG)
+        return promote(pair, down_for)
+
+    monkeypatch.setattr(fault_play, "promote", lagging)
+    monkeypatch.chdir(BENCH)  # the pods load the job from here
+    monkeypatch.syspath_prepend(str(BENCH))
+    settings = Settings(
+        job=JOB,
+        job_class=load_job_class(JOB),
+        payloads=default_payloads,
+        faults=FAULTS,
+        seed=promoting_seed(),
+        postgres_standby="async",
+    )
+    result = run_campaign(settings, out=lambda line: None)
+    assert result.ok, render(result)
+    verdicts = {v.name: v for v in result.verdicts}
+    counts = verdicts[PROMOTIONS].counts
+    assert counts["synchronous"] == 0
+    assert counts["promotions"] == sum(
+        1 for f in result.history.faults if f.kind == "store_promote"
+    )
+    lost = sum(int(counts[f"async_lost_{what}"]) for what in ("completions", "claims"))
+    assert lost > 0, render(result)  # the pods claim at every execution's start
+    assert int(counts["async_lost_keys"]) > 0
+    [note] = [n for n in result.notes if n.startswith("lost by the asynchronous promotion")]
+    assert "keys: report:" in note, note
+    assert "lost by the asynchronous promotion" in render(result)
