@@ -1,23 +1,26 @@
 """A thousand faults: ``leaseworker chaos`` campaigns across seeds and the three topologies.
 
-Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``, +1, ...;
-topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``; the second
-``single`` with ``--hosts``, pods cut from Redis or isolated, where network
-namespaces can be made, else it says why and runs without) against
-``bench/chaos_job.py:ShortLeaseReport`` (a 6 s lease) two campaigns in four, and
-``CrunchReport`` (the same computing 1 to 5 s in a child process through
-``run_in_process``, whose processes mark when they ran) the other two, until ``--faults-total``
-faults have been played (about eight in ten planned faults play; the rest find
-their target busy or idle), then prints the faults played by kind, the
-violations, the worst stop latency, the smallest margin before Redis could
-expire a key, the CPU-bound executions' processes (how close to its
-execution's end each last ran) and their children's CPU (committed, and
+Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``,
++1, ...; topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``;
+the second ``single`` with ``--hosts``, pods cut from Redis or isolated, where
+network namespaces can be made, else it says why and runs without; the
+replicated ones with the store on a primary and synchronous standby, whose
+primary ``store_promote`` kills) against ``bench/chaos_job.py:ShortLeaseReport``
+(a 6 s lease) two campaigns in four, and ``CrunchReport`` (the same computing 1
+to 5 s in a child process through ``run_in_process``, whose processes mark when
+they ran) the other two, until ``--faults-total`` faults have been played
+(about eight in ten planned faults play; the rest find their target busy or
+idle), then prints the faults played by kind, the violations, the promotions
+(to a synchronous standby, and what asynchronous ones lost), the worst stop
+latency, the smallest margin before Redis could expire a key, the CPU-bound
+executions' processes (how close to its execution's end each last ran) and
+their children's CPU (committed, and
 wasted by executions that did not commit, by outcome), the effects (each
 completion publishes one message: committed, delivered, processed once,
 duplicates dropped, lost, stale, claimed again), what the campaigns exercised,
-Porcupine's verdict and the wall time. A fault starts every second on average (a pod, or the shared
-services, has one at a time), so 1,000 faults take about 30 minutes with the
-campaigns' start-ups and drains.
+Porcupine's verdict and the wall time. A fault starts every second on average
+(a pod, or the shared services, has one at a time), so 1,000 faults take about
+30 minutes with the campaigns' start-ups and drains.
 
     .venv/bin/python bench/chaos.py [--faults-total 1000] [--per-campaign 250]
 
@@ -47,6 +50,7 @@ JOBS = ("chaos_job:ShortLeaseReport", "chaos_job:CrunchReport")
 """Two campaigns of the awaiting job, then two of the CPU-bound one (``run_in_process``), ..."""
 TOPOLOGIES = ("single", "sentinel", "single", "cluster")
 """Half the campaigns on one node (it has the most fault kinds), a quarter on each replica set."""
+PROMOTIONS = "nothing committed lost by a promotion to a synchronous standby"
 CODE_AFTER_STOP = "no process of an execution ran after it stopped"
 OUTSIDE = "outside checker (porcupine)"
 BROKEN_LIMIT = 3
@@ -112,6 +116,7 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"faults played      {sum(kinds.values())}",
         *(f"  {kind:<18} {count}" for kind, count in sorted(kinds.items())),
         f"violations         {violations}",
+        f"promotions         {_promotions(reports)}",
         f"paused overlaps    {sum(c['paused_overlaps'] for c in overlaps)} (fenced)",
         f"data-loss overlaps {sum(c['data_loss_overlaps'] for c in overlaps)} (Redis restarted "
         "empty: the documented limit)",
@@ -151,11 +156,28 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
     return "\n".join(lines)
 
 
+def _promotions(reports: list[dict[str, Any]]) -> str:
+    """Count the store's promotions: how many to a synchronous standby, what the others lost."""
+    counts = [i["counts"] for r in reports for i in r["invariants"] if i["name"] == PROMOTIONS]
+    total: Counter[str] = Counter()
+    for one in counts:
+        total.update({k: v for k, v in one.items() if isinstance(v, int)})
+    lost = ", ".join(
+        f"{total[f'async_lost_{what}']} {what.replace('_', ' ')}"
+        for what in ("completions", "claims", "outbox_rows", "sent_marks")
+    )
+    return (
+        f"{total['promotions']} ({total['synchronous']} to a synchronous standby); "
+        f"lost by the asynchronous ones: {lost}"
+    )
+
+
 def _outside(reports: list[dict[str, Any]]) -> str:
     """Porcupine's word on the campaigns: linearizable, or the keys it refused."""
     judged = [i for r in reports for i in r["invariants"] if i["name"] == OUTSIDE]
     refused = [v for i in judged for v in i["violations"]]
-    word = "; ".join(refused[:3]) or "linearizable"  # "NOT linearizable (keys ...)"
+    explained = [i["note"] for i in judged if i["note"].startswith("NOT")]  # by a loss, named
+    word = "; ".join([*refused, *explained][:3]) or "linearizable"  # "NOT linearizable (keys ...)"
     return f"(porcupine) {word} ({len(judged)} of {len(reports)} campaigns judged)"
 
 
@@ -199,8 +221,10 @@ def main() -> int:
             topology = TOPOLOGIES[index % len(TOPOLOGIES)]
             job = JOBS[index // 2 % len(JOBS)]
             seed = args.first_seed + index
-            hosts = ["--hosts"] if index % len(TOPOLOGIES) == 2 and no_hosts is None else []
-            reports.append(campaign(job, seed, args.per_campaign, topology, report, *hosts))
+            flags = ["--hosts"] if index % len(TOPOLOGIES) == 2 and no_hosts is None else []
+            if topology != "single":  # a replicated Redis; the store a synchronous pair
+                flags += ["--postgres-standby", "sync"]
+            reports.append(campaign(job, seed, args.per_campaign, topology, report, *flags))
             # Count what played: a fault whose target was busy the whole campaign is skipped;
             # a campaign that broke off reports nothing (its faults are not counted).
             broke_off = reports[-1].get("broke_off", False)
