@@ -134,14 +134,18 @@ def _asynchronous(faults: Iterable[FaultWindow]) -> list[FaultWindow]:
 def explained_keys(history: History) -> frozenset[str]:
     """Return the job keys whose store state an asynchronous promotion lost."""
     return frozenset(
-        key for f in _asynchronous(history.faults) for key in str(f.attrs["lost_keys"]).split()
+        key
+        for f in _asynchronous(history.faults)
+        for key in str(f.attrs.get("lost_keys", "")).split()
     )
 
 
 def lost_effects(history: History) -> frozenset[str]:
     """Return the effect ids whose outbox rows an asynchronous promotion lost."""
     return frozenset(
-        e for f in _asynchronous(history.faults) for e in str(f.attrs["lost_effects"]).split()
+        e
+        for f in _asynchronous(history.faults)
+        for e in str(f.attrs.get("lost_effects", "")).split()
     )
 
 
