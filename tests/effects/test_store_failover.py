@@ -58,7 +58,8 @@ from leaseworker import (
 )
 from leaseworker._execution import Executor
 from leaseworker._store import Message, effect_store
-from leaseworker.toolkit import Event
+from leaseworker._store._postgres import refusal
+from leaseworker.toolkit import Event, parse_store_url
 from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalPostgresPair, LocalRedis
 
 from ..security.cli import leaseworker
@@ -198,6 +199,33 @@ async def test_an_asynchronous_standby_loses_what_it_had_not_received_and_lets_a
         later = [request(key, 9, "v2") for key in (keys[0], keys[8])]  # a former holder's
         answers = [(await store.complete(late)).status for late in later]
     assert answers == ["stale", "accepted"]  # refused where the fence survived, let in where lost
+
+
+def test_a_start_while_no_node_takes_writes_waits_and_a_wrong_password_stays_refused(
+    sync_pair: LocalPostgresPair,
+) -> None:
+    """The primary dead, the standby not yet promoted: a pod starting then waits (exit 2 before).
+
+    libpq finds only a read-only server, twice; a third attempt taking any
+    server connects, so the credentials work and the start waits. The same
+    URL with a wrong password is still refused, and after the promotion the
+    URL connects.
+    """
+    url = sync_pair.url  # its database on both nodes (a fresh one may not be replayed yet)
+    wrong = url.replace(f":{sync_pair.primary.password}@", ":wrong@")
+    sync_pair.kill_primary()
+    with pytest.raises(psycopg.OperationalError) as failed:
+        psycopg.connect(url, connect_timeout=2).close()
+    assert (
+        refusal(parse_store_url(url), failed.value, timeout=2) is None
+    )  # refused on the code before
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(wrong, connect_timeout=2).close()
+    reason = refusal(parse_store_url(wrong), refused.value, timeout=2)
+    assert reason is not None
+    assert "refused the connection" in str(reason)  # the words are the last host's
+    sync_pair.promote()
+    psycopg.connect(url, connect_timeout=2).close()
 
 
 def warns(pair: LocalPostgresPair) -> str:

@@ -12,6 +12,10 @@ never parsed. Instead:
   unreachable for a moment (a store outage healing as the pod starts) answers
   it too, and the second attempt then connects, so that is waited for, not
   refused.
+  A multi-host URL asking for a writable server (``target_session_attrs``)
+  while none is (the primary dead, its standby not yet promoted) fails both
+  attempts on the standby: one more attempt that takes any server tells
+  it from a refusal, and is waited for when it connects.
 - The server asked for a password and the URL has none: permanent.
 - Otherwise the server did not answer, or the TLS handshake failed. When the
   URL asks for TLS, the handshake is tried again with Python's ``ssl`` (the
@@ -59,6 +63,10 @@ def refusal(url: StoreURL, exc: psycopg.OperationalError, *, timeout: float) -> 
     if answer == pq.Ping.OK:
         if _connects(bounded):
             return None  # the server was not there for the first attempt; it is now
+        if _wants_writes(url.target) and _connects(
+            make_conninfo(bounded, target_session_attrs="any")
+        ):
+            return None  # the credentials work; no server takes writes yet (a promotion)
         said = "after the password" if pgconn is not None and pgconn.used_password else "at once"
         return ConfigError(f"{where} refused the connection {said}: {_server_words(exc)}")
     if answer == pq.Ping.NO_ATTEMPT:
@@ -66,6 +74,11 @@ def refusal(url: StoreURL, exc: psycopg.OperationalError, *, timeout: float) -> 
     if answer == pq.Ping.NO_RESPONSE:
         return _tls_refusal(where, conninfo_to_dict(url.target), timeout=timeout)
     return None  # REJECT: starting up or shutting down
+
+
+def _wants_writes(conninfo: str) -> bool:
+    """Whether ``conninfo`` asks libpq for a particular kind of server (a writable one)."""
+    return str(conninfo_to_dict(conninfo).get("target_session_attrs") or "any") != "any"
 
 
 def _connects(conninfo: str) -> bool:
