@@ -20,6 +20,10 @@ from leaseworker._cli import main
             ["tests.jobs:MarkerJob", "--postgres-standby", "sync", "--store-url", "sqlite:///x"],
             "--postgres-standby starts its own store",
         ),
+        (
+            ["tests.jobs:MarkerJob", "--postgres-standby", "async", "--hosts"],
+            "--postgres-standby starts its own store",
+        ),
     ],
 )
 def test_what_the_campaign_cannot_run_exits_2(

@@ -125,13 +125,10 @@ def _chaos(args: argparse.Namespace) -> int:
             hosts=args.hosts,
             postgres_standby=args.postgres_standby,
         )
+        _check_flags(settings)  # first: flags that cannot go together, then this machine
         _check_hosts(settings)
     except ConfigError as exc:
         print(f"leaseworker chaos: error: {exc}", file=sys.stderr)
-        return 2
-    conflict = _conflict(settings)
-    if conflict is not None:
-        print(f"leaseworker chaos: error: {conflict}", file=sys.stderr)
         return 2
     logging.getLogger("leaseworker.store").setLevel(logging.WARNING)  # its own store's migrations
     try:
@@ -172,15 +169,16 @@ def _check_hosts(settings: Any) -> None:
         raise ConfigError(f"--hosts: {why}")
 
 
-def _conflict(settings: Any) -> str | None:
-    """Return why these flags cannot go together, or ``None``."""
+def _check_flags(settings: Any) -> None:
+    """Raise ``ConfigError`` saying why these flags cannot go together."""
     if settings.kafka_brokers != 1 and settings.bootstrap_servers:
-        return "--kafka-brokers is for local brokers, not with --bootstrap-servers"
+        raise ConfigError("--kafka-brokers is for local brokers, not with --bootstrap-servers")
     if settings.postgres_standby and (settings.store_url or settings.hosts):
-        return "--postgres-standby starts its own store, not with --store-url or --hosts"
+        raise ConfigError(
+            "--postgres-standby starts its own store, not with --store-url or --hosts"
+        )
     if settings.kafka_security.protocol != "PLAINTEXT" and not settings.bootstrap_servers:
-        return "the Kafka SASL/TLS flags need --bootstrap-servers"
-    return None
+        raise ConfigError("the Kafka SASL/TLS flags need --bootstrap-servers")
 
 
 def _innermost(exc: BaseException) -> BaseException:
