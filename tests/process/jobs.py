@@ -110,6 +110,24 @@ def big_result(pctx: ProcessContext, size: int) -> bytes:
     return b"x" * size
 
 
+_KEPT: list[bytes] = []
+
+
+def keep(pctx: ProcessContext, size: int) -> None:
+    """Keep ``size`` bytes, every page touched, in the child for the calls after this one."""
+    _KEPT.append(b"x" * size)
+
+
+def kept(pctx: ProcessContext) -> bytes:
+    """Return what :func:`keep` kept: no new page in the call, its result's pickle takes them."""
+    return _KEPT[-1]
+
+
+def drop(pctx: ProcessContext) -> None:
+    """Let go of what :func:`keep` kept: the resident set shrinks without a page fault."""
+    _KEPT.clear()
+
+
 def pid(pctx: ProcessContext) -> int:
     """The child's pid."""
     return os.getpid()

@@ -208,6 +208,39 @@ async def test_a_call_that_touched_no_new_page_reports_the_resident_set() -> Non
     assert 4 << 20 < call.usages[1].peak_memory < 64 << 20  # an interpreter with leaseworker
 
 
+async def test_a_results_pickle_counts_in_its_call_not_in_the_next() -> None:
+    """A call returning 64 MiB it already held peaks with its reply's pickle; the next does not.
+
+    The call itself touches no new page, its reply's pickle takes 64 MiB: the
+    next call, which touches none, reports the resident set with what is kept.
+    """
+    call = Call()
+    async with ProcessPool(1) as pool:
+        await call.run(pool, jobs.keep, 64 << 20)
+        assert len(await call.run(pool, jobs.kept)) == 64 << 20  # type: ignore[arg-type]
+        assert await call.run(pool, jobs.add, 1, 2) == 3
+    assert call.usages[1].peak_memory > 128 << 20  # what is kept and its pickle
+    assert 64 << 20 < call.usages[2].peak_memory < 128 << 20  # what is kept, not the pickle
+
+
+async def test_memory_given_back_leaves_the_figure_after_the_next_reset() -> None:
+    """Memory let go of without a page fault stays in the figure only until the next reset.
+
+    The reset after a call that took no page fault is skipped while the last one
+    is under 10 ms old; the first call to end later resets, the one after it
+    reports the smaller resident set.
+    """
+    call = Call()
+    async with ProcessPool(1) as pool:
+        await call.run(pool, jobs.keep, 64 << 20)
+        await call.run(pool, jobs.drop)
+        await anyio.sleep(0.02)  # past the 10 ms: the next call's end resets
+        await call.run(pool, jobs.add, 1, 2)
+        await call.run(pool, jobs.add, 1, 2)
+    assert call.usages[0].peak_memory > 64 << 20
+    assert call.usages[3].peak_memory < 64 << 20
+
+
 async def test_a_preload_that_fails_is_a_config_error_naming_it() -> None:
     """A preload module that cannot be imported: ConfigError at start, one line, no process left."""
     others = children(os.getpid())  # the session's services, when the whole suite runs

@@ -25,10 +25,11 @@ class Identity:
 class Usage:
     """What one call cost in its child: CPU (user+sys, child and its waited children) and peak RSS.
 
-    ``peak_memory`` is the call's own peak in bytes (VmHWM reset at the call's
-    start); for a killed child it is the child's lifetime peak (wait4's
-    ``ru_maxrss``), an upper bound. ``killed``: the pod killed the child's
-    group (the call was cancelled: lease lost, deadline, shutdown).
+    ``peak_memory`` is the call's own peak in bytes (VmHWM reset before the
+    call; its result's pickle is the call's too); for a killed child it is the
+    child's lifetime peak (wait4's ``ru_maxrss``), an upper bound. ``killed``:
+    the pod killed the child's group (the call was cancelled: lease lost,
+    deadline, shutdown).
     """
 
     cpu_seconds: float

@@ -22,6 +22,7 @@ _LENGTH: Final = struct.Struct("<Q")
 _CHUNK: Final = 1 << 16
 COST: Final = struct.Struct("<dQd")
 """A reply's head, before its pickle: the call's CPU seconds and peak bytes, the CPU total."""
+_HEAD: Final = struct.Struct("<QdQd")  # the frame's length, then COST
 
 
 def frame(body: bytes) -> bytes:
@@ -166,6 +167,25 @@ class BlockingReader:
 
 def write_blocking(fd: int, body: bytes) -> None:
     """Write ``body`` as one frame to the blocking ``fd``."""
-    view = memoryview(frame(body))
+    _write_all(fd, memoryview(frame(body)))
+
+
+def reply_head(cpu: float, peak: int, total: float, size: int) -> bytes:
+    """Return a reply frame's length and ``COST``, to go before a pickle of ``size`` bytes."""
+    return _HEAD.pack(COST.size + size, cpu, peak, total)
+
+
+def write_reply(fd: int, head: bytes, payload: bytes) -> None:
+    """Write a reply frame, ``head`` then ``payload``, to the blocking ``fd``.
+
+    One ``writev`` and no copy of the payload: a large result's reply takes no
+    pages beyond its pickle's, which the call's peak counts.
+    """
+    sent = os.writev(fd, (head, payload))
+    if sent < len(head) + len(payload):  # cut short by a signal: the rest in plain writes
+        _write_all(fd, memoryview(head + payload)[sent:])
+
+
+def _write_all(fd: int, view: memoryview) -> None:
     while view:
         view = view[os.write(fd, view) :]
