@@ -25,6 +25,11 @@ def identity(pctx: ProcessContext) -> tuple[str, int, bool]:
     return pctx.job_key, pctx.fence, pctx.owned
 
 
+def pid(pctx: ProcessContext) -> int:
+    """Return the child's pid."""
+    return os.getpid()
+
+
 def execution(pctx: ProcessContext) -> str:
     """Return the execution id the child's call carries."""
     return pctx.execution_id

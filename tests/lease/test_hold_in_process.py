@@ -13,7 +13,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool, hold
+from leaseworker import (
+    ChildProcessDied,
+    ConfigError,
+    HeldLease,
+    LeaseLost,
+    LeaseTimeout,
+    ProcessPool,
+    hold,
+)
 from leaseworker.testing import MemoryLeases, RenewalFault
 from tests import process_work
 from tests.waiting import eventually
@@ -97,6 +105,44 @@ async def test_the_child_sees_the_loss_at_its_own_checkpoint(
             tg.start_soon(_lose_once_running, leases, marker, "timeout")
             await held.run_in_process(process_work.spin_checking, str(marker))
     assert held.outcome == "lost"
+
+
+async def test_a_call_once_the_lease_is_lost_uses_no_child(pool: ProcessPool) -> None:
+    """After a rejected renewal the next call raises LeaseLost; no worker is used or killed."""
+    leases = MemoryLeases(command_timeout=0.1)
+    with pytest.raises(LeaseLost):
+        async with hold(leases, "k", lease_duration=0.6, processes=pool) as held:
+            worker = await held.run_in_process(process_work.pid)
+            leases.fail_renewals("rejected")
+            with anyio.CancelScope(shield=True):  # the body's cancellation waits for the call
+                await eventually(lambda: _not_owned(held), within=5)
+                await held.run_in_process(process_work.pid)
+    assert held.process_calls == 1
+    assert process_work.alive(worker)
+    async with hold(MemoryLeases(), "k", lease_duration=5, processes=pool) as held:
+        assert await held.run_in_process(process_work.pid) == worker
+
+
+async def test_a_call_past_max_runtime_uses_no_child(pool: ProcessPool) -> None:
+    """A call made once max_runtime is due, its timer not run yet, times out before a child runs.
+
+    The body holds the loop past its runtime bound, so only the call can notice it.
+    """
+    with pytest.raises(LeaseTimeout):
+        async with hold(
+            MemoryLeases(), "k", lease_duration=5, max_runtime=0.2, processes=pool
+        ) as held:
+            worker = await held.run_in_process(process_work.pid)
+            due = anyio.current_time() + 0.25
+            while anyio.current_time() < due:  # the loop held, as a job's blocking code would
+                pass
+            await held.run_in_process(process_work.pid)
+    assert held.process_calls == 1
+    assert process_work.alive(worker)
+
+
+async def _not_owned(held: HeldLease) -> bool:
+    return not held.owned
 
 
 async def test_renewals_move_the_childs_deadline(pool: ProcessPool) -> None:

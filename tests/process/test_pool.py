@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -13,6 +14,8 @@ import anyio
 import pytest
 
 from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool
+from leaseworker._process import _frames
+from leaseworker._process._pool_worker import PoolWorker
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, alive, marked
 
@@ -33,6 +36,41 @@ async def test_returns_the_result_and_reports_usage_once(pool: ProcessPool) -> N
     assert len(call.usages) == 2
     assert call.unfollowed == 2
     assert all(not usage.killed and usage.peak_memory > 0 for usage in call.usages)
+
+
+async def test_a_call_whose_reply_is_there_at_once_gives_the_loop_a_turn(
+    pool: ProcessPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls in a row never starve the pod's other tasks, even when no call waits for its reply.
+
+    The pod is held after each send until the reply is in the pipe (as when the
+    child ran first on the pod's core), so its read finds it without a wait.
+    """
+
+    async def answered_at_once(self: PoolWorker, data: bytes) -> bytes | None:
+        self.calls += 1
+        await _frames.send(self._call, _frames.frame(data))
+        select.select([self._reply], [], [], 10)
+        return await self._replies.receive()
+
+    monkeypatch.setattr(PoolWorker, "call", answered_at_once)
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await anyio.lowlevel.checkpoint()
+
+    call = Call()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(count_turns)
+        await anyio.lowlevel.checkpoint()  # the counter runs once, then waits for a turn
+        before = turns
+        for _ in range(3):
+            assert await call.run(pool, jobs.add, 1, 2) == 3
+        assert turns - before >= 3
+        tg.cancel_scope.cancel()
 
 
 async def test_reraises_the_exception_with_the_child_traceback(pool: ProcessPool) -> None:

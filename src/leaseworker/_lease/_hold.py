@@ -230,6 +230,11 @@ class HeldLease:
 
     async def checkpoint(self) -> None:
         """Raise :class:`LeaseLost` if ownership is uncertain, else yield to the loop."""
+        await self._verify()
+        await anyio.lowlevel.checkpoint()
+
+    async def _verify(self) -> None:
+        """Raise :class:`LeaseLost` if ownership is uncertain (a test's fault asked first)."""
         if self._faults is not None and (injected := await self._faults(self.lease)) is not None:
             self._lose(injected, "the lease store found it lost at a checkpoint", at=now())
         if not self.owned:
@@ -237,7 +242,6 @@ class HeldLease:
                 # The deadline passed but its timer has not run yet.
                 self._lose(*self._unconfirmed(), at=self.lease.local_deadline)
             raise self._lost_error(now())
-        await anyio.lowlevel.checkpoint()
 
     @property
     def outcome(self) -> Outcome | None:
@@ -303,7 +307,13 @@ class HeldLease:
         (paused, blocked) kills itself at the last deadline it was given. A
         child that died by itself raises :class:`~leaseworker.ChildProcessDied`.
         """
-        await self.checkpoint()  # LeaseLost before any child is used
+        # LeaseLost, or the body's cancellation, before any child is used; no turn of the
+        # loop otherwise (the pool's call gives one).
+        await self._verify()
+        if self._runtime_deadline <= now():  # due, its timer not run yet: what it would do
+            self._scope.cancel()
+        if self._scope.cancel_called:
+            await anyio.lowlevel.checkpoint()
         pool = self._processes
         if pool is None:
             pool = ProcessPool.default()

@@ -45,10 +45,11 @@ class Receiver:
 
     Bytes read past a frame, and a partial frame across a cancellation, stay
     for the next call. :meth:`close` unregisters the reader (the descriptor is
-    its owner's to close, after).
+    its owner's to close, after). ``waited``: whether the last :meth:`receive`
+    waited for the loop (else its frame was there at once).
     """
 
-    __slots__ = ("_buffer", "_eof", "_fd", "_loop", "_waiter")
+    __slots__ = ("_buffer", "_eof", "_fd", "_loop", "_waiter", "waited")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -56,6 +57,7 @@ class Receiver:
         self._eof = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.waited = False
 
     def receive_now(self) -> bytes | None:
         """Return a frame already readable (else ``None``, no wait).
@@ -72,6 +74,7 @@ class Receiver:
 
     async def receive(self) -> bytes | None:
         """Return the next frame's body (``None`` at end of file before a whole frame)."""
+        self.waited = False
         while True:
             body = _take(self._buffer)
             if body is not None:
@@ -86,6 +89,7 @@ class Receiver:
             if self._loop is not loop:
                 self._watch(loop)
             self._waiter = loop.create_future()
+            self.waited = True
             try:
                 await self._waiter
             finally:

@@ -219,7 +219,8 @@ class ProcessPool:
         ``fn``'s own exception, with the child's traceback as a note, if it raised;
         ``ChildProcessDied`` if the child died by itself. Cancelled: the worker's
         group is killed and reaped, then the cancellation goes on. ``usage`` is called
-        once for every call a worker took, before ``run`` returns or raises.
+        once for every call a worker took, before ``run`` returns or raises. A call
+        gives the loop one turn: its wait for the reply, or one after it.
         """
         if not self._workers:
             raise ConfigError(_NO_WORKERS.format(getattr(fn, "__qualname__", repr(fn))))
@@ -234,6 +235,10 @@ class ProcessPool:
         finally:
             mirror.active = False
             unfollow()
+        if not worker.waited:
+            # The reply was there at once: the turn of the loop a wait gives, so calls in a
+            # row never starve the pod's other tasks (a cancellation comes here, the call done).
+            await asyncio.sleep(0)
         return _unpacked(reply, worker.pid)  # type: ignore[no-any-return]
 
     async def _busy_call(

@@ -197,6 +197,11 @@ class PoolWorker:
         reaped = self.reap_now()  # exited at once, as at a failed start: its status says how
         raise died(self.pid, None if reaped is None else reaped[0])
 
+    @property
+    def waited(self) -> bool:
+        """Whether the last :meth:`call` waited for the loop (else its reply was there at once)."""
+        return self._replies.waited
+
     async def call(self, data: bytes) -> bytes | None:
         """Send one call's frame and wait for its reply (``None``: the child died)."""
         self.calls += 1
