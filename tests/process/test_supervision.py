@@ -15,7 +15,7 @@ import pytest
 
 from leaseworker import ChildProcessDied, ConfigError, ProcessPool
 from tests.process import jobs
-from tests.process.util import Call, alive, marked
+from tests.process.util import IDENTITY, Call, alive, marked
 from tests.processes import stats
 from tests.waiting import eventually
 
@@ -239,6 +239,44 @@ async def test_memory_given_back_leaves_the_figure_after_the_next_reset() -> Non
         await call.run(pool, jobs.add, 1, 2)
     assert call.usages[0].peak_memory > 64 << 20
     assert call.usages[3].peak_memory < 64 << 20
+
+
+async def test_deadlines_microseconds_apart_do_not_wake_the_watchdog() -> None:
+    """Calls whose deadline comes a microsecond earlier each time leave the watchdog asleep.
+
+    ``hold()`` converts its deadline from the loop's clock at every call, so
+    it jitters by microseconds; within a millisecond is on time, and a
+    wake-up would cost each call a GIL hand-over. Its thread's context switches
+    are read from /proc.
+    """
+    call = Call()
+    due = time.monotonic() + 60
+    async with ProcessPool(1) as pool:
+        child = await pool.run(
+            jobs.pid, (), {}, identity=IDENTITY, deadline=due, follow=call.follow
+        )
+        assert isinstance(child, int)
+        await eventually(lambda: _armed(child), within=5)  # it looked at the first call
+        before = _watchdog_switches(child)
+        for step in range(1, 51):
+            await pool.run(
+                jobs.pid, (), {}, identity=IDENTITY, deadline=due - step * 1e-6, follow=call.follow
+            )
+        assert _watchdog_switches(child) - before < 5
+
+
+def _watchdog_switches(pid: int) -> int:
+    """The voluntary context switches of ``pid``'s thread other than its main one."""
+    (tid,) = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise LookupError(tid)
+
+
+async def _armed(pid: int) -> bool:
+    """Whether the watchdog thread has woken once (it sleeps again afterwards)."""
+    return _watchdog_switches(pid) >= 2
 
 
 async def test_a_preload_that_fails_is_a_config_error_naming_it() -> None:

@@ -222,9 +222,10 @@ class Watchdog:
     with a timeout to the deadline; at the deadline it kills the group
     (``os.killpg(0, SIGKILL)``). Each time it looks, it re-arms the kernel
     timer, the backstop for when this thread cannot get the GIL. A call that
-    begins wakes the thread only when it would sleep past the call's deadline
-    (idle, or sleeping to a later one): waking it costs the call a GIL hand-over,
-    and a thread that wakes early finds the later deadline and sleeps on.
+    begins wakes the thread only when it would sleep past the call's deadline by
+    more than ``_EARLY`` (idle, or sleeping to a later one): waking it costs the
+    call a GIL hand-over, and a thread that wakes early finds the later deadline
+    and sleeps on.
     """
 
     def __init__(self, slot: mmap.mmap, wake: int) -> None:
@@ -242,7 +243,10 @@ class Watchdog:
         with self._lock:
             self._active = True
             deadline, _ = self._arm()
-            late = self._until is None or self._until > deadline
+            # Within _EARLY is on time: a deadline converted from another clock (hold()'s)
+            # differs by microseconds from one call to the next, and a wake-up for each
+            # would cost every call a GIL hand-over.
+            late = self._until is None or self._until > deadline + _EARLY
         if late:
             os.write(self._poke_w, b"b")
 
