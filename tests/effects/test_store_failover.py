@@ -57,7 +57,7 @@ from leaseworker import (
     open_store,
 )
 from leaseworker._execution import Executor
-from leaseworker._store import Message, effect_store
+from leaseworker._store import Message, effect_store, migrate_store
 from leaseworker._store._postgres import refusal
 from leaseworker.toolkit import Event, parse_store_url
 from leaseworker_dev._services import LocalKafka, LocalPostgres, LocalPostgresPair, LocalRedis
@@ -102,9 +102,16 @@ def _pair(*, synchronous: bool) -> Iterator[LocalPostgresPair]:
         assert not [cwd for cwd in _running_in() if cwd.startswith(str(node.workdir))]
 
 
-def fresh(pair: LocalPostgresPair) -> str:
-    """The multi-host URL of a new database of ``pair``'s, this test's own."""
-    return pair.create_database(f"t{uuid.uuid4().hex[:12]}")
+async def fresh(pair: LocalPostgresPair) -> str:
+    """The multi-host URL of a new database of ``pair``'s, this test's own, its schema made.
+
+    Made here with 30 s to spare: each migration's commit waits for the synchronous
+    standby, and a loaded machine took them past the short store timeouts the tests
+    are about (a test's own open then only reads the schema's version).
+    """
+    url = pair.create_database(f"t{uuid.uuid4().hex[:12]}")
+    await migrate_store(url, call_timeout=30.0)
+    return url
 
 
 def _running_in() -> list[str]:
@@ -147,7 +154,7 @@ async def test_a_synchronous_standby_keeps_every_acknowledged_completion_and_the
     assert sync_pair.standby is not None
     hosts = f"127.0.0.1:{sync_pair.primary.port},127.0.0.1:{sync_pair.standby.port}"
     assert f"@{hosts}/leaseworker?target_session_attrs=read-write" in sync_pair.url
-    url = fresh(sync_pair)
+    url = await fresh(sync_pair)
     alone = sync_pair.standby.url_for("leaseworker", target_session_attrs="read-write")
     with pytest.raises(psycopg.OperationalError):  # libpq refuses the standby a write session
         await (await psycopg.AsyncConnection.connect(alone)).close()
@@ -304,7 +311,7 @@ async def test_a_commit_in_flight_when_the_primary_dies_is_lost_and_retried_on_t
     send its messages, and the promotion would lose the row. Its trigger
     then completes once on the new primary.
     """
-    url = fresh(sync_pair)
+    url = await fresh(sync_pair)
     await raw(url, TABLE)
     job, events = GatedJob(url, then=None), FirstEnd()  # after the gate, the commit
     async with open_store(url, call_timeout=1.0) as store:
@@ -368,7 +375,7 @@ async def test_a_pod_runs_on_through_a_promotion_without_a_restart(
     promoted, then it completes on the new primary: same pod process, every
     row and message once, the relay sending from the new primary too.
     """
-    url = fresh(sync_pair)
+    url = await fresh(sync_pair)
     await raw(url, POD_TABLE)
     pods = Pods(kafka_server, redis_server.url, url, tmp_path)
     try:
@@ -424,7 +431,7 @@ async def test_a_job_commit_waiting_for_the_standby_outlives_its_bounds_unseen(
     Past all of them the session still waits for the standby and no session
     sees the row: nothing cancelled or ended the wait (that would commit it).
     """
-    url, key = fresh(sync_pair), "report:{a}"
+    url, key = await fresh(sync_pair), "report:{a}"
     walsender = sync_pair.walsender_pid()
     async with open_store(url, call_timeout=1.0) as store:
         transaction = effect_store(store).transaction(key, "v1", 10, budget=lambda: 0.2)
@@ -446,7 +453,7 @@ async def test_a_completion_waiting_for_the_standby_outlives_its_bounds_unseen(
     sync_pair: LocalPostgresPair, threaded_cancel: None
 ) -> None:
     """The same for ``store.complete`` (autocommit, the session's statement_timeout: 1 s)."""
-    url = fresh(sync_pair)
+    url = await fresh(sync_pair)
     walsender = sync_pair.walsender_pid()
     async with open_store(url, call_timeout=1.0) as store:
         os.kill(walsender, signal.SIGSTOP)
@@ -474,7 +481,7 @@ async def test_a_takeover_does_not_end_a_session_waiting_for_the_standby_to_comm
     20 was answered ``duplicate`` while the standby still lacked the row.
     """
     caplog.set_level(logging.INFO, logger="leaseworker.store")
-    url, key = fresh(sync_pair), "report:{c}"
+    url, key = await fresh(sync_pair), "report:{c}"
     walsender = sync_pair.walsender_pid()
     committed = []
     async with (
@@ -510,7 +517,7 @@ async def test_a_relay_mark_waiting_for_the_standby_outlives_the_store_timeout_u
     sync_pair: LocalPostgresPair, threaded_cancel: None
 ) -> None:
     """The mark commits the claim: past the store's timeout and the client check, still unsent."""
-    url, key = fresh(sync_pair), "report:{d}"
+    url, key = await fresh(sync_pair), "report:{d}"
     walsender = sync_pair.walsender_pid()
     async with open_store(url, call_timeout=1.0) as store:
         effects = effect_store(store)
