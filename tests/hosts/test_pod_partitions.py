@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
-from leaseworker.toolkit import Execution, create_topics
+from leaseworker.toolkit import create_topics
 from leaseworker_dev._campaign._takeover import LEASE, POD_FLAGS, TOPIC_VARIABLE
 from leaseworker_dev._services import (
     MARKS_VARIABLE,
@@ -43,10 +42,12 @@ from leaseworker_dev._services import (
     LocalPostgres,
     LocalRedis,
     PodProcess,
-    committed_total,
-    histories,
+    executions_of,
+    first_expiry,
     pod_process,
     read_marks,
+    until_committed,
+    until_found,
     until_ready,
 )
 
@@ -150,11 +151,19 @@ async def test_the_cut_pods_code_ends_before_the_other_pod_takes_the_key(
     """
     key = f"cut-{secrets.token_hex(3)}"
     await _send(bed, key, {"seconds": COMPUTE, "where": "process"})
-    first = (await _until(lambda: _of_key(bed, key)[:1], within=60, what="the first start"))[0]
+    first = (
+        await until_found(
+            lambda: executions_of(list(bed.pods.values()), key)[:1],
+            within=60,
+            what="the first start",
+        )
+    )[0]
     holder = bed.pods[first.pod]
     taker = next(pod for pod in bed.pods.values() if pod is not holder)
     marks = bed.marks / f"{key}.{first.execution_id}"
-    pid = await _until(lambda: _child(marks, holder), within=30, what="the holder's child marks")
+    pid = await until_found(
+        lambda: _child(marks, holder), within=30, what="the holder's child marks"
+    )
     with ExitWatch() as watch:
         assert watch.add(pid)
         cut(bed, bed.hosts[holder.name])
@@ -164,15 +173,17 @@ async def test_the_cut_pods_code_ends_before_the_other_pod_takes_the_key(
                 for name, port in (("kafka", bed.kafka.port), ("store", bed.store.port)):
                     assert bed.hosts.reach(cut_off, bed.hosts[name], port, 1.0) == "open"
                 assert bed.hosts.reach(cut_off, bed.hosts["redis"], bed.redis.port, 0.3) == "silent"
-            taken = await _until(
-                lambda: [e for e in _of_key(bed, key) if e.pod == taker.name],
+            taken = await until_found(
+                lambda: [
+                    e for e in executions_of(list(bed.pods.values()), key) if e.pod == taker.name
+                ],
                 within=COMPUTE + 30,
                 what="the takeover",
             )
-            ended = await _until(
+            ended = await until_found(
                 lambda: [
                     e
-                    for e in _of_key(bed, key)
+                    for e in executions_of(list(bed.pods.values()), key)
                     if e.execution_id == first.execution_id and e.end is not None
                 ],
                 within=COMPUTE + 30,
@@ -186,12 +197,12 @@ async def test_the_cut_pods_code_ends_before_the_other_pod_takes_the_key(
     took = taken[0].start
     ran_until = max(last_mark, exited)
     assert ran_until < took, f"the holder's code ran {ran_until - took:.3f}s into the takeover"
-    expires = _expires(ended[0])
+    expires = first_expiry(ended[0])
     assert expires is not None, ended[0]
     assert ran_until < expires, f"the holder's code ran {ran_until - expires:.3f}s past expiry"
     assert ended[0].outcome == "lost", ended[0]
     print(f"{cut.__name__}: holder stopped {(took - ran_until) * 1000:.0f} ms before the takeover")
-    await _quiet(bed, within=120)
+    await until_committed(bed.kafka.bootstrap_servers, bed.groups, bed.topic, bed.sent, within=120)
 
 
 async def _send(bed: Bed, key: str, payload: dict[str, object]) -> None:
@@ -208,42 +219,9 @@ async def _send(bed: Bed, key: str, payload: dict[str, object]) -> None:
     bed.sent += 1
 
 
-async def _until(check: Callable[[], T], *, within: float, what: str) -> T:
-    """Poll the pods' files (histories, marks) until ``check()`` is truthy; return it."""
-    with anyio.move_on_after(within):
-        while not (found := check()):  # noqa: ASYNC110 - other processes cannot set our Event
-            await anyio.sleep(0.01)
-        return found
-    raise TimeoutError(f"waited {within:.0f}s for {what}")
-
-
-def _of_key(bed: Bed, key: str) -> list[Execution]:
-    """The executions of ``key`` the pods recorded so far, in start order."""
-    executions = histories(list(bed.pods.values())).executions
-    return sorted((e for e in executions if e.job_key == key), key=lambda e: e.start)
-
-
 def _child(marks: Path, holder: PodProcess) -> int:
     """The pid of the holder's child once it marked for half a second, else 0."""
     for pid, at in read_marks(marks).items():
         if pid != holder.process.pid and at[-1] - at[0] >= 0.5:
             return pid
     return 0
-
-
-def _expires(execution: Execution) -> float | None:
-    """When Redis could first expire the execution's key, from its ``stopped`` step."""
-    for step in execution.steps:
-        if step.name == "stopped" and "margin_ms" in step.attrs:
-            return step.at + float(step.attrs["margin_ms"]) / 1000
-    return None
-
-
-async def _quiet(bed: Bed, *, within: float) -> None:
-    """Wait until both groups committed every trigger sent: the pods are idle again."""
-    began = time.monotonic()
-    for group in bed.groups:
-        while await committed_total(bed.kafka.bootstrap_servers, group, bed.topic) < bed.sent:
-            if time.monotonic() - began > within:
-                raise TimeoutError(f"{group} did not commit {bed.sent} triggers in {within:.0f}s")
-            await anyio.sleep(0.1)

@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import anyio
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
@@ -39,7 +39,6 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from leaseworker.toolkit import (
     ChaosProxy,
     DeadlinePolicy,
-    Execution,
     JobContext,
     ReportJob,
     create_topics,
@@ -49,12 +48,14 @@ from .._services import (
     MARKS_VARIABLE,
     ExitWatch,
     PodProcess,
-    committed_total,
     crunch,
-    histories,
+    executions_of,
+    first_expiry,
     marks_file,
     pod_process,
     read_marks,
+    until_committed,
+    until_found,
     until_ready,
 )
 
@@ -240,25 +241,27 @@ async def _trial(bed: _Bed, number: int, where: Where) -> Trial:
             bed.topic, key=key.encode(), value=json.dumps(payload).encode()
         )
     bed.sent += 1
-    first = await _until(lambda: _of_key(bed.pods, key)[:1], within=60, what="the first start")
+    first = await until_found(
+        lambda: executions_of(bed.pods, key)[:1], within=60, what="the first start"
+    )
     holder = next(p for p in bed.pods if p.name == first[0].pod)
     taker = next(p for p in bed.pods if p is not holder)
     file = bed.marks / f"{key}.{first[0].execution_id}"
-    pid = await _until(lambda: _computing(file, holder, where), within=30, what="A's marks")
+    pid = await until_found(lambda: _computing(file, holder, where), within=30, what="A's marks")
     watched = where == "process" and bed.watch.add(pid)
     proxy = bed.proxies[holder.name]
     proxy.blackhole = True
     blackholed = time.monotonic()
     try:
-        taken = await _until(
-            lambda: [e for e in _of_key(bed.pods, key) if e.pod == taker.name],
+        taken = await until_found(
+            lambda: [e for e in executions_of(bed.pods, key) if e.pod == taker.name],
             within=COMPUTE[where] * LEASE + 30,
             what="the takeover",
         )
-        ended = await _until(
+        ended = await until_found(
             lambda: [
                 e
-                for e in _of_key(bed.pods, key)
+                for e in executions_of(bed.pods, key)
                 if e.execution_id == first[0].execution_id and e.end is not None
             ],
             within=COMPUTE[where] * LEASE + 30,
@@ -271,7 +274,7 @@ async def _trial(bed: _Bed, number: int, where: Where) -> Trial:
         await anyio.to_thread.run_sync(lambda: bed.watch.exited(pid, within=5)) if watched else None
     )
     found = read_marks(file)
-    await _quiet(bed, within=90)
+    await until_committed(bed.bootstrap, bed.groups, bed.topic, bed.sent, within=90)
     lost = next((s.at for s in ended[0].steps if s.name == "lost"), None)
     return Trial(
         key=key,
@@ -283,27 +286,8 @@ async def _trial(bed: _Bed, number: int, where: Where) -> Trial:
         last_mark=max(max(at) for at in found.values()),
         exited=exited,
         lost=lost,
-        expires=_expires(ended[0]),
+        expires=first_expiry(ended[0]),
         taken=taken[0].start,
-    )
-
-
-T = TypeVar("T")
-
-
-async def _until(check: Callable[[], T], *, within: float, what: str) -> T:
-    """Poll other processes' state (histories, marks) until ``check()`` is truthy; return it."""
-    with anyio.move_on_after(within):
-        while not (found := check()):  # noqa: ASYNC110 - other processes cannot set our Event
-            await anyio.sleep(0.01)
-        return found
-    raise TimeoutError(f"waited {within:.0f}s for {what}")
-
-
-def _of_key(pods: Sequence[PodProcess], key: str) -> list[Execution]:
-    """Return the executions of ``key`` the pods recorded so far, in start order."""
-    return sorted(
-        (e for e in histories(pods).executions if e.job_key == key), key=lambda e: e.start
     )
 
 
@@ -314,19 +298,3 @@ def _computing(marks: Path, holder: PodProcess, where: Where) -> int:
         if own == (where == "loop") and at[-1] - at[0] >= BLACKHOLE_AFTER:
             return pid
     return 0
-
-
-def _expires(execution: Execution) -> float | None:
-    """When Redis could first expire the execution's key, from its ``stopped`` step."""
-    for step in execution.steps:
-        if step.name == "stopped" and "margin_ms" in step.attrs:
-            return step.at + float(step.attrs["margin_ms"]) / 1000
-    return None
-
-
-async def _quiet(bed: _Bed, *, within: float) -> None:
-    """Wait until both groups committed every trigger sent (the pods are idle again)."""
-    with anyio.fail_after(within):
-        for group in bed.groups:
-            while await committed_total(bed.bootstrap, group, bed.topic) < bed.sent:  # noqa: ASYNC110 - a broker's state
-                await anyio.sleep(0.1)

@@ -41,8 +41,12 @@ from ._marked_work import read_marks as read_marks
 from ._nodes import RedisNode as RedisNode
 from ._pods import PodProcess as PodProcess
 from ._pods import committed_total as committed_total
+from ._pods import executions_of as executions_of
+from ._pods import first_expiry as first_expiry
 from ._pods import histories as histories
 from ._pods import pod_process as pod_process
+from ._pods import until_committed as until_committed
+from ._pods import until_found as until_found
 from ._pods import until_ready as until_ready
 from ._postgres_pair import LocalPostgresPair as LocalPostgresPair
 from ._proc import HERE as HERE
@@ -89,12 +93,16 @@ __all__ = [
     "cache_dir",
     "committed_total",
     "crunch",
+    "executions_of",
+    "first_expiry",
     "free_port",
     "histories",
     "marks_file",
     "pod_process",
     "read_marks",
     "shipped",
+    "until_committed",
+    "until_found",
     "until_ready",
     "wait_for_port",
 ]

@@ -19,17 +19,19 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
-from leaseworker.toolkit import ChaosProxy, History, merge
+from leaseworker.toolkit import ChaosProxy, Execution, History, merge
 
 from ._proc import HERE, LOOPBACK, Place, free_port
+
+T = TypeVar("T")
 
 Exit = tuple[int | None, bool, float]
 """One exit of a pod's process: its code, whether its owner killed it, when (monotonic)."""
@@ -231,6 +233,33 @@ def histories(pods: Sequence[PodProcess]) -> History:
     return merge([pod.recorded() for pod in pods])
 
 
+def executions_of(pods: Sequence[PodProcess], key: str) -> list[Execution]:
+    """Return the executions of ``key`` the pods recorded so far, in start order."""
+    return sorted(
+        (e for e in histories(pods).executions if e.job_key == key), key=lambda e: e.start
+    )
+
+
+def first_expiry(execution: Execution) -> float | None:
+    """When Redis could first expire the execution's key, from its ``stopped`` step."""
+    for step in execution.steps:
+        if step.name == "stopped" and "margin_ms" in step.attrs:
+            return step.at + float(step.attrs["margin_ms"]) / 1000
+    return None
+
+
+async def until_found(check: Callable[[], T], *, within: float, what: str) -> T:
+    """Poll other processes' state (histories, marks) until ``check()`` is truthy; return it.
+
+    Raises ``TimeoutError`` naming ``what`` after ``within`` seconds.
+    """
+    with anyio.move_on_after(within):
+        while not (found := check()):  # noqa: ASYNC110 - other processes cannot set our Event
+            await anyio.sleep(0.01)
+        return found
+    raise TimeoutError(f"waited {within:.0f}s for {what}")
+
+
 async def until_ready(pods: Sequence[PodProcess], *, within: float, partitions: bool) -> float:
     """Wait until every pod's ``/readyz`` says ready (and, with ``partitions``, it holds one).
 
@@ -253,6 +282,16 @@ async def until_ready(pods: Sequence[PodProcess], *, within: float, partitions: 
         return time.monotonic() - began
     late = [p.name for p in pods if not ready(p)]
     raise TimeoutError(f"{', '.join(late)} not ready within {within:.0f}s (see /readyz)")
+
+
+async def until_committed(
+    bootstrap: str, groups: Sequence[str], topic: str, count: int, *, within: float
+) -> None:
+    """Wait until each of ``groups`` committed ``count`` records of ``topic`` (its pods idle)."""
+    with anyio.fail_after(within):
+        for group in groups:
+            while await committed_total(bootstrap, group, topic) < count:  # noqa: ASYNC110 - a broker's state
+                await anyio.sleep(0.1)
 
 
 async def committed_total(bootstrap: str, group: str, topic: str) -> int:
