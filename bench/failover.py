@@ -74,12 +74,16 @@ from aiokafka import (  # type: ignore[import-untyped]
     AIOKafkaProducer,
     TopicPartition,
 )
-from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from leaseworker import Event, ExecutionEvent, JobContext, Pod, PodConfig, ReportJob, SourceEvent
 from leaseworker.effects import EffectEvent
-from leaseworker_dev._services import LocalKafkaCluster, LocalPostgresPair, LocalRedis
+from leaseworker_dev._services import (
+    LocalKafkaCluster,
+    LocalPostgresPair,
+    LocalRedis,
+    committed_total,
+)
 
 PARTS = ("leader_kill", "promotion", "rolling", "relay_drain")
 VALUE = b'{"inputVersion": "v1"}'
@@ -319,18 +323,6 @@ async def end_offset(bootstrap: str, topic: str) -> int:
     return int(sum(ends.values()))
 
 
-async def committed_offset(bootstrap: str, group: str, topic: str) -> int:
-    """Return the group's committed offsets over ``topic``, summed."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    with anyio.fail_after(30):
-        await admin.start()
-        try:
-            offsets = await admin.list_consumer_group_offsets(group)
-        finally:
-            await admin.close()
-    return sum(m.offset for tp, m in offsets.items() if tp.topic == topic and m.offset > 0)
-
-
 async def drained(
     ledger: Ledger, stream: Stream, cluster: LocalKafkaCluster, group: str, checks: Checks
 ) -> None:
@@ -342,7 +334,7 @@ async def drained(
     committed = 0
     with anyio.move_on_after(60):
         while True:
-            committed = await committed_offset(cluster.bootstrap_servers, group, stream.topic)
+            committed = await committed_total(cluster.bootstrap_servers, group, stream.topic)
             if committed >= end:
                 break
             await anyio.sleep(0.2)

@@ -9,15 +9,12 @@ its JSON report must say so, with the seed and the command that replays it.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
+from .cli import REPO, chaos
+
 BUDGET = 240.0
 """Seconds the campaign may take (the issue's bound); about 120 on an idle 2-core machine."""
 
@@ -27,22 +24,13 @@ def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> No
     """Exit 0, every invariant PASS, the faults played, the seed and its replay reported."""
     report = tmp_path / "chaos.json"
     page = tmp_path / "chaos.html"
-    argv = [LEASEWORKER, "chaos", "monthly_report:MonthlyReport", "--faults", "20", "--seed", "1"]
-    with subprocess.Popen(
-        [*argv, "--report", str(report), "--html", str(page)],
+    code, stdout, stderr = chaos(
+        *("monthly_report:MonthlyReport", "--faults", "20", "--seed", "1"),
+        *("--report", str(report), "--html", str(page)),
         cwd=REPO / "examples" / "report_job",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as campaign:
-        try:
-            stdout, stderr = campaign.communicate(timeout=BUDGET)
-        except subprocess.TimeoutExpired:
-            # SIGKILL (subprocess.run's way) would leave its pods and services running.
-            campaign.send_signal(signal.SIGINT)
-            campaign.communicate(timeout=60)
-            raise
-    assert campaign.returncode == 0, stdout + stderr
+        budget=BUDGET,
+    )
+    assert code == 0, stdout + stderr
     assert "result         PASS" in stdout
     assert "PASS each effect processed once by the receiver" in stdout
     assert "PASS outside checker (porcupine) (linearizable" in stdout

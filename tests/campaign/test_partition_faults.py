@@ -9,9 +9,6 @@ invariant holding.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,8 +24,8 @@ from leaseworker_dev._campaign._plan import (
 )
 from leaseworker_dev._services import Hosts
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
+from .cli import chaos
+
 BUDGET = 240.0
 """Seconds the short campaign may take (about 90 on an idle 2-core machine)."""
 
@@ -76,18 +73,12 @@ def test_a_short_campaign_on_hosts_plays_both_partitions_and_passes(tmp_path: Pa
     if reason is not None:
         pytest.skip(reason)
     report = tmp_path / "chaos.json"
-    argv = [LEASEWORKER, "chaos", "chaos_job:ShortLeaseReport", "--hosts"]
-    argv += ["--faults", "6", "--seed", "2", "--pods", "3", "--report", str(report)]
-    with subprocess.Popen(
-        argv, cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as campaign:
-        try:
-            stdout, stderr = campaign.communicate(timeout=BUDGET)
-        except subprocess.TimeoutExpired:
-            campaign.send_signal(signal.SIGINT)  # it stops its pods, services and hosts
-            campaign.communicate(timeout=60)
-            raise
-    assert campaign.returncode == 0, stdout + stderr
+    code, stdout, stderr = chaos(
+        *("chaos_job:ShortLeaseReport", "--hosts", "--faults", "6", "--seed", "2"),
+        *("--pods", "3", "--report", str(report)),
+        budget=BUDGET,
+    )
+    assert code == 0, stdout + stderr
     document = json.loads(report.read_text())
     assert document["replay"].endswith("--hosts")
     played = Counter(document["faults_by_kind"])

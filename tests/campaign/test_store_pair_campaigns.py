@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,9 +28,8 @@ from leaseworker_dev._campaign._plan import fault_kinds, make_plan
 from leaseworker_dev._campaign._promotion import compare, promote, read_state
 from leaseworker_dev._services import LocalPostgresPair
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
-LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
+from .cli import BENCH, chaos
+
 JOB = "chaos_job:ShortLeaseReport"
 FAULTS = 6
 BUDGET = 240.0
@@ -58,18 +55,12 @@ def test_a_synchronous_standby_campaign_loses_nothing(tmp_path: Path) -> None:
     """Exit 0, a promotion played, nothing lost, Porcupine linearizable."""
     report = tmp_path / "chaos.json"
     seed = promoting_seed()
-    argv = [LEASEWORKER, "chaos", JOB, "--faults", str(FAULTS), "--seed", str(seed)]
-    argv += ["--postgres-standby", "sync", "--report", str(report)]
-    with subprocess.Popen(
-        argv, cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as campaign:
-        try:
-            stdout, stderr = campaign.communicate(timeout=BUDGET)
-        except subprocess.TimeoutExpired:
-            campaign.send_signal(signal.SIGINT)  # its pods and services stop with it
-            campaign.communicate(timeout=60)
-            raise
-    assert campaign.returncode == 0, stdout + stderr
+    code, stdout, stderr = chaos(
+        *(JOB, "--faults", str(FAULTS), "--seed", str(seed)),
+        *("--postgres-standby", "sync", "--report", str(report)),
+        budget=BUDGET,
+    )
+    assert code == 0, stdout + stderr
     document = json.loads(report.read_text())
     assert document["faults_by_kind"]["store_promote"] >= 1
     assert "--postgres-standby sync" in document["replay"]
