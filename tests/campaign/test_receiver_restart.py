@@ -19,12 +19,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from leaseworker._kafka import KafkaSender
 from leaseworker._store import Message, OutboxRow
 from leaseworker.effects import effect_id
 from leaseworker.toolkit import History
-from leaseworker_dev._campaign import Records
+from leaseworker_dev._campaign import Records, _receiver
 from leaseworker_dev._campaign._campaign_records import Outboxed
 from leaseworker_dev._campaign._effect_checks import effects_processed_once
 from leaseworker_dev._campaign._fault_play import Injector
@@ -149,3 +150,51 @@ async def test_the_injector_restarts_the_receiver_and_records_the_fault(
     [fault] = injector.faults
     assert fault.kind == "receiver_restart"
     assert (fault.end or 0) - fault.start >= 1.5
+
+
+class _DyingConsumer:
+    """A consumer whose first ``getmany`` raises what a dead group coordination raises."""
+
+    made = 0
+
+    def __init__(self, **kwargs: object) -> None:
+        type(self).made += 1
+        self._first = type(self).made == 1
+
+    def subscribe(self, pattern: str) -> None:
+        pass
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def getmany(self, timeout_ms: int) -> dict[object, list[object]]:
+        if self._first:
+            raise KafkaError("Unexpected error during coordination AssertionError()")
+        await anyio.sleep(timeout_ms / 1000)
+        return {}
+
+    def assignment(self) -> set[object]:
+        return set()
+
+
+@pytest.mark.timeout(30)
+async def test_a_consumer_error_starts_the_next_life_and_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiokafka#796: the error getmany raises once its coordination died ends one life only."""
+    monkeypatch.setattr(_receiver, "AIOKafkaConsumer", _DyingConsumer)
+    receiver = Receiver("127.0.0.1:1", "group", [], tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(receiver.run)
+        await _until(receiver, 0, lives=2)  # no revive: the receiver restarts on its own
+        tg.cancel_scope.cancel()
+    assert receiver.consumer_errors == [
+        "KafkaError: KafkaError: Unexpected error during coordination AssertionError()"
+    ]
+    records = Records(outbox=(_outboxed("fx", 0),), receiver_errors=(receiver.consumer_errors[0],))
+    verdict = effects_processed_once(History(), records)
+    assert verdict.passed, verdict.violations
+    assert verdict.counts["receiver_consumer_errors"] == 1

@@ -122,7 +122,8 @@ class Records:
     sent (``None``: not audited); ``wall_offset`` is
     ``time.time() - time.monotonic()`` during the campaign, to place the
     effects' Unix times among the faults' monotonic ones; ``marks`` when each
-    process of an execution last ran code, where the job left marks.
+    process of an execution last ran code, where the job left marks;
+    ``receiver_errors`` the consumer errors that ended a receiver's life.
     """
 
     produced: tuple[Produced, ...] = ()
@@ -136,3 +137,4 @@ class Records:
     reclaims: tuple[Reclaim, ...] | None = ()
     wall_offset: float = 0.0
     marks: tuple[Marked, ...] = ()
+    receiver_errors: tuple[str, ...] = ()

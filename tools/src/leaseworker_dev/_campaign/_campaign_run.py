@@ -324,6 +324,7 @@ async def _campaign_body(
             reclaims=await reclaims(stack.store_url, group, audited=own_store),
             wall_offset=wall_offset,
             marks=marks(marks_dir(stack.workdir)),
+            receiver_errors=tuple(receiver.consumer_errors),
         )
     history = pods_history(pods, injector.faults, stack.workdir)
     ops = stack.workdir / "store-ops.jsonl"

@@ -89,7 +89,9 @@ def effects_processed_once(history: History, records: Records) -> Verdict:
     has seen for their job key (``stale``); what it let through are its own
     effect rows, counted here without trusting its answers. An effect
     processed whose row an asynchronous promotion lost is counted
-    (``row_lost_by_promotion``), not a violation.
+    (``row_lost_by_promotion``), not a violation; so are the receiver's
+    consumers an error ended (``receiver_consumer_errors``: the next one reads
+    on from the committed offsets, its inbox dropping what it redelivers).
     """
     name = "each effect processed once by the receiver"
     if not records.outbox and not records.deliveries:
@@ -125,6 +127,7 @@ def effects_processed_once(history: History, records: Records) -> Verdict:
         "processed_twice": twice,
         "never_processed": unprocessed,
         "never_committed": phantom,
+        "receiver_consumer_errors": len(records.receiver_errors),
     }
     if lost:
         counts["row_lost_by_promotion"] = explained

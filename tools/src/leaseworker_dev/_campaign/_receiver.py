@@ -13,7 +13,11 @@ fault :meth:`kill` s it between processing a batch and committing it
 (or within a second) and :meth:`revive` s it: a new connection, a new consumer, only the database
 carried over. Every record consumed is a :class:`~._records.Delivery`; the
 effect rows (``processed``) are counted from its table, so the checker does
-not take the inbox's word for them.
+not take the inbox's word for them. A consumer whose group coordination died
+(aiokafka's own assertion when its subscription changes while it looks for a
+moved coordinator, aio-libs/aiokafka#796; getmany raises it from then on) is
+replaced by the next life a second later, the error kept in
+``consumer_errors``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
 
 from leaseworker.toolkit import Effect, KafkaSecurity, SqliteInbox
 
@@ -76,6 +81,7 @@ class Receiver:
             db.execute(_EFFECTS)  # no unique key: an effect processed twice shows twice
         self.deliveries: list[Delivery] = []
         self.lives = 0  # consumers started so far
+        self.consumer_errors: list[str] = []  # the errors that ended a life, not a kill
         self._consumer: Any = None
         self._life = anyio.CancelScope()
         self._revived = anyio.Event()
@@ -83,11 +89,21 @@ class Receiver:
         self._follow_at = 0.0
 
     async def run(self) -> None:
-        """Live (consume and record) until cancelled; after a :meth:`kill`, wait to be revived."""
+        """Live (consume and record) until cancelled; after a :meth:`kill`, wait to be revived.
+
+        A life its consumer's error ended is followed by the next one a second
+        later, unless a kill is under way.
+        """
         while True:
             self._revived, self._killing = anyio.Event(), False
             with anyio.CancelScope() as self._life:
-                await self._live()
+                try:
+                    await self._live()
+                except KafkaError as exc:
+                    self.consumer_errors.append(f"{type(exc).__name__}: {exc}")
+                    if not self._killing:
+                        await anyio.sleep(1.0)
+                        continue
             await self._revived.wait()
 
     def kill(self, within: float = 1.0) -> None:
