@@ -2,7 +2,9 @@
 
 Runs campaigns of ``--per-campaign`` faults on 4 pods (seeds ``--first-seed``,
 +1, ...; topologies in turn ``single``, ``sentinel``, ``single``, ``cluster``;
-the second ``single`` with ``--hosts``, pods cut from Redis or isolated, where
+the first ``single`` on three Kafka brokers (``--kafka-brokers 3``: one
+killed, or all three restarted in turn, instead of the one broker's restart),
+the second with ``--hosts``, pods cut from Redis or isolated, where
 network namespaces can be made, else it says why and runs without; the
 replicated ones with the store on a primary and synchronous standby, whose
 primary ``store_promote`` kills) against ``bench/chaos_job.py:ShortLeaseReport``
@@ -17,7 +19,8 @@ executions' processes (how close to its execution's end each last ran) and
 their children's CPU (committed, and
 wasted by executions that did not commit, by outcome), the effects (each
 completion publishes one message: committed, delivered, processed once,
-duplicates dropped, lost, stale, claimed again), what the campaigns exercised,
+duplicates dropped, lost, stale, claimed again; the receiver's consumers
+replaced after an error), what the campaigns exercised,
 Porcupine's verdict and the wall time. A fault starts every second on average
 (a pod, or the shared services, has one at a time), so 1,000 faults take about
 30 minutes with the campaigns' start-ups and drains.
@@ -143,6 +146,8 @@ def summary(reports: list[dict[str, Any]], wall: float) -> str:
         f"{effects['claimed_again'] + effects['resent_unexplained']} sent ones claimed again"
         f" ({effects['resent_unexplained']} seen by their sends)",
         f"  in flight across {through}",
+        f"  receiver         {effects['receiver_consumer_errors']} consumers replaced after"
+        " an error",
         f"  relays           {effects['send_refusals']} send refusals, "
         f"{effects['claims_lapsed']} claims lapsed, "
         f"{effects['resent_later']} resent after the mark",
@@ -197,6 +202,7 @@ def _summed(reports: list[dict[str, Any]]) -> Counter[str]:
         "lost",
         "claimed_again",
         "resent_unexplained",
+        "receiver_consumer_errors",
     ):
         total.setdefault(name, 0)
     return total
@@ -221,7 +227,9 @@ def main() -> int:
             topology = TOPOLOGIES[index % len(TOPOLOGIES)]
             job = JOBS[index // 2 % len(JOBS)]
             seed = args.first_seed + index
-            flags = ["--hosts"] if index % len(TOPOLOGIES) == 2 and no_hosts is None else []
+            flags = ["--kafka-brokers", "3"] if index % len(TOPOLOGIES) == 0 else []
+            if index % len(TOPOLOGIES) == 2 and no_hosts is None:
+                flags.append("--hosts")
             if topology != "single":  # a replicated Redis; the store a synchronous pair
                 flags += ["--postgres-standby", "sync"]
             reports.append(campaign(job, seed, args.per_campaign, topology, report, *flags))
