@@ -7,9 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 LEASEWORKER = str(Path(sys.executable).parent / "leaseworker")
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
+CAMPAIGNS = pytest.mark.xdist_group("campaigns")
+"""Whole campaigns (pods, services, faults) run one at a time in one worker: each loads
+the machine, and two at once slowed timing tests elsewhere past their bounds."""
 
 
 def chaos(*args: str, cwd: Path = BENCH, budget: float) -> tuple[int, str, str]:

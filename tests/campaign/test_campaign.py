@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from .cli import REPO, chaos
+from .cli import CAMPAIGNS, REPO, chaos
 
 BUDGET = 240.0
 """Seconds the campaign may take (the issue's bound); about 120 on an idle 2-core machine."""
 
 
+@CAMPAIGNS
 @pytest.mark.timeout(BUDGET + 30)
 def test_twenty_seeded_faults_against_the_example_job_pass(tmp_path: Path) -> None:
     """Exit 0, every invariant PASS, the faults played, the seed and its replay reported."""

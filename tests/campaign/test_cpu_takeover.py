@@ -13,7 +13,10 @@ from pathlib import Path
 from leaseworker_dev._campaign import takeover_trials
 from leaseworker_dev._services import LocalKafka, LocalRedis
 
+from .cli import CAMPAIGNS
 
+
+@CAMPAIGNS
 async def test_run_in_process_is_killed_before_the_deadline_and_the_event_loop_overlaps(
     kafka_server: LocalKafka, redis_server: LocalRedis, tmp_path: Path
 ) -> None:

@@ -24,7 +24,7 @@ from leaseworker_dev._campaign._plan import (
 )
 from leaseworker_dev._services import Hosts
 
-from .cli import chaos
+from .cli import CAMPAIGNS, chaos
 
 BUDGET = 240.0
 """Seconds the short campaign may take (about 90 on an idle 2-core machine)."""
@@ -66,6 +66,7 @@ def test_hosts_it_cannot_make_or_serve_exit_2(
     assert err[0].startswith(f"leaseworker chaos: error: {reason}"), err
 
 
+@CAMPAIGNS
 @pytest.mark.timeout(BUDGET + 60)
 def test_a_short_campaign_on_hosts_plays_both_partitions_and_passes(tmp_path: Path) -> None:
     """Seed 2, 6 faults on 3 pods: a pod cut from Redis and one isolated; every invariant PASS."""

@@ -28,7 +28,7 @@ from leaseworker_dev._campaign._plan import fault_kinds, make_plan
 from leaseworker_dev._campaign._promotion import compare, promote, read_state
 from leaseworker_dev._services import LocalPostgresPair
 
-from .cli import BENCH, chaos
+from .cli import BENCH, CAMPAIGNS, chaos
 
 JOB = "chaos_job:ShortLeaseReport"
 FAULTS = 6
@@ -50,6 +50,7 @@ def promoting_seed() -> int:
     raise AssertionError("no seed promotes")
 
 
+@CAMPAIGNS
 @pytest.mark.timeout(BUDGET + 30)
 def test_a_synchronous_standby_campaign_loses_nothing(tmp_path: Path) -> None:
     """Exit 0, a promotion played, nothing lost, Porcupine linearizable."""
@@ -74,6 +75,7 @@ def test_a_synchronous_standby_campaign_loses_nothing(tmp_path: Path) -> None:
     assert not any("lost by the asynchronous promotion" in note for note in document["notes"])
 
 
+@CAMPAIGNS
 @pytest.mark.timeout(BUDGET + 30)
 def test_an_asynchronous_standby_campaign_counts_what_its_promotions_lost(
     monkeypatch: pytest.MonkeyPatch,
