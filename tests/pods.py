@@ -69,6 +69,12 @@ async def ready(pod: PodProcess, *, idle: bool = False) -> bool:
     return held == 0 if idle else held > 0
 
 
+async def holding(pod: PodProcess) -> bool:
+    """Whether ``/readyz`` says the pod holds a trigger (running, or waiting on a lease)."""
+    answer = await anyio.to_thread.run_sync(pod.readiness)
+    return answer is not None and int(answer["kafka"]["in_flight"]) > 0
+
+
 def recorded(pods: Sequence[PodProcess]) -> list[Execution]:
     """Every execution the pods recorded so far (one monotonic clock), in start order."""
     return sorted(histories(pods).executions, key=lambda e: e.start)

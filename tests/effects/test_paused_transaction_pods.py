@@ -3,14 +3,14 @@
 Pod A's job writes its row in ``ctx.transaction()`` and then waits inside the
 block; the test SIGSTOPs A there (its event loop, its renewals and its
 session's client all stop, so only the database can end what A holds). A's
-lease is 3 s, the store's timeout 8 s on both pods. Pod B gets a trigger of
-the same job key at once: it must take over within A's lease (B's acquire is
-busy until A's lease expires, then its claim must not wait for A's head row
-lock: the server ended A's session at A's local deadline), not after the
-store's timeout (before this bound, A's session lived until its 8 s idle
-timeout, and B's claim waited behind it). A, resumed, writes nothing and
-ends ``lost`` with reason ``loop_blocked`` (its event loop woke past its
-deadline). About 30 s.
+lease is 3 s, the store's timeout 8 s on both pods. Pod B already holds a
+trigger of the same job key when A stops (busy on A's lease): it must take
+over within A's lease (B's acquire is busy until A's lease expires, then its
+claim must not wait for A's head row lock: the server ended A's session at
+A's local deadline), not after the store's timeout (before this bound, A's
+session lived until its 8 s idle timeout, and B's claim waited behind it).
+A, resumed, writes nothing and ends ``lost`` with reason ``loop_blocked``
+(its event loop woke past its deadline). About 30 s.
 
 Paused inside a statement (a 10 s ``pg_sleep``, which no bound of the lease's
 ends any more: the pod itself would, were it running), A's session is ended
@@ -31,7 +31,9 @@ import psycopg
 import pytest
 
 from leaseworker import JobContext, ReportJob
+from leaseworker_dev._services import PodProcess
 
+from ..pods import holding
 from ..waiting import eventually
 from .test_effects_pods import Pods, pg_url, pods  # noqa: F401 (fixtures)
 
@@ -79,6 +81,21 @@ def _mark(line: str) -> None:
         markers.write(line + "\n")
 
 
+async def _waiting_in(pods: Pods, b: PodProcess) -> None:  # noqa: F811
+    """Give B its trigger and wait until B holds it (busy on A's lease) before A stops.
+
+    The takeover is then timed from the stop to B's commit: A's lease running
+    out, B's next try and its claim, not the trigger's way through Kafka (a
+    loaded machine once delivered it 5 s late).
+    """
+    await pods.send("b", inputVersion="request-b")
+
+    async def held() -> bool:
+        return await holding(b)
+
+    await eventually(held, within=30)
+
+
 def _query(url: str, sql: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(sql).fetchall()
@@ -97,9 +114,9 @@ async def test_a_pod_paused_in_its_transaction_is_taken_over_within_the_lease(
     b = await pods.spawn("pod-b", "b", *flags, lease=LEASE, job=job)
     await pods.send("a", inputVersion="request-a", wait_for=str(go))
     [[fence_a, _, _]] = await pods.until("inside", "pod-a")
+    await _waiting_in(pods, b)
     a.signal(signal.SIGSTOP)
     stopped = time.time()
-    await pods.send("b", inputVersion="request-b")
     [[fence_b, at_b]] = await pods.until("committed", "pod-b", within=40)
     taken_over = float(at_b) - stopped
     print(f"takeover: B committed {taken_over:.2f}s after A stopped (lease {LEASE}s)")
@@ -138,9 +155,9 @@ async def test_a_pod_paused_in_a_long_statement_is_ended_by_the_pod_that_takes_o
         return _query(pg_url, sql) == [("PgSleep",)]
 
     await eventually(sleeping)
+    await _waiting_in(pods, b)
     a.signal(signal.SIGSTOP)
     stopped = time.time()
-    await pods.send("b", inputVersion="request-b")
     [[fence_b, at_b]] = await pods.until("committed", "pod-b", within=40)
     taken_over = float(at_b) - stopped
     print(f"takeover: B committed {taken_over:.2f}s after A stopped in its statement")
