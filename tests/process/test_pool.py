@@ -224,6 +224,53 @@ async def test_aclose_during_a_call_kills_it_and_waits_for_its_reap(tmp_path: Pa
     assert died[0].signal == signal.SIGKILL
 
 
+async def test_a_cancelled_aclose_still_closes_the_keeper(tmp_path: Path) -> None:
+    """A cancelled ``aclose`` (waiting for a running call's reap) still reaps the keeper.
+
+    Left to the garbage collector, its pipe was an unclosed file and it a zombie.
+    """
+    marker = tmp_path / "started"
+    call = Call()
+    pool = ProcessPool(1)
+    before = _keepers()
+
+    async def run() -> None:
+        with pytest.raises(ChildProcessDied):
+            await call.run(pool, jobs.spin, str(marker))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        child = int(await marked(marker))
+        [keeper] = _keepers() - before
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await pool.aclose()
+        assert scope.cancelled_caught
+        assert _reaped(keeper)
+    assert not alive(child)
+
+
+def _reaped(pid: int) -> bool:
+    """Whether ``pid`` is gone, not even a zombie."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def _keepers() -> set[int]:
+    """Return the pids of the pool keepers this process started and has not reaped."""
+    found = set()
+    for entry in os.scandir("/proc"):
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                ppid = int(stat.read().rpartition(b")")[2].split()[1])
+            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                keeper = b"_keeper.py" in cmdline.read()
+        except (OSError, ValueError):
+            continue
+        if ppid == os.getpid() and keeper:
+            found.add(int(entry.name))
+    return found
+
+
 async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -> None:
     """An idle child killed from outside is replaced; the next call runs, on the new child."""
     call = Call()

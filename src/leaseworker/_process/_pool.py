@@ -164,7 +164,9 @@ class ProcessPool:
         """Kill every worker's group, reap them, stop the keeper; idempotent.
 
         A call running meanwhile ends with ``ChildProcessDied`` (its child was killed);
-        its ``run()`` reaps that child, and ``aclose`` waits for it.
+        its ``run()`` reaps that child, and ``aclose`` waits for it. Cancelled while it
+        waits, it still closes the keeper (which kills whatever is left) and wakes the
+        calls waiting for a worker.
         """
         keeper, self._keeper = self._keeper, None  # nothing is started again meanwhile
         workers = [*self._live, *self._dying]
@@ -173,17 +175,19 @@ class ProcessPool:
         self._owed = 0
         for worker in workers:
             worker.kill()
-        if self._busy:
-            self._drained = anyio.Event()
-            await self._drained.wait()
-        for worker in [*workers, *self._dying]:
-            if worker not in self._busy:
-                await worker.reap(self._reap_timeout)
-        self._dying.clear()
-        if keeper is not None:
-            keeper.close(self._reap_timeout)
-        while self._waiters:
-            self._waiters.popleft().set()
+        try:
+            if self._busy:
+                self._drained = anyio.Event()
+                await self._drained.wait()
+            for worker in [*workers, *self._dying]:
+                if worker not in self._busy:
+                    await worker.reap(self._reap_timeout)
+            self._dying.clear()
+        finally:
+            if keeper is not None:
+                keeper.close(self._reap_timeout)
+            while self._waiters:
+                self._waiters.popleft().set()
 
     def _close_now(self) -> None:
         """Interpreter exit: the same without an event loop."""

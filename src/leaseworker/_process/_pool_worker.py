@@ -53,6 +53,8 @@ class Keeper:
 
     def _say(self, line: bytes) -> None:
         assert self._process.stdin is not None
+        if self._process.stdin.closed:  # closed: it killed every group it was told of
+            return
         # A killed keeper: PDEATHSIG still covers the workers.
         with contextlib.suppress(BrokenPipeError):
             self._process.stdin.write(line)
