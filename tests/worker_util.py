@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from leaseworker import Event, Pod, PodConfig, ReportJob
-from leaseworker_dev._services import LocalKafka, LocalRedis
+from leaseworker_dev._services import LocalKafka, LocalKafkaCluster, LocalRedis
 
 from .kafka_util import KafkaNames
 
@@ -38,6 +38,19 @@ def pod_config(
     }
     settings.update(overrides)
     return PodConfig(**settings)
+
+
+def cluster_pod_config(
+    cluster: LocalKafkaCluster,
+    redis: LocalRedis,
+    names: KafkaNames,
+    namespace: str,
+    **overrides: Any,
+) -> PodConfig:
+    """:func:`pod_config` whose pod bootstraps from every broker of ``cluster``."""
+    first = next(iter(cluster.nodes.values()))
+    overrides.setdefault("bootstrap_servers", cluster.bootstrap_servers)
+    return pod_config(first, redis, names, namespace, **overrides)
 
 
 @contextlib.asynccontextmanager

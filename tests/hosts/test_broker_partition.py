@@ -38,7 +38,7 @@ from leaseworker_dev._services import NODE_IDS, Hosts, LocalKafkaCluster, LocalR
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, StoreAnswers, committed, payload, produce
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running
+from ..worker_util import cluster_pod_config, make_worker, running
 
 pytestmark = pytest.mark.xdist_group("own-kafka")
 
@@ -68,13 +68,11 @@ async def test_a_broker_cut_from_its_peers_hands_over_and_rejoins(
     cluster.create_topics([topic], partitions=PARTITIONS)
     recorder, answers = Recorder(), StoreAnswers()
     job = on_topic(GateJob, topic)(recorder)
-    config = pod_config(
-        next(iter(cluster.nodes.values())),
+    config = cluster_pod_config(
+        cluster,
         redis_server,
         kafka_names,
         namespace,
-        bootstrap_servers=bootstrap,
-        store_url="sqlite:///:memory:",
         # Redis is not what this test cuts: 1.5 s per call (0.5 s ran out at load 12 and
         # lost an execution) still fits renewals of GateJob's 3 s lease.
         redis_timeout=1.5,

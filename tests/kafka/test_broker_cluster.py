@@ -22,7 +22,7 @@ from leaseworker_dev._services import LocalKafkaCluster, LocalRedis
 from ..jobs import GateJob, Recorder, on_topic
 from ..kafka_util import KafkaNames, StoreAnswers, committed, payload, produce
 from ..waiting import eventually
-from ..worker_util import make_worker, pod_config, running
+from ..worker_util import cluster_pod_config, make_worker, running
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +58,7 @@ async def _consume_through(
     cluster.create_topics([names.topic])
     recorder, answers = Recorder(), StoreAnswers()
     job = on_topic(GateJob, names.topic)(recorder)
-    config = pod_config(
-        next(iter(cluster.nodes.values())),
-        redis,
-        names,
-        namespace,
-        bootstrap_servers=bootstrap,
-        store_url="sqlite:///:memory:",
-    )
+    config = cluster_pod_config(cluster, redis, names, namespace)
     gated = [(f"k{i}".encode(), payload(gate=True)) for i in range(8)]
     await produce(bootstrap, names.topic, gated)
     produced, keys = len(gated), len(gated)
