@@ -67,11 +67,7 @@ async def test_a_schema_marked_newer_than_the_pod_runs_beside_is_refused_in_one_
     async with open_store(store_url):
         pass
     await _mark_newer(store_url, runs_beside=LATEST + 1)
-    with pytest.raises(ConfigError) as refused:
-        async with open_store(store_url):
-            pass
-    message = str(refused.value)
-    assert "\n" not in message
+    message = await _refusal(store_url)
     assert f"schema version {LATEST + 1} was applied by leaseworker 9.1.0" in message
     assert f"this pod's leaseworker {__version__} (schema {LATEST})" in message
 
@@ -128,11 +124,7 @@ async def test_a_schema_of_a_release_this_one_cannot_run_beside_is_left_to_store
         await (await PostgresStore.open(parsed, call_timeout=5.0, migrations=older)).aclose()
     else:
         await (await SqliteStore.open(parsed, call_timeout=5.0, migrations=older)).aclose()
-    with pytest.raises(ConfigError) as refused:
-        async with open_store(store_url):
-            pass
-    message = str(refused.value)
-    assert "\n" not in message
+    message = await _refusal(store_url)
     assert f"schema version {OLDEST_BESIDE - 1} is of unreleased code" in message
     assert f"this pod's leaseworker {__version__} cannot run beside" in message
     assert message.endswith("then run leaseworker store migrate")
@@ -141,3 +133,13 @@ async def test_a_schema_of_a_release_this_one_cannot_run_beside_is_left_to_store
     assert await migrate_store(store_url) == LATEST
     async with open_store(store_url) as store:
         assert getattr(store, "schema_version", None) == LATEST
+
+
+async def _refusal(store_url: str) -> str:
+    """Return the ``ConfigError`` opening the store raises: one line."""
+    with pytest.raises(ConfigError) as refused:
+        async with open_store(store_url):
+            pass
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
