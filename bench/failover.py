@@ -664,6 +664,20 @@ class PairFailover:
         self.promoted = time.monotonic()
 
 
+async def on_the_pair(
+    cluster: LocalKafkaCluster, pair: LocalPostgresPair, prefix: str, *also: str
+) -> tuple[str, str, PairFailover, Ledger, Stream]:
+    """Return a part's own trigger topic, group, database on ``pair``, ledger and stream.
+
+    ``also``: suffixes of more topics to create (``topic + suffix``).
+    """
+    topic, group = f"{prefix}-{uuid.uuid4().hex[:6]}", f"{prefix}-{uuid.uuid4().hex[:6]}"
+    await in_thread(lambda: cluster.create_topics([topic, *(topic + suffix for suffix in also)]))
+    failover = PairFailover(pair, f"fo{uuid.uuid4().hex[:8]}")
+    await in_thread(lambda: pair.create_database(failover.database))
+    return topic, group, failover, Ledger(), Stream(cluster.bootstrap_servers, topic, topic)
+
+
 async def promotion(
     cluster: LocalKafkaCluster,
     redis_url: str,
@@ -672,11 +686,7 @@ async def promotion(
     checks: Checks,
 ) -> list[str]:
     """Kill the primary and promote the standby ``--repeats`` times, the pod running through."""
-    topic, group = f"fo-pg-{uuid.uuid4().hex[:6]}", f"fo-pg-{uuid.uuid4().hex[:6]}"
-    await in_thread(lambda: cluster.create_topics([topic]))
-    failover = PairFailover(pair, f"fo{uuid.uuid4().hex[:8]}")
-    await in_thread(lambda: pair.create_database(failover.database))
-    ledger, stream = Ledger(), Stream(cluster.bootstrap_servers, topic, topic)
+    topic, group, failover, ledger, stream = await on_the_pair(cluster, pair, "fo-pg")
     job = type("Noop", (Noop,), {"topic": topic})()
     taken, promoting, before = [], [], set()
     stop = anyio.Event()
@@ -734,12 +744,8 @@ async def relay_drain(
     checks: Checks,
 ) -> list[str]:
     """Send bursts of publishing triggers, the primary killed halfway; the backlog after."""
-    topic, group = f"fo-relay-{uuid.uuid4().hex[:6]}", f"fo-relay-{uuid.uuid4().hex[:6]}"
+    topic, group, failover, ledger, stream = await on_the_pair(cluster, pair, "fo-relay", "-out")
     out = f"{topic}-out"
-    await in_thread(lambda: cluster.create_topics([topic, out]))
-    failover = PairFailover(pair, f"fo{uuid.uuid4().hex[:8]}")
-    await in_thread(lambda: pair.create_database(failover.database))
-    ledger, stream = Ledger(), Stream(cluster.bootstrap_servers, topic, topic)
     job = type("Publishing", (Publishing,), {"topic": topic, "out": out})()
     at_kill, peaks, during, drains, dones, before = [], [], [], [], [], set()
     for rep in range(args.repeats):
