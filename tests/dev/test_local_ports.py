@@ -86,7 +86,6 @@ def test_concurrent_pickers_in_several_processes_never_get_the_same_port() -> No
 HOLDER = """
 import sys
 from pathlib import Path
-from pathlib import Path
 from leaseworker_dev._services._byte_locks import ByteLocks
 
 locks = ByteLocks(Path(sys.argv[1]), 0o600)
