@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -247,16 +249,28 @@ async def test_deadlines_microseconds_apart_do_not_wake_the_watchdog() -> None:
     ``hold()`` converts its deadline from the loop's clock at every call, so
     it jitters by microseconds; within a millisecond is on time, and a
     wake-up would cost each call a GIL hand-over. Its thread's context switches
-    are read from /proc.
+    are read from /proc. The call that moves the deadline earlier wakes the
+    thread, which a busy machine can keep from running until that call ended
+    (here: a CPU hog where the thread runs, the thread at ``SCHED_IDLE``): it
+    sleeps to that call's deadline all the same (it used to forget it then, and
+    every later call woke it).
     """
     call = Call()
     due = time.monotonic() + 60
     async with ProcessPool(1) as pool:
         child = await pool.run(
-            jobs.pid, (), {}, identity=IDENTITY, deadline=due, follow=call.follow
+            jobs.pid, (), {}, identity=IDENTITY, deadline=due + 30, follow=call.follow
         )
         assert isinstance(child, int)
         await eventually(lambda: _armed(child), within=5)  # it looked at the first call
+        woken = _watchdog_switches(child)
+        with _starved(_watchdog_thread(child)):
+            await pool.run(jobs.pid, (), {}, identity=IDENTITY, deadline=due, follow=call.follow)
+
+        async def looked() -> bool:
+            return _watchdog_switches(child) > woken
+
+        await eventually(looked, within=5)
         before = _watchdog_switches(child)
         for step in range(1, 51):
             await pool.run(
@@ -265,9 +279,30 @@ async def test_deadlines_microseconds_apart_do_not_wake_the_watchdog() -> None:
         assert _watchdog_switches(child) - before < 5
 
 
+@contextlib.contextmanager
+def _starved(tid: int) -> Iterator[None]:
+    """Keep thread ``tid`` from running: on one CPU with a CPU hog, at ``SCHED_IDLE``."""
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(tid, {cpu})
+    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def _watchdog_thread(pid: int) -> int:
+    """The thread id of ``pid``'s thread other than its main one."""
+    (tid,) = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    return tid
+
+
 def _watchdog_switches(pid: int) -> int:
     """The voluntary context switches of ``pid``'s thread other than its main one."""
-    (tid,) = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    tid = _watchdog_thread(pid)
     for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
         if line.startswith("voluntary_ctxt_switches:"):
             return int(line.split()[1])

@@ -225,7 +225,9 @@ class Watchdog:
     begins wakes the thread only when it would sleep past the call's deadline by
     more than ``_EARLY`` (idle, or sleeping to a later one): waking it costs the
     call a GIL hand-over, and a thread that wakes early finds the later deadline
-    and sleeps on.
+    and sleeps on. Between calls it sleeps to the last call's deadline, so calls
+    in a row under one lease wake it once, whether it looked during the first
+    or only after it.
     """
 
     def __init__(self, slot: mmap.mmap, wake: int) -> None:
@@ -234,6 +236,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._active = False
         self._until: float | None = None  # when the thread looks again by itself (None: never)
+        self._deadline = -math.inf  # the last call's, as begin() read it
         self._poke_r, self._poke_w = os.pipe()
         thread = threading.Thread(target=self._watch, name="leaseworker-watchdog", daemon=True)
         thread.start()
@@ -243,6 +246,7 @@ class Watchdog:
         with self._lock:
             self._active = True
             deadline, _ = self._arm()
+            self._deadline = deadline
             # Within _EARLY is on time: a deadline converted from another clock (hold()'s)
             # differs by microseconds from one call to the next, and a wake-up for each
             # would cost every call a GIL hand-over.
@@ -274,8 +278,12 @@ class Watchdog:
             with self._lock:
                 if self._active:
                     self._until, timeout = self._arm()
-                else:
-                    self._until = timeout = None
+                    continue
+                # The call that woke it is over (a quick one, on a busy machine): sleep to its
+                # deadline all the same, so the next call, whose deadline is most likely within
+                # a millisecond of it, need not wake this thread again.
+                left = self._deadline - time.monotonic()
+                self._until, timeout = (self._deadline, left) if left > 0 else (None, None)
 
 
 if __name__ == "__main__":
