@@ -318,9 +318,9 @@ async def test_a_failed_metadata_refresh_backs_off_instead_of_spinning(
         await plain.close()
         await patched.close()
         await anyio.to_thread.run_sync(own_kafka.up)
-    # one broker round trip each: 20 ms apart at most, five times the patched pace (at
-    # load 13, 0.5 s held 49 of them: the premise is the spacing, not the machine's speed)
-    assert answered_plain > 50
+    # one broker round trip each: three times the patched pace at least (10 a second); the
+    # premise is the spacing, not the machine's speed (beside three CPU hogs, 48 in 1 s)
+    assert answered_plain > 30
     assert answered_patched <= 6  # 0.1 s apart
     assert plain_passes > 200  # aiokafka alone: a busy loop
     assert patched_passes <= 15  # a 0.2-1 s backoff: about 5 in 2 s
