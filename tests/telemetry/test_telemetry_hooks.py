@@ -28,6 +28,7 @@ from opentelemetry.trace import StatusCode
 
 from leaseworker import Attempt, ExecutionEvent, LeaseEvent, SourceEvent, Trigger
 from leaseworker._telemetry import PodTelemetry, Telemetry
+from leaseworker._telemetry import _trace as trace_module
 from leaseworker._telemetry._lean import LeanTracerProvider
 from leaseworker._telemetry._otlp_json import JsonSpanEncoder
 from leaseworker._telemetry._span_batch import LeanBatchProcessor
@@ -365,6 +366,26 @@ def _one_trigger_encoded(takes_records: bool) -> _Encoding:
     pod(SourceEvent(name="committed", offsets=offsets, began=anyio.current_time()))
     provider.shutdown()
     return exporter
+
+
+async def test_the_acquire_span_never_ends_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its end is its start plus the wait, both read on the monotonic clock.
+
+    Converting the acquire's monotonic time to a wall time reads two clocks;
+    here every such conversion loses 5 ms between the reads, as a thread
+    preempted there does on a loaded machine (there, an end came 3 ms before
+    its start).
+    """
+    monkeypatch.setattr(trace_module, "monotonic_now", lambda: anyio.current_time() + 0.005)
+    for takes_records in (True, False):
+        [acquire] = [
+            span
+            for span in _one_trigger_encoded(takes_records).spans
+            if span["name"] == "lease acquire"
+        ]
+        assert int(acquire["endTimeUnixNano"]) >= int(acquire["startTimeUnixNano"])
 
 
 PREVIOUS = f"{7:032x}:{8:016x}:e0"

@@ -86,18 +86,23 @@ class LeaseSpans:
         if not trace.recording:  # sampled out: end the wait, no span to describe
             end_acquire(self._tracer, trace, {}, 0, "acquired")
             return
+        waited = max(0.0, event.at - trace.acquire_began)
         step: Attributes = {
             n.EXECUTION_ID: self._execution_id,
             n.FENCE: event.fence,
             n.OUTCOME: "acquired",
-            n.WAIT_MS: ms(event.at - trace.acquire_began),
+            n.WAIT_MS: ms(waited),
             n.ROUND_TRIP_MS: ms(event.round_trip or 0.0),
             n.REMAINING_MS: ms(event.remaining or 0.0),
         }
         link, previous_execution = _previous(event.previous)
         if previous_execution:
             step[n.PREVIOUS_EXECUTION_ID] = previous_execution
-        end_acquire(self._tracer, trace, step, wall_ns(event.at), "acquired", link)
+        # The end from the start and the wait, both of the monotonic clock: converting
+        # event.at by itself reads two clocks, and a thread preempted between the reads
+        # (a loaded machine, 3 ms) put the end before the start.
+        end_ns = trace.acquire_started_ns + int(waited * 1e9)
+        end_acquire(self._tracer, trace, step, end_ns, "acquired", link)
 
     def _on_renewed(self, event: LeaseEvent) -> None:
         self._confirmed(event)
