@@ -18,6 +18,7 @@ from leaseworker._process import _frames
 from leaseworker._process._pool_worker import PoolWorker
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, alive, marked
+from tests.processes import stats
 
 
 @pytest.fixture
@@ -257,18 +258,14 @@ def _reaped(pid: int) -> bool:
 
 def _keepers() -> set[int]:
     """Return the pids of the pool keepers this process started and has not reaped."""
-    found = set()
-    for entry in os.scandir("/proc"):
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                ppid = int(stat.read().rpartition(b")")[2].split()[1])
-            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                keeper = b"_keeper.py" in cmdline.read()
-        except (OSError, ValueError):
-            continue
-        if ppid == os.getpid() and keeper:
-            found.add(int(entry.name))
-    return found
+    return {pid for pid, ppid, _ in stats() if ppid == os.getpid() and _runs_keeper(pid)}
+
+
+def _runs_keeper(pid: int) -> bool:
+    try:
+        return b"_keeper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return False
 
 
 async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -> None:
