@@ -35,14 +35,6 @@ still acquire (20 s and more with the suite's workers on two cores) could only t
 """
 
 
-ACQUIRES = 2.0
-"""The command timeout of the tests whose subject is the releases, not the acquires.
-
-Beside a suite on two cores, ten acquires at a time still overran a pod's 0.5 s;
-2 s per call, as the ``leases`` fixture gives, with 30 s leases.
-"""
-
-
 class _Renewals:
     """A hook counting confirmed renewals per key; ``enough`` is set once every key has ``n``."""
 
@@ -89,8 +81,9 @@ async def _end_together(leases: RedisLeases, prefix: str, count: int) -> list[He
 
     try:
         async with anyio.create_task_group() as tg:
-            # Ten acquires at a time (fifty at once overran their calls beside a CPU hog);
-            # the releases, this helper's subject, still all go in one loop turn.
+            # Ten acquires at a time, each given 2 s (the leases fixture's): fifty at once, or
+            # ten with a pod's 0.5 s, overran their calls beside a CPU hog; the releases, this
+            # helper's subject, still all go in one loop turn.
             await _start(tg, count, holder, step=10)
             end.set()
     finally:
@@ -140,10 +133,9 @@ async def test_ten_thousand_holds_ending_at_once_all_release(redis: Redis, names
 
 
 async def test_releases_failed_in_a_trip_go_once_more(
-    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+    leases: RedisLeases, redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch trip fails (a busy loop read it late): its releases go again and each answers."""
-    leases = RedisLeases(redis, namespace=namespace, command_timeout=ACQUIRES)
     trips: list[int] = []
     release_many = leases.release_many
 
@@ -162,10 +154,9 @@ async def test_releases_failed_in_a_trip_go_once_more(
 
 
 async def test_a_release_whose_first_trip_deleted_unanswered_still_answers_true(
-    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+    leases: RedisLeases, redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first trip deletes the keys but its answers are lost: the retry finds them gone."""
-    leases = RedisLeases(redis, namespace=namespace, command_timeout=ACQUIRES)
     trips: list[list[bool | LeaseUnavailable]] = []
     release_many = leases.release_many
 
