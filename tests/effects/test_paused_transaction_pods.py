@@ -89,11 +89,7 @@ async def _waiting_in(pods: Pods, b: PodProcess) -> None:  # noqa: F811
     loaded machine once delivered it 5 s late).
     """
     await pods.send("b", inputVersion="request-b")
-
-    async def held() -> bool:
-        return await holding(b)
-
-    await eventually(held, within=30)
+    await eventually(lambda: holding(b), within=30)
 
 
 def _query(url: str, sql: str) -> list[tuple[Any, ...]]:
