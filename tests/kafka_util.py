@@ -77,8 +77,8 @@ async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """Return the group's committed position per partition of ``topic`` (absent: none)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     with anyio.fail_after(15):
-        await admin.start()
-        try:
+        try:  # a start that fails (a broker restarting) closes what it opened too
+            await admin.start()
             offsets = await admin.list_consumer_group_offsets(group)
         finally:
             await admin.close()
@@ -87,6 +87,18 @@ async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         for tp, meta in offsets.items()
         if tp.topic == topic and meta.offset >= 0
     }
+
+
+async def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """Return the log end of ``topic``'s ``partition``: the offset its next record gets."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    with anyio.fail_after(15):
+        try:
+            await consumer.start()
+            part = TopicPartition(topic, partition)
+            return int((await consumer.end_offsets([part]))[part])
+        finally:
+            await consumer.stop()
 
 
 async def read_topic(bootstrap: str, topic: str, count: int, *, within: float = 20) -> list[Any]:
