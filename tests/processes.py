@@ -69,12 +69,21 @@ def pool_processes(pid: int) -> list[str]:
 
     Not the pod's other children (the SQLite store's fsync helper).
     """
-    found = []
+    return [
+        line
+        for line in child_commands(pid).values()
+        if "leaseworker/_process/" in line or "_process._child" in line
+    ]
+
+
+def child_commands(pid: int) -> dict[int, str]:
+    """The command line of each running (or unreaped) child of ``pid``, by its pid."""
+    found = {}
     for child, parent, _ in stats():
         if parent == pid:
             with contextlib.suppress(OSError):  # it exited meanwhile
-                found.append((Path("/proc") / str(child) / "cmdline").read_bytes().decode())
-    return [line for line in found if "leaseworker/_process/" in line or "_process._child" in line]
+                found[child] = (Path("/proc") / str(child) / "cmdline").read_bytes().decode()
+    return found
 
 
 def alive(processes: set[tuple[int, str]]) -> set[tuple[int, str]]:

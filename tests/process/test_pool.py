@@ -18,7 +18,7 @@ from leaseworker._process import _frames
 from leaseworker._process._pool_worker import PoolWorker
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, alive, marked
-from tests.processes import stats
+from tests.processes import child_commands
 
 
 @pytest.fixture
@@ -258,14 +258,7 @@ def _reaped(pid: int) -> bool:
 
 def _keepers() -> set[int]:
     """Return the pids of the pool keepers this process started and has not reaped."""
-    return {pid for pid, ppid, _ in stats() if ppid == os.getpid() and _runs_keeper(pid)}
-
-
-def _runs_keeper(pid: int) -> bool:
-    try:
-        return b"_keeper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # gone meanwhile
-        return False
+    return {pid for pid, line in child_commands(os.getpid()).items() if "_keeper.py" in line}
 
 
 async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -> None:
