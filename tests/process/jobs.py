@@ -7,12 +7,15 @@ appears (written whole, then renamed) when the child reached that point.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import signal
+import struct
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Final
 
 from leaseworker import ProcessContext
 
@@ -61,12 +64,30 @@ def exit_now(pctx: ProcessContext, code: int) -> None:
     os._exit(code)
 
 
+STAMP: Final = struct.Struct("d")
+
+
+def last_stamp(marker: str | Path) -> float:
+    """The ``time.monotonic()`` that ``spin_with_grandchild`` last wrote: its last loop's."""
+    return float(STAMP.unpack(Path(f"{marker}.stamp").read_bytes())[0])
+
+
 def spin_with_grandchild(pctx: ProcessContext, marker: str) -> None:
-    """Start a sleeping grandchild, mark "child grandchild" pids, then compute forever."""
+    """Start a sleeping grandchild, mark "child grandchild" pids, then compute forever.
+
+    Every turn of the loop writes ``time.monotonic()`` to ``MARKER.stamp`` through a
+    shared mapping (read with ``last_stamp``): after the child's death it holds when
+    the job's code last ran, whenever the kernel got round to the exit itself.
+    """
     grandchild = subprocess.Popen(["sleep", "60"])
+    with open(f"{marker}.stamp", "w+b") as file:
+        file.truncate(STAMP.size)
+        stamps = mmap.mmap(file.fileno(), STAMP.size)
+    write, now = STAMP.pack_into, time.monotonic
+    write(stamps, 0, now())
     mark(marker, f"{os.getpid()} {grandchild.pid}")
     while True:
-        pass
+        write(stamps, 0, now())
 
 
 def spin_with_grandchild_unalarmed(pctx: ProcessContext, marker: str) -> None:

@@ -447,9 +447,15 @@ async def test_a_stopped_pod_child_dies_by_its_deadline(tmp_path: Path) -> None:
         deadline = float(pod.stdout.readline())
         with exit_times(child) as died:
             pod.send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
             assert alive(child)
             await gone(child, grandchild, within=5.0)
-        assert died[child] < deadline + 0.1  # the kernel's exit: dead at the deadline
+        # The job's code last ran after its pod stopped and by its deadline (the watchdog's
+        # kill at it, the kernel timer's 25 ms later): no instruction of it after.
+        assert stopped < jobs.last_stamp(marker) < deadline + 0.1
+        # The kernel's own exit comes when the dying child is next scheduled: on a loaded
+        # machine some scheduler periods later, but it comes.
+        assert died[child] < deadline + 1.0
     finally:
         pod.kill()
         pod.send_signal(signal.SIGCONT)
