@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -20,7 +21,8 @@ from leaseworker import (
     RedisLeases,
     hold,
 )
-from leaseworker._lease._releases import releases
+from leaseworker._lease._releases import BATCH, ReleaseMany, releases
+from leaseworker.testing import run_in_virtual_time
 from leaseworker_dev._services import LocalRedis
 
 from ..chaos import proxied_leases
@@ -188,6 +190,59 @@ async def test_a_retried_release_past_its_deadline_answers_what_redis_said() -> 
     answer = releases().release(many, late, 1.0)
     assert await answer is False
     assert trips == 2
+
+
+def _serial_store(trip: float) -> tuple[list[float], ReleaseMany]:
+    """A ``release_many`` whose trips go one at a time on one connection, ``trip`` s each."""
+    answered: list[float] = []
+    connection = asyncio.Lock()
+
+    async def many(batch: Sequence[Lease]) -> list[bool | BaseException]:
+        async with connection:
+            await asyncio.sleep(trip)
+            answered.append(asyncio.get_running_loop().time())
+            return [True] * len(batch)
+
+    return answered, many
+
+
+def _release_at_once(many: ReleaseMany, count: int) -> list[bool | BaseException]:
+    """Release ``count`` leases in one loop turn (1 s timeout) on virtual time; the answers."""
+    lease = Lease(key="k", owner="o", fence=1, lease_duration=30, sent_at=0, local_deadline=29)
+
+    async def scenario() -> list[bool | BaseException]:
+        answers = [releases().release(many, lease, 1.0) for _ in range(count)]
+        return await asyncio.gather(*answers, return_exceptions=True)
+
+    return run_in_virtual_time(scenario())
+
+
+def test_batches_queued_behind_each_other_are_not_timed_out_for_the_wait() -> None:
+    """Three batches on a store that takes its trips one at a time: each may wait for those ahead.
+
+    Each trip takes 1.5 s, inside a batch's own bound (``BATCH_BOUND`` x 1 s); the third
+    is answered 4.5 s after the turn, which a bound from the turn's end would have failed.
+    """
+    answered, many = _serial_store(1.5)
+    assert _release_at_once(many, 2 * BATCH + 1) == [True] * (2 * BATCH + 1)
+    assert answered == [1.5, 3.0, 4.5]  # three trips, one each: none failed and went again
+
+
+def test_a_batch_that_never_answers_fails_at_its_bound_after_those_ahead() -> None:
+    """A store that never answers: the n-th batch fails n bounds after the turn, then once more."""
+    failed_at: list[float] = []
+
+    async def never(batch: Sequence[Lease]) -> list[bool | BaseException]:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            failed_at.append(asyncio.get_running_loop().time())
+        raise AssertionError("unreachable")
+
+    answers = _release_at_once(never, BATCH + 1)
+    assert {type(answer) for answer in answers} == {TimeoutError}
+    # batch 1: 2 s, again 2 s; batch 2: 4 s, again 4 s (each try bounded by n x 2 s)
+    assert failed_at == [2.0, 4.0, 4.0, 8.0]
 
 
 async def test_a_rejected_renewal_in_a_shared_trip_stops_only_its_own_body(

@@ -7,12 +7,15 @@ turn on a loop busy ending the rest. A store with ``release_many(leases)``
 :data:`BATCH`), sent on the next turn. A release's timeout starts when its
 batch is sent, not when its block asked: a release that waited on a busy
 loop, without being sent, has not failed. The store bounds each trip
-(``RedisLeases``: the command timeout, from when the trip is written); the
-batch as a whole gets :data:`BATCH_BOUND` times ``release_timeout``, for a
-store that does not. A release that does fail leaves the lease to expire
-with its TTL (the owner-checked scripts keep that safe) and is reported by
-its ``HeldLease``. A failed release is sent once more, in a batch of the
-failed ones with a bound of its own: a trip whose bound ran out while the
+(``RedisLeases``: the command timeout, from when the trip is written); for a
+store that does not, the batches of one turn are bounded too, the n-th by n
+times :data:`BATCH_BOUND` times ``release_timeout``: its trip may go after the
+n - 1 ahead of it on the store's one connection (``RedisLeases`` pipelines
+them), each of those answered within the same bound. A release that does
+fail leaves the lease to expire with its TTL (the owner-checked scripts keep
+that safe) and is reported by its ``HeldLease``. A failed release is sent
+once more, in a batch of the failed ones with a bound of its own (the same
+n-th): a trip whose bound ran out while the
 loop was busy ending thousands of bodies (its reply not yet read) mostly
 succeeds on the next try. Sending it again is safe: the script deletes only this
 owner's lease. The first trip may have deleted it, though, with its answer
@@ -36,7 +39,7 @@ BATCH = 1000
 """The most releases in one batch: a trip short enough to stay well inside its timeout."""
 
 BATCH_BOUND = 2
-"""A batch of releases may take this many times ``release_timeout`` in all, from when it is sent."""
+"""A batch's own trip may take this many times ``release_timeout`` (for a store with no bound)."""
 
 ReleaseMany = Callable[[Sequence[Lease]], Awaitable[Sequence["bool | BaseException"]]]
 """A store's optional ``release_many(leases)``: one answer per lease, an exception for a failure."""
@@ -68,9 +71,10 @@ class Releases:
         pending, self._pending = self._pending, {}
         loop = asyncio.get_running_loop()
         for (many, timeout), queued in pending.items():
-            for first in range(0, len(queued), BATCH):
+            for n, first in enumerate(range(0, len(queued), BATCH), start=1):
                 batch = queued[first : first + BATCH]
-                task = loop.create_task(_release_many(many, batch, timeout * BATCH_BOUND))
+                within = n * BATCH_BOUND * timeout  # after the n - 1 batches ahead of it
+                task = loop.create_task(_release_many(many, batch, within))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
