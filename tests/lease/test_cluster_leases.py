@@ -15,7 +15,16 @@ import anyio
 import pytest
 from redis.asyncio import RedisCluster
 
-from leaseworker import HeldLease, Lease, LeaseLost, LeaseUnavailable, RedisLeases, hold
+from leaseworker import (
+    Event,
+    HeldLease,
+    Lease,
+    LeaseEvent,
+    LeaseLost,
+    LeaseUnavailable,
+    RedisLeases,
+    hold,
+)
 from leaseworker._lease import now
 from leaseworker_dev._services import LocalRedisCluster, RedisNode
 from leaseworker_dev._services._cluster import slot_of
@@ -131,26 +140,49 @@ async def test_an_unacknowledged_acquire_on_a_cut_off_shard_never_starts(
 async def test_a_shard_failover_never_lets_two_bodies_run(
     cluster: LocalRedisCluster, client: RedisCluster, leases: RedisLeases, how: str
 ) -> None:
-    """A holds a key on a shard that fails over; B acquires once it can: A stopped first."""
+    """A holds a key on a shard that fails over; B acquires once it can: A stopped first.
+
+    Killed, the master takes A's renewals with it, and A's body (60 s) must be stopped by
+    its lease. A graceful failover keeps the lease: A renews twice on the new master (or
+    is stopped), B is refused while A holds, then A's body ends and B acquires after A's
+    release (not polling meanwhile: an acquire sent as A's body ends is granted after
+    A's release, yet stamped before the body's end).
+    """
     key = (await _keys_on_every_shard(cluster, leases))[0]
     shard = await cluster.shard_of(leases.lease_key(key))
     a_stopped = math.inf
     b_acquired = math.inf
     a_fence = 0
     in_body = anyio.Event()
+    a_renewals: list[float] = []
+    renewed_or_stopped = anyio.Event()
+    failed_over = math.inf
+    a_done = anyio.Event()
+    a_released = anyio.Event()
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, LeaseEvent) and event.name == "renewed":
+            a_renewals.append(now())
+            if sum(at > failed_over for at in a_renewals) >= 2:
+                renewed_or_stopped.set()
 
     async def hold_a() -> None:
         nonlocal a_stopped, a_fence
         try:
-            async with hold(leases, key, lease_duration=3, renewal_interval=0.75) as held:
+            async with hold(
+                leases, key, lease_duration=3, renewal_interval=0.75, hooks=[on_event]
+            ) as held:
                 a_fence = held.fence
                 in_body.set()
                 try:
-                    await anyio.sleep(60)
+                    with anyio.move_on_after(60):
+                        await a_done.wait()
                 finally:
                     a_stopped = now()
+                    renewed_or_stopped.set()
         except LeaseLost:
             pass
+        a_released.set()
 
     b_client = RedisCluster(startup_nodes=cluster.startup_nodes())
     b = RedisLeases(b_client, namespace=leases.namespace, replicas=1)
@@ -160,6 +192,14 @@ async def test_a_shard_failover_never_lets_two_bodies_run(
             await in_body.wait()
             if how == "cluster_failover":
                 await cluster.failover(shard)
+                failed_over = now()
+                with anyio.fail_after(30):
+                    await renewed_or_stopped.wait()
+                if a_stopped == math.inf:  # A holds it on the new master: B is refused
+                    assert await b.acquire(key, 3) is None
+                a_done.set()
+                with anyio.fail_after(10):
+                    await a_released.wait()
             else:
                 await cluster.kill_master(shard)
                 # The promoted replica is alone in its shard: with replicas=1 nobody can
