@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
+import signal
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -26,6 +30,8 @@ from leaseworker_dev._services import (
 
 from .health_util import spawn
 from .kafka_util import KafkaNames
+from .process_work import alive
+from .processes import child_commands
 
 # The plugin users get from the `pytest11` entry point (disabled in pyproject.toml's addopts:
 # loaded from there it would import leaseworker before coverage starts measuring it), and the
@@ -52,8 +58,36 @@ that asks for one by ``request.getfixturevalue`` names its group itself
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Know the ``xdist_group`` mark without pytest-xdist too (``-p no:xdist``)."""
+    """Know the ``xdist_group`` mark without pytest-xdist too; stop cleanly on SIGTERM."""
     config.addinivalue_line("markers", "xdist_group(name): run in one xdist worker, in turn")
+    signal.signal(signal.SIGTERM, functools.partial(_interrupted, config))
+
+
+def _interrupted(config: pytest.Config, signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, a CI's cancel) as Ctrl-C: the session's teardowns stop its services.
+
+    Python's default would end the process at once, leaving the session's Redis, Kafka
+    and PostgreSQL running. xdist's controller passes it on to its workers, whose
+    sessions hold the services, and waits until those are stopped (the workers' children
+    gone; the workers themselves wait for the controller): interrupted at once, it would
+    end them without their teardowns. Further SIGTERMs are ignored (``timeout`` signals
+    the whole process group, and the controller signals its workers again): SIGKILL is
+    there for a teardown that hangs.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if config.pluginmanager.has_plugin("dsession"):  # the controller: its children are workers
+        workers = set(child_commands(os.getpid()))
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+        def tearing_down(worker: int) -> bool:
+            return alive(worker) and any(map(alive, child_commands(worker)))
+
+        deadline = time.monotonic() + 60
+        while any(map(tearing_down, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping the session's services")
 
 
 @pytest.hookimpl(tryfirst=True)
