@@ -157,6 +157,7 @@ def test_a_stop_signal_interrupts_whatever_sigint_was_and_only_once(
     ignored; an ignored SIGINT interrupts for the duration, and every handler
     is restored afterwards.
     """
+    on_sigterm = signal.getsignal(signal.SIGTERM)  # the suite's own (tests/conftest.py)
     previous = signal.signal(signal.SIGINT, sigint)
     try:
         with _stop_signals_interrupt():
@@ -167,7 +168,7 @@ def test_a_stop_signal_interrupts_whatever_sigint_was_and_only_once(
             if sigint is signal.SIG_IGN:
                 with pytest.raises(KeyboardInterrupt):
                     signal.raise_signal(signal.SIGINT)
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is on_sigterm
         assert signal.getsignal(signal.SIGINT) is sigint
     finally:
         signal.signal(signal.SIGINT, previous)
