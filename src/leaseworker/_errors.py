@@ -154,7 +154,8 @@ class LeaseBusy(LeaseError):
     """Raised by ``hold()`` when another owner holds the lease for ``key``.
 
     ``retry_after`` is the holder's remaining TTL in seconds as Redis reported
-    it, a hint for when to try again (``None`` when unknown).
+    it, a hint for when to try again (0 when the lease ended before it was
+    read, ``None`` when unknown).
     """
 
     def __init__(self, key: str, *, retry_after: float | None = None) -> None:

@@ -266,6 +266,29 @@ async def test_busy_lease_raises_lease_busy_with_the_holders_ttl(leases: RedisLe
     assert 0 < busy.value.retry_after <= 5
 
 
+async def test_a_holder_that_expires_before_its_ttl_is_read_means_retry_now(
+    leases: RedisLeases, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused, then the holder's key expires before its TTL is read: the hint is 0, not None.
+
+    None (unknown) makes a busy pod wait a whole backoff step past the expiry (up to
+    its cap, 5 s by default): a takeover seconds late.
+    """
+    assert await leases.acquire("k", lease_duration=5) is not None
+    acquire = leases.acquire
+
+    async def refused_then_expired(key: str, lease_duration: float, **kw: Any) -> Any:
+        lease = await acquire(key, lease_duration, **kw)
+        await redis.delete(leases.lease_key(key))  # the holder's TTL ran out meanwhile
+        return lease
+
+    monkeypatch.setattr(leases, "acquire", refused_then_expired)
+    with pytest.raises(LeaseBusy) as busy:
+        async with hold(leases, "k", lease_duration=4):
+            pytest.fail("the body must not run")
+    assert busy.value.retry_after == 0
+
+
 async def test_outer_cancellation_still_releases_the_lease(leases: RedisLeases) -> None:
     """Shutdown cancels the body; the shielded release still deletes the key."""
     with anyio.CancelScope() as outer:

@@ -515,10 +515,17 @@ class HeldLease:
             return ""
 
     async def _holder_ttl(self) -> float | None:
+        """Return the holder's remaining TTL: 0 if its lease ended since the refusal, None unknown.
+
+        A busy pod waits for this hint (capped by its backoff): a key gone by the time it
+        is read (it expired in between) must mean "now", not "unknown", which would wait
+        a whole backoff step (seconds) past the expiry.
+        """
         try:
-            return (await self._leases.inspect(self._key)).ttl
+            info = await self._leases.inspect(self._key)
         except LeaseUnavailable:
             return None
+        return 0.0 if info.owner is None else info.ttl
 
     async def _release(self) -> None:
         """Release with its own timeout, shielded from the caller's cancellation.
