@@ -5,7 +5,7 @@
 # (leaseworker_dev._suite_report), in CI's log too.
 #
 # Tests run in parallel: WORKERS pytest-xdist workers (default 3; on two cores 4 take
-# 8.2-8.9 min against 10.2, but one run in nine failed a pod takeover's timing there,
+# 8.2-8.9 min against 9.5, but one run in nine failed a pod takeover's timing there,
 # unexplained yet; 6 slowed the tests 2x), each with services of its own, --dist loadgroup
 # keeping the tests of one heavy stack (and the campaigns) in one worker, in turn
 # (tests/conftest.py).
