@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from leaseworker._process import _keeper
-from tests.process.util import alive
+from tests.process_work import alive
 from tests.waiting import eventually
 
 

@@ -17,7 +17,8 @@ from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool
 from leaseworker._process import _frames
 from leaseworker._process._pool_worker import PoolWorker
 from tests.process import jobs
-from tests.process.util import IDENTITY, Call, alive, marked
+from tests.process.util import IDENTITY, Call, marked
+from tests.process_work import alive
 from tests.processes import child_commands
 
 

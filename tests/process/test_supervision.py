@@ -19,7 +19,8 @@ import pytest
 
 from leaseworker import ChildProcessDied, ConfigError, ProcessPool
 from tests.process import jobs
-from tests.process.util import IDENTITY, Call, alive, marked
+from tests.process.util import IDENTITY, Call, marked
+from tests.process_work import alive
 from tests.processes import stats
 from tests.waiting import eventually
 

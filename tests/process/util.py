@@ -1,4 +1,4 @@
-"""Helpers for the process pool's tests: run a job function, wait for a marker, check a pid."""
+"""Helpers for the process pool's tests: run a job function, wait for a marker."""
 
 from __future__ import annotations
 
@@ -56,12 +56,3 @@ async def _exists(path: Path) -> bool:
 
 def _read(path: Path) -> str:
     return path.read_text()
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, killed and not yet reaped by its parent, does not)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return text.rpartition(")")[2].split()[0] != "Z"
