@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ import anyio
 import pytest
 
 from leaseworker import ChildProcessDied, ConfigError, ProcessPool
+from leaseworker_dev._services import ExitWatch
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, marked
 from tests.process_work import alive
@@ -39,45 +38,6 @@ async def gone(*pids: int, within: float) -> None:
         return not any(alive(pid) for pid in pids)
 
     await eventually(dead, within=within)
-
-
-@contextlib.contextmanager
-def exit_times(*pids: int) -> Iterator[dict[int, float]]:
-    """Yield ``pid -> time.monotonic()`` of each one's exit, filled in when it exits.
-
-    A ``SCHED_FIFO`` thread blocked on the pids' pidfds reads the clock: it runs the moment
-    the kernel reports an exit, however loaded the machine, so the time is the process's
-    death, not this test's next look. Read the times after the block: it waits up to 5 s
-    for the exits, which come after a leader's own (its threads exit too).
-    """
-    times: dict[int, float] = {}
-    exits = {os.pidfd_open(pid): pid for pid in pids}
-    stop_r, stop_w = os.pipe()
-
-    def watch() -> None:
-        with contextlib.suppress(PermissionError):  # not root: the test's clock is later
-            os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(1))
-        waiting = set(exits)
-        while waiting:
-            ready, _, _ = select.select([*waiting, stop_r], [], [])
-            now = time.monotonic()
-            for fd in waiting.intersection(ready):
-                times[exits[fd]] = now
-                waiting.discard(fd)
-            if stop_r in ready:
-                return
-
-    thread = threading.Thread(target=watch, name="exit-times", daemon=True)
-    thread.start()
-    try:
-        yield times
-    finally:
-        # A leader seen dead may still wait for its other threads: give the exits 5 s.
-        thread.join(5.0)
-        os.write(stop_w, b"x")
-        thread.join()
-        for fd in (*exits, stop_r, stop_w):
-            os.close(fd)
 
 
 def shm() -> set[str]:
@@ -446,17 +406,20 @@ async def test_a_stopped_pod_child_dies_by_its_deadline(tmp_path: Path) -> None:
         child, grandchild = (int(pid) for pid in (await marked(marker, within=30)).split())
         assert pod.stdout is not None
         deadline = float(pod.stdout.readline())
-        with exit_times(child) as died:
+        with ExitWatch() as watch:
+            assert watch.add(child)
             pod.send_signal(signal.SIGSTOP)
             stopped = time.monotonic()
             assert alive(child)
             await gone(child, grandchild, within=5.0)
+            died = watch.exited(child, within=5.0)  # the kernel's word, not this test's look
         # The job's code last ran after its pod stopped and by its deadline (the watchdog's
         # kill at it, the kernel timer's 25 ms later): no instruction of it after.
         assert stopped < jobs.last_stamp(marker) < deadline + 0.1
         # The kernel's own exit comes when the dying child is next scheduled: on a loaded
         # machine some scheduler periods later, but it comes.
-        assert died[child] < deadline + 1.0
+        assert died is not None
+        assert died < deadline + 1.0
     finally:
         pod.kill()
         pod.send_signal(signal.SIGCONT)
