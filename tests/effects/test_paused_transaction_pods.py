@@ -116,6 +116,8 @@ async def test_a_pod_paused_in_its_transaction_is_taken_over_within_the_lease(
     [[fence_b, at_b]] = await pods.until("committed", "pod-b", within=40)
     taken_over = float(at_b) - stopped
     print(f"takeover: B committed {taken_over:.2f}s after A stopped (lease {LEASE}s)")
+    print(f"A stopped at {time.strftime('%H:%M:%S', time.localtime(stopped))}; B's log:")
+    print(b.log_text())  # shown only if an assertion fails: where B's time went
     assert taken_over < float(LEASE) + 2.0 < float(STORE_TIMEOUT)
     assert int(fence_b) > int(fence_a)
     go.touch()
