@@ -44,22 +44,37 @@ ONE_WORKER_STACKS = {
     "redis_cluster": "cluster",
     "own_kafka": "own-kafka",
     "engine": "podman",
+    **dict.fromkeys(
+        ("secured_kafka", "secure_postgres", "redis_tls", "sentinel_tls", "cluster_tls"),
+        "secured",
+    ),
+    "secured": "secured",  # tests/security's topologies, asked for by getfixturevalue
+    "otlp_collector": "secured",
 }
 """Session stacks whose tests run in one xdist worker (``--dist loadgroup``), in turn.
 
 Each worker has services of its own (its ``local_stack``), so no test shares a
 service with a test running at the same moment. These stacks are costly to start
-(six Redis processes and three sentinels, a JVM, Podman's image build) and their
+(six Redis processes and three sentinels, a JVM, Podman's image build; the secured
+peers: a SASL_SSL broker, TLS Redis in each topology, PostgreSQL on TLS) and their
 tests restart, fail over, pause or stop parts of them: in one group each starts
 once per run instead of once per worker (and two image builds never race). A test
 that asks for one by ``request.getfixturevalue`` names its group itself
 (``pytest.param(..., marks=pytest.mark.xdist_group(...))``).
 """
 
+GROUPS_FIRST = ("campaigns", "secured", "sentinel", "cluster", "podman", "own-kafka")
+"""The groups, longest first (the five campaigns take about 330 s of one worker's time):
+the workers take them before any other test, so the longest starts at once and none is
+left to run alone at the end. xdist's own order (most tests first) would start the
+campaigns after the secured peers' eighty tests."""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Know the ``xdist_group`` mark without pytest-xdist too; stop cleanly on SIGTERM."""
     config.addinivalue_line("markers", "xdist_group(name): run in one xdist worker, in turn")
+    if hasattr(config, "workerinput"):
+        config.pluginmanager.register(_GroupsFirst(), "leaseworker-groups-first")
     signal.signal(signal.SIGTERM, functools.partial(_interrupted, config))
 
 
@@ -109,6 +124,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from .xdist_groups import write
 
         write(config, groups)
+        config.stash[_ITEM_GROUPS] = groups
+
+
+_ITEM_GROUPS = pytest.StashKey[dict[str, str]]()
+
+
+class _GroupsFirst:
+    """In an xdist worker, the tests of :data:`GROUPS_FIRST` first, in its order.
+
+    A plugin of its own for a hook that runs last: after pytest's reordering by
+    fixture scope.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Sort the groups' tests to the front (stable: each keeps its order)."""
+        groups, rank = config.stash[_ITEM_GROUPS], {g: n for n, g in enumerate(GROUPS_FIRST)}
+        items.sort(key=lambda item: rank.get(groups.get(item.nodeid, ""), len(rank)))
 
 
 _GROUPS = pytest.StashKey[Path]()
@@ -136,6 +171,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from .xdist_groups import StackGroups
 
+    config.option.loadscopereorder = False  # the workers' order: GROUPS_FIRST
     return StackGroups(config, log, _groups_directory(config))
 
 
