@@ -93,6 +93,8 @@ def test_a_grouped_test_counts_in_its_run_and_workers_are_listed_in_order() -> N
     assert runs.verdict() == "repeat: 1 of 2 runs passed (failed: run 2)"
     line = worker_line({"gw10": 1.0, "gw2": 2.4, "gw0": 3.0})
     assert line == "3 workers busy: gw0 3s, gw2 2s, gw10 1s"
+    line = worker_line({"gw1": 2.4, "gw0": 3.0}, done={"gw0": 4.2, "gw1": 5.6})
+    assert line == "2 workers busy: gw0 3s of 4s, gw1 2s of 6s"
 
 
 def test_under_xdist_the_controller_prints_the_table(pytester: pytest.Pytester) -> None:
@@ -112,6 +114,6 @@ def test_under_xdist_the_controller_prints_the_table(pytester: pytest.Pytester) 
         [
             "*wall time per directory (setup + call + teardown)*",
             "total *100%      3 tests",
-            "* workers busy: gw*s",
+            "* workers busy: gw*s of *s*",
         ]
     )

@@ -11,7 +11,9 @@ k-th repetition (pytest-repeat ends a repeated test's id with ``k-N]``).
 
 Under pytest-xdist the controller gets every worker's reports and prints the
 table; the directories' sums then exceed the run's wall time, and a last line
-says how busy each worker was (the longest is the run's floor). ``--dist
+says how busy each worker was (the longest is the run's floor) and when, counted
+from the session's start, its last test ended: the gap between the two is its
+start-up and its waits for work, the gap to pytest's time the rest. ``--dist
 loadgroup`` ends a grouped test's id with ``@group``, which the runs ignore.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -95,10 +98,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_SuiteReport(count), "leaseworker-suite-report")
 
 
-def worker_line(busy: dict[str, float]) -> str:
-    """Say how long each xdist worker ran tests (``gw0``, ``gw1``, ... in order)."""
+def worker_line(busy: dict[str, float], done: dict[str, float] | None = None) -> str:
+    """Say how long each xdist worker ran tests (``gw0``, ``gw1``, ... in order).
+
+    ``done``: when its last test ended, seconds after the session started.
+    """
     order = sorted(busy, key=lambda name: (len(name), name))
-    return f"{len(busy)} workers busy: " + ", ".join(f"{name} {busy[name]:.0f}s" for name in order)
+    ended = done or {}
+    return f"{len(busy)} workers busy: " + ", ".join(
+        f"{name} {busy[name]:.0f}s" + (f" of {ended[name]:.0f}s" if name in ended else "")
+        for name in order
+    )
 
 
 class _SuiteReport:
@@ -108,6 +118,12 @@ class _SuiteReport:
         self.times = DirectoryTimes()
         self.runs = RepeatedRuns(count)
         self.workers: dict[str, float] = {}
+        self.done: dict[str, float] = {}
+        self.started = time.time()
+
+    def pytest_sessionstart(self) -> None:
+        """Count the workers' ends from here (pytest's reports carry the epoch's time)."""
+        self.started = time.time()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Add each phase's duration to the directory of its test, and its outcome to its run."""
@@ -116,6 +132,9 @@ class _SuiteReport:
         worker = getattr(report, "worker_id", None)  # pytest-xdist's, on the controller
         if worker is not None:
             self.workers[str(worker)] = self.workers.get(str(worker), 0.0) + report.duration
+            self.done[str(worker)] = max(
+                self.done.get(str(worker), 0.0), report.stop - self.started
+            )
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -126,6 +145,6 @@ class _SuiteReport:
             for line in lines:
                 terminalreporter.write_line(line)
             if self.workers:
-                terminalreporter.write_line(worker_line(self.workers))
+                terminalreporter.write_line(worker_line(self.workers, self.done))
         if self.runs.count > 1:
             terminalreporter.write_sep("=", self.runs.verdict())
