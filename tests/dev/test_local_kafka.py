@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-u
 from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped]
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-from leaseworker_dev._services import LocalKafka, _kafka, _proc, free_port
+from leaseworker_dev._services import LocalKafka, _kafka, _kafka_install, _proc, free_port
 from leaseworker_dev._services._kafka import ensure_installed, random_cluster_id
 
 
@@ -125,3 +125,35 @@ def test_random_cluster_id_is_kafka_shaped() -> None:
     assert len(ids) == 200
     for cluster_id in ids:
         assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", cluster_id)
+
+
+def test_the_first_formats_checkpoint_is_kept_and_the_next_broker_copies_it(tmp_path: Path) -> None:
+    """Without SCRAM users, one format runs the tool; the next copies its checkpoint.
+
+    The jars are linked into a directory of the test's, so the kept checkpoint is
+    its own. The copy is byte for byte the first (the tool would write other
+    timestamps), and ``meta.properties`` names the second broker's own cluster.
+    """
+    libs = tmp_path / "kafka" / "libs"
+    libs.parent.mkdir()
+    libs.symlink_to(ensure_installed())
+    checkpoint = Path("data", "__cluster_metadata-0", "00000000000000000000-0000000000.checkpoint")
+    formatted = []
+    for n in range(2):
+        workdir = tmp_path / f"broker-{n}"
+        workdir.mkdir()
+        port, controller = _proc.distinct_free_ports(2)
+        voters = {7: ("127.0.0.1", controller)}
+        listen = ("127.0.0.1", port, controller)
+        properties = _kafka._write_config(workdir, listen, {}, node_id=7, voters=voters)
+        cluster_id = random_cluster_id()
+        java = _kafka_install.find_java()
+        _kafka_install._format(
+            java, libs, workdir, properties, cluster_id, None, node_id=7, timeout=60
+        )
+        meta = (workdir / "data" / "meta.properties").read_text()
+        assert f"cluster.id={cluster_id}\n" in meta
+        assert "node.id=7\n" in meta
+        formatted.append((workdir / checkpoint).read_bytes())
+    kept = libs.parent / "storage-template" / checkpoint.name
+    assert formatted[1] == formatted[0] == kept.read_bytes()

@@ -220,7 +220,11 @@ class LocalKafka:
                 security,
                 listener_ports,
                 node_id=node_id,
-                voters=quorum.voter_endpoints(place.address) if quorum else None,
+                voters=(
+                    quorum.voter_endpoints(place.address)
+                    if quorum
+                    else {node_id: (place.address, controller_port)}
+                ),
             )
             archive = _cds_archive(java, libs)
             use_archive = archive if archive.is_file() else None
@@ -232,8 +236,8 @@ class LocalKafka:
                 cluster_id,
                 use_archive,
                 scram_format_args(security),
+                node_id=node_id,
                 timeout=timeout,
-                standalone=quorum is None,
             )
             recording = (
                 None if use_archive else archive.with_name(f"{archive.name}.{uuid.uuid4().hex}")
@@ -415,13 +419,13 @@ def _write_config(
     listener_ports: Mapping[str, int] | None = None,
     *,
     node_id: int = NODE_ID,
-    voters: Mapping[int, tuple[str, int]] | None = None,
+    voters: Mapping[int, tuple[str, int]],
 ) -> Path:
     """Write ``server.properties`` and ``log4j2.properties``; return the former.
 
     ``listen``: the address, the client port and the controller port.
-    ``voters``: a static quorum's controller addresses and ports by node id
-    (else the node alone is its quorum).
+    ``voters``: the static quorum's controller addresses and ports by node id
+    (a single node's is itself).
     """
     host, port, controller_port = listen
     secured = dict(listener_ports or {})
@@ -430,11 +434,7 @@ def _write_config(
     protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
     if security is not None:
         protocols += [f"{name}:{security.protocol(name)}" for name in secured]
-    quorum = (
-        {"controller.quorum.voters": ",".join(f"{i}@{a}:{p}" for i, (a, p) in voters.items())}
-        if voters
-        else {"controller.quorum.bootstrap.servers": f"{host}:{controller_port}"}
-    )
+    quorum = {"controller.quorum.voters": ",".join(f"{i}@{a}:{p}" for i, (a, p) in voters.items())}
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
