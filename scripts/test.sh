@@ -4,11 +4,11 @@
 # The run ends with its 25 slowest tests and the wall time per test directory
 # (leaseworker_dev._suite_report), in CI's log too.
 #
-# Tests run in parallel: WORKERS pytest-xdist workers (default 3; on two cores 4 take
-# 8.2-8.9 min against 9.5, but one run in nine failed a pod takeover's timing there,
-# unexplained yet; 6 slowed the tests 2x), each with services of its own, --dist loadgroup
-# keeping the tests of one heavy stack (and the campaigns) in one worker, in turn
-# (tests/conftest.py).
+# Tests run in parallel: WORKERS pytest-xdist workers (default 4; on two cores 3 took
+# 9.5 min, 4 about 8, 5 no less: the machine's CPU is the limit, and the tests' own time
+# grew from 1,830 s to 2,330 s), each with services of its own, --dist loadgroup keeping
+# the tests of one heavy stack (and the campaigns) in one worker, in turn, those groups
+# first (tests/conftest.py).
 # `-n 0` runs them in this process, one after another; a later -n or --dist wins.
 # SUITE_BOUND=S (seconds; .ci/run sets it) fails the run when pytest took longer.
 #
@@ -22,10 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Python writes its bytecode (and pytest its rewritten test modules) next to the sources,
 # even where PYTHONDONTWRITEBYTECODE is set: the suite starts some 640 Python processes
-# (pods and CLI runs) and 3 xdist workers, and each would compile the checkout from source
+# (pods and CLI runs) and 4 xdist workers, and each would compile the checkout from source
 # again: 0.12 s of CPU per pod start, 3.4 s per worker's collection.
 unset PYTHONDONTWRITEBYTECODE
-parallel=(-n "${WORKERS:-3}" --dist loadgroup)
+parallel=(-n "${WORKERS:-4}" --dist loadgroup)
 if [ "${1:-}" = "--repeat" ]; then
     count="${2:-}" pattern="${3:-}"
     if ! [[ "$count" =~ ^[1-9][0-9]*$ ]] || [ -z "$pattern" ]; then
