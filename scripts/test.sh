@@ -5,8 +5,8 @@
 # (leaseworker_dev._suite_report), in CI's log too.
 #
 # Tests run in parallel: WORKERS pytest-xdist workers (default 4; on two cores 3 took
-# 9.5 min, 4 about 8, 5 no less: the machine's CPU is the limit, and the tests' own time
-# grew from 1,830 s to 2,330 s), each with services of its own, --dist loadgroup keeping
+# 9.5 min, 4 about 8, 5 hardly less: the two cores are the limit, and the tests' own time
+# grew from 1,920 s to 2,330 s), each with services of its own, --dist loadgroup keeping
 # the tests of one heavy stack (and the campaigns) in one worker, in turn, those groups
 # first (tests/conftest.py).
 # `-n 0` runs them in this process, one after another; a later -n or --dist wins.

@@ -96,3 +96,28 @@ def test_highest_version_wins(tmp_path: Path) -> None:
         for name in ("initdb", "postgres"):
             (bindir / name).touch(mode=0o755)
     assert find_bindir(str(tmp_path / "*" / "bin")) == tmp_path / "16" / "bin"
+
+
+def test_a_copy_of_the_kept_cluster_takes_its_own_password_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first start keeps its ``initdb`` (a cache of the test's own); the second copies it.
+
+    The copy comes with the first cluster's superuser password, which the second
+    start replaces before anyone logs in: over TCP the first's is refused there.
+    """
+    monkeypatch.setenv("LEASEWORKER_CACHE", str(tmp_path / "cache"))
+    first = LocalPostgres.start()
+    try:
+        [kept] = (tmp_path / "cache" / "postgres").iterdir()
+        assert (kept / "PG_VERSION").is_file()
+        second = LocalPostgres.start()
+        try:
+            with psycopg.connect(second.url_for("postgres")) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+                psycopg.connect(second.url_for("postgres", password=first.password))
+        finally:
+            second.stop()
+    finally:
+        first.stop()
