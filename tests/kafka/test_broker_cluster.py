@@ -30,8 +30,6 @@ def cluster() -> Iterator[LocalKafkaCluster]:
     """Three KRaft nodes, broker and controller each."""
     nodes = LocalKafkaCluster.start()
     yield nodes
-    for node_id in nodes.nodes:  # the data goes: no orderly stop, which a node left alone
-        nodes.kill(node_id)  # (the last test's) spends waiting 15 s for a quorum
     nodes.stop()
 
 

@@ -117,10 +117,18 @@ class LocalKafkaCluster:
         return cls(nodes=started, workdir=workdir, _remove_workdir=remove)
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop every node by PID (in parallel) and remove a temporary work directory."""
-        _stop_all(self.nodes.values(), timeout)
-        if self._remove_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        """Stop every node by PID and remove a temporary work directory.
+
+        Nodes whose data stays stop in order, in parallel. Those of a temporary
+        directory are killed: their data goes, and an orderly stop could wait out
+        ``timeout`` for a quorum gone with the others (a test's teardown took 15 s).
+        """
+        if not self._remove_workdir:
+            _stop_all(self.nodes.values(), timeout)
+            return
+        for node in self.nodes.values():
+            node.kill()  # each node's directory is inside the cluster's
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def kill(self, node_id: int) -> None:
         """SIGKILL node ``node_id``; its data stays for :meth:`up`."""
