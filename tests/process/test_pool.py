@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import pickle
 import select
 import signal
 import threading
@@ -14,8 +16,8 @@ import anyio
 import pytest
 
 from leaseworker import ChildProcessDied, ConfigError, LeaseLost, ProcessPool
-from leaseworker._process import _frames
-from leaseworker._process._pool_worker import PoolWorker
+from leaseworker._process import Identity, _frames, _pool
+from leaseworker._process._pool_worker import NotTaken, PoolWorker
 from tests.process import jobs
 from tests.process.util import IDENTITY, Call, marked
 from tests.process_work import alive
@@ -275,6 +277,53 @@ async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -
     finally:
         os.close(exits)
     assert await call.run(pool, jobs.pid) not in {first, None}
+
+
+async def test_a_plain_function_crosses_as_a_kept_reference_a_partial_whole(
+    pool: ProcessPool,
+) -> None:
+    """A module-level function is pickled once and its reference kept; a partial each call.
+
+    The partial's bound argument may change between calls (it is pickled with
+    them), so it is never kept; both return what they compute, and the
+    second call's context is the second execution's, not the first one's kept.
+    """
+    call = Call()
+    assert await call.run(pool, jobs.add, 1, 2) == 3
+    assert _pool._REFERENCES[jobs.add] == pickle.dumps(jobs.add, protocol=pickle.HIGHEST_PROTOCOL)
+    part = functools.partial(jobs.add, b=10)
+    assert await call.run(pool, part, 1) == 11
+    part.keywords["b"] = 20
+    assert await call.run(pool, part, 1) == 21
+    assert part not in _pool._REFERENCES
+    other = Identity(job_key="other", execution_id="e-2", fence=9)
+    seen = await pool.run(
+        jobs.identity, (), {}, identity=other, deadline=time.monotonic() + 60, follow=call.follow
+    )
+    assert seen[:3] == ("other", "e-2", 9)
+
+
+async def test_a_call_refused_by_every_worker_it_tries_fails_instead_of_looping(
+    pool: ProcessPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers that keep refusing a call (gone before it reached them) end it with an error.
+
+    A pool of one tries its worker and the one started in its place, then raises
+    ``ChildProcessDied``; each refusing worker is replaced.
+    """
+    tried: list[int] = []
+
+    async def refuse(self: PoolWorker, data: bytes) -> bytes | None:
+        tried.append(self.pid)
+        raise NotTaken(self.pid)
+
+    monkeypatch.setattr(PoolWorker, "call", refuse)
+    with pytest.raises(ChildProcessDied):
+        await Call().run(pool, jobs.pid)
+    assert len(tried) == 2
+    assert len(set(tried)) == 2
+    monkeypatch.undo()
+    assert await Call().run(pool, jobs.pid) not in tried
 
 
 def test_a_pool_serves_one_event_loop_after_another() -> None:

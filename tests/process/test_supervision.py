@@ -112,6 +112,24 @@ async def test_a_watchdog_that_wakes_at_an_earlier_deadline_spares_a_later_call(
     assert len({usage.pid for usage in call.usages}) == 1
 
 
+@pytest.mark.parametrize("deadline", [0.05, 0.4])
+async def test_a_child_idle_past_its_last_deadline_is_not_killed(deadline: float) -> None:
+    """The kernel timer outlives a call, not the child's idleness: the next call runs on it.
+
+    A call's timer stays armed when it returns (calls in a row re-arm nothing);
+    the watchdog disarms it once the child is idle, ``_IDLE_LEAD`` (0.1 s) before
+    the deadline, or at it when the call was due sooner. Here the child then idles
+    past the deadline and the timer's 25 ms (SIGALRM would end it).
+    """
+    call = Call()
+    async with ProcessPool(1) as pool:
+        first = await call.run(pool, jobs.pid, deadline=deadline)
+        assert isinstance(first, int)
+        await anyio.sleep(deadline + 0.2)  # the subject: real time passing, the child idle
+        assert await call.run(pool, jobs.pid, deadline=5.0) == first
+    assert alive(first) is False
+
+
 async def test_the_kernel_timer_kills_a_child_that_holds_the_gil(tmp_path: Path) -> None:
     """A C call holding the GIL past the deadline: ITIMER_REAL's SIGALRM ends the child."""
     marker = tmp_path / "started"

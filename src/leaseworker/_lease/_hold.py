@@ -308,8 +308,9 @@ class HeldLease:
         child that died by itself raises :class:`~leaseworker.ChildProcessDied`.
         """
         # LeaseLost, or the body's cancellation, before any child is used; no turn of the
-        # loop otherwise (the pool's call gives one).
-        await self._verify()
+        # loop otherwise (the pool's call gives one), nor a coroutine when nothing is to ask.
+        if self._faults is not None or not self.owned:
+            await self._verify()
         if self._runtime_deadline <= now():  # due, its timer not run yet: what it would do
             self._scope.cancel()
         if self._scope.cancel_called:

@@ -11,7 +11,8 @@ whole group; a kernel timer (``ITIMER_REAL``, SIGALRM left at its default action
 kills the child itself 25 ms later if that thread could not run (a C
 extension holding the GIL, or the machine's load; the keeper then kills the job's
 own processes, seeing the child gone). The thread re-arms the timer when the deadline moves,
-so a child that holds the GIL past a renewal dies at the deadline it had.
+so a child that holds the GIL past a renewal dies at the deadline it had, and
+disarms it when the child is idle near its deadline.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Final
 
 from ._context import ProcessContext
@@ -41,6 +43,9 @@ _PR_SET_PDEATHSIG: Final = 1
 _KERNEL_SLACK: Final = 0.025
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 _EARLY: Final = 0.001  # select() may wake this much before the deadline: that is the deadline
+# The thread disarms an idle child's kernel timer this long before the deadline it is armed for.
+_IDLE_LEAD: Final = 0.1
+_MOST_FUNCTIONS: Final = 1024
 # After a call that took no page fault, the peak is reset again only once this long passed.
 _FRESH: Final = 0.010
 
@@ -71,8 +76,9 @@ def main(argv: list[str]) -> int:
     spent, faults = _usage()
     memory.reset(faults)
     write_blocking(fd_out, pickle.dumps(("ready", spent)))
+    recent = Recent(slot)
     while (body := calls.read()) is not None:
-        head, payload, spent, faults = _call(body, slot, watchdog, memory, spent)
+        head, payload, spent, faults = _call(body, recent, watchdog, memory, spent)
         del body
         write_reply(fd_out, head, payload)
         del payload  # neither the call's bytes nor its reply's count in the next call's peak
@@ -89,7 +95,7 @@ def _die_with_parent(ppid: int) -> None:
 
 
 def _call(
-    body: bytes, slot: mmap.mmap, watchdog: Watchdog, memory: Memory, before: float
+    body: bytes, recent: Recent, watchdog: Watchdog, memory: Memory, before: float
 ) -> tuple[bytes, bytes, float, int]:
     """Run one call; return its reply's head and pickle, the child's CPU total and page faults.
 
@@ -100,9 +106,10 @@ def _call(
     """
     watchdog.begin()
     try:
-        (job_key, execution_id, fence), fn, args, kwargs = pickle.loads(body)
-        pctx = ProcessContext(slot, job_key=job_key, execution_id=execution_id, fence=fence)
-        reply: tuple[object, ...] = ("returned", fn(pctx, *args, **kwargs))
+        identity, fn, args, kwargs = pickle.loads(body)
+        if type(fn) is bytes:
+            fn = recent.function(fn)
+        reply: tuple[object, ...] = ("returned", fn(recent.context(identity), *args, **kwargs))
     except BaseException as exc:
         watchdog.end()
         reply = _raised(exc)
@@ -118,6 +125,42 @@ def _call(
     # The cost ahead of the payload, so it crosses even when the pod cannot rebuild the payload.
     head = reply_head(after - before, memory.peak(faults), after, len(payload))
     return head, payload, after, faults
+
+
+class Recent:
+    """What calls in a row share: their execution's ``ProcessContext``, their functions.
+
+    A plain function comes as its pickle (a reference the pod made once); the
+    function rebuilt from it is kept by those bytes, at most ``_MOST_FUNCTIONS``.
+    """
+
+    __slots__ = ("_functions", "_identity", "_pctx", "_slot")
+
+    def __init__(self, slot: mmap.mmap) -> None:
+        self._slot = slot
+        self._identity: tuple[str, str, int] | None = None
+        self._pctx: ProcessContext | None = None
+        self._functions: dict[bytes, Callable[..., object]] = {}
+
+    def context(self, identity: tuple[str, str, int]) -> ProcessContext:
+        """Return the context of the execution ``identity`` (job key, execution id, fence)."""
+        if identity != self._identity or self._pctx is None:
+            job_key, execution_id, fence = identity
+            self._pctx = ProcessContext(
+                self._slot, job_key=job_key, execution_id=execution_id, fence=fence
+            )
+            self._identity = identity
+        return self._pctx
+
+    def function(self, reference: bytes) -> Callable[..., object]:
+        """Return the function a reference's pickle names (imported on first use)."""
+        fn = self._functions.get(reference)
+        if fn is None:
+            fn = pickle.loads(reference)
+            if len(self._functions) >= _MOST_FUNCTIONS:
+                self._functions.clear()
+            self._functions[reference] = fn
+        return fn
 
 
 def _raised(exc: BaseException) -> tuple[object, ...]:
@@ -219,15 +262,22 @@ class Watchdog:
     """Kills the child's group at the deadline in the slot while a call runs.
 
     A thread waits on the pod's wake pipe (the deadline moved) and on its own
-    with a timeout to the deadline; at the deadline it kills the group
-    (``os.killpg(0, SIGKILL)``). Each time it looks, it re-arms the kernel
-    timer, the backstop for when this thread cannot get the GIL. A call that
-    begins wakes the thread only when it would sleep past the call's deadline by
-    more than ``_EARLY`` (idle, or sleeping to a later one): waking it costs the
-    call a GIL hand-over, and a thread that wakes early finds the later deadline
-    and sleeps on. Between calls it sleeps to the last call's deadline, so calls
-    in a row under one lease wake it once, whether it looked during the first
-    or only after it.
+    with a timeout; at the deadline it kills the group (``os.killpg(0,
+    SIGKILL)``). The kernel timer is the backstop for when this thread cannot
+    get the GIL: armed to the deadline plus ``_KERNEL_SLACK``, and re-armed,
+    by a call that begins or by the thread, only when the slot's deadline is
+    more than ``_EARLY`` from the one it is armed for (calls in a row under one
+    lease make no system call for it: each costs a no-op call a few
+    microseconds). It stays armed when a call ends, and the thread disarms it
+    once the child is idle ``_IDLE_LEAD`` before that deadline (or at the
+    deadline, for a call that ended closer to it than that). An idle child dies
+    by it only if the thread is kept from running for ``_KERNEL_SLACK`` right
+    then; the pool replaces a worker that died idle, and gives the call to another.
+
+    A call that begins wakes the thread only when it would look too late (idle
+    with the timer disarmed, or sleeping past the call's deadline by more than
+    ``_EARLY``): waking it costs the call a GIL hand-over. While a call runs the
+    thread looks ``_IDLE_LEAD`` before the deadline and at it.
     """
 
     def __init__(self, slot: mmap.mmap, wake: int) -> None:
@@ -236,7 +286,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._active = False
         self._until: float | None = None  # when the thread looks again by itself (None: never)
-        self._deadline = -math.inf  # the last call's, as begin() read it
+        self._armed: float | None = None  # the deadline the kernel timer is armed for
         self._poke_r, self._poke_w = os.pipe()
         thread = threading.Thread(target=self._watch, name="leaseworker-watchdog", daemon=True)
         thread.start()
@@ -245,29 +295,29 @@ class Watchdog:
         """Arm the timer to the slot's deadline, wake the thread if it would look too late."""
         with self._lock:
             self._active = True
-            deadline, _ = self._arm()
-            self._deadline = deadline
+            deadline = self._rearm()
             # Within _EARLY is on time: a deadline converted from another clock (hold()'s)
-            # differs by microseconds from one call to the next, and a wake-up for each
-            # would cost every call a GIL hand-over.
+            # differs by microseconds from one call to the next.
             late = self._until is None or self._until > deadline + _EARLY
         if late:
             os.write(self._poke_w, b"b")
 
     def end(self) -> None:
-        """Disarm: the call ended (before its reply is sent, so a late kill cannot race it)."""
+        """Stop killing at the deadline: the call ended (the kernel timer stays armed)."""
         with self._lock:
             self._active = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        # No wake-up: the thread finds the call over when its timeout comes, and sleeps on.
 
-    def _arm(self) -> tuple[float, float]:
+    def _rearm(self) -> float:
+        """Kill the group if the slot's deadline passed, else arm the timer to it if it moved."""
         deadline, _, _ = read(self._slot)
         left = deadline - time.monotonic()
         if left <= _EARLY:
             os.killpg(0, signal.SIGKILL)
-        signal.setitimer(signal.ITIMER_REAL, left + _KERNEL_SLACK)
-        return deadline, left
+        armed = self._armed
+        if armed is None or abs(deadline - armed) > _EARLY:
+            signal.setitimer(signal.ITIMER_REAL, left + _KERNEL_SLACK)
+            self._armed = deadline
+        return deadline
 
     def _watch(self) -> None:
         timeout: float | None = None
@@ -276,14 +326,19 @@ class Watchdog:
             for fd in ready:
                 os.read(fd, 4096)
             with self._lock:
+                now = time.monotonic()
                 if self._active:
-                    self._until, timeout = self._arm()
-                    continue
-                # The call that woke it is over (a quick one, on a busy machine): sleep to its
-                # deadline all the same, so the next call, whose deadline is most likely within
-                # a millisecond of it, need not wake this thread again.
-                left = self._deadline - time.monotonic()
-                self._until, timeout = (self._deadline, left) if left > 0 else (None, None)
+                    deadline = self._rearm()
+                    until: float | None = deadline
+                    if deadline - now > _IDLE_LEAD + _EARLY:
+                        until = deadline - _IDLE_LEAD  # to disarm if the call ended by then
+                elif self._armed is not None and self._armed - _IDLE_LEAD > now + _EARLY:
+                    until = self._armed - _IDLE_LEAD  # idle: the next call may share the deadline
+                else:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    self._armed = until = None
+                self._until = until
+                timeout = None if until is None else max(0.0, until - now)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,19 @@ def frame(body: bytes) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
-async def send(fd: int, data: bytes) -> None:
-    """Write all of ``data`` (a frame) to the non-blocking ``fd``."""
+def write_now(fd: int, data: bytes) -> memoryview:
+    """Write what the non-blocking ``fd`` takes of ``data`` now; return the rest (often empty)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BlockingIOError:
+        pass
+    return view
+
+
+async def send(fd: int, data: bytes | memoryview) -> None:
+    """Write all of ``data`` to the non-blocking ``fd``, waiting while the pipe is full."""
     view = memoryview(data)
     while view:
         try:
@@ -76,10 +87,6 @@ class Receiver:
         """Return the next frame's body (``None`` at end of file before a whole frame)."""
         self.waited = False
         while True:
-            body = _take(self._buffer)
-            if body is not None:
-                return body
-            self._fill()  # a child that answered while the pod wrote: no turn of the loop
             body = _take(self._buffer)
             if body is not None:
                 return body

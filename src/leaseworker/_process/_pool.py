@@ -34,6 +34,7 @@ import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from types import FunctionType
 from typing import Any, ClassVar, Final, TypeVar
 
 import anyio
@@ -42,7 +43,7 @@ from .._errors import ChildProcessDied, ConfigError
 from .._outcome import LeaseLostReason
 from ._call import Identity, Mirror, Usage
 from ._frames import COST
-from ._pool_worker import CallMirror, Keeper, PoolWorker, died
+from ._pool_worker import CallMirror, Keeper, NotTaken, PoolWorker, died
 
 T = TypeVar("T")
 
@@ -233,9 +234,20 @@ class ProcessPool:
         mirror = CallMirror(deadline, lost)
         unfollow = follow(mirror)
         try:
-            worker = await self._take()
-            worker.follow(mirror)
-            reply = await self._busy_call(worker, data, usage)
+            gone = 0
+            while True:
+                worker = self._take_now() or await self._take()
+                worker.follow(mirror)
+                self._busy.add(worker)
+                try:
+                    reply = await self._call(worker, data, usage, last_try=gone >= self._workers)
+                    break
+                except NotTaken:
+                    gone += 1  # it died idle (the OOM killer, a kill by hand): the next one
+                finally:
+                    self._busy.discard(worker)  # reaped if it died: aclose() waits for that
+                    if not self._busy and self._drained is not None:
+                        self._drained.set()
         finally:
             mirror.active = False
             unfollow()
@@ -245,22 +257,26 @@ class ProcessPool:
             await asyncio.sleep(0)
         return _unpacked(reply, worker.pid)  # type: ignore[no-any-return]
 
-    async def _busy_call(
-        self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
-    ) -> tuple[Any, ...]:
-        self._busy.add(worker)
-        try:
-            return await self._call(worker, data, usage)
-        finally:
-            self._busy.discard(worker)
-            if not self._busy and self._drained is not None:
-                self._drained.set()
-
     async def _call(
-        self, worker: PoolWorker, data: bytes, usage: Callable[[Usage], None] | None
+        self,
+        worker: PoolWorker,
+        data: bytes,
+        usage: Callable[[Usage], None] | None,
+        *,
+        last_try: bool,
     ) -> tuple[Any, ...]:
+        """Run the call on ``worker`` and return its reply.
+
+        ``NotTaken`` (the worker dropped) if its child was gone before the call
+        reached it; on the ``last_try``, ``ChildProcessDied`` instead.
+        """
         try:
             body = await worker.call(data)
+        except NotTaken:
+            if not last_try:
+                self._drop(worker)
+                raise
+            body = None
         except BaseException:
             with anyio.CancelScope(shield=True):
                 cost = await self._kill(worker)
@@ -273,7 +289,8 @@ class ProcessPool:
             raise died[0]
         cpu, peak, total = COST.unpack_from(body)
         worker.cpu_base = total
-        _report(usage, Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
+        if usage is not None:
+            usage(Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
         if self._spent(worker, peak) or worker not in self._live:  # or the pool closed meanwhile
             self._retire(worker)
         else:
@@ -334,6 +351,13 @@ class ProcessPool:
             if self._waiters:
                 self._waiters.popleft().set()
 
+    def _take_now(self) -> PoolWorker | None:
+        """Return a ready worker of a started pool, without a wait (the usual case)."""
+        if self._keeper is None or self._starting is not None:
+            return None
+        self._tidy()
+        return self._warm()
+
     async def _take(self) -> PoolWorker:
         if self._keeper is None or self._starting is not None:
             await self.start()
@@ -376,9 +400,7 @@ class ProcessPool:
                 raise
             if ready:
                 del idle[index]
-                if not worker.exited():
-                    return worker
-                self._drop(worker)  # died idle: the OOM killer, a kill by hand, its pod thread
+                return worker  # one that died idle refuses the call (NotTaken): run() moves on
         return None
 
     async def _warmed(self, worker: PoolWorker) -> PoolWorker:
@@ -412,25 +434,51 @@ def _optional(name: str, value: object) -> int | None:
     return None if value is None else _whole(name, value)
 
 
+_REFERENCES: dict[Callable[..., object], bytes] = {}
+"""Plain functions' pickles (a reference: module and name), made once and sent as bytes.
+
+Pickling a function looks its module up and checks the name still points at it,
+about half of a no-op call's pickling in the pod; the child keeps the functions
+it rebuilt by these bytes (``_child.Recent``). Cleared when it holds ``_MOST_REFERENCES``.
+"""
+_MOST_REFERENCES: Final = 1024
+
+
 def _pickled(
     fn: Callable[..., object],
     args: tuple[object, ...],
     kwargs: dict[str, object],
     identity: Identity,
 ) -> bytes:
-    if getattr(fn, "__module__", None) == "__main__":
-        raise ConfigError(
-            f"{_name(fn)} is defined in __main__, which a process worker cannot import"
-        )
     head = (identity.job_key, identity.execution_id, identity.fence)
+    plain = type(fn) is FunctionType  # pickled by reference; hashable
+    sent: object = _REFERENCES.get(fn) if plain else None
+    if sent is None:
+        if getattr(fn, "__module__", None) == "__main__":
+            raise ConfigError(
+                f"{_name(fn)} is defined in __main__, which a process worker cannot import"
+            )
+        sent = _reference(fn) if plain else fn
     try:
-        return pickle.dumps((head, fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((head, sent, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         what = _unpicklable(fn, args, kwargs)
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raise ConfigError(
             f"cannot send {what} of {_name(fn)} to a process worker: {detail}"
         ) from None
+
+
+def _reference(fn: Callable[..., object]) -> object:
+    """``fn``'s pickle, kept for the next call; ``fn`` itself if it cannot be pickled."""
+    try:
+        reference = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return fn  # the whole call's pickle fails next, and says why
+    if len(_REFERENCES) >= _MOST_REFERENCES:
+        _REFERENCES.clear()
+    _REFERENCES[fn] = reference
+    return reference
 
 
 def _name(fn: object) -> str:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import pickle
 import resource
-import select
 import signal
 import subprocess
 import sys
@@ -118,6 +117,10 @@ class CallMirror:
             os.write(self._wake, b"w")
 
 
+class NotTaken(Exception):
+    """A worker's child was gone before a call reached it: the call can go to another."""
+
+
 def died(pid: int, status: int | None) -> ChildProcessDied:
     """Return the error for child ``pid`` that died by itself with wait ``status`` (or unknown)."""
     if status is None:
@@ -205,18 +208,24 @@ class PoolWorker:
         return self._replies.waited
 
     async def call(self, data: bytes) -> bytes | None:
-        """Send one call's frame and wait for its reply (``None``: the child died)."""
+        """Send one call's frame and wait for its reply (``None``: the child died meanwhile).
+
+        ``NotTaken`` if the child was gone before any of the call reached it: its
+        end of the pipe closed when it exited (before its pidfd turned readable), so
+        the first write fails, and no system call is spent asking first.
+        """
+        try:
+            rest = _frames.write_now(self._call, _frames.frame(data))
+        except BrokenPipeError:
+            raise NotTaken(self.pid) from None
         self.calls += 1
         with on_child():
-            try:
-                await _frames.send(self._call, _frames.frame(data))
-            except BrokenPipeError:  # it died before it read the call
-                return None
+            if rest:
+                try:
+                    await _frames.send(self._call, rest)
+                except BrokenPipeError:  # it died reading the call
+                    return None
             return await self._replies.receive()
-
-    def exited(self) -> bool:
-        """Whether the child exited (its pidfd is readable), without waiting."""
-        return bool(select.select([self._pidfd], [], [], 0)[0])
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group."""
