@@ -51,8 +51,9 @@ class PausableJob(ReportJob):
     stuck in a blocking call. With ``hold_until`` it waits for that file
     *asynchronously* (its lease renewing meanwhile): a newer holder that has
     started and not yet completed.
-    Marker lines (``$LW_TEST_MARKERS``): ``start <pod> <fence>`` and
-    ``complete <pod> <status> <fence> <winning fence>``.
+    Marker lines (``$LW_TEST_MARKERS``): ``start <pod> <fence>``, ``blocked <pod>
+    <fence>`` (the synchronous wait begins) and ``complete <pod> <status> <fence>
+    <winning fence>``.
     """
 
     topic = os.environ.get("LW_TEST_TOPIC", "unset")
@@ -69,6 +70,9 @@ class PausableJob(ReportJob):
         await ctx.checkpoint()  # the last one: past it, nothing on this side notices a loss
         wait_for = ctx.trigger.payload.get("wait_for")
         if isinstance(wait_for, str):
+            # Past its last checkpoint: a pause from here on goes unnoticed until it completes
+            # (a pause before it would end the execution lost, at the checkpoint).
+            _mark(f"blocked {ctx.pod} {ctx.fence}")
             while not os.path.exists(wait_for):  # noqa: ASYNC240 - blocking on purpose
                 time.sleep(0.01)  # noqa: ASYNC251 - the point: a job that does not await
         answer = await ctx.complete({"pod": ctx.pod, "fence": ctx.fence})
@@ -130,10 +134,10 @@ async def test_a_paused_pod_that_wakes_after_a_takeover_gets_stale_and_the_newer
         request_a = {"inputVersion": "request-a", "wait_for": str(go)}
         await produce(bootstrap, topics["pod-a"], [(key.encode(), json.dumps(request_a).encode())])
 
-        async def a_started() -> bool:
-            return any(m[:2] == ["start", "pod-a"] for m in _marks(tmp_path))
+        async def a_blocked() -> bool:
+            return any(m[:2] == ["blocked", "pod-a"] for m in _marks(tmp_path))
 
-        await eventually(a_started, within=20)
+        await eventually(a_blocked, within=20)
         a.signal(signal.SIGSTOP)
         lease_key = RedisLeases(redis, namespace=namespace).lease_key(key)
 
@@ -245,6 +249,10 @@ class Scene:
         """Fences of ``pod``'s executions that reached ``run``."""
         return [int(m[2]) for m in _marks(self.workdir) if m[:2] == ["start", pod]]
 
+    def blocked(self, pod: str) -> list[int]:
+        """Fences of ``pod``'s executions that began the synchronous wait (past the checkpoint)."""
+        return [int(m[2]) for m in _marks(self.workdir) if m[:2] == ["blocked", pod]]
+
     def answered(self, pod: str) -> list[list[str]]:
         """``[status, fence, winning fence]`` of each of ``pod``'s completions."""
         return [m[2:] for m in _marks(self.workdir) if m[:2] == ["complete", pod]]
@@ -286,7 +294,7 @@ async def _pause_a_past_its_lease(scene: Scene, redis: Redis, go: Path) -> PodPr
     """Start pod A's execution, freeze A after its last checkpoint, wait for its lease to expire."""
     a = await scene.spawn("pod-a", "a", "--session-timeout", "30")  # the pause: no rebalance
     await scene.send("a", inputVersion="request-a", wait_for=str(go))
-    await scene.until(lambda: bool(scene.started("pod-a")))
+    await scene.until(lambda: bool(scene.blocked("pod-a")))
     a.signal(signal.SIGSTOP)
     lease_key = RedisLeases(redis, namespace=scene.namespace).lease_key(scene.key)
 
