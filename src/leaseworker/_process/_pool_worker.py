@@ -118,7 +118,7 @@ class CallMirror:
 
 
 class NotTaken(Exception):
-    """A worker's child was gone before a call reached it: the call can go to another."""
+    """A worker's child was gone before it had a whole call: the call can go to another."""
 
 
 def died(pid: int, status: int | None) -> ChildProcessDied:
@@ -210,9 +210,9 @@ class PoolWorker:
     async def call(self, data: bytes) -> bytes | None:
         """Send one call's frame and wait for its reply (``None``: the child died meanwhile).
 
-        ``NotTaken`` if the child was gone before any of the call reached it: its
-        end of the pipe closed when it exited (before its pidfd turned readable), so
-        the first write fails, and no system call is spent asking first.
+        ``NotTaken`` if the child was gone before it had the whole call (so it ran
+        none of it): its end of the pipe closed when it exited (before its pidfd
+        turned readable), so a write fails, and no system call is spent asking first.
         """
         try:
             rest = _frames.write_now(self._call, _frames.frame(data))
