@@ -279,6 +279,12 @@ async def test_a_worker_that_died_idle_is_not_handed_a_call(pool: ProcessPool) -
     assert await call.run(pool, jobs.pid) not in {first, None}
 
 
+async def test_a_call_larger_than_the_pipe_is_sent_whole(pool: ProcessPool) -> None:
+    """A 4 MiB argument fills the call's pipe many times over: the pod waits and writes on."""
+    big = b"x" * (4 << 20)
+    assert await Call().run(pool, jobs.add, big, b"y") == big + b"y"
+
+
 async def test_a_plain_function_crosses_as_a_kept_reference_a_partial_whole(
     pool: ProcessPool,
 ) -> None:

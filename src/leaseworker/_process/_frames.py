@@ -30,7 +30,7 @@ def frame(body: bytes) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
-def write_now(fd: int, data: bytes) -> memoryview:
+def write_now(fd: int, data: bytes | memoryview) -> memoryview:
     """Write what the non-blocking ``fd`` takes of ``data`` now; return the rest (often empty)."""
     view = memoryview(data)
     try:
@@ -43,12 +43,10 @@ def write_now(fd: int, data: bytes) -> memoryview:
 
 async def send(fd: int, data: bytes | memoryview) -> None:
     """Write all of ``data`` to the non-blocking ``fd``, waiting while the pipe is full."""
-    view = memoryview(data)
+    view = write_now(fd, data)
     while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
+        await anyio.wait_writable(fd)
+        view = write_now(fd, view)
 
 
 class Receiver:

@@ -289,7 +289,7 @@ class ProcessPool:
             raise died[0]
         cpu, peak, total = COST.unpack_from(body)
         worker.cpu_base = total
-        if usage is not None:
+        if usage is not None:  # not _report(): no Usage built when nobody asks (the hot path)
             usage(Usage(cpu_seconds=cpu, peak_memory=peak, pid=worker.pid, killed=False))
         if self._spent(worker, peak) or worker not in self._live:  # or the pool closed meanwhile
             self._retire(worker)
